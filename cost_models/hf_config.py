@@ -1,0 +1,142 @@
+"""Build a :class:`ModelSpec` from a Hugging Face ``config.json`` (a path or a shipped preset).
+
+Transformers 4.x and 5.x spell a few keys differently (``rope_theta`` moved into
+``rope_parameters``, ``torch_dtype`` became ``dtype``); only shape keys matter here and both
+spellings of each are accepted, as are the GPT-2 / MPT names (``n_embd``, ``d_model`` ...).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from paraplan.cost_models.model_spec import ModelSpec
+from paraplan.errors import InputError
+
+SUPPORTED_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox", "mpt")
+
+_ALIASES = {
+    "hidden_size": ("hidden_size", "n_embd", "d_model"),
+    "num_layers": ("num_hidden_layers", "n_layer", "n_layers", "num_layers"),
+    "num_heads": ("num_attention_heads", "n_head", "n_heads"),
+    "num_kv_heads": ("num_key_value_heads", "num_kv_heads"),
+    "ffn_size": ("intermediate_size", "n_inner", "ffn_hidden_size"),
+    "vocab_size": ("vocab_size",),
+    "max_positions": ("max_position_embeddings", "n_positions", "max_seq_len", "n_ctx"),
+    "head_dim": ("head_dim",),
+}
+
+
+def _get(config: dict[str, Any], field: str, origin: str, default: Any = None) -> Any:
+    for key in _ALIASES[field]:
+        if config.get(key) is not None:
+            return config[key]
+    if default is None:
+        raise InputError(f"{origin}: config.json lacks {' / '.join(_ALIASES[field])}")
+    return default
+
+
+def _int(value: Any, field: str, origin: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 or int(value) != value:
+        raise InputError(f"{origin}: {field} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _family_defaults(model_type: str, config: dict[str, Any], hidden: int) -> dict[str, Any]:
+    """Architecture facts each model family fixes rather than states in config.json."""
+    if model_type == "gpt2":
+        return dict(gated_mlp=False, norm="layernorm", norm_bias=True, qkv_bias=True, linear_bias=True,
+                    position="learned", tied=config.get("tie_word_embeddings", True), ffn=4 * hidden)
+    if model_type == "gpt_neox":
+        return dict(gated_mlp=False, norm="layernorm", norm_bias=True, qkv_bias=True, linear_bias=True,
+                    position="rope", tied=config.get("tie_word_embeddings", False), ffn=None)
+    if model_type == "mpt":
+        bias = not config.get("no_bias", False)
+        alibi = (config.get("attn_config") or {}).get("alibi", False)
+        return dict(gated_mlp=False, norm="layernorm", norm_bias=bias, qkv_bias=bias, linear_bias=bias,
+                    position="alibi" if alibi else "learned", tied=True,
+                    ffn=int(config.get("expansion_ratio", 4) * hidden))
+    qkv_bias = model_type == "qwen2" or bool(config.get("attention_bias", False))
+    return dict(gated_mlp=True, norm="rmsnorm", norm_bias=False, qkv_bias=qkv_bias,
+                linear_bias=bool(config.get("mlp_bias", False)), position="rope",
+                tied=config.get("tie_word_embeddings", False), ffn=None)
+
+
+def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
+    """Read the shape of a dense transformer from a parsed config.json."""
+    model_type = config.get("model_type")
+    if model_type not in SUPPORTED_TYPES:
+        raise InputError(
+            f"{name}: model_type {model_type!r} is not supported for dense models "
+            f"(supported: {', '.join(SUPPORTED_TYPES)})"
+        )
+    hidden = _int(_get(config, "hidden_size", name), "hidden_size", name)
+    heads = _int(_get(config, "num_heads", name), "num_attention_heads", name)
+    family = _family_defaults(model_type, config, hidden)
+    ffn = _get(config, "ffn_size", name, default=family["ffn"])
+    head_dim = _get(config, "head_dim", name, default=hidden // heads if hidden % heads == 0 else None)
+    try:
+        return ModelSpec(
+            name=name,
+            model_type=model_type,
+            num_layers=_int(_get(config, "num_layers", name), "num_hidden_layers", name),
+            hidden_size=hidden,
+            num_heads=heads,
+            num_kv_heads=_int(_get(config, "num_kv_heads", name, default=heads), "num_key_value_heads", name),
+            head_dim=_int(head_dim, "head_dim", name),
+            ffn_size=_int(ffn, "intermediate_size", name),
+            vocab_size=_int(_get(config, "vocab_size", name), "vocab_size", name),
+            gated_mlp=family["gated_mlp"],
+            tied_embeddings=bool(family["tied"]),
+            norm=family["norm"],
+            norm_bias=family["norm_bias"],
+            qkv_bias=family["qkv_bias"],
+            linear_bias=family["linear_bias"],
+            qk_norm=model_type == "qwen3",
+            position=family["position"],
+            max_positions=_int(_get(config, "max_positions", name, default=2048), "max_position_embeddings", name),
+            parallel_attn_mlp=bool(config.get("use_parallel_residual", False)),
+        )
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+
+
+def _presets_root():
+    return resources.files("paraplan.data").joinpath("models")
+
+
+def preset_names() -> list[str]:
+    """Names of every shipped preset."""
+    return sorted(entry.name for entry in _presets_root().iterdir() if entry.joinpath("config.json").is_file())
+
+
+def _parse_json(text: str, origin: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{origin}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{origin}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def load_model(name_or_path: str) -> ModelSpec:
+    """A preset by name, or a config.json path (a file, or a folder holding config.json)."""
+    path = Path(name_or_path)
+    if path.is_dir():
+        path = path / "config.json"
+    if path.is_file():
+        return model_from_config(_parse_json(path.read_text(), str(path)), str(name_or_path))
+    names = preset_names()
+    if name_or_path not in names:
+        close = difflib.get_close_matches(name_or_path, names, n=3, cutoff=0.5)
+        hint = f"; did you mean {' or '.join(close)}?" if close else ""
+        raise InputError(
+            f"unknown model {name_or_path!r}: not a preset and no such config.json{hint} "
+            f"(run 'paraplan models list' for presets)"
+        )
+    text = _presets_root().joinpath(name_or_path, "config.json").read_text()
+    return model_from_config(_parse_json(text, f"preset {name_or_path}"), name_or_path)

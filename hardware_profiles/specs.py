@@ -1,0 +1,129 @@
+"""Frozen specs of GPUs and clusters, in SI units."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DTYPES = ("bf16", "fp16", "fp8", "fp4", "tf32")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EfficiencySpec:
+    """How close real kernels get to the datasheet on this GPU (fractions 0–1, seconds).
+
+    These are the few physical constants the analytical cost model calibrates per GPU; each
+    entry in ``efficiency.yaml`` carries the measurement or the published run it comes from.
+    """
+
+    gemm_peak_frac: dict[str, float]
+    """Fraction of the dense datasheet peak that a large, well-shaped GEMM reaches, per dtype."""
+    gemm_half_dim: float
+    """A GEMM dimension of this size runs at half the large-GEMM rate (tile/wave saturation)."""
+    attention_peak_frac: float
+    """Fraction of the 16-bit peak that fused (flash) attention forward reaches at long sequences."""
+    hbm_frac: float
+    """Fraction of datasheet HBM bandwidth that memory-bound element-wise kernels reach."""
+    nvlink_frac: float
+    """Fraction of one-direction NVLink bandwidth that NCCL collectives reach as bus bandwidth."""
+    nic_frac: float
+    """Fraction of the NIC line rate that NCCL collectives reach as bus bandwidth across nodes."""
+    kernel_overhead_s: float
+    """Fixed launch/synchronisation cost per kernel, seconds."""
+    source: str
+    """Where these numbers come from."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GPUSpec:
+    """One GPU model, datasheet numbers in SI units."""
+
+    name: str
+    """Catalog name, e.g. ``h100-sxm``."""
+    display_name: str
+    """Marketing name."""
+    vendor: str
+    """``nvidia`` or ``amd``."""
+    architecture: str
+    """Chip generation, e.g. ``hopper``."""
+    peak_flops_per_s: dict[str, float]
+    """Dense tensor-core peak per dtype, FLOP/s. Missing dtype = the hardware lacks it."""
+    hbm_bytes: float
+    """HBM capacity, bytes."""
+    hbm_bytes_per_s: float
+    """HBM bandwidth, bytes/s."""
+    nvlink_bytes_per_s: float
+    """Scale-up link bandwidth per GPU, one direction, bytes/s."""
+    nic_bytes_per_s: float
+    """Default scale-out NIC bandwidth per GPU, one direction, bytes/s."""
+    price_usd_per_gpu_hour: float | None
+    """Public on-demand price per GPU-hour, if known."""
+    efficiency: EfficiencySpec
+    """Achieved fractions of the datasheet (see :class:`EfficiencySpec`)."""
+    sources: dict[str, str] = field(default_factory=dict)
+    """Citation per datasheet number."""
+
+    def __post_init__(self) -> None:
+        for dtype, peak in self.peak_flops_per_s.items():
+            if dtype not in DTYPES or peak <= 0:
+                raise ValueError(f"{self.name}: peak for {dtype!r} must be a positive FLOP/s of {DTYPES}")
+        for label in ("hbm_bytes", "hbm_bytes_per_s", "nvlink_bytes_per_s", "nic_bytes_per_s"):
+            if getattr(self, label) <= 0:
+                raise ValueError(f"{self.name}: {label} must be positive")
+
+    def peak(self, dtype: str) -> float:
+        """Dense peak FLOP/s for ``dtype``; ValueError if this GPU has no such tensor-core mode."""
+        if dtype not in self.peak_flops_per_s:
+            have = ", ".join(sorted(self.peak_flops_per_s))
+            raise ValueError(f"{self.name} has no {dtype} tensor cores (it has: {have})")
+        return self.peak_flops_per_s[dtype]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterSpec:
+    """A homogeneous cluster: identical nodes, an NVLink domain, a scale-out fabric."""
+
+    name: str
+    """Built-in name, file name or ``<gpu>x<N>`` for the quick form."""
+    gpu: GPUSpec
+    """The GPU in every node."""
+    num_nodes: int
+    """Number of nodes."""
+    gpus_per_node: int
+    """GPUs per node (per compute tray on NVL72 racks)."""
+    nvlink_domain_gpus: int
+    """GPUs that share one NVLink/NVSwitch domain (8 on DGX, 72 on NVL72 racks)."""
+    nic_bytes_per_s_per_gpu: float
+    """Scale-out bandwidth per GPU, one direction, bytes/s."""
+    inter_node_latency_s: float
+    """Per-message latency across the scale-out fabric, seconds."""
+    intra_domain_latency_s: float
+    """Per-message latency inside an NVLink domain, seconds."""
+    oversubscription: float = 1.0
+    """Fabric oversubscription ratio (>= 1; 1 = full bisection)."""
+
+    def __post_init__(self) -> None:
+        for label in ("num_nodes", "gpus_per_node", "nvlink_domain_gpus"):
+            value = getattr(self, label)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"cluster {self.name}: {label} must be a positive integer, got {value!r}")
+        if self.nvlink_domain_gpus % self.gpus_per_node:
+            raise ValueError(
+                f"cluster {self.name}: an NVLink domain of {self.nvlink_domain_gpus} GPUs must hold whole "
+                f"nodes of {self.gpus_per_node} GPUs"
+            )
+        if self.nic_bytes_per_s_per_gpu <= 0:
+            raise ValueError(f"cluster {self.name}: NIC bandwidth must be positive")
+        if self.inter_node_latency_s < 0 or self.intra_domain_latency_s < 0:
+            raise ValueError(f"cluster {self.name}: latencies must not be negative")
+        if self.oversubscription < 1:
+            raise ValueError(f"cluster {self.name}: oversubscription must be >= 1, got {self.oversubscription}")
+
+    @property
+    def num_gpus(self) -> int:
+        """Total GPUs."""
+        return self.num_nodes * self.gpus_per_node
+
+    @property
+    def domain_gpus(self) -> int:
+        """GPUs in one NVLink domain as built (a small cluster may not fill a rack)."""
+        return min(self.nvlink_domain_gpus, self.num_gpus)

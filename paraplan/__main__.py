@@ -1,0 +1,3 @@
+from paraplan.cli.app import main
+
+main()
