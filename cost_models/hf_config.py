@@ -65,6 +65,14 @@ def _family_defaults(model_type: str, config: dict[str, Any], hidden: int) -> di
                 tied=config.get("tie_word_embeddings", False), ffn=None)
 
 
+def _dropout(model_type: str, config: dict[str, Any]) -> bool:
+    # GPT-2 configs default resid_pdrop to 0.1 when the key is absent (transformers GPT2Config).
+    default = 0.1 if model_type == "gpt2" else 0.0
+    rates = [config.get(key, default if key == "resid_pdrop" else 0.0)
+             for key in ("resid_pdrop", "hidden_dropout", "hidden_dropout_prob")]
+    return any(isinstance(rate, (int, float)) and rate > 0 for rate in rates)
+
+
 def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
     """Read the shape of a dense transformer from a parsed config.json."""
     model_type = config.get("model_type")
@@ -99,6 +107,7 @@ def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
             position=family["position"],
             max_positions=_int(_get(config, "max_positions", name, default=2048), "max_position_embeddings", name),
             parallel_attn_mlp=bool(config.get("use_parallel_residual", False)),
+            dropout=_dropout(model_type, config),
         )
     except ValueError as exc:
         raise InputError(str(exc)) from None

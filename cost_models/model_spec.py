@@ -52,6 +52,8 @@ class ModelSpec:
     """Maximum sequence length the config declares."""
     parallel_attn_mlp: bool = False
     """Attention and MLP read the same input (GPT-NeoX); one norm per branch either way."""
+    dropout: bool = False
+    """Training applies dropout after attention and MLP (stores 1-byte masks)."""
 
     def __post_init__(self) -> None:
         for label in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_size",

@@ -1,0 +1,63 @@
+"""Time of NCCL-style collectives on a cluster, α–β model, vectorized over group shapes.
+
+Bus-bandwidth factors (nccl-tests doc/PERFORMANCE.md): all-reduce 2(n-1)/n, all-gather and
+reduce-scatter (n-1)/n, all-to-all (n-1)/n, point-to-point 1. A group whose ranks all sit in one
+NVLink domain runs at NVLink speed; a larger group runs hierarchically: the k members that share
+a domain exchange over NVLink, and the n/k domains exchange S/k each over one NIC per member.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from paraplan.hardware_profiles import ClusterSpec
+
+_BUS_FACTOR = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0}
+
+
+def members_per_domain(group_size, stride, cluster: ClusterSpec):
+    """How many members of a group (ranks ``stride`` apart) share one NVLink domain."""
+    group_size = np.asarray(group_size, dtype=float)
+    stride = np.asarray(stride, dtype=float)
+    fit = np.floor(cluster.domain_gpus / np.maximum(stride, 1.0))
+    return np.clip(fit, 1.0, group_size)
+
+
+def _link_bandwidths(cluster: ClusterSpec) -> tuple[float, float]:
+    eff = cluster.gpu.efficiency
+    nvlink = cluster.gpu.nvlink_bytes_per_s * eff.nvlink_frac
+    nic = cluster.nic_bytes_per_s_per_gpu * eff.nic_frac / cluster.oversubscription
+    return nvlink, nic
+
+
+def collective_time_s(kind: str, size_bytes, group_size, stride, cluster: ClusterSpec):
+    """Seconds for one collective of ``size_bytes`` (the full buffer) over ``group_size`` ranks.
+
+    ``stride`` is the rank distance between consecutive members under the rank order
+    (1 for tp, tp for cp, tp·cp for dp, tp·cp·dp for pp). Size-1 groups cost nothing.
+    """
+    factor = _BUS_FACTOR[kind]
+    n = np.asarray(group_size, dtype=float)
+    size = np.asarray(size_bytes, dtype=float)
+    k = members_per_domain(n, stride, cluster)
+    domains = n / k
+    nvlink, nic = _link_bandwidths(cluster)
+    intra = factor * (k - 1) / k * size / nvlink
+    inter = factor * (domains - 1) / domains * (size / k) / nic
+    latency = factor * (cluster.intra_domain_latency_s * np.log2(np.maximum(k, 1))
+                        + cluster.inter_node_latency_s * np.log2(np.maximum(domains, 1)))
+    return np.where(n > 1, intra + inter + latency, 0.0)
+
+
+def p2p_time_s(size_bytes, group_size, stride, cluster: ClusterSpec):
+    """Seconds to send ``size_bytes`` to the next member of a group (pipeline or ring neighbour).
+
+    The slowest hop decides: if the group spans more than one NVLink domain, some hop crosses
+    the scale-out fabric.
+    """
+    n = np.asarray(group_size, dtype=float)
+    spans_domains = n * np.asarray(stride, dtype=float) > cluster.domain_gpus
+    nvlink, nic = _link_bandwidths(cluster)
+    bandwidth = np.where(spans_domains, nic, nvlink)
+    latency = np.where(spans_domains, cluster.inter_node_latency_s, cluster.intra_domain_latency_s)
+    return np.where(n > 1, np.asarray(size_bytes, dtype=float) / bandwidth + latency, 0.0)

@@ -1,0 +1,59 @@
+"""Exposed data-parallel communication per step: gradient reduction and weight gathering.
+
+Gradients of a stage are bucketed and reduced while backward still runs (Megatron
+``overlap_grad_reduce``, DDP buckets, FSDP per-layer hooks); only what outlasts the overlapping
+compute, and at least the last bucket, is exposed. Weight all-gathers (distributed optimizer,
+ZeRO-3/FSDP) are prefetched under forward compute the same way.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from paraplan.cost_models.collectives import collective_time_s
+from paraplan.cost_models.table import ConfigTable, Workload
+from paraplan.hardware_profiles import ClusterSpec
+
+# Megatron's default DDP bucket: max(40M, 1M x dp) parameters (distributed.DistributedDataParallelConfig).
+BUCKET_PARAMS = 40_000_000
+# Share of a stage's per-micro-batch time that is backward (2 of the 3 GEMM passes).
+BACKWARD_SHARE = 2.0 / 3.0
+
+
+def _exposed(comm_s, window_s, last_bucket_frac):
+    return np.maximum(comm_s - window_s, comm_s * last_bucket_frac)
+
+
+def dp_exposed_s(work: Workload, t: ConfigTable, cluster: ClusterSpec, params_per_gpu, layer_params_per_gpu,
+                 stage_time_s, num_microbatches):
+    """Seconds of data-parallel traffic the step waits for (arrays over configs)."""
+    recipe = work.recipe
+    stride = t.tp * t.cp
+    reduce_kind = np.where(t.zero >= 1, "reduce_scatter", "all_reduce")
+    grad_bytes = params_per_gpu * recipe.grad_reduce_bytes
+    reduce_s = np.where(
+        reduce_kind == "all_reduce",
+        collective_time_s("all_reduce", grad_bytes, t.dp, stride, cluster),
+        collective_time_s("reduce_scatter", grad_bytes, t.dp, stride, cluster),
+    )
+    gather_s = collective_time_s("all_gather", params_per_gpu * recipe.param_gather_bytes, t.dp, stride, cluster)
+    bucket_frac = np.minimum(1.0, BUCKET_PARAMS / np.maximum(params_per_gpu, 1.0))
+    backward_s = BACKWARD_SHARE * stage_time_s
+    forward_s = stage_time_s - backward_s
+
+    gathers = np.zeros_like(stage_time_s)
+    for stage, count in recipe.weight_gathers_per_microbatch.items():
+        gathers = np.where(t.zero == stage, float(count), gathers)
+    per_microbatch = gathers > 0
+    every_mb_reduce = per_microbatch & recipe.reduce_every_microbatch
+    # Sharded weights: every micro-batch gathers (and maybe reduces) layer by layer under compute.
+    layer_gather_s = collective_time_s("all_gather", layer_params_per_gpu * recipe.param_gather_bytes,
+                                       t.dp, stride, cluster)
+    mb_comm = gathers * gather_s + np.where(every_mb_reduce, reduce_s, 0.0)
+    sharded = num_microbatches * (np.maximum(mb_comm - stage_time_s, 0.0) + layer_gather_s)
+    sharded = sharded + np.where(every_mb_reduce, 0.0, _exposed(reduce_s, backward_s, bucket_frac))
+    # Replicated weights: one reduction per step under the last backward; the distributed
+    # optimizer (and ZeRO-2) then all-gather updated weights under the next forward.
+    replicated = _exposed(reduce_s, backward_s, bucket_frac)
+    replicated = replicated + np.where(t.zero >= 1, _exposed(gather_s, forward_s, bucket_frac), 0.0)
+    return np.where(t.dp > 1, np.where(per_microbatch, sharded, replicated), 0.0)

@@ -1,0 +1,138 @@
+"""The cost model: step time, throughput, MFU and memory for every row of a candidate table.
+
+Pipeline (Narayanan et al. 2021, section 2.2): with m micro-batches and per-micro-batch stage
+times t_i, 1F1B takes m·max t_i + (Σ t_i − max t_i) and the interleaved schedule with v chunks
+shrinks the fill/drain term to (Σ t_i − max t_i)/v. Uniform stages give (m + p − 1)·t.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from paraplan.cost_models.collectives import p2p_time_s
+from paraplan.cost_models.compute import ComputeRates, analytical_rates, gemm_time_s, memory_bound_time_s
+from paraplan.cost_models.dp_sync import dp_exposed_s
+from paraplan.cost_models.layer import ACTIVATION_BYTES, layer_times
+from paraplan.cost_models.memory import MemoryBreakdown, memory_breakdown
+from paraplan.cost_models.model_spec import ModelSpec
+from paraplan.cost_models.stages import stage_layout
+from paraplan.cost_models.table import ConfigTable, Workload
+from paraplan.hardware_profiles import ClusterSpec
+
+# Adam step per parameter it updates: read fp32 weight, gradient, m, v (16 B), write weight,
+# m, v (12 B) and the 16-bit compute copy (2 B).
+OPTIMIZER_BYTES_PER_PARAM = 30.0
+OPTIMIZER_KERNELS = 8  # multi-tensor-apply launches for clip-norm, Adam and the bf16 copy
+
+
+@dataclass(frozen=True, slots=True)
+class EstimateTable:
+    """Predictions for every config row; the breakdown terms sum to ``step_time_s``."""
+
+    step_time_s: np.ndarray
+    compute_s: np.ndarray
+    """Forward, backward and recompute kernels on the slowest stage, all micro-batches."""
+    tp_comm_s: np.ndarray
+    cp_comm_s: np.ndarray
+    pp_comm_s: np.ndarray
+    bubble_s: np.ndarray
+    """Pipeline fill and drain."""
+    dp_comm_s: np.ndarray
+    """Data-parallel traffic not hidden under compute."""
+    optimizer_s: np.ndarray
+    num_microbatches: np.ndarray
+    tokens_per_s: np.ndarray
+    tokens_per_s_per_gpu: np.ndarray
+    model_flops_per_s_per_gpu: np.ndarray
+    mfu: np.ndarray
+    """Model FLOPs (no recompute) per second over the dense peak of the job's GEMM precision."""
+    hfu: np.ndarray
+    """Executed FLOPs (with recompute) per second over the same peak."""
+    memory: MemoryBreakdown
+    fits: np.ndarray
+    """Peak memory within the GPU's HBM."""
+    cost_model: str
+    """Which model produced the numbers."""
+
+
+def _edge_times(model: ModelSpec, t: ConfigTable, tokens, rates: ComputeRates):
+    """Per micro-batch: embedding (first stage) and output layer + loss (last stage)."""
+    h, vocab = model.hidden_size, model.vocab_size
+    embed = memory_bound_time_s(tokens * h * ACTIVATION_BYTES * 5, 2, rates)
+    logits_gemm = 3.0 * gemm_time_s(tokens, vocab / t.tp, h, rates)
+    # Loss on fp32 logits: upcast, softmax, gradient: about 4 passes of 4 bytes + 2 of 2 bytes.
+    loss = memory_bound_time_s(tokens * vocab / t.tp * (4 * 4 + 2 * 2), 4, rates)
+    return embed, logits_gemm + loss
+
+
+def _pick(condition, when_true, when_false):
+    return np.where(condition, when_true, when_false)
+
+
+def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTable,
+             rates: ComputeRates | None = None) -> EstimateTable:
+    """Predict every row of ``t``. Infeasible rows are still priced; ``fits`` says which fit."""
+    rates = rates or analytical_rates(cluster.gpu, work.precision)
+    m = work.global_batch / (t.dp * t.mbs)
+    tokens = t.mbs * work.seq_len / t.cp
+    lt = layer_times(model, work, t, rates, cluster)
+    layout = stage_layout(model, t.tp, t.pp, t.vpp)
+    embed_s, output_s = _edge_times(model, t, tokens, rates)
+
+    layer_compute = lt.forward_compute_s + lt.backward_compute_s + lt.recompute_s
+    first_compute = layout.first_layers * layer_compute + embed_s
+    last_compute = layout.last_layers * layer_compute + output_s
+    middle_compute = layout.middle_layers * layer_compute
+    single = t.pp == 1
+    first_compute = _pick(single, first_compute + output_s, first_compute)
+    comm_layer = lt.tp_comm_s + lt.cp_comm_s
+    first_t = first_compute + layout.first_layers * comm_layer
+    last_t = _pick(single, first_t, last_compute + layout.last_layers * comm_layer)
+    middle_t = _pick(t.pp >= 3, middle_compute + layout.middle_layers * comm_layer, 0.0)
+    slowest = np.maximum(np.maximum(first_t, last_t), middle_t)
+    total = _pick(single, first_t, first_t + last_t + np.maximum(t.pp - 2, 0) * middle_t)
+    critical_layers = np.select([slowest == first_t, slowest == last_t], [layout.first_layers, layout.last_layers],
+                                layout.middle_layers)
+
+    hop = p2p_time_s(tokens * model.hidden_size * ACTIVATION_BYTES / t.tp, t.pp, t.tp * t.cp * t.dp, cluster)
+    # Megatron overlaps p2p with compute in the interleaved schedule (overlap_p2p_comm); 1F1B
+    # waits for a send and a receive per micro-batch. The fill crosses pp - 1 boundaries twice.
+    steady_p2p = _pick(t.vpp > 1, 0.0, 2.0 * hop) * m
+    pp_comm = _pick(single, 0.0, steady_p2p + 2.0 * (t.pp - 1) * hop)
+    bubble = (total - slowest) / t.vpp
+
+    stage_params = np.maximum(layout.first_params, layout.last_params)
+    dp_comm = dp_exposed_s(work, t, cluster, stage_params, model.layer_params() / t.tp, slowest, m)
+    updated = stage_params / np.where(t.zero >= 1, t.dp, 1)
+    optimizer = memory_bound_time_s(updated * OPTIMIZER_BYTES_PER_PARAM, OPTIMIZER_KERNELS, rates)
+
+    tp_total = m * critical_layers * lt.tp_comm_s
+    cp_total = m * critical_layers * lt.cp_comm_s
+    compute_total = m * slowest - tp_total - cp_total
+    step = compute_total + tp_total + cp_total + pp_comm + bubble + dp_comm + optimizer
+
+    num_gpus = t.tp * t.pp * t.dp * t.cp
+    tokens_per_s = work.global_batch * work.seq_len / step
+    flops_per_token = model.model_flops_per_token(work.seq_len, work.flops_convention)
+    recompute_per_token = _recompute_flops_per_token(model, work, t)
+    peak = cluster.gpu.peak(work.precision)
+    per_gpu_flops = flops_per_token * tokens_per_s / num_gpus
+    memory = memory_breakdown(model, work, t, layout, m)
+    return EstimateTable(
+        step_time_s=step, compute_s=compute_total, tp_comm_s=tp_total, cp_comm_s=cp_total, pp_comm_s=pp_comm,
+        bubble_s=bubble, dp_comm_s=dp_comm, optimizer_s=optimizer, num_microbatches=m,
+        tokens_per_s=tokens_per_s, tokens_per_s_per_gpu=tokens_per_s / num_gpus,
+        model_flops_per_s_per_gpu=per_gpu_flops, mfu=per_gpu_flops / peak,
+        hfu=(flops_per_token + recompute_per_token) * tokens_per_s / num_gpus / peak,
+        memory=memory, fits=memory.peak_bytes <= cluster.gpu.hbm_bytes, cost_model=rates.source,
+    )
+
+
+def _recompute_flops_per_token(model: ModelSpec, work: Workload, t: ConfigTable):
+    """FLOPs per token executed again in backward: a layer forward (full) or attention (selective)."""
+    attention = model.attention_core_flops_per_token(work.seq_len, work.flops_convention)
+    full = model.layer_gemm_flops_per_token() + attention
+    per_layer = np.select([t.recompute == 2, t.recompute == 1], [full, attention], 0.0)
+    return model.num_layers * per_layer

@@ -1,0 +1,135 @@
+"""Peak memory per GPU on the first and last pipeline stages, itemised in bytes.
+
+Activations follow Korthikanti et al. 2022 (arXiv 2205.05198, section 4.1), generalised to GQA,
+gated MLPs, FFN != 4h, optional dropout and fused (flash) attention. Bytes per token per layer:
+  replicated across TP unless sequence parallel: norm inputs 2h + 2h, QKV and MLP inputs 2h + 2h,
+    dropout masks h + h                                                       -> 10h for GPT
+  sharded by TP: Q, K, V 2(q + 2kv), output-projection input 2q, activation input 2·g·f,
+    down-projection input 2f                                                  -> 24h for GPT
+  without fused attention: scores, softmax, dropout 5·a·s                     -> 5as/h·h
+which is the paper's s·b·h·(34 + 5as/h) for GPT-3 shapes. Full recompute keeps only each
+layer's input (2h, /tp with SP) plus one layer's working set during its backward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from paraplan.cost_models.compute import BYTES_PER_ELEMENT
+from paraplan.cost_models.layer import ACTIVATION_BYTES
+from paraplan.cost_models.model_spec import ModelSpec
+from paraplan.cost_models.recipes import LOW_PRECISION_WEIGHT_CACHE_BYTES
+from paraplan.cost_models.stages import StageLayout
+from paraplan.cost_models.table import ConfigTable, Workload
+from paraplan.hardware_profiles.units import BYTES_PER_GIB
+
+# CUDA context, cuBLAS workspaces and NCCL communicator buffers on each GPU: about 0.5 GiB of
+# context plus NCCL's 4 MiB buffers per channel per peer across the TP/DP/PP communicators.
+FIXED_RESERVE_BYTES = 2.0 * BYTES_PER_GIB
+# The PyTorch caching allocator cannot use every byte it holds: fragmentation margin.
+ALLOCATOR_FRAGMENTATION_FRAC = 0.07
+LOGITS_BYTES = 4.0  # cross entropy is computed on fp32 logits (Korthikanti: 4·s·b·V/t)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBreakdown:
+    """Bytes on one GPU of the most loaded stage (arrays over configs)."""
+
+    weights_bytes: np.ndarray
+    grads_bytes: np.ndarray
+    optimizer_bytes: np.ndarray
+    activations_bytes: np.ndarray
+    logits_bytes: np.ndarray
+    transient_bytes: np.ndarray
+    """FSDP-gathered weights and gradients, full-recompute working set."""
+    reserve_bytes: np.ndarray
+    peak_bytes: np.ndarray
+    worst_stage: np.ndarray
+    """0 = first stage, 1 = last stage."""
+
+
+def layer_activation_bytes_per_token(model: ModelSpec, tp, sp, recompute, gemm_input_bytes: float = 2.0):
+    """Activation bytes one layer stores per token for its backward, on one GPU.
+
+    ``gemm_input_bytes``: the copy of each GEMM input saved for the weight gradient is kept in
+    the GEMM precision (Transformer Engine saves the fp8 cast: 1 byte).
+    """
+    h, q, kv, f = model.hidden_size, model.q_width, model.kv_width, model.ffn_size
+    gate = 2 if model.gated_mlp else 1
+    seq_shard = np.where(np.asarray(sp) == 1, tp, 1)
+    norm_inputs, gemm_inputs = ACTIVATION_BYTES * 2 * h, gemm_input_bytes * 2 * h
+    replicated = norm_inputs + gemm_inputs + (2 * h if model.dropout else 0)
+    sharded = ACTIVATION_BYTES * ((q + 2 * kv) + gate * f) + gemm_input_bytes * (q + f)
+    stored = replicated / seq_shard + sharded / np.asarray(tp, dtype=float)
+    layer_input = ACTIVATION_BYTES * h / seq_shard
+    return np.where(np.asarray(recompute) == 2, layer_input, stored)
+
+
+def attention_scores_bytes_per_token(model: ModelSpec, seq_len: int, tp):
+    """Unfused attention keeps scores, softmax and its dropout mask: 5·a·s bytes per token (/tp)."""
+    return 5.0 * model.num_heads * seq_len / np.asarray(tp, dtype=float)
+
+
+def _in_flight(pp, vpp, num_microbatches):
+    """Micro-batches whose activations the first stage holds at the peak of 1F1B (interleaved: more)."""
+    pp = np.asarray(pp, dtype=float)
+    vpp = np.asarray(vpp, dtype=float)
+    base = np.minimum(pp, num_microbatches)
+    return base * np.where(vpp > 1, 1.0 + (pp - 1) / (pp * vpp), 1.0)
+
+
+def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: StageLayout,
+                     num_microbatches) -> MemoryBreakdown:
+    """Itemised peak memory of the first and last stage; the larger one is reported."""
+    recipe = work.recipe
+    tokens = t.mbs * work.seq_len / t.cp
+    gemm_input_bytes = min(ACTIVATION_BYTES, BYTES_PER_ELEMENT[work.precision] * 2) if work.precision == "fp4" \
+        else min(ACTIVATION_BYTES, BYTES_PER_ELEMENT[work.precision])
+    per_layer = tokens * layer_activation_bytes_per_token(model, t.tp, t.sp, t.recompute, gemm_input_bytes)
+    seq_shard = np.where(t.sp == 1, t.tp, 1)
+    first_acts = (per_layer * layout.first_layers + tokens * ACTIVATION_BYTES * model.hidden_size / seq_shard) \
+        * _in_flight(t.pp, t.vpp, num_microbatches)
+    last_acts = per_layer * layout.last_layers * np.where(t.pp == 1, 1.0, 1.0)
+    logits = LOGITS_BYTES * tokens * model.vocab_size / t.tp
+    working_set = np.where(
+        t.recompute == 2,
+        tokens * layer_activation_bytes_per_token(model, t.tp, t.sp, np.zeros_like(t.recompute), gemm_input_bytes),
+        0.0,
+    )
+    dp = t.dp.astype(float)
+    weights_frac = recipe.weight_bytes / np.where(t.zero >= recipe.weights_sharded_from_zero, dp, 1.0)
+    grads_frac = recipe.grad_bytes / np.where(t.zero >= 2, dp, 1.0)
+    optim_frac = recipe.optimizer_bytes / np.where(t.zero >= 1, dp, 1.0)
+    cache = LOW_PRECISION_WEIGHT_CACHE_BYTES.get(work.precision, 0.0)
+    layer_params_gpu = model.layer_params() / t.tp
+    gathered = np.where(t.zero >= recipe.weights_sharded_from_zero,
+                        layer_params_gpu * (2 * recipe.param_gather_bytes + recipe.grad_bytes), 0.0)
+    # Reshard-after-backward only (FSDP SHARD_GRAD_OP): the whole stage stays gathered in compute.
+    stage_gathered = np.where((t.zero == 2) & (recipe.weights_sharded_from_zero == 2), 1.0, 0.0)
+
+    def stage_total(params, acts, stage_logits):
+        states = params * (weights_frac + grads_frac + optim_frac + cache)
+        transient = gathered + stage_gathered * params * recipe.param_gather_bytes + working_set
+        return states + acts + stage_logits + transient
+
+    pp1 = t.pp == 1
+    first_total = stage_total(layout.first_params, first_acts, np.where(pp1, logits, 0.0))
+    last_total = stage_total(layout.last_params, last_acts, logits)
+    worst_last = (last_total > first_total) & ~pp1
+    params = np.where(worst_last, layout.last_params, layout.first_params)
+    acts = np.where(worst_last, last_acts, first_acts)
+    used = np.maximum(first_total, np.where(pp1, 0.0, last_total))
+    reserve = FIXED_RESERVE_BYTES + ALLOCATOR_FRAGMENTATION_FRAC * used
+    return MemoryBreakdown(
+        weights_bytes=params * (weights_frac + cache),
+        grads_bytes=params * grads_frac,
+        optimizer_bytes=params * optim_frac,
+        activations_bytes=acts,
+        logits_bytes=np.where(worst_last | pp1, logits, 0.0),
+        transient_bytes=gathered + stage_gathered * params * recipe.param_gather_bytes + working_set,
+        reserve_bytes=reserve,
+        peak_bytes=used + reserve,
+        worst_stage=worst_last.astype(np.int64),
+    )

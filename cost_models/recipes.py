@@ -1,0 +1,101 @@
+"""Bytes per parameter of each model state, per engine precision recipe (data, not branches).
+
+ZeRO stages shard states over data parallel the standard way (Rajbhandari et al. 2020):
+stage >= 1 shards the optimizer states, >= 2 the gradients, 3 the weights as well.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StateRecipe:
+    """How one engine stores and communicates model states under mixed precision."""
+
+    name: str
+    """Recipe name."""
+    weight_bytes: float
+    """Bytes per parameter of the weights the forward pass reads."""
+    grad_bytes: float
+    """Bytes per parameter of the gradient buffer."""
+    optimizer_bytes: float
+    """Bytes per parameter of master weights plus Adam moments."""
+    grad_reduce_bytes: float
+    """Bytes per element sent when gradients are reduced across data parallel."""
+    param_gather_bytes: float
+    """Bytes per element sent when sharded weights are all-gathered."""
+    reduce_every_microbatch: bool
+    """With sharded gradients (ZeRO >= 2), gradients are reduce-scattered after every micro-batch."""
+    weights_sharded_from_zero: int
+    """Lowest ZeRO stage at which weights are sharded at rest (FSDP shards them at stage 2 too)."""
+    weight_gathers_per_microbatch: dict[int, int]
+    """All-gathers of a stage's weights per micro-batch, by ZeRO stage (forward, and backward at 3)."""
+    source: str
+    """Where the byte counts come from."""
+
+    def state_bytes_per_param(self, zero_stage, dp):
+        """Bytes per parameter held by one GPU (numpy-friendly in zero_stage and dp)."""
+        import numpy as np
+
+        zero_stage = np.asarray(zero_stage)
+        dp = np.asarray(dp, dtype=float)
+        weights = self.weight_bytes / np.where(zero_stage >= self.weights_sharded_from_zero, dp, 1.0)
+        grads = self.grad_bytes / np.where(zero_stage >= 2, dp, 1.0)
+        optimizer = self.optimizer_bytes / np.where(zero_stage >= 1, dp, 1.0)
+        return weights + grads + optimizer
+
+
+MEGATRON_MIXED = StateRecipe(
+    name="megatron-bf16",
+    weight_bytes=2.0,
+    grad_bytes=4.0,
+    optimizer_bytes=12.0,
+    grad_reduce_bytes=4.0,
+    param_gather_bytes=2.0,
+    reduce_every_microbatch=False,
+    weights_sharded_from_zero=3,
+    weight_gathers_per_microbatch={3: 2},
+    source=(
+        "Megatron-LM with bf16: bf16 weights (2), fp32 main gradients (4, arguments.py forces fp32 "
+        "gradient accumulation and reduction for bf16), fp32 master weights + Adam m and v (12): 18 B/param; "
+        "distributed optimizer shards the 12 (6 + 12/dp). Megatron-FSDP shards all three."
+    ),
+)
+
+DEEPSPEED_MIXED = StateRecipe(
+    name="deepspeed-bf16",
+    weight_bytes=2.0,
+    grad_bytes=2.0,
+    optimizer_bytes=12.0,
+    grad_reduce_bytes=2.0,
+    param_gather_bytes=2.0,
+    reduce_every_microbatch=True,
+    weights_sharded_from_zero=3,
+    weight_gathers_per_microbatch={3: 2},
+    source=(
+        "DeepSpeed bf16 as in the ZeRO paper: 2 + 2 + K with K = 12 (fp32 master, m, v); gradients are "
+        "reduced in the model dtype; ZeRO-2/3 reduce after every micro-batch's backward."
+    ),
+)
+
+FSDP2_MIXED = StateRecipe(
+    name="fsdp2-bf16",
+    weight_bytes=4.0,
+    grad_bytes=4.0,
+    optimizer_bytes=8.0,
+    grad_reduce_bytes=4.0,
+    param_gather_bytes=2.0,
+    reduce_every_microbatch=True,
+    weights_sharded_from_zero=2,
+    weight_gathers_per_microbatch={2: 1, 3: 2},
+    source=(
+        "torchtitan FSDP2 (and PyTorch FSDP with bf16 param_dtype, fp32 reduce_dtype): sharded fp32 "
+        "parameters double as master weights (4), fp32 gradients (4), Adam m and v (8); weights are "
+        "all-gathered in bf16, gradients reduce-scattered in fp32 after every micro-batch."
+    ),
+)
+
+# Transformer Engine keeps a low-precision copy of each weight and of its transpose while
+# gradients accumulate: 2 x 1 byte for fp8, 2 x (0.5 byte + 1/16 byte of block scales) for fp4.
+LOW_PRECISION_WEIGHT_CACHE_BYTES = {"bf16": 0.0, "fp16": 0.0, "fp8": 2.0, "fp4": 1.125}

@@ -1,0 +1,74 @@
+"""The candidate table: one row per parallel configuration, as numpy columns.
+
+The cost model reads this table and never loops over rows, so one code path serves one
+configuration (``paraplan evaluate``) and ten million (``paraplan plan``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from paraplan.cost_models.model_spec import AttentionFlops
+from paraplan.cost_models.recipes import StateRecipe
+
+RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
+RECOMPUTE_NAMES = {code: name for name, code in RECOMPUTE_CODES.items()}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConfigTable:
+    """Parallel configurations as equal-length int64 columns (rank order tp-cp-dp-pp)."""
+
+    tp: np.ndarray
+    """Tensor-parallel degree."""
+    pp: np.ndarray
+    """Pipeline-parallel degree."""
+    dp: np.ndarray
+    """Data-parallel degree."""
+    cp: np.ndarray
+    """Context-parallel degree (ring attention)."""
+    vpp: np.ndarray
+    """Virtual pipeline stages per pipeline rank (1 = plain 1F1B)."""
+    mbs: np.ndarray
+    """Micro-batch size, sequences."""
+    zero: np.ndarray
+    """ZeRO stage 0-3 (1 = distributed optimizer in Megatron; 3 = FSDP)."""
+    recompute: np.ndarray
+    """Activation recomputation: 0 none, 1 selective, 2 full."""
+    sp: np.ndarray
+    """Sequence parallelism with TP: 1 on, 0 off."""
+
+    def __post_init__(self) -> None:
+        lengths = {len(np.atleast_1d(getattr(self, f.name))) for f in fields(self)}
+        if len(lengths) != 1:
+            raise ValueError(f"config table columns differ in length: {sorted(lengths)}")
+
+    def __len__(self) -> int:
+        return len(np.atleast_1d(self.tp))
+
+    @classmethod
+    def from_columns(cls, **columns) -> "ConfigTable":
+        """Build from lists or arrays; every column becomes int64."""
+        return cls(**{name: np.atleast_1d(np.asarray(value, dtype=np.int64)) for name, value in columns.items()})
+
+    def take(self, index) -> "ConfigTable":
+        """The rows at ``index`` (an integer array or boolean mask)."""
+        return ConfigTable(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Workload:
+    """What is being trained, as the cost model needs it."""
+
+    seq_len: int
+    """Tokens per sequence."""
+    global_batch: int
+    """Sequences per optimizer step."""
+    precision: str
+    """GEMM precision: bf16, fp8 or fp4 (other ops stay 16-bit)."""
+    recipe: StateRecipe
+    """How the engine stores and communicates model states."""
+    flops_convention: AttentionFlops = "full"
+    """Attention FLOPs counted in MFU: ``full`` (PaLM, Megatron Eq. 3) or ``causal`` (half)."""

@@ -1,0 +1,77 @@
+"""What each training engine can run: its rules as one capability table, not scattered ifs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from paraplan.cost_models.recipes import DEEPSPEED_MIXED, FSDP2_MIXED, MEGATRON_MIXED, StateRecipe
+from paraplan.errors import InputError
+
+EngineName = Literal["megatron", "deepspeed", "torchtitan"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineRules:
+    """One engine's parallelism support and memory recipe."""
+
+    name: str
+    recipe: StateRecipe
+    """How the engine stores and communicates model states."""
+    zero_stages: tuple[int, ...]
+    """ZeRO stages the engine offers (Megatron: 1 = distributed optimizer, 3 = Megatron-FSDP)."""
+    max_zero_with_pp: int
+    """Highest ZeRO stage that composes with pipeline parallelism."""
+    supports_cp: bool
+    """Context parallelism (ring attention)."""
+    supports_interleaved: bool
+    """Interleaved (virtual-stage) pipeline schedule."""
+    sp_modes_with_tp: tuple[int, ...]
+    """Sequence-parallel settings allowed when tp > 1 (torchtitan always shards norms: only 1)."""
+    recompute_modes: tuple[str, ...]
+    """Activation recomputation modes."""
+    edge_accounted_stages: bool
+    """Stages may hold one layer fewer on the first and last stage (embedding and loss count as layers)."""
+    interleaved_needs_pp_multiple: bool
+    """Interleaving requires the micro-batch count to be a multiple of pp."""
+    source: str
+    """Where these rules come from."""
+
+
+ENGINES: dict[str, EngineRules] = {
+    "megatron": EngineRules(
+        name="megatron", recipe=MEGATRON_MIXED, zero_stages=(0, 1, 3), max_zero_with_pp=1,
+        supports_cp=True, supports_interleaved=True, sp_modes_with_tp=(0, 1),
+        recompute_modes=("none", "selective", "full"), edge_accounted_stages=True,
+        interleaved_needs_pp_multiple=True,
+        source=(
+            "Megatron-LM core_v0.16 arguments: --use-distributed-optimizer, --use-megatron-fsdp, "
+            "--sequence-parallel needs TP > 1, --num-layers-per-virtual-pipeline-stage, "
+            "--account-for-embedding/loss-in-pipeline-split, --recompute-granularity"
+        ),
+    ),
+    "deepspeed": EngineRules(
+        name="deepspeed", recipe=DEEPSPEED_MIXED, zero_stages=(0, 1, 2, 3), max_zero_with_pp=1,
+        supports_cp=False, supports_interleaved=False, sp_modes_with_tp=(0,),
+        recompute_modes=("none", "full"), edge_accounted_stages=False, interleaved_needs_pp_multiple=False,
+        source="DeepSpeed: PipelineEngine supports ZeRO-1 only; activation checkpointing is per layer (full)",
+    ),
+    "torchtitan": EngineRules(
+        name="torchtitan", recipe=FSDP2_MIXED, zero_stages=(0, 2, 3), max_zero_with_pp=3,
+        supports_cp=True, supports_interleaved=True, sp_modes_with_tp=(1,),
+        recompute_modes=("none", "selective", "full"), edge_accounted_stages=False,
+        interleaved_needs_pp_multiple=False,
+        source=(
+            "torchtitan 0.3: FSDP2 (reshard_after_forward = ZeRO-3, never = ZeRO-2), DDP replicate, "
+            "TP with SequenceParallel norms, Interleaved1F1B, context_parallel ring attention, "
+            "activation_checkpoint mode none/selective/full"
+        ),
+    ),
+}
+
+
+def engine_rules(name: str) -> EngineRules:
+    """The rules of engine ``name``."""
+    if name not in ENGINES:
+        raise InputError(f"unknown engine {name!r} (known: {', '.join(ENGINES)})")
+    return ENGINES[name]

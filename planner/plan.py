@@ -1,0 +1,91 @@
+"""Plans: a job, a configuration and its prediction, serialised as schema-checked JSON."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+import paraplan
+from paraplan.cost_models.estimate import EstimateTable
+from paraplan.cost_models.table import RECOMPUTE_NAMES, ConfigTable
+from paraplan.hardware_profiles import ClusterSpec
+from paraplan.planner.job import ParallelConfig, TrainingJob
+from paraplan.planner.json_schema import validate_instance
+
+SCHEMA_VERSION = 1
+_BREAKDOWN = ("compute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "bubble_s", "dp_comm_s", "optimizer_s")
+_MEMORY = ("weights_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes", "logits_bytes",
+           "transient_bytes", "reserve_bytes")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """One ranked answer: what to run and what it will do."""
+
+    job: TrainingJob
+    cluster: ClusterSpec
+    config: ParallelConfig
+    estimate: dict[str, Any]
+    """Scalar predictions in SI units (see plan.schema.json)."""
+    fits: bool
+    rank: int
+    """1 = best under the search objective."""
+
+
+def config_at(table: ConfigTable, row: int) -> ParallelConfig:
+    """The ParallelConfig of one table row."""
+    return ParallelConfig(
+        tp=int(table.tp[row]), pp=int(table.pp[row]), dp=int(table.dp[row]), cp=int(table.cp[row]),
+        vpp=int(table.vpp[row]), mbs=int(table.mbs[row]), zero=int(table.zero[row]),
+        recompute=RECOMPUTE_NAMES[int(table.recompute[row])], sp=bool(table.sp[row]),
+    )
+
+
+def estimate_at(est: EstimateTable, row: int) -> dict[str, Any]:
+    """Scalar predictions of one row, with breakdowns."""
+    memory = est.memory
+    return {
+        "step_time_s": float(est.step_time_s[row]),
+        "tokens_per_s": float(est.tokens_per_s[row]),
+        "tokens_per_s_per_gpu": float(est.tokens_per_s_per_gpu[row]),
+        "mfu": float(est.mfu[row]),
+        "hfu": float(est.hfu[row]),
+        "model_tflops_per_gpu": float(est.model_flops_per_s_per_gpu[row]) / 1e12,
+        "num_microbatches": int(est.num_microbatches[row]),
+        "peak_memory_bytes": float(memory.peak_bytes[row]),
+        "peak_memory_stage": "last" if memory.worst_stage[row] else "first",
+        "step_time_breakdown_s": {name: float(getattr(est, name)[row]) for name in _BREAKDOWN},
+        "memory_breakdown_bytes": {name: float(np.asarray(getattr(memory, name))[row]) for name in _MEMORY},
+    }
+
+
+def plan_to_json(plan: Plan, cost_model: str) -> dict[str, Any]:
+    """The plan as a JSON-ready dict, validated against the shipped schema."""
+    job, cluster = plan.job, plan.cluster
+    document = {
+        "schema_version": SCHEMA_VERSION,
+        "rank": plan.rank,
+        "model": {"name": job.model.name, "params": job.model.total_params()},
+        "cluster": {"name": cluster.name, "gpu": cluster.gpu.name, "num_gpus": cluster.num_gpus,
+                    "gpus_per_node": cluster.gpus_per_node, "nvlink_domain_gpus": cluster.nvlink_domain_gpus},
+        "job": {"seq_len": job.seq_len, "global_batch": job.global_batch, "precision": job.precision,
+                "engine": job.engine, "flops_convention": job.flops_convention},
+        "config": plan.config.as_dict(),
+        "estimate": plan.estimate,
+        "fits": plan.fits,
+        "placement": {"rank_order": "tp-cp-dp-pp", "rank_map": None, "stage_layers": None},
+        "provenance": {"paraplan_version": paraplan.__version__, "cost_model": cost_model,
+                       "calibration": "hardware_profiles/efficiency.yaml"},
+    }
+    validate_instance(document, plan_schema())
+    return document
+
+
+def plan_schema() -> dict[str, Any]:
+    """The JSON Schema every plan file is checked against."""
+    text = resources.files("paraplan.planner").joinpath("schemas", "plan.schema.json").read_text()
+    return json.loads(text)

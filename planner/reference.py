@@ -1,0 +1,129 @@
+"""Published measured runs (data/reference_runs.csv) and paraplan's predictions of them.
+
+Each row is predicted through the same search as ``paraplan plan``, with every knob the source
+states fixed; knobs it leaves unstated (micro-batch, recompute, ZeRO, vpp, sp) are chosen by
+the search, and the row says which were chosen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from io import StringIO
+
+import numpy as np
+import pandas as pd
+
+from paraplan.cost_models.hf_config import load_model
+from paraplan.cost_models.table import RECOMPUTE_CODES
+from paraplan.errors import InputError
+from paraplan.hardware_profiles import load_cluster, quick_cluster
+from paraplan.hardware_profiles.catalog import with_nic
+from paraplan.hardware_profiles.units import BYTES_PER_S_PER_GBIT_S, FLOPS_PER_TFLOP
+from paraplan.planner.job import TrainingJob
+from paraplan.planner.plan import config_at
+from paraplan.planner.search import search
+
+KNOBS = ("tp", "pp", "dp", "cp", "vpp", "mbs", "zero", "recompute")
+REQUIRED = ("id", "source", "model", "gpu", "num_gpus", "seq_len", "global_batch", "precision", "engine",
+            "measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu", "flops_convention") + KNOBS
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """One reference row predicted."""
+
+    run_id: str
+    source: str
+    measured_tokens_per_s_per_gpu: float
+    predicted_tokens_per_s_per_gpu: float
+    chosen: str
+    """Knobs the search chose because the source left them unstated, e.g. 'mbs=2 recompute=none'."""
+
+    @property
+    def error_frac(self) -> float:
+        """Signed relative error of predicted throughput (+ = predicted faster)."""
+        return self.predicted_tokens_per_s_per_gpu / self.measured_tokens_per_s_per_gpu - 1.0
+
+
+def load_reference_runs(text: str | None = None) -> pd.DataFrame:
+    """The shipped reference runs (or ``text`` in the same CSV format)."""
+    if text is None:
+        text = resources.files("paraplan.data").joinpath("reference_runs.csv").read_text()
+    try:
+        frame = pd.read_csv(StringIO(text), dtype={"id": str})
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise InputError(f"reference runs: malformed CSV: {exc}") from None
+    missing = [c for c in REQUIRED if c not in frame.columns]
+    if missing:
+        raise InputError(f"reference runs: missing column(s) {', '.join(missing)}")
+    return frame
+
+
+def _eq3_flops_per_token(model, seq_len: int) -> float:
+    """Narayanan et al. 2021 Eq. 3 per token: 96·l·h²·(1 + s/6h + V/16lh) (counts the recompute pass)."""
+    l, h, v = model.num_layers, model.hidden_size, model.vocab_size
+    return 96.0 * l * h * h * (1 + seq_len / (6 * h) + v / (16 * l * h))
+
+
+def measured_tokens_per_s_per_gpu(row: pd.Series, model) -> float:
+    """The row's measured throughput, derived from TFLOP/s with the source's formula if needed."""
+    if pd.notna(row["measured_tokens_per_s_per_gpu"]):
+        return float(row["measured_tokens_per_s_per_gpu"])
+    if row["flops_convention"] == "megatron2021_eq3":
+        return float(row["measured_tflops_per_gpu"]) * FLOPS_PER_TFLOP / _eq3_flops_per_token(model, int(row["seq_len"]))
+    raise InputError(f"reference run {row['id']}: no tokens/s and no known FLOP convention to derive it")
+
+
+def _fixed_knobs(row: pd.Series) -> dict[str, list[int]]:
+    fixed = {}
+    for knob in KNOBS:
+        value = row[knob]
+        if pd.isna(value):
+            continue
+        fixed[knob] = [RECOMPUTE_CODES[value]] if knob == "recompute" else [int(value)]
+    return fixed
+
+
+def _cluster(row: pd.Series):
+    num_gpus = int(row["num_gpus"])
+    if isinstance(row.get("cluster"), str) and row["cluster"]:
+        cluster = load_cluster(row["cluster"], num_gpus=num_gpus)
+    else:
+        cluster = quick_cluster(row["gpu"], num_gpus)
+    nic = row.get("nic_gbps_per_gpu")
+    return with_nic(cluster, float(nic) * BYTES_PER_S_PER_GBIT_S) if pd.notna(nic) else cluster
+
+
+def predict_row(row: pd.Series) -> Prediction:
+    """Predict one reference run through the planner's search."""
+    model = load_model(row["model"])
+    job = TrainingJob(model=model, seq_len=int(row["seq_len"]), global_batch=int(row["global_batch"]),
+                      precision=row["precision"], engine=row["engine"])
+    fixed = _fixed_knobs(row)
+    result = search(job, _cluster(row), fixed)
+    measured = measured_tokens_per_s_per_gpu(row, model)
+    if len(result.ranked) == 0:
+        return Prediction(row["id"], row["source"], measured, float("nan"), "infeasible")
+    best = int(result.ranked[0])
+    config = config_at(result.table, best)
+    chosen = " ".join(f"{k}={getattr(config, k)}" for k in ("vpp", "mbs", "zero", "recompute", "sp")
+                      if k not in fixed)
+    return Prediction(row["id"], row["source"], measured,
+                      float(result.estimates.tokens_per_s_per_gpu[best]), chosen)
+
+
+def predict_all(frame: pd.DataFrame) -> list[Prediction]:
+    """Predict every row."""
+    return [predict_row(row) for _, row in frame.iterrows()]
+
+
+def summarize(predictions: list[Prediction]) -> dict[str, float]:
+    """Median and worst absolute error over the feasible predictions, and how many were infeasible."""
+    errors = np.array([abs(p.error_frac) for p in predictions if np.isfinite(p.predicted_tokens_per_s_per_gpu)])
+    return {
+        "rows": len(predictions),
+        "infeasible": sum(1 for p in predictions if not np.isfinite(p.predicted_tokens_per_s_per_gpu)),
+        "median_abs_error_frac": float(np.median(errors)) if len(errors) else float("nan"),
+        "max_abs_error_frac": float(errors.max()) if len(errors) else float("nan"),
+    }

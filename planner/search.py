@@ -1,0 +1,81 @@
+"""Search: enumerate, estimate in one vectorized pass, keep what fits, rank, return the top K."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from paraplan.cost_models.estimate import EstimateTable, estimate
+from paraplan.errors import InputError
+from paraplan.hardware_profiles import ClusterSpec
+from paraplan.hardware_profiles.units import BYTES_PER_GIB, SECONDS_PER_HOUR
+from paraplan.planner.engines import engine_rules
+from paraplan.planner.job import TrainingJob
+from paraplan.planner.space import AXES, enumerate_space
+
+Objective = Literal["throughput", "cost", "memory"]
+OBJECTIVES = ("throughput", "cost", "memory")
+MEMORY_REASON = "does not fit in GPU memory"
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    """Ranked rows of the evaluated table and what was rejected."""
+
+    table: object
+    """The evaluated ConfigTable."""
+    estimates: EstimateTable
+    ranked: np.ndarray
+    """Row indices of fitting candidates, best first."""
+    rejected: dict[str, int]
+    considered: int
+    smallest_memory_bytes: float
+    """Lowest peak memory seen among rule-valid candidates (for 'fits nowhere' messages)."""
+
+
+def _objective_key(objective: str, job: TrainingJob, cluster: ClusterSpec, est: EstimateTable) -> np.ndarray:
+    if objective == "throughput":
+        return est.step_time_s
+    if objective == "memory":
+        return est.memory.peak_bytes
+    price = cluster.gpu.price_usd_per_gpu_hour
+    if price is None:
+        raise InputError(f"--objective cost needs a price for {cluster.gpu.name}; the catalog has none "
+                         "(use --objective throughput or memory)")
+    usd_per_s = price * cluster.num_gpus / SECONDS_PER_HOUR
+    return usd_per_s / est.tokens_per_s  # dollars per token
+
+
+def search(job: TrainingJob, cluster: ClusterSpec, fixed: dict[str, list[int]] | None = None,
+           objective: str = "throughput") -> SearchResult:
+    """Every valid configuration of ``job`` on ``cluster``, ranked by ``objective``."""
+    if objective not in OBJECTIVES:
+        raise InputError(f"unknown objective {objective!r} (choose {', '.join(OBJECTIVES)})")
+    space = enumerate_space(job, cluster, engine_rules(job.engine), fixed)
+    table = space.table
+    est = estimate(job.model, cluster, job.workload(), table)
+    capacity = cluster.gpu.hbm_bytes * (1.0 - job.memory_headroom_frac)
+    fits = est.memory.peak_bytes <= capacity
+    rejected = dict(space.rejected)
+    if int((~fits).sum()):
+        rejected[MEMORY_REASON] = int((~fits).sum())
+    key = _objective_key(objective, job, cluster, est)
+    # Deterministic ties: objective, then fewer model-parallel GPUs, then the axes in order.
+    order = np.lexsort(tuple(getattr(table, axis) for axis in reversed(AXES)) + (np.round(key, 12),))
+    ranked = order[fits[order]]
+    smallest = float(est.memory.peak_bytes.min()) if len(table) else float("nan")
+    return SearchResult(table=table, estimates=est, ranked=ranked, rejected=rejected,
+                        considered=space.considered, smallest_memory_bytes=smallest)
+
+
+def explain_no_fit(result: SearchResult, cluster: ClusterSpec) -> str:
+    """One sentence on why nothing fits."""
+    if len(result.table) == 0:
+        top = max(result.rejected.items(), key=lambda item: item[1])[0] if result.rejected else "no candidates"
+        return f"no configuration satisfies the engine rules and your constraints (most common reason: {top})"
+    need = result.smallest_memory_bytes / BYTES_PER_GIB
+    have = cluster.gpu.hbm_bytes / BYTES_PER_GIB
+    return (f"no configuration fits: the smallest memory need is {need:.1f} GiB per GPU but "
+            f"{cluster.gpu.name} has {have:.0f} GiB; use more GPUs, a shorter sequence or a larger GPU")
