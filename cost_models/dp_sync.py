@@ -28,15 +28,18 @@ def dp_exposed_s(work: Workload, t: ConfigTable, cluster: ClusterSpec, params_pe
                  stage_time_s, num_microbatches):
     """Seconds of data-parallel traffic the step waits for (arrays over configs)."""
     recipe = work.recipe
-    stride = t.tp * t.cp
+    # Gradients are reduced over data parallel x context parallel (CP ranks share weights);
+    # with rank order tp-cp-dp-pp that group's members sit tp ranks apart.
+    group = t.dp * t.cp
+    stride = t.tp
     reduce_kind = np.where(t.zero >= 1, "reduce_scatter", "all_reduce")
     grad_bytes = params_per_gpu * recipe.grad_reduce_bytes
     reduce_s = np.where(
         reduce_kind == "all_reduce",
-        collective_time_s("all_reduce", grad_bytes, t.dp, stride, cluster),
-        collective_time_s("reduce_scatter", grad_bytes, t.dp, stride, cluster),
+        collective_time_s("all_reduce", grad_bytes, group, stride, cluster),
+        collective_time_s("reduce_scatter", grad_bytes, group, stride, cluster),
     )
-    gather_s = collective_time_s("all_gather", params_per_gpu * recipe.param_gather_bytes, t.dp, stride, cluster)
+    gather_s = collective_time_s("all_gather", params_per_gpu * recipe.param_gather_bytes, group, stride, cluster)
     bucket_frac = np.minimum(1.0, BUCKET_PARAMS / np.maximum(params_per_gpu, 1.0))
     backward_s = BACKWARD_SHARE * stage_time_s
     forward_s = stage_time_s - backward_s
@@ -48,7 +51,7 @@ def dp_exposed_s(work: Workload, t: ConfigTable, cluster: ClusterSpec, params_pe
     every_mb_reduce = per_microbatch & recipe.reduce_every_microbatch
     # Sharded weights: every micro-batch gathers (and maybe reduces) layer by layer under compute.
     layer_gather_s = collective_time_s("all_gather", layer_params_per_gpu * recipe.param_gather_bytes,
-                                       t.dp, stride, cluster)
+                                       group, stride, cluster)
     mb_comm = gathers * gather_s + np.where(every_mb_reduce, reduce_s, 0.0)
     sharded = num_microbatches * (np.maximum(mb_comm - stage_time_s, 0.0) + layer_gather_s)
     sharded = sharded + np.where(every_mb_reduce, 0.0, _exposed(reduce_s, backward_s, bucket_frac))
@@ -56,4 +59,4 @@ def dp_exposed_s(work: Workload, t: ConfigTable, cluster: ClusterSpec, params_pe
     # optimizer (and ZeRO-2) then all-gather updated weights under the next forward.
     replicated = _exposed(reduce_s, backward_s, bucket_frac)
     replicated = replicated + np.where(t.zero >= 1, _exposed(gather_s, forward_s, bucket_frac), 0.0)
-    return np.where(t.dp > 1, np.where(per_microbatch, sharded, replicated), 0.0)
+    return np.where(group > 1, np.where(per_microbatch, sharded, replicated), 0.0)

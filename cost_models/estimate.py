@@ -105,7 +105,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTa
 
     stage_params = np.maximum(layout.first_params, layout.last_params)
     dp_comm = dp_exposed_s(work, t, cluster, stage_params, model.layer_params() / t.tp, slowest, m)
-    updated = stage_params / np.where(t.zero >= 1, t.dp, 1)
+    updated = stage_params / np.where(t.zero >= 1, t.dp * t.cp, 1)
     optimizer = memory_bound_time_s(updated * OPTIMIZER_BYTES_PER_PARAM, OPTIMIZER_KERNELS, rates)
 
     tp_total = m * critical_layers * lt.tp_comm_s

@@ -17,10 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paraplan.cost_models.compute import BYTES_PER_ELEMENT
 from paraplan.cost_models.layer import ACTIVATION_BYTES
 from paraplan.cost_models.model_spec import ModelSpec
-from paraplan.cost_models.recipes import LOW_PRECISION_WEIGHT_CACHE_BYTES
 from paraplan.cost_models.stages import StageLayout
 from paraplan.cost_models.table import ConfigTable, Workload
 from paraplan.hardware_profiles.units import BYTES_PER_GIB
@@ -85,8 +83,9 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
     """Itemised peak memory of the first and last stage; the larger one is reported."""
     recipe = work.recipe
     tokens = t.mbs * work.seq_len / t.cp
-    gemm_input_bytes = min(ACTIVATION_BYTES, BYTES_PER_ELEMENT[work.precision] * 2) if work.precision == "fp4" \
-        else min(ACTIVATION_BYTES, BYTES_PER_ELEMENT[work.precision])
+    # fp8 GEMM inputs are saved as 1-byte casts; fp4 recipes also keep 1 byte (MXFP8/NVFP4 TE
+    # recipes save an fp8 copy for the weight-gradient GEMM, which runs at higher precision).
+    gemm_input_bytes = 1.0 if work.precision in ("fp8", "fp4") else ACTIVATION_BYTES
     per_layer = tokens * layer_activation_bytes_per_token(model, t.tp, t.sp, t.recompute, gemm_input_bytes)
     seq_shard = np.where(t.sp == 1, t.tp, 1)
     first_acts = (per_layer * layout.first_layers + tokens * ACTIVATION_BYTES * model.hidden_size / seq_shard) \
@@ -98,11 +97,12 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
         tokens * layer_activation_bytes_per_token(model, t.tp, t.sp, np.zeros_like(t.recompute), gemm_input_bytes),
         0.0,
     )
-    dp = t.dp.astype(float)
+    # States shard over the data-parallel group including context parallel (Megatron's
+    # dp-cp group, torchtitan's dp_shard x cp mesh): CP ranks hold the same weights.
+    dp = (t.dp * t.cp).astype(float)
     weights_frac = recipe.weight_bytes / np.where(t.zero >= recipe.weights_sharded_from_zero, dp, 1.0)
     grads_frac = recipe.grad_bytes / np.where(t.zero >= 2, dp, 1.0)
     optim_frac = recipe.optimizer_bytes / np.where(t.zero >= 1, dp, 1.0)
-    cache = LOW_PRECISION_WEIGHT_CACHE_BYTES.get(work.precision, 0.0)
     layer_params_gpu = model.layer_params() / t.tp
     gathered = np.where(t.zero >= recipe.weights_sharded_from_zero,
                         layer_params_gpu * (2 * recipe.param_gather_bytes + recipe.grad_bytes), 0.0)
@@ -110,7 +110,7 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
     stage_gathered = np.where((t.zero == 2) & (recipe.weights_sharded_from_zero == 2), 1.0, 0.0)
 
     def stage_total(params, acts, stage_logits):
-        states = params * (weights_frac + grads_frac + optim_frac + cache)
+        states = params * (weights_frac + grads_frac + optim_frac)
         transient = gathered + stage_gathered * params * recipe.param_gather_bytes + working_set
         return states + acts + stage_logits + transient
 
@@ -123,7 +123,7 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
     used = np.maximum(first_total, np.where(pp1, 0.0, last_total))
     reserve = FIXED_RESERVE_BYTES + ALLOCATOR_FRAGMENTATION_FRAC * used
     return MemoryBreakdown(
-        weights_bytes=params * (weights_frac + cache),
+        weights_bytes=params * weights_frac,
         grads_bytes=params * grads_frac,
         optimizer_bytes=params * optim_frac,
         activations_bytes=acts,

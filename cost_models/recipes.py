@@ -63,6 +63,23 @@ MEGATRON_MIXED = StateRecipe(
     ),
 )
 
+MEGATRON_LOW_PRECISION = StateRecipe(
+    name="megatron-fp8",
+    weight_bytes=2.0,
+    grad_bytes=2.0,
+    optimizer_bytes=12.0,
+    grad_reduce_bytes=2.0,
+    param_gather_bytes=1.0,
+    reduce_every_microbatch=False,
+    weights_sharded_from_zero=3,
+    weight_gathers_per_microbatch={3: 2},
+    source=(
+        "Megatron-Bridge fp8/fp4 performance recipes: fp8 primary weights with fp8_param_gather "
+        "(1 byte, plus Transformer Engine's 1-byte transpose cache = 2), bf16 gradient buffers "
+        "reduced in bf16 (grad_reduce_in_fp32=False), fp32 master weights + Adam m, v (12)."
+    ),
+)
+
 DEEPSPEED_MIXED = StateRecipe(
     name="deepspeed-bf16",
     weight_bytes=2.0,
@@ -96,6 +113,3 @@ FSDP2_MIXED = StateRecipe(
     ),
 )
 
-# Transformer Engine keeps a low-precision copy of each weight and of its transpose while
-# gradients accumulate: 2 x 1 byte for fp8, 2 x (0.5 byte + 1/16 byte of block scales) for fp4.
-LOW_PRECISION_WEIGHT_CACHE_BYTES = {"bf16": 0.0, "fp16": 0.0, "fp8": 2.0, "fp4": 1.125}

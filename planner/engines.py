@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from paraplan.cost_models.recipes import DEEPSPEED_MIXED, FSDP2_MIXED, MEGATRON_MIXED, StateRecipe
+from paraplan.cost_models.recipes import (
+    DEEPSPEED_MIXED,
+    FSDP2_MIXED,
+    MEGATRON_LOW_PRECISION,
+    MEGATRON_MIXED,
+    StateRecipe,
+)
 from paraplan.errors import InputError
 
 EngineName = Literal["megatron", "deepspeed", "torchtitan"]
@@ -17,7 +23,9 @@ class EngineRules:
 
     name: str
     recipe: StateRecipe
-    """How the engine stores and communicates model states."""
+    """How the engine stores and communicates model states in bf16 training."""
+    low_precision_recipe: StateRecipe
+    """The same when GEMMs run in fp8 or fp4."""
     zero_stages: tuple[int, ...]
     """ZeRO stages the engine offers (Megatron: 1 = distributed optimizer, 3 = Megatron-FSDP)."""
     max_zero_with_pp: int
@@ -40,7 +48,7 @@ class EngineRules:
 
 ENGINES: dict[str, EngineRules] = {
     "megatron": EngineRules(
-        name="megatron", recipe=MEGATRON_MIXED, zero_stages=(0, 1, 3), max_zero_with_pp=1,
+        name="megatron", recipe=MEGATRON_MIXED, low_precision_recipe=MEGATRON_LOW_PRECISION, zero_stages=(0, 1, 3), max_zero_with_pp=1,
         supports_cp=True, supports_interleaved=True, sp_modes_with_tp=(0, 1),
         recompute_modes=("none", "selective", "full"), edge_accounted_stages=True,
         interleaved_needs_pp_multiple=True,
@@ -51,13 +59,13 @@ ENGINES: dict[str, EngineRules] = {
         ),
     ),
     "deepspeed": EngineRules(
-        name="deepspeed", recipe=DEEPSPEED_MIXED, zero_stages=(0, 1, 2, 3), max_zero_with_pp=1,
+        name="deepspeed", recipe=DEEPSPEED_MIXED, low_precision_recipe=DEEPSPEED_MIXED, zero_stages=(0, 1, 2, 3), max_zero_with_pp=1,
         supports_cp=False, supports_interleaved=False, sp_modes_with_tp=(0,),
         recompute_modes=("none", "full"), edge_accounted_stages=False, interleaved_needs_pp_multiple=False,
         source="DeepSpeed: PipelineEngine supports ZeRO-1 only; activation checkpointing is per layer (full)",
     ),
     "torchtitan": EngineRules(
-        name="torchtitan", recipe=FSDP2_MIXED, zero_stages=(0, 2, 3), max_zero_with_pp=3,
+        name="torchtitan", recipe=FSDP2_MIXED, low_precision_recipe=FSDP2_MIXED, zero_stages=(0, 2, 3), max_zero_with_pp=3,
         supports_cp=True, supports_interleaved=True, sp_modes_with_tp=(1,),
         recompute_modes=("none", "selective", "full"), edge_accounted_stages=False,
         interleaved_needs_pp_multiple=False,
@@ -68,6 +76,11 @@ ENGINES: dict[str, EngineRules] = {
         ),
     ),
 }
+
+
+def recipe_for(rules: EngineRules, precision: str) -> StateRecipe:
+    """The engine's state recipe for a GEMM precision."""
+    return rules.low_precision_recipe if precision in ("fp8", "fp4") else rules.recipe
 
 
 def engine_rules(name: str) -> EngineRules:

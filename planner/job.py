@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 
 from paraplan.cost_models.model_spec import AttentionFlops, ModelSpec
 from paraplan.cost_models.table import RECOMPUTE_CODES, ConfigTable, Workload
-from paraplan.planner.engines import engine_rules
+from paraplan.planner.engines import engine_rules, recipe_for
 
 PRECISIONS = ("bf16", "fp8", "fp4")
 
@@ -44,7 +44,8 @@ class TrainingJob:
     def workload(self) -> Workload:
         """The cost model's view of the job."""
         return Workload(seq_len=self.seq_len, global_batch=self.global_batch, precision=self.precision,
-                        recipe=engine_rules(self.engine).recipe, flops_convention=self.flops_convention)
+                        recipe=recipe_for(engine_rules(self.engine), self.precision),
+                        flops_convention=self.flops_convention)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -66,7 +66,7 @@ def _shape_reasons(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules, 
 
 
 def _detail_reasons(job: TrainingJob, engine: EngineRules, t: dict[str, np.ndarray]) -> list[tuple]:
-    tp, pp, dp, vpp, mbs, zero, sp = (t[k] for k in ("tp", "pp", "dp", "vpp", "mbs", "zero", "sp"))
+    tp, pp, dp, cp, vpp, mbs, zero, sp = (t[k] for k in ("tp", "pp", "dp", "cp", "vpp", "mbs", "zero", "sp"))
     layers = job.model.num_layers
     batch_ok = job.global_batch % (dp * mbs) == 0
     micro = np.where(batch_ok, job.global_batch // np.maximum(dp * mbs, 1), 0)
@@ -81,7 +81,7 @@ def _detail_reasons(job: TrainingJob, engine: EngineRules, t: dict[str, np.ndarr
          "interleaved schedule needs micro-batches divisible by pp"),
         ((sp == 1) & (tp == 1), "sequence parallel needs tp > 1"),
         ((tp > 1) & ~sp_allowed, f"{engine.name} does not offer this sequence-parallel setting"),
-        ((zero > 0) & (dp == 1), "ZeRO stage > 0 with dp = 1 is the same as stage 0"),
+        ((zero > 0) & (dp * cp == 1), "ZeRO stage > 0 with dp·cp = 1 is the same as stage 0"),
         ((zero > engine.max_zero_with_pp) & (pp > 1), f"{engine.name} cannot combine this ZeRO stage with pp"),
     ]
 

@@ -1,0 +1,69 @@
+"""Grid-search the per-GPU efficiency constants against the reference runs of one GPU.
+
+This is how the sustained-training fractions in hardware_profiles/efficiency.yaml were chosen.
+Run: python bench/calibrate.py GPU 'PARAM=v1,v2 ...' [--exclude REGEX]
+  PARAM is gemm_<dtype> (e.g. gemm_fp8) or an EfficiencySpec field (attention_peak_frac).
+Example: python bench/calibrate.py gb200 'gemm_fp8=0.5,0.55,0.6 attention_peak_frac=0.3,0.4'
+Prints the six best settings by median |error| (+ a quarter of the max), with max error and bias.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+
+import numpy as np
+
+from paraplan.hardware_profiles import catalog
+from paraplan.planner.reference import load_reference_runs, predict_all
+
+
+def _parse_grid(text: str) -> dict[str, list[float]]:
+    grid = {}
+    for item in text.split():
+        name, values = item.split("=")
+        grid[name] = [float(v) for v in values.split(",")]
+    return grid
+
+
+def _with_constants(gpu, constants: dict[str, float]):
+    eff = gpu.efficiency
+    fractions = dict(eff.gemm_peak_frac)
+    fields = {}
+    for name, value in constants.items():
+        if name.startswith("gemm_") and name != "gemm_half_dim":
+            fractions[name.removeprefix("gemm_")] = value
+        else:
+            fields[name] = value
+    return dataclasses.replace(gpu, efficiency=dataclasses.replace(eff, gemm_peak_frac=fractions, **fields))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("gpu")
+    parser.add_argument("grid")
+    parser.add_argument("--exclude", default=None, help="regex of reference-run ids to leave out")
+    args = parser.parse_args()
+    runs = load_reference_runs()
+    runs = runs[runs.gpu == args.gpu]
+    if args.exclude:
+        runs = runs[~runs.id.str.contains(args.exclude)]
+    table = catalog._gpu_table()
+    base = table[args.gpu]
+    grid = _parse_grid(args.grid)
+    results = []
+    for values in itertools.product(*grid.values()):
+        constants = dict(zip(grid, values))
+        table[args.gpu] = _with_constants(base, constants)
+        errors = np.array([p.error_frac for p in predict_all(runs)])
+        errors = errors[np.isfinite(errors)]
+        results.append((np.median(np.abs(errors)), np.abs(errors).max(), np.median(errors), constants))
+    table[args.gpu] = base
+    print(f"{args.gpu}: {len(runs)} reference runs")
+    for median, worst, bias, constants in sorted(results, key=lambda r: r[0] + r[1] / 4)[:6]:
+        print(f"median |err| {median:.3f}  max {worst:.3f}  bias {bias:+.3f}  {constants}")
+
+
+if __name__ == "__main__":
+    main()

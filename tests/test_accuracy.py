@@ -1,0 +1,96 @@
+"""Accuracy against published measured runs (data/reference_runs.csv).
+
+The guards below assert the accuracy paraplan reaches today, per group of rows, so a change
+that makes predictions worse fails. The issue's target (median <= 8%, no row beyond 20% on
+all dense rows) is not met yet; ``test_issue_target`` records that gap as a strict xfail and
+will fail loudly (XPASS) once the model is good enough, so the marker must then be removed.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+import pytest
+
+from paraplan.cost_models.hf_config import load_model
+from paraplan.planner.job import TrainingJob
+from paraplan.planner.reference import _cluster, load_reference_runs, predict_all, predict_row
+from paraplan.planner.search import search
+
+
+@cache
+def _predictions():
+    runs = load_reference_runs()
+    return runs, {p.run_id: p for p in predict_all(runs)}
+
+
+def _abs_errors(selector) -> np.ndarray:
+    runs, predictions = _predictions()
+    ids = runs[selector(runs)].id
+    return np.array([abs(predictions[i].error_frac) for i in ids])
+
+
+# (description, row selector, median bound, max bound): today's figures plus a small margin.
+GUARDS = [
+    ("NeMo dense, all GPUs", lambda r: r.source.str.startswith("NVIDIA"), 0.08, 0.26),
+    ("NeMo B200 fp8", lambda r: r.source.str.startswith("NVIDIA") & (r.gpu == "b200"), 0.03, 0.07),
+    ("NeMo H100 fp8", lambda r: r.source.str.startswith("NVIDIA") & (r.gpu == "h100-sxm"), 0.13, 0.15),
+    ("MosaicML A100 40GB", lambda r: r.source.str.startswith("Mosaic") & (r.gpu == "a100-sxm-40gb"), 0.04, 0.30),
+    ("MosaicML A100 80GB", lambda r: r.source.str.startswith("Mosaic") & (r.gpu == "a100-sxm-80gb"), 0.07, 0.23),
+    ("Megatron 2021 PTD-P (no ZeRO-3)",
+     lambda r: r.source.str.startswith("Narayanan") & (r.engine == "megatron"), 0.16, 0.30),
+]
+
+
+@pytest.mark.parametrize("name, selector, median_bound, max_bound", GUARDS, ids=[g[0] for g in GUARDS])
+def test_accuracy_guard(name, selector, median_bound, max_bound):
+    errors = _abs_errors(selector)
+    assert len(errors) > 0 and np.all(np.isfinite(errors)), f"{name}: infeasible rows"
+    assert np.median(errors) <= median_bound, f"{name}: median |error| {np.median(errors):.3f}"
+    assert errors.max() <= max_bound, f"{name}: max |error| {errors.max():.3f}"
+
+
+def test_overall_median():
+    runs, predictions = _predictions()
+    errors = np.array([abs(p.error_frac) for p in predictions.values() if np.isfinite(p.error_frac)])
+    assert np.median(errors) <= 0.085
+
+
+@pytest.mark.xfail(strict=True, reason="H100 MosaicML rows (+14% median), DeepSpeed ZeRO-3 rows of Narayanan "
+                   "Table 2 (up to +334%) and Megatron 2021 Table 1 small models exceed the 20% bound")
+def test_issue_target():
+    errors = _abs_errors(lambda r: r.id == r.id)
+    assert np.median(errors) <= 0.08 and errors.max() <= 0.20
+
+
+KNOWN_INFEASIBLE = {
+    "megatron2021_t2_04": "DeepSpeed ZeRO-3 gathers at most stage3_max_live_parameters (1e9) at once; "
+                          "paraplan counts two whole gathered layers (10 GB each for 530B)",
+}
+
+
+def test_every_published_config_is_feasible():
+    _, predictions = _predictions()
+    infeasible = {i for i, p in predictions.items() if not np.isfinite(p.predicted_tokens_per_s_per_gpu)}
+    assert infeasible == set(KNOWN_INFEASIBLE)
+
+
+def _sample_ids():
+    runs = load_reference_runs()
+    nemo_and_megatron = runs[~runs.source.str.startswith("Mosaic")].id.tolist()
+    mosaic = runs[runs.source.str.startswith("Mosaic")].id.tolist()[::6]
+    return [i for i in nemo_and_megatron + mosaic if i not in KNOWN_INFEASIBLE]
+
+
+@pytest.mark.parametrize("run_id", _sample_ids())
+def test_search_finds_plan_at_least_as_fast_as_published(run_id):
+    runs = load_reference_runs()
+    row = runs[runs.id == run_id].iloc[0]
+    published = predict_row(row)
+    job = TrainingJob(model=load_model(row["model"]), seq_len=int(row["seq_len"]),
+                      global_batch=int(row["global_batch"]), precision=row["precision"], engine=row["engine"])
+    result = search(job, _cluster(row))
+    assert len(result.ranked) > 0
+    best = result.estimates.tokens_per_s_per_gpu[result.ranked[0]]
+    assert best >= published.predicted_tokens_per_s_per_gpu * (1 - 1e-9)
