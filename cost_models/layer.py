@@ -80,9 +80,9 @@ def _cp_comm_s(model: ModelSpec, tokens, t: ConfigTable, cluster: ClusterSpec, a
     hop = p2p_time_s(kv_bytes, t.cp, t.tp, cluster)
     forward = (t.cp - 1) * hop
     backward = 2.0 * forward
-    hidden_fwd = np.maximum(forward - attention_fwd_s, 0.0)
-    hidden_bwd = np.maximum(backward - ATTENTION_BACKWARD_OVER_FORWARD * attention_fwd_s, 0.0)
-    return hidden_fwd + hidden_bwd
+    exposed_fwd = np.maximum(forward - attention_fwd_s, 0.0)
+    exposed_bwd = np.maximum(backward - ATTENTION_BACKWARD_OVER_FORWARD * attention_fwd_s, 0.0)
+    return exposed_fwd + exposed_bwd
 
 
 def layer_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: ComputeRates,

@@ -37,6 +37,8 @@ class TrainingJob:
                 raise ValueError(f"{label.replace('_', '-')} must be a positive integer, got {value!r}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.flops_convention not in ("full", "causal"):
+            raise ValueError(f"flops convention must be full or causal, got {self.flops_convention!r}")
         if not 0 <= self.memory_headroom_frac < 1:
             raise ValueError(f"memory headroom must be a fraction in [0, 1), got {self.memory_headroom_frac}")
         engine_rules(self.engine)

@@ -53,6 +53,10 @@ def search(job: TrainingJob, cluster: ClusterSpec, fixed: dict[str, list[int]] |
     """Every valid configuration of ``job`` on ``cluster``, ranked by ``objective``."""
     if objective not in OBJECTIVES:
         raise InputError(f"unknown objective {objective!r} (choose {', '.join(OBJECTIVES)})")
+    try:
+        cluster.gpu.peak(job.precision)
+    except ValueError as exc:
+        raise InputError(f"{exc}; choose another --precision") from None
     space = enumerate_space(job, cluster, engine_rules(job.engine), fixed)
     table = space.table
     est = estimate(job.model, cluster, job.workload(), table)
@@ -62,7 +66,7 @@ def search(job: TrainingJob, cluster: ClusterSpec, fixed: dict[str, list[int]] |
     if int((~fits).sum()):
         rejected[MEMORY_REASON] = int((~fits).sum())
     key = _objective_key(objective, job, cluster, est)
-    # Deterministic ties: objective, then fewer model-parallel GPUs, then the axes in order.
+    # Deterministic ties: objective, then the axes in the order tp, pp, dp, cp, vpp, mbs, ...
     order = np.lexsort(tuple(getattr(table, axis) for axis in reversed(AXES)) + (np.round(key, 12),))
     ranked = order[fits[order]]
     smallest = float(est.memory.peak_bytes.min()) if len(table) else float("nan")

@@ -72,7 +72,10 @@ def _detail_reasons(job: TrainingJob, engine: EngineRules, t: dict[str, np.ndarr
     micro = np.where(batch_ok, job.global_batch // np.maximum(dp * mbs, 1), 0)
     chunks_ok = even_split(layers, pp, vpp) | (engine.edge_accounted_stages & edge_accounted_split(layers, pp, vpp))
     sp_allowed = np.isin(sp, engine.sp_modes_with_tp)
+    recompute_allowed = np.isin(t["recompute"], [RECOMPUTE_CODES[m] for m in engine.recompute_modes])
     return [
+        (~np.isin(zero, engine.zero_stages), f"{engine.name} has no such ZeRO stage"),
+        (~recompute_allowed, f"{engine.name} has no such recompute mode"),
         (~batch_ok, "global batch not divisible by dp·mbs"),
         ((vpp > 1) & (pp == 1), "vpp > 1 needs pp > 1"),
         ((vpp > 1) & (not engine.supports_interleaved), f"{engine.name} has no interleaved schedule"),

@@ -1,0 +1,322 @@
+"""The ``paraplan`` command line. Each command parses its flags, calls the library, renders.
+
+Bad input anywhere (an :class:`InputError`) becomes one ``error: ...`` line on stderr and exit
+code 2; any other exception is a bug and propagates (exit code 1).
+"""
+
+import difflib
+import functools
+import math
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, get_args
+
+import typer
+
+from paraplan.cli import render
+from paraplan.cost_models.hf_config import load_model, preset_names
+from paraplan.cost_models.model_spec import AttentionFlops
+from paraplan.cost_models.table import RECOMPUTE_CODES
+from paraplan.errors import InputError
+from paraplan.hardware_profiles import (
+    ClusterSpec,
+    builtin_cluster_names,
+    cluster_from_file,
+    gpu_names,
+    load_cluster,
+    load_gpu,
+    quick_cluster,
+)
+from paraplan.planner.job import TrainingJob
+from paraplan.planner.plan import SCHEMA_VERSION, Plan, config_at, estimate_at, plan_to_json
+from paraplan.planner.reference import load_reference_runs, predict_all, summarize
+from paraplan.planner.search import SearchResult, explain_no_fit, search
+
+app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False,
+                  help="Plan distributed training of transformers: search parallel layouts, predict step time, "
+                       "MFU and memory.")
+models_app = typer.Typer(no_args_is_help=True, help="Model presets: list them or show one in detail.")
+hardware_app = typer.Typer(no_args_is_help=True, help="GPU and cluster catalog: list it or show one entry.")
+app.add_typer(models_app, name="models")
+app.add_typer(hardware_app, name="hardware")
+
+_SEARCH_AXES = ("tp", "pp", "dp", "cp", "vpp", "mbs", "zero")
+_SP_VALUES = {"on": [1], "off": [0], "both": [0, 1]}
+
+# -- options shared by plan and evaluate ------------------------------------------------------
+_CLUSTER, _JOB, _CONFIG = "Cluster", "Job", "Parallel configuration"
+ModelArg = Annotated[str, typer.Argument(help="Preset name (see 'paraplan models list') or a config.json path.")]
+ClusterOpt = Annotated[str | None, typer.Option(help="Built-in cluster name or a cluster YAML file.",
+                                                rich_help_panel=_CLUSTER)]
+NodesOpt = Annotated[int | None, typer.Option(help="Nodes of the --cluster.", rich_help_panel=_CLUSTER)]
+GpuOpt = Annotated[str | None, typer.Option(help="GPU name for a quick cluster (with --gpus).",
+                                            rich_help_panel=_CLUSTER)]
+GpusOpt = Annotated[int | None, typer.Option(help="Total GPUs (quick cluster, or to size --cluster).",
+                                             rich_help_panel=_CLUSTER)]
+PerNodeOpt = Annotated[int | None, typer.Option(help="GPUs per node with --gpu (default 8).",
+                                                rich_help_panel=_CLUSTER)]
+SeqLenOpt = Annotated[int, typer.Option(help="Tokens per sequence.", rich_help_panel=_JOB)]
+BatchOpt = Annotated[int, typer.Option(help="Sequences per optimizer step.", rich_help_panel=_JOB)]
+EngineOpt = Annotated[str, typer.Option(help="megatron, deepspeed or torchtitan.", rich_help_panel=_JOB)]
+PrecisionOpt = Annotated[str, typer.Option(help="GEMM precision: bf16, fp8 or fp4.", rich_help_panel=_JOB)]
+HeadroomOpt = Annotated[float, typer.Option(help="Fraction of HBM to keep free (0-1).", rich_help_panel=_JOB)]
+ConventionOpt = Annotated[str, typer.Option(help="Attention FLOPs counted in MFU: full or causal.",
+                                            rich_help_panel=_JOB)]
+JsonOpt = Annotated[Path | None, typer.Option("--json", help="Also write machine-readable JSON to this file.")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite an existing --json file.")]
+
+
+def _axis_opt(text: str) -> Any:
+    return Annotated[str | None, typer.Option(help=text, rich_help_panel=_CONFIG)]
+
+
+# -- parsing helpers --------------------------------------------------------------------------
+def user_errors(command: Callable) -> Callable:
+    """Turn InputError into one stderr line and exit code 2; let everything else through."""
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except InputError as exc:
+            typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
+            raise typer.Exit(2) from None
+    return wrapper
+
+
+def parse_ints(flag: str, text: str, minimum: int = 1, maximum: int | None = None) -> list[int]:
+    """``"8"`` or ``"4,8"`` as sorted unique ints within bounds; InputError naming the flag otherwise."""
+    parts = [part.strip() for part in text.split(",")]
+    ok = all(re.fullmatch(r"[0-9]+", part) for part in parts)
+    values = sorted({int(part) for part in parts}) if ok else []
+    if not ok or values[0] < minimum or (maximum is not None and values[-1] > maximum):
+        span = f"integers from {minimum} to {maximum}" if maximum is not None else f"integers >= {minimum}"
+        example = "8 or 4,8" if minimum > 0 else f"{minimum} or {minimum},{minimum + 1}"
+        raise InputError(f"--{flag} expects one value or a comma list of {span} (e.g. {example}), got {text!r}")
+    return values
+
+
+def parse_names(flag: str, text: str, known: dict[str, int | list[int]]) -> list[int]:
+    """A comma list of names from ``known`` mapped to their integer codes."""
+    parts = [part.strip() for part in text.split(",")]
+    unknown = [part for part in parts if part not in known]
+    if unknown:
+        raise InputError(f"--{flag} expects {', '.join(known)} (or a comma list of them), got {text!r}")
+    values: set[int] = set()
+    for part in parts:
+        mapped = known[part]
+        values.update(mapped if isinstance(mapped, list) else [mapped])
+    return sorted(values)
+
+
+def constraints(**flags: str | None) -> dict[str, list[int]]:
+    """The search's ``fixed`` axes from the config flags that were given."""
+    fixed = {}
+    for axis, text in flags.items():
+        if text is None:
+            continue
+        if axis == "recompute":
+            fixed[axis] = parse_names(axis, text, RECOMPUTE_CODES)
+        elif axis == "sp":
+            fixed[axis] = parse_names(axis, text, _SP_VALUES)
+        else:
+            fixed[axis] = parse_ints(axis, text, *((0, 3) if axis == "zero" else (1,)))
+    return fixed
+
+
+def make_cluster(cluster: str | None, nodes: int | None, gpu: str | None, gpus: int | None,
+                 gpus_per_node: int | None) -> ClusterSpec:
+    """``--cluster NAME|FILE [--nodes N|--gpus N]`` or ``--gpu NAME --gpus N [--gpus-per-node 8]``."""
+    if (cluster is None) == (gpu is None):
+        raise InputError("give either --cluster NAME|FILE [--nodes N|--gpus N] or --gpu NAME --gpus N")
+    if gpu is not None:
+        if gpus is None or nodes is not None:
+            raise InputError("--gpu needs --gpus N (total GPUs) and takes no --nodes")
+        return quick_cluster(gpu, gpus, 8 if gpus_per_node is None else gpus_per_node)
+    if gpus_per_node is not None:
+        raise InputError("--gpus-per-node goes with --gpu; a --cluster fixes its own node size")
+    looks_like_file = Path(cluster).suffix in (".yaml", ".yml") or "/" in cluster
+    if Path(cluster).is_file() or looks_like_file:
+        return cluster_from_file(Path(cluster), num_nodes=nodes, num_gpus=gpus)
+    return load_cluster(cluster, num_nodes=nodes, num_gpus=gpus)
+
+
+def make_job(model: str, seq_len: int, global_batch: int, precision: str, engine: str, convention: str,
+             headroom: float) -> TrainingJob:
+    """The TrainingJob, with its own validation errors reported as bad input."""
+    if convention not in get_args(AttentionFlops):
+        raise InputError(f"--flops-convention expects {' or '.join(get_args(AttentionFlops))}, got {convention!r}")
+    spec = load_model(model)
+    try:
+        return TrainingJob(model=spec, seq_len=seq_len, global_batch=global_batch, precision=precision,
+                           engine=engine, flops_convention=convention, memory_headroom_frac=headroom)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+
+
+def capacity_bytes(job: TrainingJob, cluster: ClusterSpec) -> float:
+    """The per-GPU memory plans are checked against."""
+    return cluster.gpu.hbm_bytes * (1.0 - job.memory_headroom_frac)
+
+
+def plan_at(job: TrainingJob, cluster: ClusterSpec, result: SearchResult, row: int, rank: int) -> Plan:
+    """The Plan of one row of a search result."""
+    return Plan(job=job, cluster=cluster, config=config_at(result.table, row),
+                estimate=estimate_at(result.estimates, row), fits=bool(row in result.ranked), rank=rank)
+
+
+def write_plans(path: Path | None, plans: list[Plan], cost_model: str, force: bool) -> None:
+    """``{"schema_version": 1, "plans": [...]}`` to ``path`` when one was given."""
+    if path is not None:
+        document = {"schema_version": SCHEMA_VERSION, "plans": [plan_to_json(p, cost_model) for p in plans]}
+        render.write_json(path, document, force)
+
+
+# -- commands ---------------------------------------------------------------------------------
+@app.command()
+@user_errors
+def plan(
+    model: ModelArg, seq_len: SeqLenOpt, global_batch: BatchOpt, cluster: ClusterOpt = None, nodes: NodesOpt = None,
+    gpu: GpuOpt = None, gpus: GpusOpt = None, gpus_per_node: PerNodeOpt = None, engine: EngineOpt = "megatron",
+    precision: PrecisionOpt = "bf16", flops_convention: ConventionOpt = "full", headroom: HeadroomOpt = 0.0,
+    objective: Annotated[str, typer.Option(help="throughput, cost or memory.")] = "throughput",
+    top: Annotated[int, typer.Option(help="How many plans to show.")] = 5,
+    json_path: JsonOpt = None, force: ForceOpt = False,
+    tp: _axis_opt("Tensor parallel, e.g. 8 or 4,8.") = None, pp: _axis_opt("Pipeline parallel.") = None,
+    dp: _axis_opt("Data parallel.") = None, cp: _axis_opt("Context parallel.") = None,
+    vpp: _axis_opt("Virtual pipeline stages.") = None, mbs: _axis_opt("Micro-batch size.") = None,
+    zero: _axis_opt("ZeRO stages 0-3.") = None, recompute: _axis_opt("none, selective, full (comma list).") = None,
+    sp: _axis_opt("Sequence parallel: on, off or both.") = None,
+) -> None:
+    """Search every parallel layout and show the fastest plans that fit."""
+    spec = make_cluster(cluster, nodes, gpu, gpus, gpus_per_node)
+    job = make_job(model, seq_len, global_batch, precision, engine, flops_convention, headroom)
+    fixed = constraints(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp)
+    if top < 1:
+        raise InputError(f"--top expects a positive integer, got {top}")
+    if json_path is not None:
+        render.check_writable(json_path, force)
+    with render.working(render.make_console(stderr=True), "searching parallel layouts"):
+        result = search(job, spec, fixed, objective)
+    if len(result.ranked) == 0:
+        raise InputError(explain_no_fit(result, spec))
+    plans = [plan_at(job, spec, result, int(row), rank) for rank, row in enumerate(result.ranked[:top], start=1)]
+    console, capacity = render.make_console(), capacity_bytes(job, spec)
+    title = (f"{job.model.name} on {spec.name} ({spec.num_gpus} x {spec.gpu.name}), seq {job.seq_len}, "
+             f"batch {job.global_batch}, {job.precision}, {job.engine}; best {len(plans)} by {objective}")
+    render.plan_table(console, plans, capacity, title)
+    render.why_best(console, plans, capacity, result.estimates.cost_model, objective)
+    render.search_summary(console, result.rejected, result.considered, len(result.table), len(result.ranked))
+    write_plans(json_path, plans, result.estimates.cost_model, force)
+
+
+@app.command()
+@user_errors
+def evaluate(
+    model: ModelArg, seq_len: SeqLenOpt, global_batch: BatchOpt, tp: _axis_opt("Tensor parallel."),
+    pp: _axis_opt("Pipeline parallel."), cluster: ClusterOpt = None, nodes: NodesOpt = None, gpu: GpuOpt = None,
+    gpus: GpusOpt = None, gpus_per_node: PerNodeOpt = None, engine: EngineOpt = "megatron",
+    precision: PrecisionOpt = "bf16", flops_convention: ConventionOpt = "full", headroom: HeadroomOpt = 0.0,
+    dp: _axis_opt("Data parallel (default: GPUs / (tp·pp·cp)).") = None, cp: _axis_opt("Context parallel.") = "1",
+    vpp: _axis_opt("Virtual pipeline stages.") = "1", mbs: _axis_opt("Micro-batch size.") = "1",
+    zero: _axis_opt("ZeRO stage 0-3.") = "0", recompute: _axis_opt("none, selective or full.") = "none",
+    sp: _axis_opt("Sequence parallel: on or off.") = "off", json_path: JsonOpt = None, force: ForceOpt = False,
+) -> None:
+    """Predict step time, throughput and memory of one parallel configuration."""
+    spec = make_cluster(cluster, nodes, gpu, gpus, gpus_per_node)
+    job = make_job(model, seq_len, global_batch, precision, engine, flops_convention, headroom)
+    fixed = constraints(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp)
+    several = [axis for axis, values in fixed.items() if len(values) > 1]
+    if several:
+        raise InputError(f"evaluate takes one value per flag; --{several[0]} has {len(fixed[several[0]])} "
+                         "(use 'paraplan plan' to compare several)")
+    shape = fixed["tp"][0] * fixed["pp"][0] * fixed["cp"][0]
+    if "dp" not in fixed and spec.num_gpus % shape == 0:
+        fixed["dp"] = [spec.num_gpus // shape]
+    elif "dp" not in fixed or shape * fixed["dp"][0] != spec.num_gpus:
+        raise InputError(f"tp·pp·cp{'·dp' if 'dp' in fixed else ''} = {shape * fixed.get('dp', [1])[0]} does not "
+                         f"match the {spec.num_gpus} GPUs of {spec.name}; choose degrees whose product is the GPU count")
+    if json_path is not None:
+        render.check_writable(json_path, force)
+    result = search(job, spec, fixed)
+    if len(result.table) == 0:
+        reason = max(result.rejected, key=result.rejected.get)
+        described = render.config_text({a: fixed[a][0] for a in ("tp", "pp", "dp", "cp", "vpp", "mbs", "zero")})
+        raise InputError(f"{described} recompute={recompute} sp={sp} breaks a rule: {reason}")
+    one = plan_at(job, spec, result, 0, rank=1)
+    render.evaluation(render.make_console(), one, capacity_bytes(job, spec), result.estimates.cost_model)
+    write_plans(json_path, [one], result.estimates.cost_model, force)
+
+
+@models_app.command("list")
+@user_errors
+def models_list() -> None:
+    """Every shipped model preset."""
+    render.model_list(render.make_console(), [load_model(name) for name in preset_names()])
+
+
+@models_app.command("show")
+@user_errors
+def models_show(model: ModelArg,
+                seq_len: Annotated[int, typer.Option(help="Sequence length for FLOPs per token.")] = 4096) -> None:
+    """Shape, exact parameter counts and FLOPs per token of one model."""
+    if seq_len < 1:
+        raise InputError(f"--seq-len expects a positive integer, got {seq_len}")
+    render.model_detail(render.make_console(), load_model(model), seq_len)
+
+
+@hardware_app.command("list")
+@user_errors
+def hardware_list() -> None:
+    """Every built-in GPU and cluster type."""
+    clusters = [load_cluster(name, num_nodes=1) for name in builtin_cluster_names()]
+    render.hardware_lists(render.make_console(), [load_gpu(name) for name in gpu_names()], clusters)
+
+
+@hardware_app.command("show")
+@user_errors
+def hardware_show(name: Annotated[str, typer.Argument(help="A GPU or cluster name from 'hardware list'.")]) -> None:
+    """Every number of one GPU or cluster type, with its source."""
+    console = render.make_console()
+    if name in gpu_names():
+        render.gpu_detail(console, load_gpu(name))
+    elif name in builtin_cluster_names():
+        render.cluster_detail(console, load_cluster(name, num_nodes=1))
+    else:
+        known = gpu_names() + builtin_cluster_names()
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.4)
+        hint = f"; did you mean {' or '.join(close)}?" if close else ""
+        raise InputError(f"unknown GPU or cluster {name!r}{hint} (known: {', '.join(known)})")
+
+
+@app.command()
+@user_errors
+def validate(json_path: JsonOpt = None, force: ForceOpt = False) -> None:
+    """Predict every published reference run and report the error against its measurement."""
+    if json_path is not None:
+        render.check_writable(json_path, force)
+    frame = load_reference_runs()
+    with render.working(render.make_console(stderr=True), f"predicting {len(frame)} reference runs"):
+        predictions = predict_all(frame)
+    rows = [{"id": p.run_id, "source": p.source, "model": row["model"], "gpu": row["gpu"],
+             "num_gpus": int(row["num_gpus"]), "measured_tokens_per_s_per_gpu": p.measured_tokens_per_s_per_gpu,
+             "predicted_tokens_per_s_per_gpu": _finite(p.predicted_tokens_per_s_per_gpu),
+             "error_frac": _finite(p.error_frac), "chosen": p.chosen}
+            for p, (_, row) in zip(predictions, frame.iterrows())]
+    sources = dict.fromkeys(p.source for p in predictions)
+    summaries = {s: summarize([p for p in predictions if p.source == s]) for s in sources}
+    summaries["all sources"] = summarize(predictions)
+    render.validation(render.make_console(), rows, summaries)
+    if json_path is not None:
+        clean = {s: {k: _finite(v) for k, v in summary.items()} for s, summary in summaries.items()}
+        render.write_json(json_path, {"schema_version": 1, "runs": rows, "summary": clean}, force)
+
+
+def _finite(value: float) -> float | None:
+    """JSON has no NaN: an infeasible prediction is null."""
+    return value if math.isfinite(value) else None
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

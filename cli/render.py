@@ -1,0 +1,386 @@
+"""Everything paraplan shows: rich tables and panels on a Console, and plain JSON files.
+
+Functions here take plain data (specs, plans, dicts of SI numbers) and a Console; they convert
+units for display only (seconds to 3 significant digits, GiB to 1 decimal, MFU in percent).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.markup import escape
+from rich.measure import Measurement
+from rich.panel import Panel
+from rich.table import Table
+
+from paraplan.cost_models.model_spec import ModelSpec
+from paraplan.errors import InputError
+from paraplan.hardware_profiles import ClusterSpec, GPUSpec
+from paraplan.hardware_profiles.units import (
+    BYTES_PER_GB,
+    BYTES_PER_GIB,
+    BYTES_PER_TB,
+    FLOPS_PER_TFLOP,
+    SECONDS_PER_US,
+)
+from paraplan.planner.plan import Plan
+
+PARAMS_PER_BILLION = 1e9  # a count, not a unit: "8.03 B parameters"
+# Tables wider than 80 columns read badly when folded; files and pipes get a wider page.
+NON_TERMINAL_WIDTH = 120
+UNBOUNDED_WIDTH = 10_000
+STEP_LABELS = {
+    "compute_s": "compute (fwd + bwd + recompute)", "tp_comm_s": "TP communication", "cp_comm_s": "CP communication",
+    "pp_comm_s": "PP point-to-point", "bubble_s": "pipeline bubble", "dp_comm_s": "DP communication (exposed)",
+    "optimizer_s": "optimizer step",
+}
+MEMORY_LABELS = {
+    "weights_bytes": "weights", "grads_bytes": "gradients", "optimizer_bytes": "optimizer states",
+    "activations_bytes": "activations", "logits_bytes": "logits (fp32 loss)",
+    "transient_bytes": "transient (gathered params, recompute)", "reserve_bytes": "reserve (CUDA/NCCL, fragmentation)",
+}
+
+
+# -- consoles and number formats --------------------------------------------------------------
+def make_console(stderr: bool = False) -> Console:
+    """A console on stdout (or stderr); wider than 80 columns when not a terminal."""
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = NON_TERMINAL_WIDTH
+    return console
+
+
+def working(console: Console, message: str) -> AbstractContextManager:
+    """A spinner on a terminal; nothing at all when output is captured or piped."""
+    return console.status(message) if console.is_terminal else nullcontext()
+
+
+def _natural_width(console: Console, renderable: RenderableType) -> int:
+    """Columns ``renderable`` takes when nothing is folded."""
+    return Measurement.get(console, console.options.update_width(UNBOUNDED_WIDTH), renderable).maximum
+
+
+def print_table(console: Console, table: Table) -> None:
+    """Print ``table``; on a narrow console drop the borders, then the padding, before rich folds cells."""
+    compact = ({"box": box.SIMPLE_HEAD, "show_edge": False, "collapse_padding": True}, {"padding": (0, 0)})
+    for style in compact:
+        if _natural_width(console, table) <= console.width:
+            break
+        for name, value in style.items():
+            setattr(table, name, value)
+    console.print(table)
+
+
+def seconds(value: float) -> str:
+    """Seconds with 3 significant digits, never in exponent form."""
+    if value == 0 or not math.isfinite(value):
+        return "0" if value == 0 else str(value)
+    decimals = max(0, 2 - math.floor(math.log10(abs(value))))
+    return f"{value:.{decimals}f}"
+
+
+def gib(num_bytes: float) -> str:
+    """Bytes as GiB with one decimal."""
+    return f"{num_bytes / BYTES_PER_GIB:.1f}"
+
+
+def percent(frac: float, signed: bool = False) -> str:
+    """A 0-1 fraction as a percentage with one decimal."""
+    return f"{100 * frac:+.1f}" if signed else f"{100 * frac:.1f}"
+
+
+def count(value: float) -> str:
+    """A count with thousands separators."""
+    return f"{round(value):,}"
+
+
+def config_text(config: dict[str, Any]) -> str:
+    """``tp=8 pp=2 ...`` for a config dict."""
+    return " ".join(f"{k}={'on' if v is True else 'off' if v is False else v}" for k, v in config.items())
+
+
+# -- plan and evaluate ------------------------------------------------------------------------
+def plan_table(console: Console, plans: list[Plan], capacity_bytes: float, title: str) -> None:
+    """The ranked plans, one row each."""
+    table = Table(title=escape(title), title_justify="left")
+    for header in ("#", "tp", "pp", "dp", "cp", "vpp", "mbs", "zero", "recompute", "sp"):
+        table.add_column(header, justify="left" if header == "recompute" else "right")
+    for header in ("step s", "tokens/s/GPU", "MFU %", "memory GiB"):
+        table.add_column(header, justify="right")
+    for plan in plans:
+        c, e = plan.config, plan.estimate
+        table.add_row(str(plan.rank), *(str(getattr(c, k)) for k in ("tp", "pp", "dp", "cp", "vpp", "mbs", "zero")),
+                      c.recompute, "on" if c.sp else "off", seconds(e["step_time_s"]),
+                      count(e["tokens_per_s_per_gpu"]), percent(e["mfu"]),
+                      f"{gib(e['peak_memory_bytes'])} / {gib(capacity_bytes)}")
+    print_table(console, table)
+
+
+def _step_table(estimate: dict[str, Any]) -> Table:
+    step = estimate["step_time_s"]
+    table = Table(title="step time", title_justify="left")
+    table.add_column("term")
+    table.add_column("s", justify="right")
+    table.add_column("% of step", justify="right")
+    for name, value in estimate["step_time_breakdown_s"].items():
+        table.add_row(STEP_LABELS.get(name, name), seconds(value), percent(value / step))
+    table.add_row("[bold]step[/bold]", f"[bold]{seconds(step)}[/bold]", "100.0")
+    return table
+
+
+def _memory_table(estimate: dict[str, Any], capacity_bytes: float) -> Table:
+    table = Table(title=f"memory per GPU ({estimate['peak_memory_stage']} stage)", title_justify="left")
+    table.add_column("item")
+    table.add_column("GiB", justify="right")
+    for name, value in estimate["memory_breakdown_bytes"].items():
+        table.add_row(MEMORY_LABELS.get(name, name), gib(value))
+    table.add_row("[bold]peak[/bold]", f"[bold]{gib(estimate['peak_memory_bytes'])}[/bold]")
+    table.add_row("capacity", gib(capacity_bytes))
+    return table
+
+
+def _breakdowns(console: Console, estimate: dict[str, Any], capacity_bytes: float) -> RenderableType:
+    """Step-time and memory tables, side by side when the console is wide enough."""
+    step, memory = _step_table(estimate), _memory_table(estimate, capacity_bytes)
+    grid = Table.grid(padding=(0, 4))
+    grid.add_row(step, memory)
+    panel_border = 4
+    if _natural_width(console, grid) + panel_border <= console.width:
+        return grid
+    return Group(step, "", memory)
+
+
+def _runner_up_line(best: Plan, second: Plan, objective: str) -> str:
+    a, b = best.estimate, second.estimate
+    metric = "peak_memory_bytes" if objective == "memory" else "step_time_s"
+    shown = gib if metric == "peak_memory_bytes" else seconds
+    unit = "GiB peak memory" if metric == "peak_memory_bytes" else "s per step"
+    gap = b[metric] / a[metric] - 1.0
+    head = f"#2 ({config_text(_axes(second))}): {shown(b[metric])} vs {shown(a[metric])} {unit}"
+    if abs(gap) < 1e-3:
+        return f"{head}, a tie within 0.1%; the search orders ties by the axes tp, pp, dp, cp, ..."
+    terms, other = a["step_time_breakdown_s"], b["step_time_breakdown_s"]
+    widest = max(terms, key=lambda k: abs(other[k] - terms[k]))
+    return (f"{head} ({percent(gap, signed=True)}%); largest step-time difference: "
+            f"{STEP_LABELS.get(widest, widest)} {seconds(other[widest])} s vs {seconds(terms[widest])} s")
+
+
+def _axes(plan: Plan) -> dict[str, Any]:
+    config = plan.config.as_dict()
+    return {k: config[k] for k in ("tp", "pp", "dp", "cp", "vpp", "mbs", "zero", "recompute", "sp")}
+
+
+def why_best(console: Console, plans: list[Plan], capacity_bytes: float, cost_model: str, objective: str) -> None:
+    """The breakdown of plan #1 and what separates it from #2."""
+    best = plans[0]
+    lines = [_breakdowns(console, best.estimate, capacity_bytes), f"cost model: {escape(cost_model)}"]
+    if len(plans) > 1:
+        lines.append(escape(_runner_up_line(best, plans[1], objective)))
+    title = f"why #1 wins: {config_text(_axes(best))}"
+    console.print(Panel(Group(*lines), title=escape(title), title_align="left", expand=False))
+
+
+def search_summary(console: Console, rejected: dict[str, int], considered: int, evaluated: int, fit: int) -> None:
+    """Rejections per reason and the funnel counts."""
+    if rejected:
+        table = Table(title="rejected candidates", title_justify="left")
+        table.add_column("reason")
+        table.add_column("count", justify="right")
+        for reason, hits in sorted(rejected.items(), key=lambda item: -item[1]):
+            table.add_row(escape(reason), count(hits))
+        print_table(console, table)
+    console.print(f"{count(considered)} considered, {count(evaluated)} evaluated, {count(fit)} fit")
+
+
+def evaluation(console: Console, plan: Plan, capacity_bytes: float, cost_model: str) -> None:
+    """Everything the cost model says about one configuration."""
+    e = plan.estimate
+    summary = Table.grid(padding=(0, 2))
+    summary.add_column()
+    summary.add_column(justify="right")
+    rows = [
+        ("step time s", seconds(e["step_time_s"])), ("micro-batches per step", str(e["num_microbatches"])),
+        ("tokens/s", count(e["tokens_per_s"])), ("tokens/s per GPU", count(e["tokens_per_s_per_gpu"])),
+        ("MFU %", percent(e["mfu"])), ("HFU %", percent(e["hfu"])),
+        ("model TFLOP/s per GPU", f"{e['model_tflops_per_gpu']:.1f}"),
+        ("peak memory GiB", f"{gib(e['peak_memory_bytes'])} of {gib(capacity_bytes)}"),
+        ("fits", "yes" if plan.fits else "[bold red]no[/bold red]"),
+    ]
+    for label, value in rows:
+        summary.add_row(label, value)
+    title = f"{plan.job.model.name} on {plan.cluster.name}: {config_text(_axes(plan))}"
+    body = Group(summary, "", _breakdowns(console, e, capacity_bytes), f"cost model: {escape(cost_model)}")
+    console.print(Panel(body, title=escape(title), title_align="left", expand=False))
+    if not plan.fits:
+        console.print(f"does not fit: needs {gib(e['peak_memory_bytes'])} GiB per GPU, "
+                      f"{gib(capacity_bytes)} GiB available")
+
+
+# -- models -----------------------------------------------------------------------------------
+def model_list(console: Console, models: list[ModelSpec]) -> None:
+    """One row per preset."""
+    table = Table(title="model presets", title_justify="left")
+    for header in ("preset", "model_type", "params B", "layers", "hidden", "heads/kv"):
+        table.add_column(header, justify="left" if header in ("preset", "model_type") else "right")
+    for m in models:
+        table.add_row(m.name, m.model_type, f"{m.total_params() / PARAMS_PER_BILLION:.2f}", str(m.num_layers),
+                      str(m.hidden_size), f"{m.num_heads}/{m.num_kv_heads}")
+    console.print(table)
+
+
+def model_detail(console: Console, m: ModelSpec, seq_len: int) -> None:
+    """Shape, exact parameter counts and model FLOPs per token of one model."""
+    shape = Table(title=f"{escape(m.name)} ({m.model_type})", title_justify="left", show_header=False)
+    for label, value in (
+        ("layers", m.num_layers), ("hidden", m.hidden_size), ("heads / KV heads", f"{m.num_heads} / {m.num_kv_heads}"),
+        ("head dim", m.head_dim), ("FFN", m.ffn_size), ("vocab", m.vocab_size),
+        ("MLP", "gated (3 matrices)" if m.gated_mlp else "2 matrices"), ("norm", m.norm),
+        ("position", m.position), ("tied embeddings", "yes" if m.tied_embeddings else "no"),
+    ):
+        shape.add_row(label, str(value))
+    params = Table(title="parameters", title_justify="left")
+    params.add_column("part")
+    params.add_column("count", justify="right")
+    for label, value in (("embedding", m.embedding_params()), ("per layer", m.layer_params()),
+                         (f"all {m.num_layers} layers", m.num_layers * m.layer_params()),
+                         ("output (final norm + projection)", m.output_params()), ("total", m.total_params())):
+        params.add_row(label, count(value))
+    flops = Table(title=f"training FLOPs per token at seq len {seq_len:,} (fwd + bwd, no recompute)",
+                  title_justify="left")
+    flops.add_column("attention convention")
+    flops.add_column("FLOPs", justify="right")
+    for convention in ("full", "causal"):
+        flops.add_row(convention, count(m.model_flops_per_token(seq_len, convention)))
+    for table in (shape, params, flops):
+        print_table(console, table)
+
+
+# -- hardware ---------------------------------------------------------------------------------
+def _tflops(gpu: GPUSpec, dtype: str) -> str:
+    peak = gpu.peak_flops_per_s.get(dtype)
+    return "—" if peak is None else f"{peak / FLOPS_PER_TFLOP:g}"
+
+
+def hardware_lists(console: Console, gpus: list[GPUSpec], clusters: list[ClusterSpec]) -> None:
+    """The GPU catalog, then the cluster types."""
+    table = Table(title="GPUs: dense tensor-core TFLOP/s per dtype, HBM, links (one direction)",
+                  title_justify="left")
+    for header in ("name", "bf16", "fp8", "fp4", "HBM GiB", "HBM TB/s", "NVLink GB/s", "NIC GB/s"):
+        table.add_column(header, justify="left" if header == "name" else "right")
+    for g in gpus:
+        table.add_row(g.name, _tflops(g, "bf16"), _tflops(g, "fp8"), _tflops(g, "fp4"), f"{g.hbm_bytes / BYTES_PER_GIB:g}",
+                      f"{g.hbm_bytes_per_s / BYTES_PER_TB:g}", f"{g.nvlink_bytes_per_s / BYTES_PER_GB:g}",
+                      f"{g.nic_bytes_per_s / BYTES_PER_GB:g}")
+    print_table(console, table)
+    nodes = Table(title="cluster types (size them with --nodes or --gpus)", title_justify="left")
+    for header in ("name", "GPU", "GPUs/node", "NVLink domain", "NIC GB/s per GPU", "latency µs inter/intra"):
+        nodes.add_column(header, justify="left" if header in ("name", "GPU") else "right")
+    for c in clusters:
+        nodes.add_row(c.name, c.gpu.name, str(c.gpus_per_node), str(c.nvlink_domain_gpus),
+                      f"{c.nic_bytes_per_s_per_gpu / BYTES_PER_GB:g}",
+                      f"{c.inter_node_latency_s / SECONDS_PER_US:g} / {c.intra_domain_latency_s / SECONDS_PER_US:g}")
+    print_table(console, nodes)
+
+
+def _sourced_table(title: str) -> Table:
+    table = Table(title=escape(title), title_justify="left", show_lines=True)
+    table.add_column("quantity")
+    table.add_column("value")
+    table.add_column("source", ratio=1)
+    return table
+
+
+def gpu_detail(console: Console, g: GPUSpec) -> None:
+    """Every datasheet number of one GPU with its citation, then the calibrated efficiencies."""
+    table = _sourced_table(f"{g.name}: {g.display_name} ({g.vendor} {g.architecture})")
+    peaks = "\n".join(f"{d} {p / FLOPS_PER_TFLOP:g}" for d, p in g.peak_flops_per_s.items())
+    table.add_row("dense TFLOP/s", peaks, escape(g.sources.get("dense_tflops", "")))
+    table.add_row("HBM", f"{g.hbm_bytes / BYTES_PER_GIB:g} GiB\n{g.hbm_bytes_per_s / BYTES_PER_TB:g} TB/s",
+                  escape(g.sources.get("hbm", "")))
+    table.add_row("NVLink GB/s (one direction)", f"{g.nvlink_bytes_per_s / BYTES_PER_GB:g}",
+                  escape(g.sources.get("nvlink", "")))
+    table.add_row("NIC GB/s (one direction)", f"{g.nic_bytes_per_s / BYTES_PER_GB:g}", escape(g.sources.get("nic", "")))
+    if g.price_usd_per_gpu_hour is not None:
+        table.add_row("price USD/GPU-hour", f"{g.price_usd_per_gpu_hour:g}", escape(g.sources.get("price", "")))
+    eff = g.efficiency
+    fractions = "\n".join([f"GEMM {d} {f:g}" for d, f in eff.gemm_peak_frac.items()] + [
+        f"GEMM half-rate dim {eff.gemm_half_dim:g}", f"attention {eff.attention_peak_frac:g}",
+        f"HBM {eff.hbm_frac:g}", f"NVLink {eff.nvlink_frac:g}", f"NIC {eff.nic_frac:g}",
+        f"kernel overhead {eff.kernel_overhead_s / SECONDS_PER_US:g} µs"])
+    table.add_row("achieved fraction of peak", fractions, escape(eff.source))
+    console.print(table)
+
+
+def cluster_detail(console: Console, c: ClusterSpec) -> None:
+    """The node and fabric numbers of one cluster type, then its GPU."""
+    origin = f"clusters.yaml:{c.name}"
+    table = _sourced_table(f"{c.name}: {c.gpus_per_node} x {c.gpu.name} per node (size it with --nodes or --gpus)")
+    for label, value in (
+        ("GPUs per node", str(c.gpus_per_node)), ("NVLink domain GPUs", str(c.nvlink_domain_gpus)),
+        ("NIC GB/s per GPU (one direction)", f"{c.nic_bytes_per_s_per_gpu / BYTES_PER_GB:g}"),
+        ("inter-node latency µs", f"{c.inter_node_latency_s / SECONDS_PER_US:g}"),
+        ("intra-domain latency µs", f"{c.intra_domain_latency_s / SECONDS_PER_US:g}"),
+        ("oversubscription", f"{c.oversubscription:g}"),
+    ):
+        table.add_row(label, value, origin)
+    console.print(table)
+    gpu_detail(console, c.gpu)
+
+
+# -- validate ---------------------------------------------------------------------------------
+def validation(console: Console, rows: list[dict[str, Any]], summaries: dict[str, dict[str, float]]) -> None:
+    """Predicted vs measured throughput per reference run, then error summaries per source."""
+    table = Table(title="reference runs: tokens/s per GPU, predicted vs measured", title_justify="left")
+    for header in ("id", "model", "GPU", "GPUs", "measured", "predicted", "error %", "chosen by search"):
+        numeric = header in ("GPUs", "measured", "predicted", "error %")
+        table.add_column(header, justify="right" if numeric else "left", overflow="fold",
+                         min_width=12 if header == "chosen by search" else None)
+    for r in rows:
+        feasible = r["predicted_tokens_per_s_per_gpu"] is not None
+        table.add_row(r["id"], r["model"], r["gpu"], str(r["num_gpus"]), count(r["measured_tokens_per_s_per_gpu"]),
+                      count(r["predicted_tokens_per_s_per_gpu"]) if feasible else "—",
+                      percent(r["error_frac"], signed=True) if feasible else "—", escape(r["chosen"]))
+    print_table(console, table)
+    summary = Table(title="error summary (|predicted / measured - 1|)", title_justify="left")
+    for header in ("source", "rows", "median |error| %", "max |error| %", "infeasible"):
+        summary.add_column(header, justify="left" if header == "source" else "right")
+    for source, s in summaries.items():
+        summary.add_row(escape(source), str(s["rows"]), percent(s["median_abs_error_frac"]),
+                        percent(s["max_abs_error_frac"]), str(s["infeasible"]))
+    print_table(console, summary)
+
+
+# -- JSON files -------------------------------------------------------------------------------
+def check_writable(path: Path, force: bool) -> None:
+    """InputError unless ``path`` can be (over)written; checked before any long computation."""
+    if path.exists() and not force:
+        raise InputError(f"{path} already exists; pass --force to overwrite it or choose another --json path")
+    if path.is_dir():
+        raise InputError(f"{path} is a directory; --json needs a file path")
+    if not path.parent.is_dir():
+        raise InputError(f"cannot write {path}: folder {path.parent} does not exist")
+
+
+def write_json(path: Path, document: dict[str, Any], force: bool) -> None:
+    """Write ``document`` as stable JSON, atomically (temp file in the same folder, then rename)."""
+    check_writable(path, force)
+    text = json.dumps(document, indent=2, allow_nan=False) + "\n"
+    handle, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w") as stream:
+            stream.write(text)
+        umask = os.umask(0)  # mkstemp makes the file 0600; give it the permissions open() would
+        os.umask(umask)
+        os.chmod(temp_name, 0o666 & ~umask)
+        os.replace(temp_name, path)
+    except BaseException:
+        Path(temp_name).unlink(missing_ok=True)
+        raise
