@@ -49,11 +49,11 @@ class ConfigTable:
         return len(np.atleast_1d(self.tp))
 
     @classmethod
-    def from_columns(cls, **columns) -> "ConfigTable":
+    def from_columns(cls, **columns) -> ConfigTable:
         """Build from lists or arrays; every column becomes int64."""
         return cls(**{name: np.atleast_1d(np.asarray(value, dtype=np.int64)) for name, value in columns.items()})
 
-    def take(self, index) -> "ConfigTable":
+    def take(self, index) -> ConfigTable:
         """The rows at ``index`` (an integer array or boolean mask)."""
         return ConfigTable(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 

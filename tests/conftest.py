@@ -1,0 +1,71 @@
+"""Small factories shared by the tests: models, config tables and clusters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from paraplan.cost_models.model_spec import ModelSpec
+from paraplan.cost_models.table import ConfigTable
+from paraplan.hardware_profiles import ClusterSpec, load_cluster
+
+# A GPT-3-style dense decoder (Megatron GPT): LayerNorm with bias, biases on every GEMM, plain
+# 4h MLP, learned positions, tied embeddings, dropout on. Small enough to cost in microseconds.
+_GPT_DEFAULTS: dict[str, Any] = {
+    "name": "gpt-test",
+    "model_type": "gpt2",
+    "num_layers": 24,
+    "hidden_size": 2048,
+    "num_heads": 16,
+    "vocab_size": 51200,
+    "gated_mlp": False,
+    "tied_embeddings": True,
+    "norm": "layernorm",
+    "norm_bias": True,
+    "qkv_bias": True,
+    "linear_bias": True,
+    "qk_norm": False,
+    "position": "learned",
+    "max_positions": 2048,
+    "dropout": True,
+}
+
+TABLE_DEFAULTS = {"tp": 1, "pp": 1, "dp": 1, "cp": 1, "vpp": 1, "mbs": 1, "zero": 0, "recompute": 0, "sp": 0}
+
+
+def make_model(**overrides: Any) -> ModelSpec:
+    """A GPT-like ModelSpec; head_dim, KV heads and FFN follow hidden/heads unless overridden."""
+    fields = {**_GPT_DEFAULTS, **overrides}
+    fields.setdefault("num_kv_heads", fields["num_heads"])
+    fields.setdefault("head_dim", fields["hidden_size"] // fields["num_heads"])
+    fields.setdefault("ffn_size", 4 * fields["hidden_size"])
+    return ModelSpec(**fields)
+
+
+def make_table(**columns: Any) -> ConfigTable:
+    """A ConfigTable; scalars broadcast against list columns, unset columns take TABLE_DEFAULTS."""
+    unknown = set(columns) - set(TABLE_DEFAULTS)
+    if unknown:
+        raise TypeError(f"unknown config table columns {sorted(unknown)}")
+    merged = {**TABLE_DEFAULTS, **columns}
+    names = list(merged)
+    arrays = np.broadcast_arrays(*(np.atleast_1d(np.asarray(merged[n], dtype=np.int64)) for n in names))
+    return ConfigTable.from_columns(**{n: np.array(a) for n, a in zip(names, arrays)})
+
+
+@pytest.fixture
+def dgx_h100_nodes():
+    """Factory: a DGX H100 cluster of ``num_nodes`` 8-GPU nodes."""
+
+    def build(num_nodes: int) -> ClusterSpec:
+        return load_cluster("dgx-h100", num_nodes=num_nodes)
+
+    return build
+
+
+@pytest.fixture
+def dgx_h100() -> ClusterSpec:
+    """Two DGX H100 nodes: 16 GPUs, two 8-GPU NVLink domains."""
+    return load_cluster("dgx-h100", num_nodes=2)

@@ -1,0 +1,304 @@
+"""Search space and search: every row obeys the rules, the space equals a brute-force enumeration,
+the ranking is optimal, deterministic and respects fixed axes and engine capabilities."""
+
+from __future__ import annotations
+
+from itertools import product
+
+import numpy as np
+import pytest
+
+from paraplan.cost_models.hf_config import load_model
+from paraplan.cost_models.table import RECOMPUTE_CODES
+from paraplan.errors import InputError
+from paraplan.hardware_profiles import load_cluster
+from paraplan.planner.engines import engine_rules
+from paraplan.planner.job import TrainingJob
+from paraplan.planner.search import MEMORY_REASON, explain_no_fit, search
+from paraplan.planner.space import AXES, MAX_FREE_MICROBATCH_TOKENS, divisors, enumerate_space
+
+SEQ, GBS = 4096, 64
+
+
+@pytest.fixture(scope="module")
+def llama8b():
+    return load_model("llama-3.1-8b")
+
+
+@pytest.fixture(scope="module")
+def h100x16():
+    return load_cluster("dgx-h100", num_gpus=16)
+
+
+def _job(model, engine="megatron", seq_len=SEQ, global_batch=GBS, **kw):
+    return TrainingJob(model=model, seq_len=seq_len, global_batch=global_batch, engine=engine, **kw)
+
+
+def _rows(table):
+    return {tuple(int(getattr(table, axis)[i]) for axis in AXES) for i in range(len(table))}
+
+
+# -- hand-written rules ---------------------------------------------------------------------------
+# Engine capabilities as DESIGN.md section 5 states them: Megatron counts embedding and loss as
+# layers when splitting stages and needs m % pp == 0 to interleave; the DeepSpeed pipeline has
+# ZeRO-1 only, no CP, no interleaving, no SP; torchtitan always shards norms with TP (SP on).
+HAND_RULES = {
+    "megatron": {
+        "edge": True,
+        "cp": True,
+        "interleaved": True,
+        "m_multiple_of_pp": True,
+        "sp_with_tp": {0, 1},
+        "max_zero_pp": 1,
+    },
+    "deepspeed": {
+        "edge": False,
+        "cp": False,
+        "interleaved": False,
+        "m_multiple_of_pp": False,
+        "sp_with_tp": {0},
+        "max_zero_pp": 1,
+    },
+    "torchtitan": {
+        "edge": False,
+        "cp": True,
+        "interleaved": True,
+        "m_multiple_of_pp": False,
+        "sp_with_tp": {1},
+        "max_zero_pp": 3,
+    },
+}
+
+
+def _valid_by_hand(row, job, cluster, rules) -> bool:
+    tp, pp, dp, cp, vpp, mbs, zero, _recompute, sp = row
+    model, n, layers = job.model, cluster.num_gpus, job.model.num_layers
+
+    def splits(chunks):
+        return layers % chunks == 0 or (rules["edge"] and (layers + 2) % chunks == 0)
+
+    if tp * pp * dp * cp != n or tp > cluster.domain_gpus:
+        return False
+    if model.num_heads % tp or model.num_kv_heads % tp or not splits(pp):
+        return False
+    if cp > 1 and (job.seq_len % (2 * cp) or not rules["cp"]):
+        return False
+    if job.global_batch % (dp * mbs):
+        return False
+    micro = job.global_batch // (dp * mbs)
+    if vpp > 1 and (pp == 1 or not rules["interleaved"] or not splits(pp * vpp)):
+        return False
+    if vpp > 1 and rules["m_multiple_of_pp"] and micro % pp:
+        return False
+    if sp == 1 and tp == 1:
+        return False
+    if tp > 1 and sp not in rules["sp_with_tp"]:
+        return False
+    if zero > 0 and dp * cp == 1:  # states shard over the dp·cp group; nothing to shard over
+        return False
+    return not (zero > rules["max_zero_pp"] and pp > 1)
+
+
+def _brute_force(job, cluster):
+    engine = engine_rules(job.engine)
+    n, layers = cluster.num_gpus, job.model.num_layers
+    vpps = sorted(set(divisors(layers)) | (set(divisors(layers + 2)) if HAND_RULES[job.engine]["edge"] else set()))
+    mbss = [d for d in divisors(job.global_batch) if d * job.seq_len <= MAX_FREE_MICROBATCH_TOKENS] or [1]
+    zeros = list(engine.zero_stages)
+    recomputes = [RECOMPUTE_CODES[mode] for mode in engine.recompute_modes]
+    considered, valid = 0, set()
+    for tp, pp, cp, vpp, mbs, zero, recompute, sp in product(
+        divisors(n), divisors(n), divisors(n), vpps, mbss, zeros, recomputes, (0, 1)
+    ):
+        considered += 1
+        if n % (tp * pp * cp):
+            continue
+        row = (tp, pp, n // (tp * pp * cp), cp, vpp, mbs, zero, recompute, sp)
+        if _valid_by_hand(row, job, cluster, HAND_RULES[job.engine]):
+            valid.add(row)
+    return considered, valid
+
+
+CASES = [
+    ("dgx-h100", 2, "megatron", "llama-3.1-8b"),
+    ("gb200-nvl72", 4, "megatron", "llama-3.1-8b"),  # 16-GPU NVLink domain: tp = 16 meets the KV-head rule
+    ("dgx-h100", 2, "deepspeed", "llama-3.1-8b"),
+    ("dgx-h100", 2, "torchtitan", "llama-3.1-8b"),
+    ("dgx-h100", 3, "megatron", "megatron-gpt-1.7b"),  # 24 GPUs, 24 layers: uneven edge-accounted stages
+]
+
+
+@pytest.mark.parametrize("cluster_name, nodes, engine, model_name", CASES)
+def test_space_equals_brute_force(cluster_name, nodes, engine, model_name):
+    cluster = load_cluster(cluster_name, num_nodes=nodes)
+    job = _job(load_model(model_name), engine=engine, seq_len=2048 if "gpt" in model_name else SEQ)
+    space = enumerate_space(job, cluster, engine_rules(engine))
+    considered, valid = _brute_force(job, cluster)
+    assert len(valid) > 0
+    assert _rows(space.table) == valid
+    assert len(space.table) == len(valid)  # no duplicates
+    assert space.considered == considered
+    assert space.considered == len(space.table) + sum(space.rejected.values())
+    assert all(count > 0 for count in space.rejected.values())
+
+
+def test_every_row_obeys_the_rules(llama8b, h100x16):
+    job = _job(llama8b)
+    space = enumerate_space(job, h100x16, engine_rules("megatron"))
+    t = space.table
+    assert len(t) > 0
+    assert np.all(t.tp * t.pp * t.dp * t.cp == 16)
+    assert np.all(llama8b.num_heads % t.tp == 0) and np.all(llama8b.num_kv_heads % t.tp == 0)
+    assert np.all(GBS % (t.dp * t.mbs) == 0)
+    assert np.all((t.vpp == 1) | (t.pp > 1))
+    assert np.all((t.sp == 0) | (t.tp > 1))
+    assert np.all((t.zero == 0) | (t.dp * t.cp > 1))
+    assert np.all(t.tp <= h100x16.domain_gpus)
+    assert space.considered == len(t) + sum(space.rejected.values())
+    for axis in AXES:
+        assert getattr(t, axis).dtype == np.int64
+
+
+def test_rejection_reasons_are_sentences(llama8b, h100x16):
+    space = enumerate_space(_job(llama8b), h100x16, engine_rules("megatron"))
+    assert "tp·pp·cp does not divide the GPU count" in space.rejected
+    assert "vpp > 1 needs pp > 1" in space.rejected
+    assert "sequence parallel needs tp > 1" in space.rejected
+
+
+def test_fixed_axes_restrict_the_table(llama8b, h100x16):
+    engine = engine_rules("megatron")
+    space = enumerate_space(_job(llama8b), h100x16, engine, {"tp": [2]})
+    assert len(space.table) > 0 and np.all(space.table.tp == 2)
+    full = enumerate_space(_job(llama8b), h100x16, engine)
+    assert _rows(space.table) == {row for row in _rows(full.table) if row[0] == 2}
+    assert space.considered == len(space.table) + sum(space.rejected.values())
+
+    space = enumerate_space(_job(llama8b), h100x16, engine, {"dp": [4], "recompute": [2], "mbs": [1]})
+    assert len(space.table) > 0
+    assert np.all(space.table.dp == 4) and np.all(space.table.recompute == 2) and np.all(space.table.mbs == 1)
+    assert "dp differs from the requested values" in space.rejected
+    assert space.considered == len(space.table) + sum(space.rejected.values())
+
+
+def test_impossible_fixed_axis_gives_an_empty_space(llama8b, h100x16):
+    result = search(_job(llama8b), h100x16, {"tp": [3]})
+    assert len(result.table) == 0 and len(result.ranked) == 0
+    assert result.rejected == {"tp·pp·cp does not divide the GPU count": result.considered}
+    assert "tp·pp·cp does not divide" in explain_no_fit(result, h100x16)
+
+
+# -- search -------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def result(llama8b, h100x16):
+    return search(_job(llama8b), h100x16)
+
+
+def test_ranked_rows_fit_and_cover_every_fitting_row(result, h100x16):
+    peak = result.estimates.memory.peak_bytes
+    fits = peak <= h100x16.gpu.hbm_bytes
+    assert len(result.ranked) > 0
+    assert np.all(peak[result.ranked] <= h100x16.gpu.hbm_bytes)
+    assert sorted(result.ranked.tolist()) == np.flatnonzero(fits).tolist()
+    assert result.rejected.get(MEMORY_REASON, 0) == int((~fits).sum())
+    assert result.smallest_memory_bytes == pytest.approx(float(peak.min()))
+
+
+def test_first_ranked_row_is_the_fastest_that_fits(result, h100x16):
+    step = result.estimates.step_time_s
+    fits = result.estimates.memory.peak_bytes <= h100x16.gpu.hbm_bytes
+    best = float(step[fits].min())
+    assert float(step[result.ranked[0]]) <= best + 1e-12
+    ranked_steps = step[result.ranked]
+    assert np.all(np.diff(ranked_steps) >= -1e-12)
+
+
+def test_memory_objective_ranks_by_peak_memory(llama8b, h100x16):
+    result = search(_job(llama8b), h100x16, objective="memory")
+    peaks = result.estimates.memory.peak_bytes[result.ranked]
+    assert np.all(np.diff(peaks) >= -1e-3)
+    assert float(peaks[0]) == pytest.approx(float(result.estimates.memory.peak_bytes.min()))
+
+
+def test_search_is_deterministic(llama8b, h100x16, result):
+    again = search(_job(llama8b), h100x16)
+    np.testing.assert_array_equal(again.ranked, result.ranked)
+    for axis in AXES:
+        np.testing.assert_array_equal(getattr(again.table, axis), getattr(result.table, axis))
+    assert again.rejected == result.rejected
+
+
+def test_search_respects_fixed_tp(llama8b, h100x16):
+    result = search(_job(llama8b), h100x16, {"tp": [2]})
+    assert len(result.ranked) > 0
+    assert np.all(result.table.tp == 2)
+
+
+def test_memory_headroom_is_honoured(llama8b, h100x16, result):
+    tight = search(_job(llama8b, memory_headroom_frac=0.5), h100x16)
+    capacity = h100x16.gpu.hbm_bytes * 0.5
+    assert np.all(tight.estimates.memory.peak_bytes[tight.ranked] <= capacity)
+    assert len(tight.ranked) < len(result.ranked)
+
+
+def test_bad_objectives(llama8b, h100x16):
+    with pytest.raises(InputError, match="objective"):
+        search(_job(llama8b), h100x16, objective="speed")
+    if h100x16.gpu.price_usd_per_gpu_hour is None:
+        with pytest.raises(InputError, match="price"):
+            search(_job(llama8b), h100x16, objective="cost")
+
+
+def test_nothing_fits_explains_memory(h100x16):
+    model = load_model("llama-3.1-405b")
+    result = search(_job(model, global_batch=16), load_cluster("dgx-h100", num_gpus=8), {"mbs": [1]})
+    assert len(result.table) > 0 and len(result.ranked) == 0
+    assert "GiB" in explain_no_fit(result, h100x16)
+
+
+# -- engine rules -------------------------------------------------------------------------------------
+def test_deepspeed_rules(llama8b, h100x16):
+    t = enumerate_space(_job(llama8b, engine="deepspeed"), h100x16, engine_rules("deepspeed")).table
+    assert len(t) > 0
+    assert np.all(t.vpp == 1)
+    assert np.all(t.cp == 1)
+    assert not np.any((t.zero > 1) & (t.pp > 1))
+    assert np.all(t.sp == 0)
+    assert set(t.recompute.tolist()) <= {RECOMPUTE_CODES["none"], RECOMPUTE_CODES["full"]}
+    assert np.any((t.zero > 1) & (t.pp == 1))  # ZeRO-2/3 are offered without a pipeline
+
+
+def test_torchtitan_rules(llama8b, h100x16):
+    t = enumerate_space(_job(llama8b, engine="torchtitan"), h100x16, engine_rules("torchtitan")).table
+    assert len(t) > 0
+    assert not np.any((t.sp == 0) & (t.tp > 1))
+    assert not np.any(t.zero == 1)
+    assert np.any((t.zero == 3) & (t.pp > 1))  # FSDP composes with pipelining
+    assert np.any(t.cp > 1) and np.any(t.vpp > 1)
+
+
+@pytest.mark.parametrize(
+    "engine, fixed",
+    [("megatron", {"zero": [2]}), ("torchtitan", {"zero": [1]}), ("deepspeed", {"recompute": [1]})],
+    ids=["megatron-zero2", "torchtitan-zero1", "deepspeed-selective"],
+)
+def test_fixed_axes_cannot_bring_in_unsupported_modes(llama8b, h100x16, engine, fixed):
+    # A fixed axis narrows the engine's capability table; it never brings in a mode the engine lacks.
+    space = enumerate_space(_job(llama8b, engine=engine), h100x16, engine_rules(engine), fixed)
+    assert len(space.table) == 0
+    assert space.considered == sum(space.rejected.values())
+    assert any(engine in reason for reason in space.rejected)
+
+
+def test_unknown_engine(llama8b):
+    with pytest.raises(InputError, match="megatron"):
+        _job(llama8b, engine="colossal")
+
+
+def test_job_validation(llama8b):
+    with pytest.raises(ValueError, match="seq-len"):
+        _job(llama8b, seq_len=0)
+    with pytest.raises(ValueError, match="precision"):
+        TrainingJob(model=llama8b, seq_len=SEQ, global_batch=GBS, precision="fp32")
+    with pytest.raises(ValueError, match="headroom"):
+        _job(llama8b, memory_headroom_frac=1.0)
