@@ -52,7 +52,7 @@ def test_accuracy_guard(name, selector, median_bound, max_bound):
 
 
 def test_overall_median():
-    runs, predictions = _predictions()
+    _, predictions = _predictions()
     errors = np.array([abs(p.error_frac) for p in predictions.values() if np.isfinite(p.error_frac)])
     assert np.median(errors) <= 0.085
 
