@@ -90,7 +90,7 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
     seq_shard = np.where(t.sp == 1, t.tp, 1)
     first_acts = (per_layer * layout.first_layers + tokens * ACTIVATION_BYTES * model.hidden_size / seq_shard) \
         * _in_flight(t.pp, t.vpp, num_microbatches)
-    last_acts = per_layer * layout.last_layers * np.where(t.pp == 1, 1.0, 1.0)
+    last_acts = per_layer * layout.last_layers  # the last stage holds one micro-batch in 1F1B
     logits = LOGITS_BYTES * tokens * model.vocab_size / t.tp
     working_set = np.where(
         t.recompute == 2,

@@ -6,6 +6,7 @@ YAML keys carry their units (``hbm_gib``, ``nic_gb_per_s``); this module convert
 from __future__ import annotations
 
 import difflib
+from dataclasses import replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -187,7 +188,7 @@ def quick_cluster(gpu_name: str, num_gpus: int, gpus_per_node: int = 8) -> Clust
     """The ``--gpu NAME --gpus N [--gpus-per-node 8]`` form: one NVLink domain per node."""
     gpu = load_gpu(gpu_name)
     positive_int(gpus_per_node, "--gpus-per-node")
-    per_node = min(gpus_per_node, num_gpus) if num_gpus < gpus_per_node else gpus_per_node
+    per_node = min(gpus_per_node, num_gpus)
     nodes = _node_count(f"{gpu_name}x{num_gpus}", per_node, None, num_gpus)
     return ClusterSpec(
         name=f"{gpu_name}x{num_gpus}",
@@ -219,6 +220,4 @@ def cluster_from_file(path: Path, *, num_nodes: int | None = None, num_gpus: int
 
 def with_nic(cluster: ClusterSpec, nic_bytes_per_s_per_gpu: float) -> ClusterSpec:
     """The same cluster with another scale-out bandwidth per GPU (a site's real fabric)."""
-    from dataclasses import replace
-
     return replace(cluster, nic_bytes_per_s_per_gpu=nic_bytes_per_s_per_gpu)
