@@ -2,8 +2,10 @@
 
 This is how the sustained-training fractions in hardware_profiles/efficiency.yaml were chosen.
 Run: python bench/calibrate.py GPU 'PARAM=v1,v2 ...' [--exclude REGEX]
-  PARAM is gemm_<dtype> (e.g. gemm_fp8) or an EfficiencySpec field (attention_peak_frac).
-Example: python bench/calibrate.py gb200 'gemm_fp8=0.5,0.55,0.6 attention_peak_frac=0.3,0.4'
+  PARAM is gemm_<dtype> (e.g. gemm_fp8), pytorch_gemm_<dtype> (the PyTorch-native stack's override),
+  attention_<kernel> (attention_fused, attention_flash) or
+  another EfficiencySpec field (gemm_half_dim, hbm_frac, ...).
+Example: python bench/calibrate.py gb200 'gemm_fp8=0.5,0.55,0.6 attention_fused=0.3,0.4'
 Prints the six best settings by median |error| (+ a quarter of the max), with max error and bias.
 """
 
@@ -29,14 +31,21 @@ def _parse_grid(text: str) -> dict[str, list[float]]:
 
 def _with_constants(gpu, constants: dict[str, float]):
     eff = gpu.efficiency
-    fractions = dict(eff.gemm_peak_frac)
+    fractions, attention = dict(eff.gemm_peak_frac), dict(eff.attention_peak_frac)
+    pytorch = dict(eff.stack_gemm_peak_frac.get("pytorch", {}))
     fields = {}
     for name, value in constants.items():
-        if name.startswith("gemm_") and name != "gemm_half_dim":
+        if name.startswith("pytorch_gemm_"):
+            pytorch[name.removeprefix("pytorch_gemm_")] = value
+        elif name.startswith("gemm_") and name != "gemm_half_dim":
             fractions[name.removeprefix("gemm_")] = value
+        elif name.startswith("attention_"):
+            attention[name.removeprefix("attention_")] = value
         else:
             fields[name] = value
-    return dataclasses.replace(gpu, efficiency=dataclasses.replace(eff, gemm_peak_frac=fractions, **fields))
+    return dataclasses.replace(gpu, efficiency=dataclasses.replace(
+        eff, gemm_peak_frac=fractions, attention_peak_frac=attention,
+        stack_gemm_peak_frac={**eff.stack_gemm_peak_frac, "pytorch": pytorch}, **fields))
 
 
 def main() -> None:
@@ -44,9 +53,12 @@ def main() -> None:
     parser.add_argument("gpu")
     parser.add_argument("grid")
     parser.add_argument("--exclude", default=None, help="regex of reference-run ids to leave out")
+    parser.add_argument("--only", default=None, help="regex of reference-run ids to keep")
     args = parser.parse_args()
     runs = load_reference_runs()
     runs = runs[runs.gpu == args.gpu]
+    if args.only:
+        runs = runs[runs.id.str.contains(args.only)]
     if args.exclude:
         runs = runs[~runs.id.str.contains(args.exclude)]
     table = catalog._gpu_table()

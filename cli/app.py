@@ -60,6 +60,9 @@ SeqLenOpt = Annotated[int, typer.Option(help="Tokens per sequence.", rich_help_p
 BatchOpt = Annotated[int, typer.Option(help="Sequences per optimizer step.", rich_help_panel=_JOB)]
 EngineOpt = Annotated[str, typer.Option(help="megatron, deepspeed or torchtitan.", rich_help_panel=_JOB)]
 PrecisionOpt = Annotated[str, typer.Option(help="GEMM precision: bf16, fp8 or fp4.", rich_help_panel=_JOB)]
+AttentionOpt = Annotated[str, typer.Option(
+    help="Attention kernel: auto (engine default), fused (cuDNN via Transformer Engine), flash (FlashAttention-2), "
+         "unfused.", rich_help_panel=_JOB)]
 HeadroomOpt = Annotated[float, typer.Option(help="Fraction of HBM to keep free (0-1).", rich_help_panel=_JOB)]
 ConventionOpt = Annotated[str, typer.Option(help="Attention FLOPs counted in MFU: full or causal.",
                                             rich_help_panel=_JOB)]
@@ -142,14 +145,15 @@ def make_cluster(cluster: str | None, nodes: int | None, gpu: str | None, gpus: 
 
 
 def make_job(model: str, seq_len: int, global_batch: int, precision: str, engine: str, convention: str,
-             headroom: float) -> TrainingJob:
+             headroom: float, attention: str = "auto") -> TrainingJob:
     """The TrainingJob, with its own validation errors reported as bad input."""
     if convention not in get_args(AttentionFlops):
         raise InputError(f"--flops-convention expects {' or '.join(get_args(AttentionFlops))}, got {convention!r}")
     spec = load_model(model)
     try:
         return TrainingJob(model=spec, seq_len=seq_len, global_batch=global_batch, precision=precision,
-                           engine=engine, flops_convention=convention, memory_headroom_frac=headroom)
+                           engine=engine, attention=attention, flops_convention=convention,
+                           memory_headroom_frac=headroom)
     except ValueError as exc:
         raise InputError(str(exc)) from None
 
@@ -178,7 +182,7 @@ def write_plans(path: Path | None, plans: list[Plan], cost_model: str, force: bo
 def plan(
     model: ModelArg, seq_len: SeqLenOpt, global_batch: BatchOpt, cluster: ClusterOpt = None, nodes: NodesOpt = None,
     gpu: GpuOpt = None, gpus: GpusOpt = None, gpus_per_node: PerNodeOpt = None, engine: EngineOpt = "megatron",
-    precision: PrecisionOpt = "bf16", flops_convention: ConventionOpt = "full", headroom: HeadroomOpt = 0.0,
+    attention: AttentionOpt = "auto", precision: PrecisionOpt = "bf16", flops_convention: ConventionOpt = "full", headroom: HeadroomOpt = 0.0,
     objective: Annotated[str, typer.Option(help="throughput, cost or memory.")] = "throughput",
     top: Annotated[int, typer.Option(help="How many plans to show.")] = 5,
     json_path: JsonOpt = None, force: ForceOpt = False,
@@ -190,7 +194,7 @@ def plan(
 ) -> None:
     """Search every parallel layout and show the fastest plans that fit."""
     spec = make_cluster(cluster, nodes, gpu, gpus, gpus_per_node)
-    job = make_job(model, seq_len, global_batch, precision, engine, flops_convention, headroom)
+    job = make_job(model, seq_len, global_batch, precision, engine, flops_convention, headroom, attention)
     fixed = constraints(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp)
     if top < 1:
         raise InputError(f"--top expects a positive integer, got {top}")
@@ -203,7 +207,7 @@ def plan(
     plans = [plan_at(job, spec, result, int(row), rank) for rank, row in enumerate(result.ranked[:top], start=1)]
     console, capacity = render.make_console(), capacity_bytes(job, spec)
     title = (f"{job.model.name} on {spec.name} ({spec.num_gpus} x {spec.gpu.name}), seq {job.seq_len}, "
-             f"batch {job.global_batch}, {job.precision}, {job.engine}; best {len(plans)} by {objective}")
+             f"batch {job.global_batch}, {job.precision}, {job.engine}, {job.attention_kernel} attention; best {len(plans)} by {objective}")
     render.plan_table(console, plans, capacity, title)
     render.why_best(console, plans, capacity, result.estimates.cost_model, objective)
     render.search_summary(console, result.rejected, result.considered, len(result.table), len(result.ranked))
@@ -216,7 +220,7 @@ def evaluate(
     model: ModelArg, seq_len: SeqLenOpt, global_batch: BatchOpt, tp: _axis_opt("Tensor parallel."),
     pp: _axis_opt("Pipeline parallel."), cluster: ClusterOpt = None, nodes: NodesOpt = None, gpu: GpuOpt = None,
     gpus: GpusOpt = None, gpus_per_node: PerNodeOpt = None, engine: EngineOpt = "megatron",
-    precision: PrecisionOpt = "bf16", flops_convention: ConventionOpt = "full", headroom: HeadroomOpt = 0.0,
+    attention: AttentionOpt = "auto", precision: PrecisionOpt = "bf16", flops_convention: ConventionOpt = "full", headroom: HeadroomOpt = 0.0,
     dp: _axis_opt("Data parallel (default: GPUs / (tp·pp·cp)).") = None, cp: _axis_opt("Context parallel.") = "1",
     vpp: _axis_opt("Virtual pipeline stages.") = "1", mbs: _axis_opt("Micro-batch size.") = "1",
     zero: _axis_opt("ZeRO stage 0-3.") = "0", recompute: _axis_opt("none, selective or full.") = "none",
@@ -224,7 +228,7 @@ def evaluate(
 ) -> None:
     """Predict step time, throughput and memory of one parallel configuration."""
     spec = make_cluster(cluster, nodes, gpu, gpus, gpus_per_node)
-    job = make_job(model, seq_len, global_batch, precision, engine, flops_convention, headroom)
+    job = make_job(model, seq_len, global_batch, precision, engine, flops_convention, headroom, attention)
     fixed = constraints(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp)
     several = [axis for axis, values in fixed.items() if len(values) > 1]
     if several:

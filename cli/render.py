@@ -312,7 +312,9 @@ def gpu_detail(console: Console, g: GPUSpec) -> None:
         table.add_row("price USD/GPU-hour", f"{g.price_usd_per_gpu_hour:g}", escape(g.sources.get("price", "")))
     eff = g.efficiency
     fractions = "\n".join([f"GEMM {d} {f:g}" for d, f in eff.gemm_peak_frac.items()] + [
-        f"GEMM half-rate dim {eff.gemm_half_dim:g}", f"attention {eff.attention_peak_frac:g}",
+        f"GEMM {d} {f:g} ({stack} stack)" for stack, table in eff.stack_gemm_peak_frac.items()
+        for d, f in table.items()] + [f"attention {k} {f:g}" for k, f in eff.attention_peak_frac.items()] + [
+        f"GEMM half-rate dim {eff.gemm_half_dim:g}",
         f"HBM {eff.hbm_frac:g}", f"NVLink {eff.nvlink_frac:g}", f"NIC {eff.nic_frac:g}",
         f"kernel overhead {eff.kernel_overhead_s / SECONDS_PER_US:g} µs"])
     table.add_row("achieved fraction of peak", fractions, escape(eff.source))

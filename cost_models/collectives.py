@@ -4,6 +4,10 @@ Bus-bandwidth factors (nccl-tests doc/PERFORMANCE.md): all-reduce 2(n-1)/n, all-
 reduce-scatter (n-1)/n, all-to-all (n-1)/n, point-to-point 1. A group whose ranks all sit in one
 NVLink domain runs at NVLink speed; a larger group runs hierarchically: the k members that share
 a domain exchange over NVLink, and the n/k domains exchange S/k each over one NIC per member.
+
+Latency follows NCCL's own tuning model (src/graph/tuning.cc): all-gather and reduce-scatter
+exist only as rings, n-1 steps of which n/k-1 cross the fabric, so their latency grows linearly
+with the group; all-reduce at scale runs as a tree, logarithmic in the number of domains.
 """
 
 from __future__ import annotations
@@ -13,6 +17,14 @@ import numpy as np
 from paraplan.hardware_profiles import ClusterSpec
 
 _BUS_FACTOR = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0}
+_RING_ONLY = ("all_gather", "reduce_scatter")
+# Per-step latency of a ring moving bulk data (NCCL's Simple protocol, which it picks for multi-MB
+# buffers) and its fixed launch cost, from NCCL's tuning model (NVIDIA/nccl src/graph/tuning.cc,
+# hwLat Ring/Simple: 3.4 us per NVLink step, 9.6 us per network step; baseLat Ring/Simple 8.4 us).
+# A cluster profile's own (small-message) alpha applies when it is larger.
+RING_BULK_NVLINK_STEP_S = 3.4e-6
+RING_BULK_NETWORK_STEP_S = 9.6e-6
+RING_BULK_BASE_S = 8.4e-6
 
 
 def members_per_domain(group_size, stride, cluster: ClusterSpec):
@@ -44,9 +56,24 @@ def collective_time_s(kind: str, size_bytes, group_size, stride, cluster: Cluste
     nvlink, nic = _link_bandwidths(cluster)
     intra = factor * (k - 1) / k * size / nvlink
     inter = factor * (domains - 1) / domains * (size / k) / nic
-    latency = factor * (cluster.intra_domain_latency_s * np.log2(np.maximum(k, 1))
-                        + cluster.inter_node_latency_s * np.log2(np.maximum(domains, 1)))
-    return np.where(n > 1, intra + inter + latency, 0.0)
+    return np.where(n > 1, intra + inter + collective_latency_s(kind, n, stride, cluster), 0.0)
+
+
+def collective_latency_s(kind: str, group_size, stride, cluster: ClusterSpec):
+    """Size-independent seconds of one collective: the α of the α–β model."""
+    n = np.asarray(group_size, dtype=float)
+    k = members_per_domain(n, stride, cluster)
+    domains = n / k
+    intra_lat, inter_lat = cluster.intra_domain_latency_s, cluster.inter_node_latency_s
+    if kind in _RING_ONLY:
+        inter_steps = domains - 1
+        intra_step = max(intra_lat, RING_BULK_NVLINK_STEP_S)
+        inter_step = max(inter_lat, RING_BULK_NETWORK_STEP_S)
+        latency = RING_BULK_BASE_S + (n - 1 - inter_steps) * intra_step + inter_steps * inter_step
+    else:
+        latency = _BUS_FACTOR[kind] * (intra_lat * np.log2(np.maximum(k, 1))
+                                       + inter_lat * np.log2(np.maximum(domains, 1)))
+    return np.where(n > 1, latency, 0.0)
 
 
 def p2p_time_s(size_bytes, group_size, stride, cluster: ClusterSpec):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from paraplan.hardware_profiles import GPUSpec
+from paraplan.hardware_profiles.specs import ATTENTION_KERNELS, FLASH_FAMILY_KERNELS
 
 # Fused (flash) attention backward executes 2.5x the forward FLOPs: five matmuls against two,
 # because it recomputes QKᵀ (Dao 2023, FlashAttention-2, section 3.1.2).
@@ -30,8 +31,11 @@ class ComputeRates:
     """Half-saturation dimension of the GEMM efficiency curve."""
     gemm_element_bytes: float
     """Bytes per GEMM operand element in the job's dtype."""
+    attention_kernel: str
+    """Which attention implementation the rates describe (``ATTENTION_KERNELS``)."""
     attention_flops_per_s: float
-    """Fused attention rate (always 16-bit)."""
+    """Attention-core matmul rate, always 16-bit: the calibrated kernel rate for flash-family kernels,
+    the large-GEMM bf16 rate for unfused attention (whose batched GEMMs then pay their shape)."""
     memory_bytes_per_s: float
     """Achieved HBM bandwidth for element-wise kernels."""
     kernel_overhead_s: float
@@ -40,18 +44,27 @@ class ComputeRates:
     """Which model produced these rates."""
 
 
-def analytical_rates(gpu: GPUSpec, gemm_dtype: str) -> ComputeRates:
+def analytical_rates(gpu: GPUSpec, gemm_dtype: str, attention_kernel: str = "fused",
+                     kernel_stack: str = "transformer_engine") -> ComputeRates:
     """Rates from the datasheet and the calibrated fractions in efficiency.yaml."""
     eff = gpu.efficiency
-    frac = eff.gemm_peak_frac.get(gemm_dtype, eff.gemm_peak_frac["bf16"])
+    fractions = {**eff.gemm_peak_frac, **eff.stack_gemm_peak_frac.get(kernel_stack, {})}
+    frac = fractions.get(gemm_dtype, fractions["bf16"])
+    if attention_kernel in FLASH_FAMILY_KERNELS:
+        attention_frac = eff.attention_peak_frac[attention_kernel]
+    elif attention_kernel == "unfused":
+        attention_frac = fractions["bf16"]
+    else:
+        raise ValueError(f"attention kernel must be one of {', '.join(ATTENTION_KERNELS)}, got {attention_kernel!r}")
     return ComputeRates(
         gemm_flops_per_s=gpu.peak(gemm_dtype) * frac,
         gemm_half_dim=eff.gemm_half_dim,
         gemm_element_bytes=BYTES_PER_ELEMENT[gemm_dtype],
-        attention_flops_per_s=gpu.peak("bf16") * eff.attention_peak_frac,
+        attention_kernel=attention_kernel,
+        attention_flops_per_s=gpu.peak("bf16") * attention_frac,
         memory_bytes_per_s=gpu.hbm_bytes_per_s * eff.hbm_frac,
         kernel_overhead_s=eff.kernel_overhead_s,
-        source=f"analytical roofline ({gpu.name}, efficiency.yaml)",
+        source=f"analytical roofline ({gpu.name}, efficiency.yaml, {kernel_stack} GEMMs, {attention_kernel} attention)",
     )
 
 
@@ -72,9 +85,35 @@ def gemm_time_s(m, n, k, rates: ComputeRates):
     return np.maximum(compute, memory) + rates.kernel_overhead_s
 
 
-def attention_forward_time_s(flops, rates: ComputeRates):
-    """Seconds for the fused attention forward kernel executing ``flops``."""
-    return np.asarray(flops, dtype=float) / rates.attention_flops_per_s + rates.kernel_overhead_s
+def flash_attention_time_s(causal_flops, rates: ComputeRates) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of a flash-family kernel executing ``causal_flops`` forward."""
+    forward = np.asarray(causal_flops, dtype=float) / rates.attention_flops_per_s
+    return forward + rates.kernel_overhead_s, ATTENTION_BACKWARD_OVER_FORWARD * forward + rates.kernel_overhead_s
+
+
+def unfused_attention_time_s(score_elements, seq_len, head_dim, dropout: bool,
+                             rates: ComputeRates) -> tuple[np.ndarray, np.ndarray]:
+    """(forward, backward) seconds of attention with the score matrix materialised in HBM.
+
+    ``score_elements`` = micro-batch x local heads x local queries x keys. Forward: QKᵀ and PV as
+    batched GEMMs over every score (the causal mask is applied after, so nothing is skipped) at
+    the shape efficiency of (s, s, d_head), then the fused scale-mask-softmax (read 2 B, write
+    2 B per score) and, with attention dropout, the dropout kernel (read 2 B, write 2 B and a
+    1 B mask). Backward: four batched GEMMs, dropout backward (read 2 B + mask 1 B, write 2 B)
+    and softmax backward (read gradient and output 2 B each, write 2 B). Megatron-LM 2021
+    (Narayanan et al. section 4.3) ran exactly this path with fused softmax kernels.
+    """
+    elements = np.asarray(score_elements, dtype=float)
+    shape_eff = _saturation(seq_len, rates.gemm_half_dim) ** 2 * _saturation(head_dim, rates.gemm_half_dim)
+    gemm = 2.0 * 2.0 * elements * head_dim / (rates.attention_flops_per_s * shape_eff)
+    forward_bytes = 4.0 + (5.0 if dropout else 0.0)
+    backward_bytes = 6.0 + (5.0 if dropout else 0.0)
+    dropout_kernels = 1 if dropout else 0
+    forward = gemm + elements * forward_bytes / rates.memory_bytes_per_s \
+        + (3 + dropout_kernels) * rates.kernel_overhead_s
+    backward = 2.0 * gemm + elements * backward_bytes / rates.memory_bytes_per_s \
+        + (5 + dropout_kernels) * rates.kernel_overhead_s
+    return forward, backward
 
 
 def memory_bound_time_s(num_bytes, num_kernels, rates: ComputeRates):

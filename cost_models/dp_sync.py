@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from paraplan.cost_models.collectives import collective_time_s
+from paraplan.cost_models.collectives import collective_latency_s, collective_time_s
 from paraplan.cost_models.table import ConfigTable, Workload
 from paraplan.hardware_profiles import ClusterSpec
 
@@ -25,8 +25,13 @@ def _exposed(comm_s, window_s, last_bucket_frac):
 
 
 def dp_exposed_s(work: Workload, t: ConfigTable, cluster: ClusterSpec, params_per_gpu, layer_params_per_gpu,
-                 stage_time_s, num_microbatches):
-    """Seconds of data-parallel traffic the step waits for (arrays over configs)."""
+                 stage_time_s, num_microbatches, stage_layers=1, tensors_per_layer=1):
+    """Seconds of data-parallel traffic the step waits for (arrays over configs).
+
+    ``stage_layers`` and ``tensors_per_layer`` count the separate all-gathers of sharded weights
+    (one per layer, or one per parameter tensor when the engine gathers that way); each pays the
+    collective's latency on top of the bandwidth term of the whole stage's bytes.
+    """
     recipe = work.recipe
     # Gradients are reduced over data parallel x context parallel (CP ranks share weights);
     # with rank order tp-cp-dp-pp that group's members sit tp ranks apart.
@@ -48,12 +53,17 @@ def dp_exposed_s(work: Workload, t: ConfigTable, cluster: ClusterSpec, params_pe
     for stage, count in recipe.weight_gathers_per_microbatch.items():
         gathers = np.where(t.zero == stage, float(count), gathers)
     per_microbatch = gathers > 0
+    if recipe.regathers_for_recompute:
+        gathers = gathers + np.where(per_microbatch & (t.recompute == 2), 1.0, 0.0)
+    collectives_per_gather = np.asarray(stage_layers, dtype=float) * (tensors_per_layer if recipe.gathers_per_tensor else 1)
+    gather_latency_s = (collectives_per_gather - 1) * collective_latency_s("all_gather", group, stride, cluster)
     every_mb_reduce = per_microbatch & recipe.reduce_every_microbatch
     # Sharded weights: every micro-batch gathers (and maybe reduces) layer by layer under compute.
     layer_gather_s = collective_time_s("all_gather", layer_params_per_gpu * recipe.param_gather_bytes,
                                        group, stride, cluster)
-    mb_comm = gathers * gather_s + np.where(every_mb_reduce, reduce_s, 0.0)
-    sharded = num_microbatches * (np.maximum(mb_comm - stage_time_s, 0.0) + layer_gather_s)
+    mb_comm = gathers * (gather_s + gather_latency_s) + np.where(every_mb_reduce, reduce_s, 0.0)
+    hidden = np.maximum(mb_comm - stage_time_s, 0.0) + layer_gather_s
+    sharded = num_microbatches * (hidden if recipe.gathers_overlap_compute else mb_comm)
     sharded = sharded + np.where(every_mb_reduce, 0.0, _exposed(reduce_s, backward_s, bucket_frac))
     # Replicated weights: one reduction per step under the last backward; the distributed
     # optimizer (and ZeRO-2) then all-gather updated weights under the next forward.

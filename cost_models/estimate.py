@@ -74,7 +74,7 @@ def _pick(condition, when_true, when_false):
 def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTable,
              rates: ComputeRates | None = None) -> EstimateTable:
     """Predict every row of ``t``. Infeasible rows are still priced; ``fits`` says which fit."""
-    rates = rates or analytical_rates(cluster.gpu, work.precision)
+    rates = rates or analytical_rates(cluster.gpu, work.precision, work.attention, work.kernel_stack)
     m = work.global_batch / (t.dp * t.mbs)
     tokens = t.mbs * work.seq_len / t.cp
     lt = layer_times(model, work, t, rates, cluster)
@@ -104,7 +104,9 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTa
     bubble = (total - slowest) / t.vpp
 
     stage_params = np.maximum(layout.first_params, layout.last_params)
-    dp_comm = dp_exposed_s(work, t, cluster, stage_params, model.layer_params() / t.tp, slowest, m)
+    stage_layers = np.maximum(layout.first_layers, layout.last_layers)
+    dp_comm = dp_exposed_s(work, t, cluster, stage_params, model.layer_params() / t.tp, slowest, m,
+                           stage_layers, model.layer_param_tensors())
     updated = stage_params / np.where(t.zero >= 1, t.dp * t.cp, 1)
     optimizer = memory_bound_time_s(updated * OPTIMIZER_BYTES_PER_PARAM, OPTIMIZER_KERNELS, rates)
 

@@ -2,10 +2,11 @@
 
 Op inventory per layer (forward), on the tokens one GPU holds, T = mbs · s / cp:
   GEMMs: QKV [T, (q + 2kv)/tp, h], output [T, h, q/tp], MLP up [T, g·f/tp, h], down [T, h, f/tp]
-  attention core (fused, causal: half of 4·s·q per token executed), rotary on q and k,
+  attention core (flash-family kernels execute the causal half of 4·s·q per token; unfused
+  attention computes every score, see compute.unfused_attention_time_s), rotary on q and k,
   norms, residual adds and the MLP activation (memory-bound; with sequence parallel the norms
   and adds see T/tp tokens), fp8/fp4 input casts.
-Backward runs every GEMM twice (data and weight gradient) and attention at 2.5x forward.
+Backward runs every GEMM twice (data and weight gradient) and flash attention at 2.5x forward.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ import numpy as np
 
 from paraplan.cost_models.collectives import collective_time_s, p2p_time_s
 from paraplan.cost_models.compute import (
-    ATTENTION_BACKWARD_OVER_FORWARD,
     ComputeRates,
-    attention_forward_time_s,
+    flash_attention_time_s,
     gemm_time_s,
     memory_bound_time_s,
+    unfused_attention_time_s,
 )
 from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.cost_models.table import ConfigTable, Workload
@@ -74,14 +75,22 @@ def _tp_comm_s(model: ModelSpec, tokens, t: ConfigTable, cluster: ClusterSpec):
     return 2.0 * passes * per_collective
 
 
-def _cp_comm_s(model: ModelSpec, tokens, t: ConfigTable, cluster: ClusterSpec, attention_fwd_s):
+def _attention_core_s(model: ModelSpec, work: Workload, tokens, tp, rates: ComputeRates):
+    """(forward, backward) seconds of the attention core for ``tokens`` local queries."""
+    if rates.attention_kernel == "unfused":
+        score_elements = tokens * work.seq_len * model.num_heads / tp
+        return unfused_attention_time_s(score_elements, work.seq_len, model.head_dim, model.dropout, rates)
+    return flash_attention_time_s(2.0 * tokens * work.seq_len * model.q_width / tp, rates)  # causal half of 4·s·q
+
+
+def _cp_comm_s(model: ModelSpec, tokens, t: ConfigTable, cluster: ClusterSpec, attention_fwd_s, attention_bwd_s):
     """Ring attention: cp-1 hops of the local K and V forward, of K, V, dK, dV backward."""
     kv_bytes = 2.0 * tokens * model.kv_width / t.tp * ACTIVATION_BYTES
     hop = p2p_time_s(kv_bytes, t.cp, t.tp, cluster)
     forward = (t.cp - 1) * hop
     backward = 2.0 * forward
     exposed_fwd = np.maximum(forward - attention_fwd_s, 0.0)
-    exposed_bwd = np.maximum(backward - ATTENTION_BACKWARD_OVER_FORWARD * attention_fwd_s, 0.0)
+    exposed_bwd = np.maximum(backward - attention_bwd_s, 0.0)
     return exposed_fwd + exposed_bwd
 
 
@@ -90,19 +99,18 @@ def layer_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: Compute
     """Itemised time of one layer for one micro-batch."""
     tokens = t.mbs * work.seq_len / t.cp
     gemm = _gemm_forward_s(model, tokens, t.tp, rates)
-    attention_flops = 2.0 * tokens * work.seq_len * model.q_width / t.tp  # causal half of 4·s·q
-    attention = attention_forward_time_s(attention_flops, rates)
+    attention, attention_bwd = _attention_core_s(model, work, tokens, t.tp, rates)
     elementwise = memory_bound_time_s(
         tokens * _elementwise_bytes_per_token(model, t.tp, t.sp, work.precision), ELEMENTWISE_KERNELS_PER_LAYER,
         rates,
     )
     forward = gemm + attention + elementwise
-    backward = 2.0 * gemm + ATTENTION_BACKWARD_OVER_FORWARD * (attention - rates.kernel_overhead_s) + 2.0 * elementwise
+    backward = 2.0 * gemm + attention_bwd + 2.0 * elementwise
     recompute = np.select([t.recompute == 2, t.recompute == 1], [forward, attention], 0.0)
     return LayerTimes(
         forward_compute_s=forward,
         backward_compute_s=backward,
         recompute_s=recompute,
         tp_comm_s=_tp_comm_s(model, tokens, t, cluster),
-        cp_comm_s=_cp_comm_s(model, tokens, t, cluster, attention),
+        cp_comm_s=_cp_comm_s(model, tokens, t, cluster, attention, attention_bwd),
     )

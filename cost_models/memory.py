@@ -66,8 +66,10 @@ def layer_activation_bytes_per_token(model: ModelSpec, tp, sp, recompute, gemm_i
 
 
 def attention_scores_bytes_per_token(model: ModelSpec, seq_len: int, tp):
-    """Unfused attention keeps scores, softmax and its dropout mask: 5·a·s bytes per token (/tp)."""
-    return 5.0 * model.num_heads * seq_len / np.asarray(tp, dtype=float)
+    """Unfused attention keeps the softmax output (2 B per score) and, with attention dropout, its
+    1-byte mask and 2-byte output: 5·a·s bytes per token with dropout, 2·a·s without (/tp)."""
+    per_score = 5.0 if model.dropout else 2.0
+    return per_score * model.num_heads * seq_len / np.asarray(tp, dtype=float)
 
 
 def _in_flight(pp, vpp, num_microbatches):
@@ -87,14 +89,20 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
     # recipes save an fp8 copy for the weight-gradient GEMM, which runs at higher precision).
     gemm_input_bytes = 1.0 if work.precision in ("fp8", "fp4") else ACTIVATION_BYTES
     per_layer = tokens * layer_activation_bytes_per_token(model, t.tp, t.sp, t.recompute, gemm_input_bytes)
+    # Unfused attention also stores its score matrices unless recompute redoes the attention core.
+    scores = tokens * attention_scores_bytes_per_token(model, work.seq_len, t.tp) \
+        if work.attention == "unfused" else np.zeros_like(per_layer)
+    per_layer = per_layer + np.where(t.recompute == 0, scores, 0.0)
     seq_shard = np.where(t.sp == 1, t.tp, 1)
     first_acts = (per_layer * layout.first_layers + tokens * ACTIVATION_BYTES * model.hidden_size / seq_shard) \
         * _in_flight(t.pp, t.vpp, num_microbatches)
     last_acts = per_layer * layout.last_layers  # the last stage holds one micro-batch in 1F1B
     logits = LOGITS_BYTES * tokens * model.vocab_size / t.tp
     working_set = np.where(
-        t.recompute == 2,
-        tokens * layer_activation_bytes_per_token(model, t.tp, t.sp, np.zeros_like(t.recompute), gemm_input_bytes),
+        t.recompute >= 1,
+        np.where(t.recompute == 2,
+                 tokens * layer_activation_bytes_per_token(model, t.tp, t.sp, np.zeros_like(t.recompute),
+                                                           gemm_input_bytes), 0.0) + scores,
         0.0,
     )
     # States shard over the data-parallel group including context parallel (Megatron's
@@ -103,9 +111,11 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
     weights_frac = recipe.weight_bytes / np.where(t.zero >= recipe.weights_sharded_from_zero, dp, 1.0)
     grads_frac = recipe.grad_bytes / np.where(t.zero >= 2, dp, 1.0)
     optim_frac = recipe.optimizer_bytes / np.where(t.zero >= 1, dp, 1.0)
-    layer_params_gpu = model.layer_params() / t.tp
+    # Sharded weights are gathered a layer at a time (the gathered copy, the prefetched next one and
+    # its gradient); engines that gather per parameter tensor hold only the largest tensors.
+    unit_params = model.largest_layer_tensor_params() if recipe.gathers_per_tensor else model.layer_params()
     gathered = np.where(t.zero >= recipe.weights_sharded_from_zero,
-                        layer_params_gpu * (2 * recipe.param_gather_bytes + recipe.grad_bytes), 0.0)
+                        unit_params / t.tp * (2 * recipe.param_gather_bytes + recipe.grad_bytes), 0.0)
     # Reshard-after-backward only (FSDP SHARD_GRAD_OP): the whole stage stays gathered in compute.
     stage_gathered = np.where((t.zero == 2) & (recipe.weights_sharded_from_zero == 2), 1.0, 0.0)
 

@@ -104,6 +104,19 @@ class ModelSpec:
         """Everything in one decoder layer: attention, MLP and its two norms."""
         return self.attention_params() + self.mlp_params() + 2 * self._norm_params(self.hidden_size)
 
+    def layer_param_tensors(self) -> int:
+        """Parameter tensors of one layer as Megatron-style modules hold them (fused QKV, fused gate+up):
+        weight matrices, bias vectors, norm weights/biases. GPT-3 shapes: 4 + 4 + 4 = 12."""
+        matrices = 4
+        biases = int(self.qkv_bias) + 3 * int(self.linear_bias)
+        norms = 2 * (2 if self.norm_bias else 1) + (2 if self.qk_norm else 0)
+        return matrices + biases + norms
+
+    def largest_layer_tensor_params(self) -> int:
+        """Parameters of the largest weight matrix in a layer (fused QKV, fused gate+up, or down)."""
+        h, f = self.hidden_size, self.ffn_size
+        return max(h * (self.q_width + 2 * self.kv_width), self.q_width * h, (self.mlp_matrices - 1) * f * h, f * h)
+
     def embedding_params(self) -> int:
         """Input token embedding plus a learned position table when the model has one."""
         positions = self.max_positions * self.hidden_size if self.position == "learned" else 0

@@ -31,6 +31,12 @@ class StateRecipe:
     """Lowest ZeRO stage at which weights are sharded at rest (FSDP shards them at stage 2 too)."""
     weight_gathers_per_microbatch: dict[int, int]
     """All-gathers of a stage's weights per micro-batch, by ZeRO stage (forward, and backward at 3)."""
+    gathers_per_tensor: bool = False
+    """Sharded weights are gathered one parameter tensor at a time (else one collective per layer)."""
+    gathers_overlap_compute: bool = True
+    """Weight gathers are prefetched under compute (else the step waits for each one)."""
+    regathers_for_recompute: bool = False
+    """Full recompute gathers the weights once more for the recomputed forward."""
     source: str
     """Where the byte counts come from."""
 
@@ -90,9 +96,15 @@ DEEPSPEED_MIXED = StateRecipe(
     reduce_every_microbatch=True,
     weights_sharded_from_zero=3,
     weight_gathers_per_microbatch={3: 2},
+    gathers_per_tensor=True,
+    gathers_overlap_compute=False,
+    regathers_for_recompute=True,
     source=(
         "DeepSpeed bf16 as in the ZeRO paper: 2 + 2 + K with K = 12 (fp32 master, m, v); gradients are "
-        "reduced in the model dtype; ZeRO-2/3 reduce after every micro-batch's backward."
+        "reduced in the model dtype; ZeRO-2/3 reduce after every micro-batch's backward. ZeRO-3 fetches "
+        "each sub-module's parameters when its hook fires (one all-gather per parameter tensor, again for "
+        "the recomputed forward under activation checkpointing); Narayanan et al. 2021 Table 2 shows the "
+        "step waiting for them (time per step grows with the ZeRO-3 group at constant work per GPU)."
     ),
 )
 

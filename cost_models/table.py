@@ -70,5 +70,9 @@ class Workload:
     """GEMM precision: bf16, fp8 or fp4 (other ops stay 16-bit)."""
     recipe: StateRecipe
     """How the engine stores and communicates model states."""
+    attention: str = "fused"
+    """Attention implementation (hardware_profiles.specs.ATTENTION_KERNELS)."""
+    kernel_stack: str = "transformer_engine"
+    """Where the GEMM modules come from (hardware_profiles.specs.KERNEL_STACKS)."""
     flops_convention: AttentionFlops = "full"
     """Attention FLOPs counted in MFU: ``full`` (PaLM, Megatron Eq. 3) or ``causal`` (half)."""

@@ -14,7 +14,14 @@ from typing import Any
 
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import units
-from paraplan.hardware_profiles.specs import DTYPES, ClusterSpec, EfficiencySpec, GPUSpec
+from paraplan.hardware_profiles.specs import (
+    DTYPES,
+    FLASH_FAMILY_KERNELS,
+    KERNEL_STACKS,
+    ClusterSpec,
+    EfficiencySpec,
+    GPUSpec,
+)
 from paraplan.hardware_profiles.yaml_schema import (
     check_keys,
     fraction,
@@ -29,7 +36,7 @@ _GPU_SOURCES = ("dense_tflops", "hbm", "nvlink", "nic")
 _CLUSTER_KEYS = ("gpu", "gpus_per_node", "nvlink_domain_gpus", "nic_gb_per_s_per_gpu",
                  "inter_node_latency_us", "intra_domain_latency_us")
 _CLUSTER_OPTIONAL = ("display_name", "oversubscription", "sources")
-_EFFICIENCY_KEYS = ("gemm_peak_frac", "gemm_half_dim", "attention_peak_frac", "hbm_frac", "nvlink_frac",
+_EFFICIENCY_KEYS = ("gemm_peak_frac", "stack_gemm_peak_frac", "gemm_half_dim", "attention_peak_frac", "hbm_frac", "nvlink_frac",
                     "nic_frac", "kernel_overhead_us", "source")
 
 # Fabric latencies for the quick form (--gpu NAME --gpus N): typical NCCL small-message
@@ -52,10 +59,18 @@ def _unknown_name(kind: str, name: str, known: list[str]) -> InputError:
 def _efficiency(entry: dict[str, Any], where: str) -> EfficiencySpec:
     check_keys(entry, where, _EFFICIENCY_KEYS)
     gemm = check_keys(entry["gemm_peak_frac"], f"{where}.gemm_peak_frac", (), DTYPES)
+    attention = check_keys(entry["attention_peak_frac"], f"{where}.attention_peak_frac", FLASH_FAMILY_KERNELS)
+    stacks = check_keys(entry["stack_gemm_peak_frac"], f"{where}.stack_gemm_peak_frac", (), KERNEL_STACKS)
+    stack_fracs = {
+        stack: {d: fraction(v, f"{where}.stack_gemm_peak_frac.{stack}.{d}")
+                for d, v in check_keys(table, f"{where}.stack_gemm_peak_frac.{stack}", (), DTYPES).items()}
+        for stack, table in stacks.items()
+    }
     return EfficiencySpec(
         gemm_peak_frac={d: fraction(v, f"{where}.gemm_peak_frac.{d}") for d, v in gemm.items()},
+        stack_gemm_peak_frac=stack_fracs,
         gemm_half_dim=positive_number(entry["gemm_half_dim"], f"{where}.gemm_half_dim"),
-        attention_peak_frac=fraction(entry["attention_peak_frac"], f"{where}.attention_peak_frac"),
+        attention_peak_frac={k: fraction(v, f"{where}.attention_peak_frac.{k}") for k, v in attention.items()},
         hbm_frac=fraction(entry["hbm_frac"], f"{where}.hbm_frac"),
         nvlink_frac=fraction(entry["nvlink_frac"], f"{where}.nvlink_frac"),
         nic_frac=fraction(entry["nic_frac"], f"{where}.nic_frac"),
@@ -73,7 +88,8 @@ def _efficiencies() -> dict[str, EfficiencySpec]:
     for name, override in data["gpus"].items():
         check_keys(override, f"efficiency.yaml:{name}", ("source",), _EFFICIENCY_KEYS)
         merged = {**defaults, **override}
-        merged["gemm_peak_frac"] = {**defaults["gemm_peak_frac"], **override.get("gemm_peak_frac", {})}
+        for nested in ("gemm_peak_frac", "attention_peak_frac"):
+            merged[nested] = {**defaults[nested], **override.get(nested, {})}
         table[name] = _efficiency(merged, f"efficiency.yaml:{name}")
     return table
 

@@ -5,6 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 DTYPES = ("bf16", "fp16", "fp8", "fp4", "tf32")
+ATTENTION_KERNELS = ("fused", "flash", "unfused")
+"""Attention implementations the cost model knows:
+fused: cuDNN fused attention through Transformer Engine (FlashAttention-3-class on Hopper and newer);
+flash: FlashAttention-2-family kernels (flash-attn 2, PyTorch SDPA flash backend, Triton ports);
+unfused: scores materialised in HBM (batched GEMMs plus a softmax kernel), as before 2022."""
+KERNEL_STACKS = ("transformer_engine", "pytorch")
+"""Where an engine's GEMM kernels come from: Transformer Engine modules (Megatron-LM, NeMo), or
+PyTorch-native modules (torchtitan, DeepSpeed, llm-foundry), whose fp8 path casts unfused."""
+FLASH_FAMILY_KERNELS = ("fused", "flash")
+"""Kernels whose speed is a calibrated fraction of peak; ``unfused`` is costed from GEMMs and HBM."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -17,10 +27,13 @@ class EfficiencySpec:
 
     gemm_peak_frac: dict[str, float]
     """Fraction of the dense datasheet peak that a large, well-shaped GEMM reaches, per dtype."""
+    stack_gemm_peak_frac: dict[str, dict[str, float]]
+    """Per kernel stack (``KERNEL_STACKS``), dtypes whose GEMM fraction differs from ``gemm_peak_frac``."""
     gemm_half_dim: float
     """A GEMM dimension of this size runs at half the large-GEMM rate (tile/wave saturation)."""
-    attention_peak_frac: float
-    """Fraction of the 16-bit peak that fused (flash) attention forward reaches at long sequences."""
+    attention_peak_frac: dict[str, float]
+    """Fraction of the 16-bit peak that each flash-family attention kernel reaches at long sequences
+    (keys in ``FLASH_FAMILY_KERNELS``)."""
     hbm_frac: float
     """Fraction of datasheet HBM bandwidth that memory-bound element-wise kernels reach."""
     nvlink_frac: float

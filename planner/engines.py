@@ -42,6 +42,10 @@ class EngineRules:
     """Stages may hold one layer fewer on the first and last stage (embedding and loss count as layers)."""
     interleaved_needs_pp_multiple: bool
     """Interleaving requires the micro-batch count to be a multiple of pp."""
+    attention_kernels: tuple[str, ...]
+    """Attention implementations the engine can run; the first is its default."""
+    kernel_stack: str
+    """Where its GEMM modules come from: transformer_engine or pytorch (efficiency.yaml)."""
     source: str
     """Where these rules come from."""
 
@@ -51,26 +55,32 @@ ENGINES: dict[str, EngineRules] = {
         name="megatron", recipe=MEGATRON_MIXED, low_precision_recipe=MEGATRON_LOW_PRECISION, zero_stages=(0, 1, 3), max_zero_with_pp=1,
         supports_cp=True, supports_interleaved=True, sp_modes_with_tp=(0, 1),
         recompute_modes=("none", "selective", "full"), edge_accounted_stages=True,
-        interleaved_needs_pp_multiple=True,
+        interleaved_needs_pp_multiple=True, attention_kernels=("fused", "flash", "unfused"),
+        kernel_stack="transformer_engine",
         source=(
             "Megatron-LM core_v0.16 arguments: --use-distributed-optimizer, --use-megatron-fsdp, "
             "--sequence-parallel needs TP > 1, --num-layers-per-virtual-pipeline-stage, "
-            "--account-for-embedding/loss-in-pipeline-split, --recompute-granularity"
+            "--account-for-embedding/loss-in-pipeline-split, --recompute-granularity, "
+            "--attention-backend fused|flash|unfused (auto picks Transformer Engine's cuDNN fused attention)"
         ),
     ),
     "deepspeed": EngineRules(
         name="deepspeed", recipe=DEEPSPEED_MIXED, low_precision_recipe=DEEPSPEED_MIXED, zero_stages=(0, 1, 2, 3), max_zero_with_pp=1,
         supports_cp=False, supports_interleaved=False, sp_modes_with_tp=(0,),
         recompute_modes=("none", "full"), edge_accounted_stages=False, interleaved_needs_pp_multiple=False,
-        source="DeepSpeed: PipelineEngine supports ZeRO-1 only; activation checkpointing is per layer (full)",
+        attention_kernels=("flash", "unfused"), kernel_stack="pytorch",
+        source=("DeepSpeed: PipelineEngine supports ZeRO-1 only; activation checkpointing is per layer (full); "
+                "attention is the model's own (flash-attn 2 / SDPA, or the unfused reference path)"),
     ),
     "torchtitan": EngineRules(
         name="torchtitan", recipe=FSDP2_MIXED, low_precision_recipe=FSDP2_MIXED, zero_stages=(0, 2, 3), max_zero_with_pp=3,
         supports_cp=True, supports_interleaved=True, sp_modes_with_tp=(1,),
         recompute_modes=("none", "selective", "full"), edge_accounted_stages=False,
-        interleaved_needs_pp_multiple=False,
+        interleaved_needs_pp_multiple=False, attention_kernels=("flash", "fused"),
+        kernel_stack="pytorch",
         source=(
-            "torchtitan 0.3: FSDP2 (reshard_after_forward = ZeRO-3, never = ZeRO-2), DDP replicate, "
+            "torchtitan 0.3: scaled_dot_product_attention (flash backend by default, cuDNN backend on request), "
+            " FSDP2 (reshard_after_forward = ZeRO-3, never = ZeRO-2), DDP replicate, "
             "TP with SequenceParallel norms, Interleaved1F1B, context_parallel ring attention, "
             "activation_checkpoint mode none/selective/full"
         ),

@@ -25,6 +25,8 @@ class TrainingJob:
     """GEMM precision: bf16, fp8 or fp4."""
     engine: str = "megatron"
     """Target engine: megatron, deepspeed or torchtitan."""
+    attention: str = "auto"
+    """Attention kernel: fused, flash or unfused; auto = the engine's default."""
     flops_convention: AttentionFlops = "full"
     """Attention FLOPs counted in MFU: full (PaLM / Megatron convention) or causal."""
     memory_headroom_frac: float = 0.0
@@ -41,12 +43,21 @@ class TrainingJob:
             raise ValueError(f"flops convention must be full or causal, got {self.flops_convention!r}")
         if not 0 <= self.memory_headroom_frac < 1:
             raise ValueError(f"memory headroom must be a fraction in [0, 1), got {self.memory_headroom_frac}")
-        engine_rules(self.engine)
+        rules = engine_rules(self.engine)
+        if self.attention != "auto" and self.attention not in rules.attention_kernels:
+            raise ValueError(f"attention {self.attention!r} is not available with engine {self.engine} "
+                             f"(choose auto or one of {', '.join(rules.attention_kernels)})")
+
+    @property
+    def attention_kernel(self) -> str:
+        """The attention implementation the job runs (auto resolved to the engine's default)."""
+        return engine_rules(self.engine).attention_kernels[0] if self.attention == "auto" else self.attention
 
     def workload(self) -> Workload:
         """The cost model's view of the job."""
         return Workload(seq_len=self.seq_len, global_batch=self.global_batch, precision=self.precision,
                         recipe=recipe_for(engine_rules(self.engine), self.precision),
+                        attention=self.attention_kernel, kernel_stack=engine_rules(self.engine).kernel_stack,
                         flops_convention=self.flops_convention)
 
 

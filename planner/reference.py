@@ -25,7 +25,7 @@ from paraplan.planner.plan import config_at
 from paraplan.planner.search import search
 
 KNOBS = ("tp", "pp", "dp", "cp", "vpp", "mbs", "zero", "recompute")
-REQUIRED = ("id", "source", "model", "gpu", "num_gpus", "seq_len", "global_batch", "precision", "engine",
+REQUIRED = ("id", "source", "model", "gpu", "num_gpus", "seq_len", "global_batch", "precision", "engine", "attention",
             "measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu", "flops_convention") + KNOBS
 
 
@@ -99,7 +99,7 @@ def predict_row(row: pd.Series) -> Prediction:
     """Predict one reference run through the planner's search."""
     model = load_model(row["model"])
     job = TrainingJob(model=model, seq_len=int(row["seq_len"]), global_batch=int(row["global_batch"]),
-                      precision=row["precision"], engine=row["engine"])
+                      precision=row["precision"], engine=row["engine"], attention=row["attention"])
     fixed = _fixed_knobs(row)
     result = search(job, _cluster(row), fixed)
     measured = measured_tokens_per_s_per_gpu(row, model)

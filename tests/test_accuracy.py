@@ -2,7 +2,7 @@
 
 The guards below assert the accuracy paraplan reaches today, per group of rows, so a change
 that makes predictions worse fails. The issue's target (median <= 8%, no row beyond 20% on
-all dense rows) is not met yet; ``test_issue_target`` records that gap as a strict xfail and
+all dense rows): the median is met (4.7%), the 20% bound is not yet; ``test_issue_target`` records that gap as a strict xfail and
 will fail loudly (XPASS) once the model is good enough, so the marker must then be removed.
 """
 
@@ -32,14 +32,18 @@ def _abs_errors(selector) -> np.ndarray:
 
 
 # (description, row selector, median bound, max bound): today's figures plus a small margin.
+_NEMO = lambda r: r.source.str.startswith("NVIDIA")  # noqa: E731
+_MOSAIC = lambda r: r.source.str.startswith("Mosaic")  # noqa: E731
+_NARAYANAN = lambda r: r.source.str.startswith("Narayanan")  # noqa: E731
 GUARDS = [
-    ("NeMo dense, all GPUs", lambda r: r.source.str.startswith("NVIDIA"), 0.08, 0.26),
-    ("NeMo B200 fp8", lambda r: r.source.str.startswith("NVIDIA") & (r.gpu == "b200"), 0.03, 0.07),
-    ("NeMo H100 fp8", lambda r: r.source.str.startswith("NVIDIA") & (r.gpu == "h100-sxm"), 0.13, 0.15),
-    ("MosaicML A100 40GB", lambda r: r.source.str.startswith("Mosaic") & (r.gpu == "a100-sxm-40gb"), 0.04, 0.30),
-    ("MosaicML A100 80GB", lambda r: r.source.str.startswith("Mosaic") & (r.gpu == "a100-sxm-80gb"), 0.07, 0.23),
-    ("Megatron 2021 PTD-P (no ZeRO-3)",
-     lambda r: r.source.str.startswith("Narayanan") & (r.engine == "megatron"), 0.16, 0.30),
+    ("NeMo dense, all GPUs", _NEMO, 0.06, 0.25),
+    ("NeMo B200 fp8", lambda r: _NEMO(r) & (r.gpu == "b200"), 0.03, 0.07),
+    ("NeMo H100 fp8", lambda r: _NEMO(r) & (r.gpu == "h100-sxm"), 0.04, 0.09),
+    ("MosaicML A100 40GB", lambda r: _MOSAIC(r) & (r.gpu == "a100-sxm-40gb"), 0.04, 0.29),
+    ("MosaicML A100 80GB", lambda r: _MOSAIC(r) & (r.gpu == "a100-sxm-80gb"), 0.07, 0.22),
+    ("MosaicML H100 (flash attention, PyTorch stack)", lambda r: _MOSAIC(r) & (r.gpu == "h100-sxm"), 0.05, 0.20),
+    ("Megatron 2021 PTD-P (unfused attention)", lambda r: _NARAYANAN(r) & (r.engine == "megatron"), 0.04, 0.10),
+    ("Megatron 2021 Table 2 DeepSpeed ZeRO-3", lambda r: _NARAYANAN(r) & (r.engine == "deepspeed"), 0.16, 0.43),
 ]
 
 
@@ -54,20 +58,18 @@ def test_accuracy_guard(name, selector, median_bound, max_bound):
 def test_overall_median():
     _, predictions = _predictions()
     errors = np.array([abs(p.error_frac) for p in predictions.values() if np.isfinite(p.error_frac)])
-    assert np.median(errors) <= 0.085
+    assert np.median(errors) <= 0.05
 
 
-@pytest.mark.xfail(strict=True, reason="H100 MosaicML rows (+14% median), DeepSpeed ZeRO-3 rows of Narayanan "
-                   "Table 2 (up to +334%) and Megatron 2021 Table 1 small models exceed the 20% bound")
+@pytest.mark.xfail(strict=True, reason="15 of 327 rows exceed 20%: DeepSpeed ZeRO-3 at 1,536 and 2,240 GPUs "
+                   "(+24%, +43%), NeMo Llama-3 70B Megatron-FSDP rows where the search must choose full "
+                   "recompute (about -22%), and a few MosaicML A100 rows (up to +28%)")
 def test_issue_target():
     errors = _abs_errors(lambda r: r.id == r.id)
     assert np.median(errors) <= 0.08 and errors.max() <= 0.20
 
 
-KNOWN_INFEASIBLE = {
-    "megatron2021_t2_04": "DeepSpeed ZeRO-3 gathers at most stage3_max_live_parameters (1e9) at once; "
-                          "paraplan counts two whole gathered layers (10 GB each for 530B)",
-}
+KNOWN_INFEASIBLE: dict[str, str] = {}
 
 
 def test_every_published_config_is_feasible():
@@ -89,7 +91,8 @@ def test_search_finds_plan_at_least_as_fast_as_published(run_id):
     row = runs[runs.id == run_id].iloc[0]
     published = predict_row(row)
     job = TrainingJob(model=load_model(row["model"]), seq_len=int(row["seq_len"]),
-                      global_batch=int(row["global_batch"]), precision=row["precision"], engine=row["engine"])
+                      global_batch=int(row["global_batch"]), precision=row["precision"], engine=row["engine"],
+                      attention=row["attention"])
     result = search(job, _cluster(row))
     assert len(result.ranked) > 0
     best = result.estimates.tokens_per_s_per_gpu[result.ranked[0]]

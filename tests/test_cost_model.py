@@ -450,7 +450,14 @@ def test_analytical_rates_follow_the_catalog():
     assert fp8.gemm_flops_per_s == gpu.peak("fp8") * eff.gemm_peak_frac["fp8"]
     assert fp8.gemm_element_bytes == BYTES_PER_ELEMENT["fp8"] == 1.0
     assert bf16.memory_bytes_per_s == gpu.hbm_bytes_per_s * eff.hbm_frac
-    assert bf16.attention_flops_per_s == fp8.attention_flops_per_s == gpu.peak("bf16") * eff.attention_peak_frac
+    assert bf16.attention_flops_per_s == fp8.attention_flops_per_s == gpu.peak("bf16") * eff.attention_peak_frac["fused"]
+    flash = analytical_rates(gpu, "bf16", "flash")
+    assert flash.attention_flops_per_s == gpu.peak("bf16") * eff.attention_peak_frac["flash"]
+    unfused = analytical_rates(gpu, "bf16", "unfused")
+    assert unfused.attention_flops_per_s == bf16.gemm_flops_per_s  # batched GEMMs at the bf16 GEMM rate
+    pytorch_fp8 = analytical_rates(gpu, "fp8", kernel_stack="pytorch")
+    assert pytorch_fp8.gemm_flops_per_s == gpu.peak("fp8") * eff.stack_gemm_peak_frac["pytorch"]["fp8"]
+    assert analytical_rates(gpu, "bf16", kernel_stack="pytorch").gemm_flops_per_s == bf16.gemm_flops_per_s
     assert bf16.kernel_overhead_s == eff.kernel_overhead_s
 
 

@@ -42,8 +42,9 @@ def test_every_gpu_loads_with_16bit_peaks_and_sources(name):
         eff.hbm_frac,
         eff.nvlink_frac,
         eff.nic_frac,
-        eff.attention_peak_frac,
+        *eff.attention_peak_frac.values(),
         *eff.gemm_peak_frac.values(),
+        *(f for table in eff.stack_gemm_peak_frac.values() for f in table.values()),
     ):
         assert 0 < frac <= 1
     assert eff.kernel_overhead_s > 0
