@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,8 @@ def _get(config: dict[str, Any], field: str, origin: str, default: Any = None) -
 
 
 def _int(value: Any, field: str, origin: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 or int(value) != value:
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0
+            or int(value) != value):
         raise InputError(f"{origin}: {field} must be a positive integer, got {value!r}")
     return int(value)
 
@@ -48,21 +50,24 @@ def _int(value: Any, field: str, origin: str) -> int:
 def _family_defaults(model_type: str, config: dict[str, Any], hidden: int) -> dict[str, Any]:
     """Architecture facts each model family fixes rather than states in config.json."""
     if model_type == "gpt2":
-        return dict(gated_mlp=False, norm="layernorm", norm_bias=True, qkv_bias=True, linear_bias=True,
-                    position="learned", tied=config.get("tie_word_embeddings", True), ffn=4 * hidden)
+        return {"gated_mlp": False, "norm": "layernorm", "norm_bias": True, "qkv_bias": True, "linear_bias": True,
+                "position": "learned", "tied": config.get("tie_word_embeddings", True), "ffn": 4 * hidden}
     if model_type == "gpt_neox":
-        return dict(gated_mlp=False, norm="layernorm", norm_bias=True, qkv_bias=True, linear_bias=True,
-                    position="rope", tied=config.get("tie_word_embeddings", False), ffn=None)
+        attention_bias = bool(config.get("attention_bias", True))  # GPTNeoXConfig: query_key_value and dense
+        return {"gated_mlp": False, "norm": "layernorm", "norm_bias": True, "qkv_bias": attention_bias,
+                "out_bias": attention_bias, "linear_bias": True, "position": "rope",
+                "tied": config.get("tie_word_embeddings", False), "ffn": None}
     if model_type == "mpt":
         bias = not config.get("no_bias", False)
         alibi = (config.get("attn_config") or {}).get("alibi", False)
-        return dict(gated_mlp=False, norm="layernorm", norm_bias=bias, qkv_bias=bias, linear_bias=bias,
-                    position="alibi" if alibi else "learned", tied=True,
-                    ffn=int(config.get("expansion_ratio", 4) * hidden))
-    qkv_bias = model_type == "qwen2" or bool(config.get("attention_bias", False))
-    return dict(gated_mlp=True, norm="rmsnorm", norm_bias=False, qkv_bias=qkv_bias,
-                linear_bias=bool(config.get("mlp_bias", False)), position="rope",
-                tied=config.get("tie_word_embeddings", False), ffn=None)
+        return {"gated_mlp": False, "norm": "layernorm", "norm_bias": bias, "qkv_bias": bias, "linear_bias": bias,
+                "position": "alibi" if alibi else "learned", "tied": True,
+                "ffn": int(config.get("expansion_ratio", 4) * hidden)}
+    # Llama-family attention_bias switches q, k, v and o biases; Qwen2 has q, k, v biases only.
+    attention_bias = bool(config.get("attention_bias", False))
+    return {"gated_mlp": True, "norm": "rmsnorm", "norm_bias": False, "qkv_bias": model_type == "qwen2" or attention_bias,
+            "out_bias": attention_bias, "linear_bias": bool(config.get("mlp_bias", False)), "position": "rope",
+            "tied": config.get("tie_word_embeddings", False), "ffn": None}
 
 
 def _dropout(model_type: str, config: dict[str, Any]) -> bool:
@@ -103,10 +108,12 @@ def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
             norm_bias=family["norm_bias"],
             qkv_bias=family["qkv_bias"],
             linear_bias=family["linear_bias"],
+            out_bias=family.get("out_bias"),
             qk_norm=model_type == "qwen3",
             position=family["position"],
             max_positions=_int(_get(config, "max_positions", name, default=2048), "max_position_embeddings", name),
-            parallel_attn_mlp=bool(config.get("use_parallel_residual", False)),
+            # GPTNeoXConfig defaults use_parallel_residual to True; no other family has it.
+            parallel_attn_mlp=bool(config.get("use_parallel_residual", model_type == "gpt_neox")),
             dropout=_dropout(model_type, config),
         )
     except ValueError as exc:

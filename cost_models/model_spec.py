@@ -43,7 +43,7 @@ class ModelSpec:
     qkv_bias: bool
     """Q, K, V projections carry biases."""
     linear_bias: bool
-    """Output projection and MLP matrices carry biases."""
+    """MLP matrices carry biases (and the attention output projection, unless ``out_bias`` says otherwise)."""
     qk_norm: bool
     """Per-head RMSNorm on queries and keys (Qwen3)."""
     position: PositionKind
@@ -54,6 +54,8 @@ class ModelSpec:
     """Attention and MLP read the same input (GPT-NeoX); one norm per branch either way."""
     dropout: bool = False
     """Training applies dropout after attention and MLP (stores 1-byte masks)."""
+    out_bias: bool | None = None
+    """Attention output projection carries a bias; None = same as ``linear_bias``."""
 
     def __post_init__(self) -> None:
         for label in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_size",
@@ -65,6 +67,11 @@ class ModelSpec:
             raise ValueError(
                 f"model {self.name}: {self.num_heads} query heads are not a multiple of {self.num_kv_heads} KV heads"
             )
+
+    @property
+    def has_out_bias(self) -> bool:
+        """Whether the attention output projection has a bias vector."""
+        return self.linear_bias if self.out_bias is None else self.out_bias
 
     # -- widths -------------------------------------------------------------------------------
     @property
@@ -90,7 +97,7 @@ class ModelSpec:
         """Q, K, V and output projections of one layer, with their biases and QK norms."""
         h = self.hidden_size
         weights = h * (self.q_width + 2 * self.kv_width) + self.q_width * h
-        biases = (self.q_width + 2 * self.kv_width) * self.qkv_bias + h * self.linear_bias
+        biases = (self.q_width + 2 * self.kv_width) * self.qkv_bias + h * self.has_out_bias
         qk_norms = 2 * self.head_dim if self.qk_norm else 0
         return weights + biases + qk_norms
 
@@ -108,7 +115,7 @@ class ModelSpec:
         """Parameter tensors of one layer as Megatron-style modules hold them (fused QKV, fused gate+up):
         weight matrices, bias vectors, norm weights/biases. GPT-3 shapes: 4 + 4 + 4 = 12."""
         matrices = 4
-        biases = int(self.qkv_bias) + 3 * int(self.linear_bias)
+        biases = int(self.qkv_bias) + int(self.has_out_bias) + 2 * int(self.linear_bias)
         norms = 2 * (2 if self.norm_bias else 1) + (2 if self.qk_norm else 0)
         return matrices + biases + norms
 

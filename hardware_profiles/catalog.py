@@ -227,8 +227,8 @@ def cluster_from_file(path: Path, *, num_nodes: int | None = None, num_gpus: int
     entry = parse_yaml(text, str(path))
     file_nodes = entry.pop("num_nodes", None)
     entry.pop("name", None)
-    if num_nodes is None and num_gpus is None:
-        num_nodes = file_nodes
+    if num_nodes is None and num_gpus is None and file_nodes is not None:
+        num_nodes = positive_int(file_nodes, f"{path}: num_nodes")
     nodes = _node_count(str(path), positive_int(entry.get("gpus_per_node", 0) or 0, f"{path}: gpus_per_node")
                         if "gpus_per_node" in entry else 1, num_nodes, num_gpus)
     return _cluster(Path(path).stem, entry, str(path), nodes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -40,7 +41,7 @@ def check_keys(entry: Any, where: str, required: Iterable[str], optional: Iterab
 
 def positive_number(value: Any, where: str) -> float:
     """A finite number > 0 (booleans are not numbers here)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not value > 0:
         raise InputError(f"{where}: expected a positive number, got {value!r}")
     return float(value)
 

@@ -7,6 +7,7 @@ minimum, maximum, items, const. Unknown keywords in the schema are an error, not
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from paraplan.errors import InputError
@@ -36,6 +37,8 @@ def _errors(value: Any, schema: dict[str, Any], path: str) -> list[str]:
     if "type" in schema and not _type_ok(value, schema["type"]):
         return [f"{path}: expected {schema['type']}, got {type(value).__name__}"]
     problems = []
+    if isinstance(value, float) and not math.isfinite(value):
+        problems.append(f"{path}: {value} is not a finite number (JSON has no NaN or Infinity)")
     if "const" in schema and value != schema["const"]:
         problems.append(f"{path}: must be {schema['const']!r}")
     if "enum" in schema and value not in schema["enum"]:

@@ -32,9 +32,9 @@ def _abs_errors(selector) -> np.ndarray:
 
 
 # (description, row selector, median bound, max bound): today's figures plus a small margin.
-_NEMO = lambda r: r.source.str.startswith("NVIDIA")  # noqa: E731
-_MOSAIC = lambda r: r.source.str.startswith("Mosaic")  # noqa: E731
-_NARAYANAN = lambda r: r.source.str.startswith("Narayanan")  # noqa: E731
+_NEMO = lambda r: r.source.str.startswith("NVIDIA")
+_MOSAIC = lambda r: r.source.str.startswith("Mosaic")
+_NARAYANAN = lambda r: r.source.str.startswith("Narayanan")
 GUARDS = [
     ("NeMo dense, all GPUs", _NEMO, 0.06, 0.25),
     ("NeMo B200 fp8", lambda r: _NEMO(r) & (r.gpu == "b200"), 0.03, 0.07),

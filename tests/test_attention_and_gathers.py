@@ -53,7 +53,7 @@ def test_flash_attention_is_the_calibrated_rate_with_backward_at_2_5x(a100):
 def test_unfused_attention_by_hand(a100):
     rates = analytical_rates(a100.gpu, "bf16", "unfused")
     s, d, elements = 2048, 128, 4 * 16 * 2048 * 2048
-    sat = lambda x: x / (x + rates.gemm_half_dim)  # noqa: E731
+    sat = lambda x: x / (x + rates.gemm_half_dim)
     gemm = 4.0 * elements * d / (rates.attention_flops_per_s * sat(s) ** 2 * sat(d))
     hbm, overhead = rates.memory_bytes_per_s, rates.kernel_overhead_s
     forward, backward = unfused_attention_time_s(elements, s, d, True, rates)

@@ -268,11 +268,6 @@ def test_user_cluster_negative_node_count(tmp_path):
         cluster_from_file(path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a bad num_nodes inside a cluster file is reported as the CLI flag "
-    "'--nodes' (catalog._node_count labels it so), not as the file's num_nodes key",
-)
 def test_user_cluster_negative_node_count_names_the_key(tmp_path):
     path = _write(tmp_path, _GOOD_CLUSTER.replace("num_nodes: 4", "num_nodes: -4"))
     with pytest.raises(InputError, match="num_nodes"):
@@ -296,11 +291,6 @@ def test_user_cluster_unknown_gpu(tmp_path):
         cluster_from_file(_write(tmp_path, text))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="positive_number documents 'a finite number > 0' but accepts .inf "
-    "(inf > 0), so a cluster file with infinite NIC bandwidth loads",
-)
 def test_user_cluster_infinite_bandwidth_is_rejected(tmp_path):
     text = _GOOD_CLUSTER.replace("nic_gb_per_s_per_gpu: 25", "nic_gb_per_s_per_gpu: .inf")
     with pytest.raises(InputError, match="nic_gb_per_s_per_gpu"):
