@@ -24,7 +24,7 @@ from paraplan.planner.job import TrainingJob
 from paraplan.planner.plan import config_at
 from paraplan.planner.search import search
 
-KNOBS = ("tp", "pp", "dp", "cp", "vpp", "mbs", "zero", "recompute")
+KNOBS = ("tp", "pp", "dp", "cp", "vpp", "mbs", "zero", "recompute", "sp")
 REQUIRED = ("id", "source", "model", "gpu", "num_gpus", "seq_len", "global_batch", "precision", "engine", "attention",
             "measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu", "flops_convention") + KNOBS
 

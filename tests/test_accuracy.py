@@ -2,7 +2,7 @@
 
 The guards below assert the accuracy paraplan reaches today, per group of rows, so a change
 that makes predictions worse fails. The issue's target (median <= 8%, no row beyond 20% on
-all dense rows): the median is met (4.7%), the 20% bound is not yet; ``test_issue_target`` records that gap as a strict xfail and
+all dense rows): the median is met (4.9%), the 20% bound is not yet; ``test_issue_target`` records that gap as a strict xfail and
 will fail loudly (XPASS) once the model is good enough, so the marker must then be removed.
 """
 
@@ -42,7 +42,7 @@ GUARDS = [
     ("MosaicML A100 40GB", lambda r: _MOSAIC(r) & (r.gpu == "a100-sxm-40gb"), 0.04, 0.29),
     ("MosaicML A100 80GB", lambda r: _MOSAIC(r) & (r.gpu == "a100-sxm-80gb"), 0.07, 0.22),
     ("MosaicML H100 (flash attention, PyTorch stack)", lambda r: _MOSAIC(r) & (r.gpu == "h100-sxm"), 0.05, 0.20),
-    ("Megatron 2021 PTD-P (unfused attention)", lambda r: _NARAYANAN(r) & (r.engine == "megatron"), 0.04, 0.10),
+    ("Megatron 2021 PTD-P (unfused attention)", lambda r: _NARAYANAN(r) & (r.engine == "megatron"), 0.045, 0.08),
     ("Megatron 2021 Table 2 DeepSpeed ZeRO-3", lambda r: _NARAYANAN(r) & (r.engine == "deepspeed"), 0.16, 0.43),
 ]
 
