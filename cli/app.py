@@ -182,7 +182,8 @@ def write_plans(path: Path | None, plans: list[Plan], cost_model: str, force: bo
 def plan(
     model: ModelArg, seq_len: SeqLenOpt, global_batch: BatchOpt, cluster: ClusterOpt = None, nodes: NodesOpt = None,
     gpu: GpuOpt = None, gpus: GpusOpt = None, gpus_per_node: PerNodeOpt = None, engine: EngineOpt = "megatron",
-    attention: AttentionOpt = "auto", precision: PrecisionOpt = "bf16", flops_convention: ConventionOpt = "full", headroom: HeadroomOpt = 0.0,
+    attention: AttentionOpt = "auto", precision: PrecisionOpt = "bf16", flops_convention: ConventionOpt = "full",
+    headroom: HeadroomOpt = 0.0,
     objective: Annotated[str, typer.Option(help="throughput, cost or memory.")] = "throughput",
     top: Annotated[int, typer.Option(help="How many plans to show.")] = 5,
     json_path: JsonOpt = None, force: ForceOpt = False,
@@ -207,7 +208,8 @@ def plan(
     plans = [plan_at(job, spec, result, int(row), rank) for rank, row in enumerate(result.ranked[:top], start=1)]
     console, capacity = render.make_console(), capacity_bytes(job, spec)
     title = (f"{job.model.name} on {spec.name} ({spec.num_gpus} x {spec.gpu.name}), seq {job.seq_len}, "
-             f"batch {job.global_batch}, {job.precision}, {job.engine}, {job.attention_kernel} attention; best {len(plans)} by {objective}")
+             f"batch {job.global_batch}, {job.precision}, {job.engine}, {job.attention_kernel} attention; "
+             f"best {len(plans)} by {objective}")
     render.plan_table(console, plans, capacity, title)
     render.why_best(console, plans, capacity, result.estimates.cost_model, objective)
     render.search_summary(console, result.rejected, result.considered, len(result.table), len(result.ranked))
@@ -220,7 +222,8 @@ def evaluate(
     model: ModelArg, seq_len: SeqLenOpt, global_batch: BatchOpt, tp: _axis_opt("Tensor parallel."),
     pp: _axis_opt("Pipeline parallel."), cluster: ClusterOpt = None, nodes: NodesOpt = None, gpu: GpuOpt = None,
     gpus: GpusOpt = None, gpus_per_node: PerNodeOpt = None, engine: EngineOpt = "megatron",
-    attention: AttentionOpt = "auto", precision: PrecisionOpt = "bf16", flops_convention: ConventionOpt = "full", headroom: HeadroomOpt = 0.0,
+    attention: AttentionOpt = "auto", precision: PrecisionOpt = "bf16", flops_convention: ConventionOpt = "full",
+    headroom: HeadroomOpt = 0.0,
     dp: _axis_opt("Data parallel (default: GPUs / (tp·pp·cp)).") = None, cp: _axis_opt("Context parallel.") = "1",
     vpp: _axis_opt("Virtual pipeline stages.") = "1", mbs: _axis_opt("Micro-batch size.") = "1",
     zero: _axis_opt("ZeRO stage 0-3.") = "0", recompute: _axis_opt("none, selective or full.") = "none",

@@ -55,7 +55,8 @@ def dp_exposed_s(work: Workload, t: ConfigTable, cluster: ClusterSpec, params_pe
     per_microbatch = gathers > 0
     if recipe.regathers_for_recompute:
         gathers = gathers + np.where(per_microbatch & (t.recompute == 2), 1.0, 0.0)
-    collectives_per_gather = np.asarray(stage_layers, dtype=float) * (tensors_per_layer if recipe.gathers_per_tensor else 1)
+    per_layer = tensors_per_layer if recipe.gathers_per_tensor else 1
+    collectives_per_gather = np.asarray(stage_layers, dtype=float) * per_layer
     gather_latency_s = (collectives_per_gather - 1) * collective_latency_s("all_gather", group, stride, cluster)
     every_mb_reduce = per_microbatch & recipe.reduce_every_microbatch
     # Sharded weights: every micro-batch gathers (and maybe reduces) layer by layer under compute.

@@ -65,8 +65,9 @@ def _family_defaults(model_type: str, config: dict[str, Any], hidden: int) -> di
                 "ffn": int(config.get("expansion_ratio", 4) * hidden)}
     # Llama-family attention_bias switches q, k, v and o biases; Qwen2 has q, k, v biases only.
     attention_bias = bool(config.get("attention_bias", False))
-    return {"gated_mlp": True, "norm": "rmsnorm", "norm_bias": False, "qkv_bias": model_type == "qwen2" or attention_bias,
-            "out_bias": attention_bias, "linear_bias": bool(config.get("mlp_bias", False)), "position": "rope",
+    return {"gated_mlp": True, "norm": "rmsnorm", "norm_bias": False,
+            "qkv_bias": model_type == "qwen2" or attention_bias, "out_bias": attention_bias,
+            "linear_bias": bool(config.get("mlp_bias", False)), "position": "rope",
             "tied": config.get("tie_word_embeddings", False), "ffn": None}
 
 

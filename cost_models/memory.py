@@ -98,13 +98,10 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
         * _in_flight(t.pp, t.vpp, num_microbatches)
     last_acts = per_layer * layout.last_layers  # the last stage holds one micro-batch in 1F1B
     logits = LOGITS_BYTES * tokens * model.vocab_size / t.tp
-    working_set = np.where(
-        t.recompute >= 1,
-        np.where(t.recompute == 2,
-                 tokens * layer_activation_bytes_per_token(model, t.tp, t.sp, np.zeros_like(t.recompute),
-                                                           gemm_input_bytes), 0.0) + scores,
-        0.0,
-    )
+    # While one layer is recomputed in backward: its whole activations (full) and its scores (both).
+    recomputed_layer = tokens * layer_activation_bytes_per_token(model, t.tp, t.sp, np.zeros_like(t.recompute),
+                                                                 gemm_input_bytes)
+    working_set = np.where(t.recompute == 2, recomputed_layer, 0.0) + np.where(t.recompute >= 1, scores, 0.0)
     # States shard over the data-parallel group including context parallel (Megatron's
     # dp-cp group, torchtitan's dp_shard x cp mesh): CP ranks hold the same weights.
     dp = (t.dp * t.cp).astype(float)

@@ -36,8 +36,8 @@ _GPU_SOURCES = ("dense_tflops", "hbm", "nvlink", "nic")
 _CLUSTER_KEYS = ("gpu", "gpus_per_node", "nvlink_domain_gpus", "nic_gb_per_s_per_gpu",
                  "inter_node_latency_us", "intra_domain_latency_us")
 _CLUSTER_OPTIONAL = ("display_name", "oversubscription", "sources")
-_EFFICIENCY_KEYS = ("gemm_peak_frac", "stack_gemm_peak_frac", "gemm_half_dim", "attention_peak_frac", "hbm_frac", "nvlink_frac",
-                    "nic_frac", "kernel_overhead_us", "source")
+_EFFICIENCY_KEYS = ("gemm_peak_frac", "stack_gemm_peak_frac", "gemm_half_dim", "attention_peak_frac", "hbm_frac",
+                    "nvlink_frac", "nic_frac", "kernel_overhead_us", "source")
 
 # Fabric latencies for the quick form (--gpu NAME --gpus N): typical NCCL small-message
 # latencies, the same values the built-in DGX clusters use (see clusters.yaml for sources).

@@ -80,7 +80,7 @@ ENGINES: dict[str, EngineRules] = {
         kernel_stack="pytorch",
         source=(
             "torchtitan 0.3: scaled_dot_product_attention (flash backend by default, cuDNN backend on request), "
-            " FSDP2 (reshard_after_forward = ZeRO-3, never = ZeRO-2), DDP replicate, "
+            "FSDP2 (reshard_after_forward = ZeRO-3, never = ZeRO-2), DDP replicate, "
             "TP with SequenceParallel norms, Interleaved1F1B, context_parallel ring attention, "
             "activation_checkpoint mode none/selective/full"
         ),

@@ -62,7 +62,8 @@ def _shape_reasons(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules, 
         (~layers_ok, "pp does not divide the layers"),
         ((cp > 1) & (job.seq_len % (2 * cp) != 0), "cp does not divide seq_len/2 (load-balanced causal ring)"),
         ((cp > 1) & (not engine.supports_cp), f"{engine.name} has no context parallelism"),
-        ((cp > 1) & (job.attention_kernel == "unfused"), "cp > 1 needs a flash-family attention kernel (ring attention)"),
+        ((cp > 1) & (job.attention_kernel == "unfused"),
+         "cp > 1 needs a flash-family attention kernel (ring attention)"),
     ]
 
 

@@ -2,8 +2,9 @@
 
 The guards below assert the accuracy paraplan reaches today, per group of rows, so a change
 that makes predictions worse fails. The issue's target (median <= 8%, no row beyond 20% on
-all dense rows): the median is met (4.9%), the 20% bound is not yet; ``test_issue_target`` records that gap as a strict xfail and
-will fail loudly (XPASS) once the model is good enough, so the marker must then be removed.
+all dense rows): the median is met (4.9%), the 20% bound is not yet; ``test_issue_target``
+records that gap as a strict xfail and will fail loudly (XPASS) once the model is good
+enough, so the marker must then be removed.
 """
 
 from __future__ import annotations

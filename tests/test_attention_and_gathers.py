@@ -7,7 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import make_model, make_table
+from typer.testing import CliRunner
 
+from paraplan.cli.app import app
 from paraplan.cost_models import collectives
 from paraplan.cost_models.collectives import collective_latency_s, collective_time_s
 from paraplan.cost_models.compute import (
@@ -119,9 +121,6 @@ def test_unfused_attention_rejects_context_parallel():
 
 
 def test_cli_attention_flag_reaches_the_plan(tmp_path):
-    from typer.testing import CliRunner
-
-    from paraplan.cli.app import app
     out = tmp_path / "plan.json"
     args = ["plan", "llama-3.1-8b", "--gpu", "a100-sxm-80gb", "--gpus", "8", "--seq-len", "2048",
             "--global-batch", "64", "--attention", "unfused", "--cp", "1", "--json", str(out)]
@@ -163,15 +162,15 @@ def test_per_tensor_gathers_pay_one_latency_each(a100):
     table = make_table(dp=32, mbs=1, zero=3)
     group_latency = float(collective_latency_s("all_gather", 32, 1, a100))
     params = float(model.num_layers * model.layer_params())
-    args = (a100, np.array([params]), np.array([model.layer_params()]), np.array([10.0]), np.array([1.0]))
-    per_tensor = dp_exposed_s(_work(), table, a100, *args[1:], model.num_layers, model.layer_param_tensors())
-    per_layer = dp_exposed_s(_work(), table, a100, *args[1:], model.num_layers, 1)
+    sizes = (np.array([params]), np.array([model.layer_params()]), np.array([10.0]), np.array([1.0]))
+    per_tensor = dp_exposed_s(_work(), table, a100, *sizes, model.num_layers, model.layer_param_tensors())
+    per_layer = dp_exposed_s(_work(), table, a100, *sizes, model.num_layers, 1)
     # Two gather passes per micro-batch, not hidden under compute (DeepSpeed recipe): the gap is
     # 2 x (collectives per pass with tensors - without) x latency.
     extra = 2 * model.num_layers * (model.layer_param_tensors() - 1) * group_latency
     assert float(per_tensor[0] - per_layer[0]) == pytest.approx(extra, rel=1e-9)
     # FSDP gathers layer by layer under compute: a 10 s stage hides everything but the first layer.
-    hidden = dp_exposed_s(_work(recipe=FSDP2_MIXED), table, a100, *args[1:], model.num_layers, 12)
+    hidden = dp_exposed_s(_work(recipe=FSDP2_MIXED), table, a100, *sizes, model.num_layers, 12)
     assert float(hidden[0]) < float(per_layer[0])
 
 
