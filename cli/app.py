@@ -123,7 +123,8 @@ def constraints(**flags: str | None) -> dict[str, list[int]]:
         elif axis == "sp":
             fixed[axis] = parse_names(axis, text, _SP_VALUES)
         else:
-            fixed[axis] = parse_ints(axis, text, *((0, 3) if axis == "zero" else (1,)))
+            bounds = {"zero": (0, 3), "offload": (0,)}.get(axis, (1,))
+            fixed[axis] = parse_ints(axis, text, *bounds)
     return fixed
 
 
@@ -192,11 +193,14 @@ def plan(
     vpp: _axis_opt("Virtual pipeline stages.") = None, mbs: _axis_opt("Micro-batch size.") = None,
     zero: _axis_opt("ZeRO stages 0-3.") = None, recompute: _axis_opt("none, selective, full (comma list).") = None,
     sp: _axis_opt("Sequence parallel: on, off or both.") = None,
+    offload: _axis_opt("Layers whose activations go to host memory (Megatron --cpu-offloading-num-layers; "
+                       "pp = 1, no recompute).") = None,
 ) -> None:
     """Search every parallel layout and show the fastest plans that fit."""
     spec = make_cluster(cluster, nodes, gpu, gpus, gpus_per_node)
     job = make_job(model, seq_len, global_batch, precision, engine, flops_convention, headroom, attention)
-    fixed = constraints(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp)
+    fixed = constraints(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp,
+                        offload=offload)
     if top < 1:
         raise InputError(f"--top expects a positive integer, got {top}")
     if json_path is not None:
@@ -227,12 +231,15 @@ def evaluate(
     dp: _axis_opt("Data parallel (default: GPUs / (tp·pp·cp)).") = None, cp: _axis_opt("Context parallel.") = "1",
     vpp: _axis_opt("Virtual pipeline stages.") = "1", mbs: _axis_opt("Micro-batch size.") = "1",
     zero: _axis_opt("ZeRO stage 0-3.") = "0", recompute: _axis_opt("none, selective or full.") = "none",
-    sp: _axis_opt("Sequence parallel: on or off.") = "off", json_path: JsonOpt = None, force: ForceOpt = False,
+    sp: _axis_opt("Sequence parallel: on or off.") = "off",
+    offload: _axis_opt("Layers whose activations go to host memory (pp = 1, no recompute).") = "0",
+    json_path: JsonOpt = None, force: ForceOpt = False,
 ) -> None:
     """Predict step time, throughput and memory of one parallel configuration."""
     spec = make_cluster(cluster, nodes, gpu, gpus, gpus_per_node)
     job = make_job(model, seq_len, global_batch, precision, engine, flops_convention, headroom, attention)
-    fixed = constraints(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp)
+    fixed = constraints(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp,
+                        offload=offload)
     several = [axis for axis, values in fixed.items() if len(values) > 1]
     if several:
         raise InputError(f"evaluate takes one value per flag; --{several[0]} has {len(fixed[several[0]])} "
@@ -249,7 +256,7 @@ def evaluate(
     if len(result.table) == 0:
         reason = max(result.rejected, key=result.rejected.get)
         described = render.config_text({a: fixed[a][0] for a in ("tp", "pp", "dp", "cp", "vpp", "mbs", "zero")})
-        raise InputError(f"{described} recompute={recompute} sp={sp} breaks a rule: {reason}")
+        raise InputError(f"{described} recompute={recompute} sp={sp} offload={offload} breaks a rule: {reason}")
     one = plan_at(job, spec, result, 0, rank=1)
     render.evaluation(render.make_console(), one, capacity_bytes(job, spec), result.estimates.cost_model)
     write_plans(json_path, [one], result.estimates.cost_model, force)

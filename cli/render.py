@@ -40,6 +40,7 @@ UNBOUNDED_WIDTH = 10_000
 STEP_LABELS = {
     "compute_s": "compute (fwd + bwd + recompute)", "tp_comm_s": "TP communication", "cp_comm_s": "CP communication",
     "pp_comm_s": "PP point-to-point", "bubble_s": "pipeline bubble", "dp_comm_s": "DP communication (exposed)",
+    "offload_s": "activation offload (exposed)",
     "optimizer_s": "optimizer step",
 }
 MEMORY_LABELS = {
@@ -111,14 +112,15 @@ def config_text(config: dict[str, Any]) -> str:
 def plan_table(console: Console, plans: list[Plan], capacity_bytes: float, title: str) -> None:
     """The ranked plans, one row each."""
     table = Table(title=escape(title), title_justify="left")
-    for header in ("#", "tp", "pp", "dp", "cp", "vpp", "mbs", "zero", "recompute", "sp"):
+    offloads = any(plan.config.offload for plan in plans)  # the column appears only when it says something
+    for header in ("#", "tp", "pp", "dp", "cp", "vpp", "mbs", "zero", "recompute", "sp") + ("offload",) * offloads:
         table.add_column(header, justify="left" if header == "recompute" else "right")
     for header in ("step s", "tokens/s/GPU", "MFU %", "memory GiB"):
         table.add_column(header, justify="right")
     for plan in plans:
         c, e = plan.config, plan.estimate
         table.add_row(str(plan.rank), *(str(getattr(c, k)) for k in ("tp", "pp", "dp", "cp", "vpp", "mbs", "zero")),
-                      c.recompute, "on" if c.sp else "off", seconds(e["step_time_s"]),
+                      c.recompute, "on" if c.sp else "off", *[str(c.offload)] * offloads, seconds(e["step_time_s"]),
                       count(e["tokens_per_s_per_gpu"]), percent(e["mfu"]),
                       f"{gib(e['peak_memory_bytes'])} / {gib(capacity_bytes)}")
     print_table(console, table)
@@ -175,7 +177,7 @@ def _runner_up_line(best: Plan, second: Plan, objective: str) -> str:
 
 def _axes(plan: Plan) -> dict[str, Any]:
     config = plan.config.as_dict()
-    return {k: config[k] for k in ("tp", "pp", "dp", "cp", "vpp", "mbs", "zero", "recompute", "sp")}
+    return {k: config[k] for k in ("tp", "pp", "dp", "cp", "vpp", "mbs", "zero", "recompute", "sp", "offload")}
 
 
 def why_best(console: Console, plans: list[Plan], capacity_bytes: float, cost_model: str, objective: str) -> None:
@@ -214,14 +216,20 @@ def evaluation(console: Console, plan: Plan, capacity_bytes: float, cost_model: 
         ("peak memory GiB", f"{gib(e['peak_memory_bytes'])} of {gib(capacity_bytes)}"),
         ("fits", "yes" if plan.fits else "[bold red]no[/bold red]"),
     ]
+    host_capacity = plan.cluster.host_memory_per_gpu
+    if plan.config.offload:
+        rows.insert(-1, ("offloaded to host GiB", f"{gib(e['host_memory_bytes'])} of {gib(host_capacity)}"))
     for label, value in rows:
         summary.add_row(label, value)
     title = f"{plan.job.model.name} on {plan.cluster.name}: {config_text(_axes(plan))}"
     body = Group(summary, "", _breakdowns(console, e, capacity_bytes), f"cost model: {escape(cost_model)}")
     console.print(Panel(body, title=escape(title), title_align="left", expand=False))
-    if not plan.fits:
+    if not plan.fits and e["peak_memory_bytes"] > capacity_bytes:
         console.print(f"does not fit: needs {gib(e['peak_memory_bytes'])} GiB per GPU, "
                       f"{gib(capacity_bytes)} GiB available")
+    elif not plan.fits:
+        console.print(f"does not fit: offloads {gib(e['host_memory_bytes'])} GiB per GPU to the host, "
+                      f"{gib(host_capacity)} GiB available")
 
 
 # -- models -----------------------------------------------------------------------------------
@@ -308,6 +316,8 @@ def gpu_detail(console: Console, g: GPUSpec) -> None:
     table.add_row("NVLink GB/s (one direction)", f"{g.nvlink_bytes_per_s / BYTES_PER_GB:g}",
                   escape(g.sources.get("nvlink", "")))
     table.add_row("NIC GB/s (one direction)", f"{g.nic_bytes_per_s / BYTES_PER_GB:g}", escape(g.sources.get("nic", "")))
+    table.add_row("host link and memory", f"{g.host_link_bytes_per_s / BYTES_PER_GB:g} GB/s (one direction)\n"
+                  f"{g.host_memory_bytes / BYTES_PER_GIB:g} GiB per GPU", escape(g.sources.get("host", "")))
     if g.price_usd_per_gpu_hour is not None:
         table.add_row("price USD/GPU-hour", f"{g.price_usd_per_gpu_hour:g}", escape(g.sources.get("price", "")))
     eff = g.efficiency
@@ -316,7 +326,7 @@ def gpu_detail(console: Console, g: GPUSpec) -> None:
         for d, f in table.items()] + [f"attention {k} {f:g}" for k, f in eff.attention_peak_frac.items()] + [
         f"GEMM half-rate dim {eff.gemm_half_dim:g}",
         f"HBM {eff.hbm_frac:g}", f"NVLink {eff.nvlink_frac:g}", f"NIC {eff.nic_frac:g}",
-        f"kernel overhead {eff.kernel_overhead_s / SECONDS_PER_US:g} µs"])
+        f"host link {eff.host_link_frac:g}", f"kernel overhead {eff.kernel_overhead_s / SECONDS_PER_US:g} µs"])
     table.add_row("achieved fraction of peak", fractions, escape(eff.source))
     console.print(table)
 
@@ -331,6 +341,7 @@ def cluster_detail(console: Console, c: ClusterSpec) -> None:
         ("inter-node latency µs", f"{c.inter_node_latency_s / SECONDS_PER_US:g}"),
         ("intra-domain latency µs", f"{c.intra_domain_latency_s / SECONDS_PER_US:g}"),
         ("oversubscription", f"{c.oversubscription:g}"),
+        ("host memory GiB per GPU", f"{c.host_memory_per_gpu / BYTES_PER_GIB:g}"),
     ):
         table.add_row(label, value, origin)
     console.print(table)

@@ -3,6 +3,11 @@
 Pipeline (Narayanan et al. 2021, section 2.2): with m micro-batches and per-micro-batch stage
 times t_i, 1F1B takes m·max t_i + (Σ t_i − max t_i) and the interleaved schedule with v chunks
 shrinks the fill/drain term to (Σ t_i − max t_i)/v. Uniform stages give (m + p − 1)·t.
+
+Activation offload (Transformer Engine's double-buffered CPU offload under Megatron-core): the
+copy of layer i to the host runs while layer i+1 computes its forward, and the prefetch of layer
+i−1 while layer i computes its backward, so each offloaded layer exposes only the part of its
+copy that outlasts one layer's forward, and again its backward.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from paraplan.cost_models.collectives import p2p_time_s
 from paraplan.cost_models.compute import ComputeRates, analytical_rates, gemm_time_s, memory_bound_time_s
 from paraplan.cost_models.dp_sync import dp_exposed_s
 from paraplan.cost_models.layer import ACTIVATION_BYTES, layer_times
-from paraplan.cost_models.memory import MemoryBreakdown, memory_breakdown
+from paraplan.cost_models.memory import MemoryBreakdown, memory_breakdown, stored_layer_bytes
 from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.cost_models.stages import stage_layout
 from paraplan.cost_models.table import ConfigTable, Workload
@@ -41,6 +46,8 @@ class EstimateTable:
     """Pipeline fill and drain."""
     dp_comm_s: np.ndarray
     """Data-parallel traffic not hidden under compute."""
+    offload_s: np.ndarray
+    """Activation copies to and from host memory not hidden under compute."""
     optimizer_s: np.ndarray
     num_microbatches: np.ndarray
     tokens_per_s: np.ndarray
@@ -67,6 +74,14 @@ def _edge_times(model: ModelSpec, t: ConfigTable, tokens, rates: ComputeRates):
     return embed, logits_gemm + loss
 
 
+def offload_exposed_s(layer_bytes, offload_layers, forward_s, backward_s, cluster: ClusterSpec):
+    """Per micro-batch: the part of each offloaded layer's copy out (forward) and back (backward)
+    that one layer's compute does not cover."""
+    gpu = cluster.gpu
+    copy_s = layer_bytes / (gpu.host_link_bytes_per_s * gpu.efficiency.host_link_frac)
+    return offload_layers * (np.maximum(copy_s - forward_s, 0.0) + np.maximum(copy_s - backward_s, 0.0))
+
+
 def _pick(condition, when_true, when_false):
     return np.where(condition, when_true, when_false)
 
@@ -82,7 +97,9 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTa
     embed_s, output_s = _edge_times(model, t, tokens, rates)
 
     layer_compute = lt.forward_compute_s + lt.backward_compute_s + lt.recompute_s
-    first_compute = layout.first_layers * layer_compute + embed_s
+    offload = offload_exposed_s(stored_layer_bytes(model, work, t), t.offload, lt.forward_compute_s,
+                                lt.backward_compute_s, cluster)
+    first_compute = layout.first_layers * layer_compute + embed_s + offload
     last_compute = layout.last_layers * layer_compute + output_s
     middle_compute = layout.middle_layers * layer_compute
     single = t.pp == 1
@@ -112,8 +129,9 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTa
 
     tp_total = m * critical_layers * lt.tp_comm_s
     cp_total = m * critical_layers * lt.cp_comm_s
-    compute_total = m * slowest - tp_total - cp_total
-    step = compute_total + tp_total + cp_total + pp_comm + bubble + dp_comm + optimizer
+    offload_total = m * offload  # offload needs pp = 1: the only stage is the slowest
+    compute_total = m * slowest - tp_total - cp_total - offload_total
+    step = compute_total + tp_total + cp_total + offload_total + pp_comm + bubble + dp_comm + optimizer
 
     num_gpus = t.tp * t.pp * t.dp * t.cp
     tokens_per_s = work.global_batch * work.seq_len / step
@@ -124,17 +142,20 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTa
     memory = memory_breakdown(model, work, t, layout, m)
     return EstimateTable(
         step_time_s=step, compute_s=compute_total, tp_comm_s=tp_total, cp_comm_s=cp_total, pp_comm_s=pp_comm,
-        bubble_s=bubble, dp_comm_s=dp_comm, optimizer_s=optimizer, num_microbatches=m,
+        bubble_s=bubble, dp_comm_s=dp_comm, offload_s=offload_total, optimizer_s=optimizer, num_microbatches=m,
         tokens_per_s=tokens_per_s, tokens_per_s_per_gpu=tokens_per_s / num_gpus,
         model_flops_per_s_per_gpu=per_gpu_flops, mfu=per_gpu_flops / peak,
         hfu=(flops_per_token + recompute_per_token) * tokens_per_s / num_gpus / peak,
-        memory=memory, fits=memory.peak_bytes <= cluster.gpu.hbm_bytes, cost_model=rates.source,
+        memory=memory, fits=(memory.peak_bytes <= cluster.gpu.hbm_bytes)
+        & (memory.host_bytes <= cluster.host_memory_per_gpu), cost_model=rates.source,
     )
 
 
 def _recompute_flops_per_token(model: ModelSpec, work: Workload, t: ConfigTable):
-    """FLOPs per token executed again in backward: a layer forward (full) or attention (selective)."""
+    """FLOPs per token executed again in backward: a layer forward (full; without the down
+    projection when recompute stops early) or attention (selective)."""
     attention = model.attention_core_flops_per_token(work.seq_len, work.flops_convention)
-    full = model.layer_gemm_flops_per_token() + attention
+    skipped = 2.0 * model.hidden_size * model.ffn_size if work.recompute_stops_early else 0.0
+    full = model.layer_gemm_flops_per_token() + attention - skipped
     per_layer = np.select([t.recompute == 2, t.recompute == 1], [full, attention], 0.0)
     return model.num_layers * per_layer

@@ -7,6 +7,9 @@ Op inventory per layer (forward), on the tokens one GPU holds, T = mbs · s / cp
   norms, residual adds and the MLP activation (memory-bound; with sequence parallel the norms
   and adds see T/tp tokens), fp8/fp4 input casts.
 Backward runs every GEMM twice (data and weight gradient) and flash attention at 2.5x forward.
+Full recompute runs the forward again; where it stops early (PyTorch's non-reentrant checkpoint,
+``torch.utils.checkpoint.set_checkpoint_early_stop``, on by default) it ends once the last saved
+tensor exists, the down-projection input, so that GEMM and its all-reduce are not repeated.
 """
 
 from __future__ import annotations
@@ -47,12 +50,14 @@ class LayerTimes:
 
 
 def _gemm_forward_s(model: ModelSpec, tokens, tp, rates: ComputeRates):
+    """(all weight GEMMs, the down projection alone) forward seconds."""
     h, q, kv, f = model.hidden_size, model.q_width, model.kv_width, model.ffn_size
     up_width = f * (model.mlp_matrices - 1)
+    down = gemm_time_s(tokens, h, f / tp, rates)
     return (gemm_time_s(tokens, (q + 2 * kv) / tp, h, rates)
             + gemm_time_s(tokens, h, q / tp, rates)
             + gemm_time_s(tokens, up_width / tp, h, rates)
-            + gemm_time_s(tokens, h, f / tp, rates))
+            + down), down
 
 
 def _elementwise_bytes_per_token(model: ModelSpec, tp, sp, precision: str):
@@ -67,12 +72,13 @@ def _elementwise_bytes_per_token(model: ModelSpec, tp, sp, precision: str):
     return norms_and_adds + activation + rotary + casts
 
 
-def _tp_comm_s(model: ModelSpec, tokens, t: ConfigTable, cluster: ClusterSpec):
-    """Two all-reduces (or all-gather + reduce-scatter pairs with SP) forward, two backward."""
+def _tp_comm_s(model: ModelSpec, tokens, t: ConfigTable, cluster: ClusterSpec, recompute_stops_early: bool):
+    """Two all-reduces (or all-gather + reduce-scatter pairs with SP) forward, two backward, and
+    the recomputed forward's two (one when recompute stops before the down projection)."""
     size = tokens * model.hidden_size * ACTIVATION_BYTES
     per_collective = collective_time_s("all_reduce", size, t.tp, 1, cluster)
-    passes = 2.0 + np.where(t.recompute == 2, 1.0, 0.0)  # forward, backward, recomputed forward
-    return 2.0 * passes * per_collective
+    recomputed = np.where(t.recompute == 2, 1.0 if recompute_stops_early else 2.0, 0.0)
+    return (4.0 + recomputed) * per_collective
 
 
 def _attention_core_s(model: ModelSpec, work: Workload, tokens, tp, rates: ComputeRates):
@@ -98,7 +104,7 @@ def layer_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: Compute
                 cluster: ClusterSpec) -> LayerTimes:
     """Itemised time of one layer for one micro-batch."""
     tokens = t.mbs * work.seq_len / t.cp
-    gemm = _gemm_forward_s(model, tokens, t.tp, rates)
+    gemm, down_projection = _gemm_forward_s(model, tokens, t.tp, rates)
     attention, attention_bwd = _attention_core_s(model, work, tokens, t.tp, rates)
     elementwise = memory_bound_time_s(
         tokens * _elementwise_bytes_per_token(model, t.tp, t.sp, work.precision), ELEMENTWISE_KERNELS_PER_LAYER,
@@ -106,11 +112,12 @@ def layer_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: Compute
     )
     forward = gemm + attention + elementwise
     backward = 2.0 * gemm + attention_bwd + 2.0 * elementwise
-    recompute = np.select([t.recompute == 2, t.recompute == 1], [forward, attention], 0.0)
+    full_recompute = forward - (down_projection if work.recompute_stops_early else 0.0)
+    recompute = np.select([t.recompute == 2, t.recompute == 1], [full_recompute, attention], 0.0)
     return LayerTimes(
         forward_compute_s=forward,
         backward_compute_s=backward,
         recompute_s=recompute,
-        tp_comm_s=_tp_comm_s(model, tokens, t, cluster),
+        tp_comm_s=_tp_comm_s(model, tokens, t, cluster, work.recompute_stops_early),
         cp_comm_s=_cp_comm_s(model, tokens, t, cluster, attention, attention_bwd),
     )

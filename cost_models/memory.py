@@ -8,7 +8,9 @@ gated MLPs, FFN != 4h, optional dropout and fused (flash) attention. Bytes per t
     down-projection input 2f                                                  -> 24h for GPT
   without fused attention: scores, softmax, dropout 5·a·s                     -> 5as/h·h
 which is the paper's s·b·h·(34 + 5as/h) for GPT-3 shapes. Full recompute keeps only each
-layer's input (2h, /tp with SP) plus one layer's working set during its backward.
+layer's input (2h, /tp with SP) plus one layer's working set during its backward. Layers whose
+activations are offloaded (pp = 1 only) hold theirs in host memory instead: the GPU peak at the
+end of the forward pass counts only the layers that stayed.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class MemoryBreakdown:
     logits_bytes: np.ndarray
     transient_bytes: np.ndarray
     """FSDP-gathered weights and gradients, full-recompute working set."""
+    host_bytes: np.ndarray
+    """Offloaded activations held in host memory per GPU (not part of the GPU peak)."""
     reserve_bytes: np.ndarray
     peak_bytes: np.ndarray
     worst_stage: np.ndarray
@@ -80,21 +84,41 @@ def _in_flight(pp, vpp, num_microbatches):
     return base * np.where(vpp > 1, 1.0 + (pp - 1) / (pp * vpp), 1.0)
 
 
+def _gemm_input_bytes(precision: str) -> float:
+    """fp8 GEMM inputs are saved as 1-byte casts; fp4 recipes also keep 1 byte (MXFP8/NVFP4 TE
+    recipes save an fp8 copy for the weight-gradient GEMM, which runs at higher precision)."""
+    return 1.0 if precision in ("fp8", "fp4") else ACTIVATION_BYTES
+
+
+def _scores_bytes(model: ModelSpec, work: Workload, t: ConfigTable, tokens):
+    """Score matrices an unfused attention layer keeps for one micro-batch (zero for flash kernels)."""
+    if work.attention != "unfused":
+        return np.zeros(len(t))
+    return tokens * attention_scores_bytes_per_token(model, work.seq_len, t.tp)
+
+
+def stored_layer_bytes(model: ModelSpec, work: Workload, t: ConfigTable):
+    """Activation bytes one layer keeps for its backward, per micro-batch, on one GPU: what an
+    offloaded layer copies to the host and back."""
+    tokens = t.mbs * work.seq_len / t.cp
+    per_layer = tokens * layer_activation_bytes_per_token(model, t.tp, t.sp, t.recompute,
+                                                          _gemm_input_bytes(work.precision))
+    # Unfused attention also stores its score matrices unless recompute redoes the attention core.
+    return per_layer + np.where(t.recompute == 0, _scores_bytes(model, work, t, tokens), 0.0)
+
+
 def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: StageLayout,
                      num_microbatches) -> MemoryBreakdown:
     """Itemised peak memory of the first and last stage; the larger one is reported."""
     recipe = work.recipe
     tokens = t.mbs * work.seq_len / t.cp
-    # fp8 GEMM inputs are saved as 1-byte casts; fp4 recipes also keep 1 byte (MXFP8/NVFP4 TE
-    # recipes save an fp8 copy for the weight-gradient GEMM, which runs at higher precision).
-    gemm_input_bytes = 1.0 if work.precision in ("fp8", "fp4") else ACTIVATION_BYTES
-    per_layer = tokens * layer_activation_bytes_per_token(model, t.tp, t.sp, t.recompute, gemm_input_bytes)
-    # Unfused attention also stores its score matrices unless recompute redoes the attention core.
-    scores = tokens * attention_scores_bytes_per_token(model, work.seq_len, t.tp) \
-        if work.attention == "unfused" else np.zeros_like(per_layer)
-    per_layer = per_layer + np.where(t.recompute == 0, scores, 0.0)
+    gemm_input_bytes = _gemm_input_bytes(work.precision)
+    per_layer = stored_layer_bytes(model, work, t)
+    scores = _scores_bytes(model, work, t, tokens)
     seq_shard = np.where(t.sp == 1, t.tp, 1)
-    first_acts = (per_layer * layout.first_layers + tokens * ACTIVATION_BYTES * model.hidden_size / seq_shard) \
+    # Offload runs with pp = 1 only, so one micro-batch is in flight and the first stage is the model.
+    resident_layers = layout.first_layers - t.offload
+    first_acts = (per_layer * resident_layers + tokens * ACTIVATION_BYTES * model.hidden_size / seq_shard) \
         * _in_flight(t.pp, t.vpp, num_microbatches)
     last_acts = per_layer * layout.last_layers  # the last stage holds one micro-batch in 1F1B
     logits = LOGITS_BYTES * tokens * model.vocab_size / t.tp
@@ -136,6 +160,7 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
         activations_bytes=acts,
         logits_bytes=np.where(worst_last | pp1, logits, 0.0),
         transient_bytes=gathered + stage_gathered * params * recipe.param_gather_bytes + working_set,
+        host_bytes=per_layer * t.offload,
         reserve_bytes=reserve,
         peak_bytes=used + reserve,
         worst_stage=worst_last.astype(np.int64),

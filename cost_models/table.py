@@ -39,6 +39,9 @@ class ConfigTable:
     """Activation recomputation: 0 none, 1 selective, 2 full."""
     sp: np.ndarray
     """Sequence parallelism with TP: 1 on, 0 off."""
+    offload: np.ndarray
+    """Transformer layers whose saved activations are copied to host memory in forward and
+    prefetched back in backward (Megatron-core ``cpu_offloading_num_layers``); 0 = none."""
 
     def __post_init__(self) -> None:
         lengths = {len(np.atleast_1d(getattr(self, f.name))) for f in fields(self)}
@@ -74,5 +77,8 @@ class Workload:
     """Attention implementation (hardware_profiles.specs.ATTENTION_KERNELS)."""
     kernel_stack: str = "transformer_engine"
     """Where the GEMM modules come from (hardware_profiles.specs.KERNEL_STACKS)."""
+    recompute_stops_early: bool = False
+    """Full recompute ends at the last tensor backward needs (PyTorch non-reentrant checkpoint's
+    early stop), so the down projection that closes each layer is not run again."""
     flops_convention: AttentionFlops = "full"
     """Attention FLOPs counted in MFU: ``full`` (PaLM, Megatron Eq. 3) or ``causal`` (half)."""

@@ -31,13 +31,13 @@ from paraplan.hardware_profiles.yaml_schema import (
 )
 
 _GPU_KEYS = ("display_name", "vendor", "architecture", "dense_tflops", "hbm_gib", "hbm_tb_per_s",
-             "nvlink_gb_per_s", "nic_gb_per_s", "sources")
-_GPU_SOURCES = ("dense_tflops", "hbm", "nvlink", "nic")
+             "nvlink_gb_per_s", "nic_gb_per_s", "host_link_gb_per_s", "host_memory_gib", "sources")
+_GPU_SOURCES = ("dense_tflops", "hbm", "nvlink", "nic", "host")
 _CLUSTER_KEYS = ("gpu", "gpus_per_node", "nvlink_domain_gpus", "nic_gb_per_s_per_gpu",
                  "inter_node_latency_us", "intra_domain_latency_us")
-_CLUSTER_OPTIONAL = ("display_name", "oversubscription", "sources")
+_CLUSTER_OPTIONAL = ("display_name", "oversubscription", "host_memory_gib_per_gpu", "sources")
 _EFFICIENCY_KEYS = ("gemm_peak_frac", "stack_gemm_peak_frac", "gemm_half_dim", "attention_peak_frac", "hbm_frac",
-                    "nvlink_frac", "nic_frac", "kernel_overhead_us", "source")
+                    "nvlink_frac", "nic_frac", "host_link_frac", "kernel_overhead_us", "source")
 
 # Fabric latencies for the quick form (--gpu NAME --gpus N): typical NCCL small-message
 # latencies, the same values the built-in DGX clusters use (see clusters.yaml for sources).
@@ -74,6 +74,7 @@ def _efficiency(entry: dict[str, Any], where: str) -> EfficiencySpec:
         hbm_frac=fraction(entry["hbm_frac"], f"{where}.hbm_frac"),
         nvlink_frac=fraction(entry["nvlink_frac"], f"{where}.nvlink_frac"),
         nic_frac=fraction(entry["nic_frac"], f"{where}.nic_frac"),
+        host_link_frac=fraction(entry["host_link_frac"], f"{where}.host_link_frac"),
         kernel_overhead_s=positive_number(entry["kernel_overhead_us"], f"{where}.kernel_overhead_us")
         * units.SECONDS_PER_US,
         source=str(entry["source"]),
@@ -115,6 +116,9 @@ def _gpu(name: str, entry: dict[str, Any]) -> GPUSpec:
         nvlink_bytes_per_s=positive_number(entry["nvlink_gb_per_s"], f"{where}.nvlink_gb_per_s")
         * units.BYTES_PER_GB,
         nic_bytes_per_s=positive_number(entry["nic_gb_per_s"], f"{where}.nic_gb_per_s") * units.BYTES_PER_GB,
+        host_link_bytes_per_s=positive_number(entry["host_link_gb_per_s"], f"{where}.host_link_gb_per_s")
+        * units.BYTES_PER_GB,
+        host_memory_bytes=positive_number(entry["host_memory_gib"], f"{where}.host_memory_gib") * units.BYTES_PER_GIB,
         price_usd_per_gpu_hour=None if price is None else positive_number(price, f"{where}.price_usd_per_gpu_hour"),
         efficiency=efficiency.get(name, efficiency["*"]),
         sources={k: str(v) for k, v in sources.items()},
@@ -169,6 +173,8 @@ def _cluster(name: str, entry: dict[str, Any], where: str, num_nodes: int) -> Cl
                 entry["intra_domain_latency_us"], f"{where}.intra_domain_latency_us"
             ) * units.SECONDS_PER_US,
             oversubscription=positive_number(entry.get("oversubscription", 1.0), f"{where}.oversubscription"),
+            host_memory_bytes_per_gpu=None if "host_memory_gib_per_gpu" not in entry else positive_number(
+                entry["host_memory_gib_per_gpu"], f"{where}.host_memory_gib_per_gpu") * units.BYTES_PER_GIB,
         )
     except ValueError as exc:
         raise InputError(str(exc)) from None

@@ -40,6 +40,8 @@ class EfficiencySpec:
     """Fraction of one-direction NVLink bandwidth that NCCL collectives reach as bus bandwidth."""
     nic_frac: float
     """Fraction of the NIC line rate that NCCL collectives reach as bus bandwidth across nodes."""
+    host_link_frac: float
+    """Fraction of the host link's one-direction rate that pinned-memory copies reach."""
     kernel_overhead_s: float
     """Fixed launch/synchronisation cost per kernel, seconds."""
     source: str
@@ -68,6 +70,10 @@ class GPUSpec:
     """Scale-up link bandwidth per GPU, one direction, bytes/s."""
     nic_bytes_per_s: float
     """Default scale-out NIC bandwidth per GPU, one direction, bytes/s."""
+    host_link_bytes_per_s: float
+    """The GPU's link to host memory (PCIe or NVLink-C2C), one direction, bytes/s."""
+    host_memory_bytes: float
+    """Host (CPU) memory per GPU on the vendor's reference system, bytes."""
     price_usd_per_gpu_hour: float | None
     """Public on-demand price per GPU-hour, if known."""
     efficiency: EfficiencySpec
@@ -79,7 +85,8 @@ class GPUSpec:
         for dtype, peak in self.peak_flops_per_s.items():
             if dtype not in DTYPES or peak <= 0:
                 raise ValueError(f"{self.name}: peak for {dtype!r} must be a positive FLOP/s of {DTYPES}")
-        for label in ("hbm_bytes", "hbm_bytes_per_s", "nvlink_bytes_per_s", "nic_bytes_per_s"):
+        for label in ("hbm_bytes", "hbm_bytes_per_s", "nvlink_bytes_per_s", "nic_bytes_per_s", "host_link_bytes_per_s",
+                      "host_memory_bytes"):
             if getattr(self, label) <= 0:
                 raise ValueError(f"{self.name}: {label} must be positive")
 
@@ -113,6 +120,8 @@ class ClusterSpec:
     """Per-message latency inside an NVLink domain, seconds."""
     oversubscription: float = 1.0
     """Fabric oversubscription ratio (>= 1; 1 = full bisection)."""
+    host_memory_bytes_per_gpu: float | None = None
+    """Host (CPU) memory per GPU for offloaded activations; None = the GPU's reference system."""
 
     def __post_init__(self) -> None:
         for label in ("num_nodes", "gpus_per_node", "nvlink_domain_gpus"):
@@ -128,6 +137,8 @@ class ClusterSpec:
             raise ValueError(f"cluster {self.name}: NIC bandwidth must be positive")
         if self.inter_node_latency_s < 0 or self.intra_domain_latency_s < 0:
             raise ValueError(f"cluster {self.name}: latencies must not be negative")
+        if self.host_memory_bytes_per_gpu is not None and self.host_memory_bytes_per_gpu <= 0:
+            raise ValueError(f"cluster {self.name}: host memory per GPU must be positive")
         if self.oversubscription < 1:
             raise ValueError(f"cluster {self.name}: oversubscription must be >= 1, got {self.oversubscription}")
 
@@ -135,6 +146,11 @@ class ClusterSpec:
     def num_gpus(self) -> int:
         """Total GPUs."""
         return self.num_nodes * self.gpus_per_node
+
+    @property
+    def host_memory_per_gpu(self) -> float:
+        """Host memory available to each GPU's offloaded activations, bytes."""
+        return self.gpu.host_memory_bytes if self.host_memory_bytes_per_gpu is None else self.host_memory_bytes_per_gpu
 
     @property
     def domain_gpus(self) -> int:

@@ -46,6 +46,10 @@ class EngineRules:
     """Attention implementations the engine can run; the first is its default."""
     kernel_stack: str
     """Where its GEMM modules come from: transformer_engine or pytorch (efficiency.yaml)."""
+    activation_offload: bool
+    """Saved activations of some layers can live in host memory (pp = 1, no recompute)."""
+    recompute_stops_early: bool
+    """Full recompute uses PyTorch's non-reentrant checkpoint, which stops at the last saved tensor."""
     source: str
     """Where these rules come from."""
 
@@ -56,33 +60,38 @@ ENGINES: dict[str, EngineRules] = {
         supports_cp=True, supports_interleaved=True, sp_modes_with_tp=(0, 1),
         recompute_modes=("none", "selective", "full"), edge_accounted_stages=True,
         interleaved_needs_pp_multiple=True, attention_kernels=("fused", "flash", "unfused"),
-        kernel_stack="transformer_engine",
+        kernel_stack="transformer_engine", activation_offload=True, recompute_stops_early=False,
         source=(
             "Megatron-LM core_v0.16 arguments: --use-distributed-optimizer, --use-megatron-fsdp, "
             "--sequence-parallel needs TP > 1, --num-layers-per-virtual-pipeline-stage, "
             "--account-for-embedding/loss-in-pipeline-split, --recompute-granularity, "
-            "--attention-backend fused|flash|unfused (auto picks Transformer Engine's cuDNN fused attention)"
+            "--attention-backend fused|flash|unfused (auto picks Transformer Engine's cuDNN fused attention), "
+            "--cpu-offloading-num-layers (Transformer Engine activation offload; Megatron-core refuses it "
+            "with pp > 1 or with recompute, and needs at least one layer left on the GPU)"
         ),
     ),
     "deepspeed": EngineRules(
         name="deepspeed", recipe=DEEPSPEED_MIXED, low_precision_recipe=DEEPSPEED_MIXED, zero_stages=(0, 1, 2, 3), max_zero_with_pp=1,
         supports_cp=False, supports_interleaved=False, sp_modes_with_tp=(0,),
         recompute_modes=("none", "full"), edge_accounted_stages=False, interleaved_needs_pp_multiple=False,
-        attention_kernels=("flash", "unfused"), kernel_stack="pytorch",
+        attention_kernels=("flash", "unfused"), kernel_stack="pytorch", activation_offload=False,
+        recompute_stops_early=False,
         source=("DeepSpeed: PipelineEngine supports ZeRO-1 only; activation checkpointing is per layer (full); "
-                "attention is the model's own (flash-attn 2 / SDPA, or the unfused reference path)"),
+                "deepspeed.checkpointing is reentrant and reruns the whole layer; attention is the model's own "
+                "(flash-attn 2 / SDPA, or the unfused reference path)"),
     ),
     "torchtitan": EngineRules(
         name="torchtitan", recipe=FSDP2_MIXED, low_precision_recipe=FSDP2_MIXED, zero_stages=(0, 2, 3), max_zero_with_pp=3,
         supports_cp=True, supports_interleaved=True, sp_modes_with_tp=(1,),
         recompute_modes=("none", "selective", "full"), edge_accounted_stages=False,
         interleaved_needs_pp_multiple=False, attention_kernels=("flash", "fused"),
-        kernel_stack="pytorch",
+        kernel_stack="pytorch", activation_offload=False, recompute_stops_early=True,
         source=(
             "torchtitan 0.3: scaled_dot_product_attention (flash backend by default, cuDNN backend on request), "
             "FSDP2 (reshard_after_forward = ZeRO-3, never = ZeRO-2), DDP replicate, "
             "TP with SequenceParallel norms, Interleaved1F1B, context_parallel ring attention, "
-            "activation_checkpoint mode none/selective/full"
+            "activation_checkpoint mode none/selective/full through torch.utils.checkpoint with "
+            "use_reentrant=False (early stop on: recomputation ends at the last tensor backward needs)"
         ),
     ),
 }

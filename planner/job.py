@@ -58,6 +58,7 @@ class TrainingJob:
         return Workload(seq_len=self.seq_len, global_batch=self.global_batch, precision=self.precision,
                         recipe=recipe_for(engine_rules(self.engine), self.precision),
                         attention=self.attention_kernel, kernel_stack=engine_rules(self.engine).kernel_stack,
+                        recompute_stops_early=engine_rules(self.engine).recompute_stops_early,
                         flops_convention=self.flops_convention)
 
 
@@ -87,12 +88,16 @@ class ParallelConfig:
     """none, selective or full."""
     sp: bool = False
     """Sequence parallel."""
+    offload: int = 0
+    """Layers whose saved activations live in host memory (Megatron --cpu-offloading-num-layers)."""
 
     def __post_init__(self) -> None:
         for label in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs"):
             value = getattr(self, label)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{label} must be a positive integer, got {value!r}")
+        if isinstance(self.offload, bool) or not isinstance(self.offload, int) or self.offload < 0:
+            raise ValueError(f"offload must be a non-negative number of layers, got {self.offload!r}")
         if self.zero not in (0, 1, 2, 3):
             raise ValueError(f"zero must be 0, 1, 2 or 3, got {self.zero!r}")
         if self.recompute not in RECOMPUTE_CODES:
@@ -114,5 +119,5 @@ def configs_to_table(configs: list[ParallelConfig]) -> ConfigTable:
         tp=[c.tp for c in configs], pp=[c.pp for c in configs], dp=[c.dp for c in configs],
         cp=[c.cp for c in configs], vpp=[c.vpp for c in configs], mbs=[c.mbs for c in configs],
         zero=[c.zero for c in configs], recompute=[RECOMPUTE_CODES[c.recompute] for c in configs],
-        sp=[int(c.sp) for c in configs],
+        sp=[int(c.sp) for c in configs], offload=[c.offload for c in configs],
     )

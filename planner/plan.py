@@ -17,7 +17,8 @@ from paraplan.planner.job import ParallelConfig, TrainingJob
 from paraplan.planner.json_schema import validate_instance
 
 SCHEMA_VERSION = 1
-_BREAKDOWN = ("compute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "bubble_s", "dp_comm_s", "optimizer_s")
+_BREAKDOWN = ("compute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "bubble_s", "dp_comm_s", "offload_s",
+              "optimizer_s")
 _MEMORY = ("weights_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes", "logits_bytes",
            "transient_bytes", "reserve_bytes")
 
@@ -42,6 +43,7 @@ def config_at(table: ConfigTable, row: int) -> ParallelConfig:
         tp=int(table.tp[row]), pp=int(table.pp[row]), dp=int(table.dp[row]), cp=int(table.cp[row]),
         vpp=int(table.vpp[row]), mbs=int(table.mbs[row]), zero=int(table.zero[row]),
         recompute=RECOMPUTE_NAMES[int(table.recompute[row])], sp=bool(table.sp[row]),
+        offload=int(table.offload[row]),
     )
 
 
@@ -58,6 +60,7 @@ def estimate_at(est: EstimateTable, row: int) -> dict[str, Any]:
         "num_microbatches": int(est.num_microbatches[row]),
         "peak_memory_bytes": float(memory.peak_bytes[row]),
         "peak_memory_stage": "last" if memory.worst_stage[row] else "first",
+        "host_memory_bytes": float(memory.host_bytes[row]),
         "step_time_breakdown_s": {name: float(getattr(est, name)[row]) for name in _BREAKDOWN},
         "memory_breakdown_bytes": {name: float(np.asarray(getattr(memory, name))[row]) for name in _MEMORY},
     }

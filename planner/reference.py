@@ -24,7 +24,7 @@ from paraplan.planner.job import TrainingJob
 from paraplan.planner.plan import config_at
 from paraplan.planner.search import search
 
-KNOBS = ("tp", "pp", "dp", "cp", "vpp", "mbs", "zero", "recompute", "sp")
+KNOBS = ("tp", "pp", "dp", "cp", "vpp", "mbs", "zero", "recompute", "sp", "offload")
 REQUIRED = ("id", "source", "model", "gpu", "num_gpus", "seq_len", "global_batch", "precision", "engine", "attention",
             "measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu", "flops_convention") + KNOBS
 
@@ -107,7 +107,7 @@ def predict_row(row: pd.Series) -> Prediction:
         return Prediction(row["id"], row["source"], measured, float("nan"), "infeasible")
     best = int(result.ranked[0])
     config = config_at(result.table, best)
-    chosen = " ".join(f"{k}={getattr(config, k)}" for k in ("vpp", "mbs", "zero", "recompute", "sp")
+    chosen = " ".join(f"{k}={getattr(config, k)}" for k in ("vpp", "mbs", "zero", "recompute", "sp", "offload")
                       if k not in fixed)
     return Prediction(row["id"], row["source"], measured,
                       float(result.estimates.tokens_per_s_per_gpu[best]), chosen)

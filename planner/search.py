@@ -13,11 +13,15 @@ from paraplan.hardware_profiles import ClusterSpec
 from paraplan.hardware_profiles.units import BYTES_PER_GIB, SECONDS_PER_HOUR
 from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import TrainingJob
-from paraplan.planner.space import AXES, enumerate_space
+from paraplan.planner.space import enumerate_space
 
 Objective = Literal["throughput", "cost", "memory"]
 OBJECTIVES = ("throughput", "cost", "memory")
 MEMORY_REASON = "does not fit in GPU memory"
+HOST_MEMORY_REASON = "offloaded activations exceed host memory"
+# Equal predictions rank the simpler layout first: fewer kinds of parallelism and memory tricks
+# to debug (context, pipeline, interleaving, tensor; offload, recompute, sharding), then the rest.
+TIE_BREAK = ("cp", "pp", "vpp", "tp", "offload", "recompute", "zero", "sp", "dp", "mbs")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,13 +65,16 @@ def search(job: TrainingJob, cluster: ClusterSpec, fixed: dict[str, list[int]] |
     table = space.table
     est = estimate(job.model, cluster, job.workload(), table)
     capacity = cluster.gpu.hbm_bytes * (1.0 - job.memory_headroom_frac)
-    fits = est.memory.peak_bytes <= capacity
+    fits_gpu = est.memory.peak_bytes <= capacity
+    fits_host = est.memory.host_bytes <= cluster.host_memory_per_gpu
+    fits = fits_gpu & fits_host
     rejected = dict(space.rejected)
-    if int((~fits).sum()):
-        rejected[MEMORY_REASON] = int((~fits).sum())
+    for reason, failed in ((MEMORY_REASON, ~fits_gpu), (HOST_MEMORY_REASON, fits_gpu & ~fits_host)):
+        if int(failed.sum()):
+            rejected[reason] = int(failed.sum())
     key = _objective_key(objective, job, cluster, est)
-    # Deterministic ties: objective, then the axes in the order tp, pp, dp, cp, vpp, mbs, ...
-    order = np.lexsort(tuple(getattr(table, axis) for axis in reversed(AXES)) + (np.round(key, 12),))
+    # Deterministic ties: the objective, then TIE_BREAK, smaller values first.
+    order = np.lexsort(tuple(getattr(table, axis) for axis in reversed(TIE_BREAK)) + (np.round(key, 12),))
     ranked = order[fits[order]]
     smallest = float(est.memory.peak_bytes.min()) if len(table) else float("nan")
     return SearchResult(table=table, estimates=est, ranked=ranked, rejected=rejected,

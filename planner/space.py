@@ -2,7 +2,9 @@
 
 Two passes keep the table small: first the (tp, pp, cp) shapes, then, for the valid shapes,
 every (vpp, mbs, zero, recompute, sp). A shape rejected in the first pass counts for all the
-second-pass combinations it would have had, so rejection counts are per candidate.
+second-pass combinations it would have had, so rejection counts are per candidate. Activation
+offload exists only without pipeline parallelism or recompute, so a free search adds its
+layer counts to those rows alone instead of multiplying the whole grid.
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ from paraplan.hardware_profiles import ClusterSpec
 from paraplan.planner.engines import EngineRules
 from paraplan.planner.job import TrainingJob
 
-AXES = ("tp", "pp", "dp", "cp", "vpp", "mbs", "zero", "recompute", "sp")
+AXES = ("tp", "pp", "dp", "cp", "vpp", "mbs", "zero", "recompute", "sp", "offload")
+# A free search offloads 1/16, 2/16, ... of the layers: fine enough that the last step moves
+# under 7% of the activations, coarse enough to add at most 15 rows per pp = 1 candidate.
+OFFLOAD_STEPS = 16
 # Micro-batches beyond this many tokens do not raise GEMM efficiency further; the free search
 # stops there (a fixed --mbs may exceed it).
 MAX_FREE_MICROBATCH_TOKENS = 131_072
@@ -39,6 +44,12 @@ def divisors(n: int) -> list[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
+def offload_choices(num_layers: int) -> list[int]:
+    """Layer counts a free search offloads: multiples of ceil(layers / OFFLOAD_STEPS) below the depth."""
+    step = -(-num_layers // OFFLOAD_STEPS)
+    return list(range(step, num_layers, step))
+
+
 def _free_values(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules) -> dict[str, list[int]]:
     n, layers = cluster.num_gpus, job.model.num_layers
     chunks = sorted(set(divisors(layers) + (divisors(layers + 2) if engine.edge_accounted_stages else [])))
@@ -48,6 +59,7 @@ def _free_values(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules) ->
         "zero": list(engine.zero_stages),
         "recompute": [RECOMPUTE_CODES[mode] for mode in engine.recompute_modes],
         "sp": [0, 1],
+        "offload": [0] + (offload_choices(layers) if engine.activation_offload else []),
     }
 
 
@@ -68,7 +80,8 @@ def _shape_reasons(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules, 
 
 
 def _detail_reasons(job: TrainingJob, engine: EngineRules, t: dict[str, np.ndarray]) -> list[tuple]:
-    tp, pp, dp, cp, vpp, mbs, zero, sp = (t[k] for k in ("tp", "pp", "dp", "cp", "vpp", "mbs", "zero", "sp"))
+    tp, pp, dp, cp, vpp, mbs, zero, sp, offload = (
+        t[k] for k in ("tp", "pp", "dp", "cp", "vpp", "mbs", "zero", "sp", "offload"))
     layers = job.model.num_layers
     batch_ok = job.global_batch % (dp * mbs) == 0
     micro = np.where(batch_ok, job.global_batch // np.maximum(dp * mbs, 1), 0)
@@ -88,6 +101,10 @@ def _detail_reasons(job: TrainingJob, engine: EngineRules, t: dict[str, np.ndarr
         ((tp > 1) & ~sp_allowed, f"{engine.name} does not offer this sequence-parallel setting"),
         ((zero > 0) & (dp * cp == 1), "ZeRO stage > 0 with dp·cp = 1 is the same as stage 0"),
         ((zero > engine.max_zero_with_pp) & (pp > 1), f"{engine.name} cannot combine this ZeRO stage with pp"),
+        ((offload > 0) & (not engine.activation_offload), f"{engine.name} has no activation offloading"),
+        ((offload > 0) & (pp > 1), "activation offload needs pp = 1"),
+        ((offload > 0) & (t["recompute"] > 0), "activation offload cannot be combined with recompute"),
+        (offload >= layers, "activation offload must leave at least one layer on the GPU"),
     ]
 
 
@@ -110,7 +127,11 @@ def enumerate_space(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules,
                     fixed: dict[str, list[int]] | None = None) -> SearchSpace:
     """All valid configurations, with ``fixed`` axes limited to the given values."""
     values = {**_free_values(job, cluster, engine), **(fixed or {})}
-    detail_axes = ("vpp", "mbs", "zero", "recompute", "sp")
+    # A free offload axis: the grid takes 0 and the offloading variants join the rows that allow them.
+    extra_offload = [] if "offload" in (fixed or {}) else [v for v in values["offload"] if v > 0]
+    if extra_offload:
+        values["offload"] = [0]
+    detail_axes = ("vpp", "mbs", "zero", "recompute", "sp", "offload")
     per_shape = int(np.prod([len(values[a]) for a in detail_axes]))
     grid = np.array(list(product(values["tp"], values["pp"], values["cp"])), dtype=np.int64).reshape(-1, 3)
     tp, pp, cp = grid.T
@@ -126,10 +147,16 @@ def enumerate_space(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules,
     detail = np.array(list(product(*(values[a] for a in detail_axes))), dtype=np.int64).reshape(-1, len(detail_axes))
     shapes = np.stack([tp[keep], pp[keep], dp[keep], cp[keep]], axis=1)
     rows = np.concatenate([np.repeat(shapes, len(detail), axis=0), np.tile(detail, (len(shapes), 1))], axis=1)
+    if extra_offload:
+        offloadable = rows[(rows[:, 1] == 1) & (rows[:, 4 + detail_axes.index("recompute")] == 0)]
+        variants = np.repeat(offloadable, len(extra_offload), axis=0)
+        variants[:, -1] = np.tile(extra_offload, len(offloadable))
+        rows = np.concatenate([rows, variants])
     columns = dict(zip(("tp", "pp", "dp", "cp") + detail_axes, rows.T))
     detail_reasons = _detail_reasons(job, engine, columns)
     code = _first_reason(detail_reasons, len(rows))
     _count(counts, detail_reasons, code, 1)
     valid = code == -1
     table = ConfigTable.from_columns(**{axis: columns[axis][valid] for axis in AXES})
-    return SearchSpace(table=table, rejected=counts, considered=len(grid) * per_shape)
+    considered = len(grid) * per_shape + len(rows) - len(shapes) * len(detail)
+    return SearchSpace(table=table, rejected=counts, considered=considered)

@@ -71,7 +71,7 @@ HAND_RULES = {
 
 
 def _valid_by_hand(row, job, cluster, rules) -> bool:
-    tp, pp, dp, cp, vpp, mbs, zero, _recompute, sp = row
+    tp, pp, dp, cp, vpp, mbs, zero, recompute, sp, offload = row
     model, n, layers = job.model, cluster.num_gpus, job.model.num_layers
 
     def splits(chunks):
@@ -96,6 +96,8 @@ def _valid_by_hand(row, job, cluster, rules) -> bool:
         return False
     if zero > 0 and dp * cp == 1:  # states shard over the dp·cp group; nothing to shard over
         return False
+    if offload and (job.engine != "megatron" or pp > 1 or recompute or offload >= layers):
+        return False
     return not (zero > rules["max_zero_pp"] and pp > 1)
 
 
@@ -106,14 +108,16 @@ def _brute_force(job, cluster):
     mbss = [d for d in divisors(job.global_batch) if d * job.seq_len <= MAX_FREE_MICROBATCH_TOKENS] or [1]
     zeros = list(engine.zero_stages)
     recomputes = [RECOMPUTE_CODES[mode] for mode in engine.recompute_modes]
+    # Megatron offloads every ceil(layers/16)-th layer count below the depth; the others never offload.
+    offloads = [0] + (list(range(-(-layers // 16), layers, -(-layers // 16))) if job.engine == "megatron" else [])
     considered, valid = 0, set()
-    for tp, pp, cp, vpp, mbs, zero, recompute, sp in product(
-        divisors(n), divisors(n), divisors(n), vpps, mbss, zeros, recomputes, (0, 1)
+    for tp, pp, cp, vpp, mbs, zero, recompute, sp, offload in product(
+        divisors(n), divisors(n), divisors(n), vpps, mbss, zeros, recomputes, (0, 1), offloads
     ):
-        considered += 1
+        considered += offload == 0
         if n % (tp * pp * cp):
             continue
-        row = (tp, pp, n // (tp * pp * cp), cp, vpp, mbs, zero, recompute, sp)
+        row = (tp, pp, n // (tp * pp * cp), cp, vpp, mbs, zero, recompute, sp, offload)
         if _valid_by_hand(row, job, cluster, HAND_RULES[job.engine]):
             valid.add(row)
     return considered, valid
@@ -137,7 +141,10 @@ def test_space_equals_brute_force(cluster_name, nodes, engine, model_name):
     assert len(valid) > 0
     assert _rows(space.table) == valid
     assert len(space.table) == len(valid)  # no duplicates
-    assert space.considered == considered
+    # Offload variants are considered only where pp = 1 and recompute is off, on top of the grid.
+    offloading = int(np.sum(space.table.offload > 0))
+    assert (offloading > 0) == (engine == "megatron")
+    assert considered + offloading <= space.considered <= considered * (1 + 15)
     assert space.considered == len(space.table) + sum(space.rejected.values())
     assert all(count > 0 for count in space.rejected.values())
 
