@@ -138,3 +138,19 @@ def test_nemo_gb200_llama70b_recipe_offloads_about_half_the_layers():
     assert chosen["recompute"] == "none"
     assert 30 <= int(chosen["offload"]) <= 50
     assert abs(prediction.error_frac) < 0.10
+
+
+def test_cluster_file_host_memory_bounds_offload_in_evaluate(tmp_path):
+    cluster_file = tmp_path / "small-host.yaml"
+    cluster_file.write_text("gpu: gb200\ngpus_per_node: 4\nnvlink_domain_gpus: 72\nnic_gb_per_s_per_gpu: 50\n"
+                            "inter_node_latency_us: 5\nintra_domain_latency_us: 2\nhost_memory_gib_per_gpu: 60\n")
+    args = ["evaluate", "llama-3.1-70b", "--cluster", str(cluster_file), "--gpus", "64", "--seq-len", "8192",
+            "--global-batch", "256", "--precision", "fp8", "--tp", "1", "--pp", "1", "--mbs", "2", "--zero", "3",
+            "--offload", "40"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    # 40 layers x 3.62 GB each (216 KiB per token x 16,384 tokens) = 135.0 GiB against 60 GiB.
+    assert "does not fit: offloads 135.0 GiB per GPU to the host, 60.0 GiB available" in result.stdout
+    cluster_file.write_text(cluster_file.read_text().replace("60", "-3"))
+    bad = CliRunner().invoke(app, args)
+    assert bad.exit_code == 2 and "host_memory_gib_per_gpu: expected a positive number" in bad.stderr
