@@ -309,3 +309,17 @@ def test_job_validation(llama8b):
         TrainingJob(model=llama8b, seq_len=SEQ, global_batch=GBS, precision="fp32")
     with pytest.raises(ValueError, match="headroom"):
         _job(llama8b, memory_headroom_frac=1.0)
+
+
+def test_equal_predictions_rank_the_simpler_layout_first():
+    # Llama 3.1 8B on 8 H100: dp=8 and dp=2 x cp=4 move the same tokens per GPU through the same
+    # GEMMs, and the ring hides under attention, so their predictions tie exactly.
+    result = search(_job(load_model("llama-3.1-8b"), seq_len=4096, global_batch=256),
+                    load_cluster("dgx-h100", num_nodes=1), {"tp": [1], "pp": [1], "zero": [3], "recompute": [0]})
+    table, est = result.table, result.estimates
+    best = int(result.ranked[0])
+    tied = [int(r) for r in result.ranked if est.step_time_s[r] == est.step_time_s[best]]
+    assert len(tied) > 1 and {int(table.cp[r]) for r in tied} > {1}
+    assert int(table.cp[best]) == 1 and int(table.offload[best]) == 0
+    cps = [int(table.cp[r]) for r in tied]
+    assert cps == sorted(cps)
