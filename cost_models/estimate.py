@@ -97,8 +97,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTa
     embed_s, output_s = _edge_times(model, t, tokens, rates)
 
     layer_compute = lt.forward_compute_s + lt.backward_compute_s + lt.recompute_s
-    offload = offload_exposed_s(stored_layer_bytes(model, work, t), t.offload, lt.forward_compute_s,
-                                lt.backward_compute_s, cluster)
+    layer_bytes = stored_layer_bytes(model, work, t)
+    offload = offload_exposed_s(layer_bytes, t.offload, lt.forward_compute_s, lt.backward_compute_s, cluster)
     first_compute = layout.first_layers * layer_compute + embed_s + offload
     last_compute = layout.last_layers * layer_compute + output_s
     middle_compute = layout.middle_layers * layer_compute
@@ -139,7 +139,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTa
     recompute_per_token = _recompute_flops_per_token(model, work, t)
     peak = cluster.gpu.peak(work.precision)
     per_gpu_flops = flops_per_token * tokens_per_s / num_gpus
-    memory = memory_breakdown(model, work, t, layout, m)
+    memory = memory_breakdown(model, work, t, layout, m, layer_bytes)
     return EstimateTable(
         step_time_s=step, compute_s=compute_total, tp_comm_s=tp_total, cp_comm_s=cp_total, pp_comm_s=pp_comm,
         bubble_s=bubble, dp_comm_s=dp_comm, offload_s=offload_total, optimizer_s=optimizer, num_microbatches=m,

@@ -108,12 +108,15 @@ def stored_layer_bytes(model: ModelSpec, work: Workload, t: ConfigTable):
 
 
 def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: StageLayout,
-                     num_microbatches) -> MemoryBreakdown:
-    """Itemised peak memory of the first and last stage; the larger one is reported."""
+                     num_microbatches, per_layer=None) -> MemoryBreakdown:
+    """Itemised peak memory of the first and last stage; the larger one is reported.
+
+    ``per_layer``: :func:`stored_layer_bytes`, when the caller has it already.
+    """
     recipe = work.recipe
     tokens = t.mbs * work.seq_len / t.cp
     gemm_input_bytes = _gemm_input_bytes(work.precision)
-    per_layer = stored_layer_bytes(model, work, t)
+    per_layer = stored_layer_bytes(model, work, t) if per_layer is None else per_layer
     scores = _scores_bytes(model, work, t, tokens)
     seq_shard = np.where(t.sp == 1, t.tp, 1)
     # Offload runs with pp = 1 only, so one micro-batch is in flight and the first stage is the model.
@@ -128,10 +131,7 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
     working_set = np.where(t.recompute == 2, recomputed_layer, 0.0) + np.where(t.recompute >= 1, scores, 0.0)
     # States shard over the data-parallel group including context parallel (Megatron's
     # dp-cp group, torchtitan's dp_shard x cp mesh): CP ranks hold the same weights.
-    dp = (t.dp * t.cp).astype(float)
-    weights_frac = recipe.weight_bytes / np.where(t.zero >= recipe.weights_sharded_from_zero, dp, 1.0)
-    grads_frac = recipe.grad_bytes / np.where(t.zero >= 2, dp, 1.0)
-    optim_frac = recipe.optimizer_bytes / np.where(t.zero >= 1, dp, 1.0)
+    weights_frac, grads_frac, optim_frac = recipe.sharded_bytes_per_param(t.zero, t.dp * t.cp)
     # Sharded weights are gathered a layer at a time (the gathered copy, the prefetched next one and
     # its gradient); engines that gather per parameter tensor hold only the largest tensors.
     unit_params = model.largest_layer_tensor_params() if recipe.gathers_per_tensor else model.layer_params()

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StateRecipe:
@@ -40,16 +42,19 @@ class StateRecipe:
     source: str
     """Where the byte counts come from."""
 
-    def state_bytes_per_param(self, zero_stage, dp):
-        """Bytes per parameter held by one GPU (numpy-friendly in zero_stage and dp)."""
-        import numpy as np
-
+    def sharded_bytes_per_param(self, zero_stage, dp):
+        """(weights, gradients, optimizer) bytes per parameter one GPU holds, each divided by the
+        sharding group where the ZeRO stage shards it (numpy-friendly in zero_stage and dp)."""
         zero_stage = np.asarray(zero_stage)
         dp = np.asarray(dp, dtype=float)
         weights = self.weight_bytes / np.where(zero_stage >= self.weights_sharded_from_zero, dp, 1.0)
         grads = self.grad_bytes / np.where(zero_stage >= 2, dp, 1.0)
         optimizer = self.optimizer_bytes / np.where(zero_stage >= 1, dp, 1.0)
-        return weights + grads + optimizer
+        return weights, grads, optimizer
+
+    def state_bytes_per_param(self, zero_stage, dp):
+        """Bytes per parameter held by one GPU, all states together."""
+        return sum(self.sharded_bytes_per_param(zero_stage, dp))
 
 
 MEGATRON_MIXED = StateRecipe(

@@ -262,16 +262,11 @@ def test_user_cluster_bad_numbers(tmp_path, key, value):
         cluster_from_file(_write(tmp_path, text))
 
 
-def test_user_cluster_negative_node_count(tmp_path):
-    path = _write(tmp_path, _GOOD_CLUSTER.replace("num_nodes: 4", "num_nodes: -4"))
-    with pytest.raises(InputError, match="positive integer"):
-        cluster_from_file(path)
-
-
 def test_user_cluster_negative_node_count_names_the_key(tmp_path):
     path = _write(tmp_path, _GOOD_CLUSTER.replace("num_nodes: 4", "num_nodes: -4"))
-    with pytest.raises(InputError, match="num_nodes"):
+    with pytest.raises(InputError, match="num_nodes") as caught:
         cluster_from_file(path)
+    assert "positive integer" in str(caught.value)
 
 
 def test_user_cluster_oversubscription_below_one(tmp_path):

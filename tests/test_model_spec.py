@@ -210,19 +210,20 @@ def test_mistral_parses():
     assert dataclasses.replace(as_llama, model_type="mistral") == model
 
 
+# A tiny GPT-NeoX config.json; each test adds the keys it is about.
+_NEOX = {
+    "model_type": "gpt_neox",
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 256,
+    "vocab_size": 400,
+    "max_position_embeddings": 2048,
+}
+
+
 def test_gpt_neox_parses():
-    config = {
-        "model_type": "gpt_neox",
-        "hidden_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "intermediate_size": 256,
-        "vocab_size": 400,
-        "max_position_embeddings": 2048,
-        "use_parallel_residual": True,
-        "rotary_pct": 0.25,
-        "tie_word_embeddings": False,
-    }
+    config = {**_NEOX, "use_parallel_residual": True, "rotary_pct": 0.25, "tie_word_embeddings": False}
     model = model_from_config(config, "neox")
     assert model.parallel_attn_mlp and model.position == "rope" and not model.gated_mlp
     h, f, vocab = 64, 256, 400
@@ -232,30 +233,11 @@ def test_gpt_neox_parses():
 
 
 def test_gpt_neox_parallel_residual_defaults_to_true():
-    config = {
-        "model_type": "gpt_neox",
-        "hidden_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "intermediate_size": 256,
-        "vocab_size": 400,
-        "max_position_embeddings": 2048,
-    }
-    assert model_from_config(config, "neox").parallel_attn_mlp
+    assert model_from_config(dict(_NEOX), "neox").parallel_attn_mlp
 
 
 def test_gpt_neox_attention_bias_false():
-    config = {
-        "model_type": "gpt_neox",
-        "hidden_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "intermediate_size": 256,
-        "vocab_size": 400,
-        "max_position_embeddings": 2048,
-        "use_parallel_residual": True,
-        "tie_word_embeddings": False,
-    }
+    config = {**_NEOX, "use_parallel_residual": True, "tie_word_embeddings": False}
     with_bias = model_from_config(config, "neox")
     without = model_from_config({**config, "attention_bias": False}, "neox")
     assert with_bias.total_params() - without.total_params() == 2 * (3 * 64 + 64)
