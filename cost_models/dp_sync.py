@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from paraplan.cost_models.collectives import collective_latency_s, collective_time_s
+from paraplan.cost_models.compute import ComputeRates, memory_bound_time_s
 from paraplan.cost_models.table import ConfigTable, Workload
 from paraplan.hardware_profiles import ClusterSpec
 
@@ -24,13 +25,15 @@ def _exposed(comm_s, window_s, last_bucket_frac):
     return np.maximum(comm_s - window_s, comm_s * last_bucket_frac)
 
 
-def dp_exposed_s(work: Workload, t: ConfigTable, cluster: ClusterSpec, params_per_gpu, layer_params_per_gpu,
-                 stage_time_s, num_microbatches, stage_layers=1, tensors_per_layer=1):
+def dp_exposed_s(work: Workload, t: ConfigTable, cluster: ClusterSpec, rates: ComputeRates, params_per_gpu,
+                 layer_params_per_gpu, stage_time_s, num_microbatches, stage_layers=1, tensors_per_layer=1):
     """Seconds of data-parallel traffic the step waits for (arrays over configs).
 
     ``stage_layers`` and ``tensors_per_layer`` count the separate all-gathers of sharded weights
     (one per layer, or one per parameter tensor when the engine gathers that way); each pays the
-    collective's latency on top of the bandwidth term of the whole stage's bytes.
+    collective's latency on top of the bandwidth term of the whole stage's bytes. An engine that
+    gathers into per-rank views also pays one copy kernel per rank of each gather, and the copy
+    of the gathered bytes (read and write) through HBM.
     """
     recipe = work.recipe
     # Gradients are reduced over data parallel x context parallel (CP ranks share weights);
@@ -58,6 +61,10 @@ def dp_exposed_s(work: Workload, t: ConfigTable, cluster: ClusterSpec, params_pe
     per_layer = tensors_per_layer if recipe.gathers_per_tensor else 1
     collectives_per_gather = np.asarray(stage_layers, dtype=float) * per_layer
     gather_latency_s = (collectives_per_gather - 1) * collective_latency_s("all_gather", group, stride, cluster)
+    if recipe.gather_copies_per_rank:
+        gathered_bytes = params_per_gpu * recipe.param_gather_bytes
+        gather_latency_s = gather_latency_s + memory_bound_time_s(2.0 * gathered_bytes,
+                                                                  collectives_per_gather * group, rates)
     every_mb_reduce = per_microbatch & recipe.reduce_every_microbatch
     # Sharded weights: every micro-batch gathers (and maybe reduces) layer by layer under compute.
     layer_gather_s = collective_time_s("all_gather", layer_params_per_gpu * recipe.param_gather_bytes,

@@ -122,7 +122,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTa
 
     stage_params = np.maximum(layout.first_params, layout.last_params)
     stage_layers = np.maximum(layout.first_layers, layout.last_layers)
-    dp_comm = dp_exposed_s(work, t, cluster, stage_params, model.layer_params() / t.tp, slowest, m,
+    dp_comm = dp_exposed_s(work, t, cluster, rates, stage_params, model.layer_params() / t.tp, slowest, m,
                            stage_layers, model.layer_param_tensors())
     updated = stage_params / np.where(t.zero >= 1, t.dp * t.cp, 1)
     optimizer = memory_bound_time_s(updated * OPTIMIZER_BYTES_PER_PARAM, OPTIMIZER_KERNELS, rates)

@@ -76,7 +76,8 @@ ENGINES: dict[str, EngineRules] = {
         recompute_modes=("none", "full"), edge_accounted_stages=False, interleaved_needs_pp_multiple=False,
         attention_kernels=("flash", "unfused"), kernel_stack="pytorch", activation_offload=False,
         recompute_stops_early=False,
-        source=("DeepSpeed: PipelineEngine supports ZeRO-1 only; activation checkpointing is per layer (full); "
+        source=("DeepSpeed (ZeRO-3 costed as its 2021 releases ran it, see recipes.DEEPSPEED_MIXED): PipelineEngine "
+                "supports ZeRO-1 only; activation checkpointing is per layer (full); "
                 "deepspeed.checkpointing is reentrant and reruns the whole layer; attention is the model's own "
                 "(flash-attn 2 / SDPA, or the unfused reference path)"),
     ),

@@ -48,7 +48,7 @@ GUARDS = [
     ("MosaicML A100 80GB", lambda r: _MOSAIC(r) & (r.gpu == "a100-sxm-80gb"), 0.06, 0.25),
     ("MosaicML H100 (flash attention, PyTorch stack)", lambda r: _MOSAIC(r) & (r.gpu == "h100-sxm"), 0.04, 0.28),
     ("Megatron 2021 PTD-P (unfused attention)", lambda r: _NARAYANAN(r) & (r.engine == "megatron"), 0.045, 0.08),
-    ("Megatron 2021 Table 2 DeepSpeed ZeRO-3", lambda r: _NARAYANAN(r) & (r.engine == "deepspeed"), 0.16, 0.43),
+    ("Megatron 2021 Table 2 DeepSpeed ZeRO-3", lambda r: _NARAYANAN(r) & (r.engine == "deepspeed"), 0.08, 0.23),
 ]
 
 
@@ -66,9 +66,9 @@ def test_overall_median():
     assert np.median(errors) <= 0.05
 
 
-@pytest.mark.xfail(strict=True, reason="15 of 327 rows exceed 20%: DeepSpeed ZeRO-3 at 1,536 and 2,240 GPUs "
-                   "(+24%, +43%), NeMo Llama-3 70B Megatron-FSDP rows where the search must choose full "
-                   "recompute (about -22%), and a few MosaicML A100 rows (up to +28%)")
+@pytest.mark.xfail(strict=True, reason="6 of 327 rows exceed 20%: four MosaicML FSDP rows their neighbours do "
+                   "not explain (+20% to +39%), NeMo's Llama 3.1 405B MXFP8 alternative on GB200 (+24%) and "
+                   "DeepSpeed ZeRO-3 of the 174.6B model on 1,536 GPUs (-22%)")
 def test_issue_target():
     errors = _abs_errors(lambda r: r.id == r.id)
     assert np.median(errors) <= 0.08 and errors.max() <= 0.20

@@ -4,6 +4,8 @@ constants the code exposes, never copied from its output."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from conftest import make_model, make_table
@@ -163,15 +165,34 @@ def test_per_tensor_gathers_pay_one_latency_each(a100):
     group_latency = float(collective_latency_s("all_gather", 32, 1, a100))
     params = float(model.num_layers * model.layer_params())
     sizes = (np.array([params]), np.array([model.layer_params()]), np.array([10.0]), np.array([1.0]))
-    per_tensor = dp_exposed_s(_work(), table, a100, *sizes, model.num_layers, model.layer_param_tensors())
-    per_layer = dp_exposed_s(_work(), table, a100, *sizes, model.num_layers, 1)
+    rates = analytical_rates(a100.gpu, "bf16", "fused")
+    no_copies = _work(recipe=dataclasses.replace(DEEPSPEED_MIXED, gather_copies_per_rank=False))
+    per_tensor = dp_exposed_s(no_copies, table, a100, rates, *sizes, model.num_layers, model.layer_param_tensors())
+    per_layer = dp_exposed_s(no_copies, table, a100, rates, *sizes, model.num_layers, 1)
     # Two gather passes per micro-batch, not hidden under compute (DeepSpeed recipe): the gap is
     # 2 x (collectives per pass with tensors - without) x latency.
     extra = 2 * model.num_layers * (model.layer_param_tensors() - 1) * group_latency
     assert float(per_tensor[0] - per_layer[0]) == pytest.approx(extra, rel=1e-9)
     # FSDP gathers layer by layer under compute: a 10 s stage hides everything but the first layer.
-    hidden = dp_exposed_s(_work(recipe=FSDP2_MIXED), table, a100, *sizes, model.num_layers, 12)
+    hidden = dp_exposed_s(_work(recipe=FSDP2_MIXED), table, a100, rates, *sizes, model.num_layers, 12)
     assert float(hidden[0]) < float(per_layer[0])
+
+
+def test_list_output_gathers_pay_one_copy_per_rank(a100):
+    """DeepSpeed's 2021 ZeRO-3 gathers into a list of per-rank views: each gather of each tensor
+    launches one copy kernel per rank, and the gathered bytes cross HBM once more (read + write)."""
+    model = make_model()
+    table = make_table(dp=32, mbs=1, zero=3)
+    rates = analytical_rates(a100.gpu, "bf16", "fused")
+    params = float(model.num_layers * model.layer_params())
+    sizes = (np.array([params]), np.array([model.layer_params()]), np.array([10.0]), np.array([1.0]))
+    tensors = model.num_layers * model.layer_param_tensors()
+    with_copies = dp_exposed_s(_work(), table, a100, rates, *sizes, model.num_layers, model.layer_param_tensors())
+    no_copies = dp_exposed_s(_work(recipe=dataclasses.replace(DEEPSPEED_MIXED, gather_copies_per_rank=False)),
+                             table, a100, rates, *sizes, model.num_layers, model.layer_param_tensors())
+    gathered_bytes = params * DEEPSPEED_MIXED.param_gather_bytes
+    per_gather = 32 * tensors * rates.kernel_overhead_s + 2 * gathered_bytes / rates.memory_bytes_per_s
+    assert float(with_copies[0] - no_copies[0]) == pytest.approx(2 * per_gather, rel=1e-9)  # 2 gather passes
 
 
 def test_deepspeed_zero3_slows_down_as_the_group_grows():
