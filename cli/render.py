@@ -236,30 +236,64 @@ def evaluation(console: Console, plan: Plan, capacity_bytes: float, cost_model: 
 def model_list(console: Console, models: list[ModelSpec]) -> None:
     """One row per preset."""
     table = Table(title="model presets", title_justify="left")
-    for header in ("preset", "model_type", "params B", "layers", "hidden", "heads/kv"):
+    for header in ("preset", "model_type", "params B", "active B", "layers", "hidden", "heads/kv", "experts"):
         table.add_column(header, justify="left" if header in ("preset", "model_type") else "right")
     for m in models:
-        table.add_row(m.name, m.model_type, f"{m.total_params() / PARAMS_PER_BILLION:.2f}", str(m.num_layers),
-                      str(m.hidden_size), f"{m.num_heads}/{m.num_kv_heads}")
+        experts = f"{m.experts_per_token} of {m.num_experts}" if m.is_moe else "—"
+        table.add_row(m.name, m.model_type, f"{m.total_params() / PARAMS_PER_BILLION:.2f}",
+                      f"{m.active_params() / PARAMS_PER_BILLION:.2f}", str(m.num_layers), str(m.hidden_size),
+                      f"{m.num_heads}/{m.num_kv_heads}", experts)
     console.print(table)
+
+
+def _shape_rows(m: ModelSpec) -> list[tuple[str, object]]:
+    rows: list[tuple[str, object]] = [
+        ("layers", m.num_layers), ("hidden", m.hidden_size), ("heads / KV heads", f"{m.num_heads} / {m.num_kv_heads}"),
+        ("head dim", m.head_dim), ("FFN (dense layers)", m.ffn_size), ("vocab", m.vocab_size),
+        ("MLP", "gated (3 matrices)" if m.gated_mlp else "2 matrices"), ("norm", m.norm),
+        ("position", m.position), ("tied embeddings", "yes" if m.tied_embeddings else "no"),
+    ]
+    if m.is_mla:
+        mla = (f"q rank {m.q_lora_rank or '—'}, kv rank {m.kv_lora_rank}, qk {m.qk_nope_head_dim} + "
+               f"rope {m.qk_rope_head_dim}, v {m.v_head_dim}")
+        rows.append(("MLA", mla))
+    if m.is_moe:
+        rows += [("MoE layers", f"{m.num_moe_layers} of {m.num_layers}"),
+                 ("routed experts", f"{m.experts_per_token} of {m.num_experts} per token, FFN {m.expert_ffn_size}"),
+                 ("shared expert FFN", m.shared_expert_ffn_size or "—")]
+    if m.mtp_layers:
+        rows.append(("MTP modules", m.mtp_layers))
+    if m.sliding_layers:
+        rows.append(("sliding window", f"{m.sliding_window} on {m.sliding_layers} of {m.num_layers} layers"))
+    return rows
+
+
+def _param_rows(m: ModelSpec) -> list[tuple[str, int]]:
+    rows = [("embedding", m.embedding_params())]
+    if m.num_dense_layers:
+        rows += [("per dense layer", m.layer_params()),
+                 (f"all {m.num_dense_layers} dense layers", m.num_dense_layers * m.layer_params())]
+    if m.is_moe:
+        rows += [("per MoE layer", m.moe_layer_params()), ("  of which one routed expert", m.expert_params()),
+                 (f"all {m.num_moe_layers} MoE layers", m.num_moe_layers * m.moe_layer_params())]
+    rows += [("output (final norm + projection)", m.output_params()), ("total", m.total_params())]
+    if m.is_moe:
+        rows += [("active per token", m.active_params()),
+                 ("active per token, without embedding", m.active_params() - m.embedding_params())]
+    if m.mtp_layers:
+        rows.append(("MTP modules (not in total)", m.mtp_params()))
+    return rows
 
 
 def model_detail(console: Console, m: ModelSpec, seq_len: int) -> None:
     """Shape, exact parameter counts and model FLOPs per token of one model."""
     shape = Table(title=f"{escape(m.name)} ({m.model_type})", title_justify="left", show_header=False)
-    for label, value in (
-        ("layers", m.num_layers), ("hidden", m.hidden_size), ("heads / KV heads", f"{m.num_heads} / {m.num_kv_heads}"),
-        ("head dim", m.head_dim), ("FFN", m.ffn_size), ("vocab", m.vocab_size),
-        ("MLP", "gated (3 matrices)" if m.gated_mlp else "2 matrices"), ("norm", m.norm),
-        ("position", m.position), ("tied embeddings", "yes" if m.tied_embeddings else "no"),
-    ):
+    for label, value in _shape_rows(m):
         shape.add_row(label, str(value))
     params = Table(title="parameters", title_justify="left")
     params.add_column("part")
     params.add_column("count", justify="right")
-    for label, value in (("embedding", m.embedding_params()), ("per layer", m.layer_params()),
-                         (f"all {m.num_layers} layers", m.num_layers * m.layer_params()),
-                         ("output (final norm + projection)", m.output_params()), ("total", m.total_params())):
+    for label, value in _param_rows(m):
         params.add_row(label, count(value))
     flops = Table(title=f"training FLOPs per token at seq len {seq_len:,} (fwd + bwd, no recompute)",
                   title_justify="left")

@@ -1,5 +1,8 @@
 """Build a :class:`ModelSpec` from a Hugging Face ``config.json`` (a path or a shipped preset).
 
+Dense families: llama, mistral, qwen2, qwen3, gpt2, gpt_neox, mpt. MoE families: mixtral, qwen2_moe,
+qwen3_moe, deepseek_v2, deepseek_v3 (with MLA and MTP), gpt_oss.
+
 Transformers 4.x and 5.x spell a few keys differently (``rope_theta`` moved into
 ``rope_parameters``, ``torch_dtype`` became ``dtype``); only shape keys matter here and both
 spellings of each are accepted, as are the GPT-2 / MPT names (``n_embd``, ``d_model`` ...).
@@ -17,7 +20,11 @@ from typing import Any
 from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.errors import InputError
 
-SUPPORTED_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox", "mpt")
+DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox", "mpt")
+MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss")
+SUPPORTED_TYPES = DENSE_TYPES + MOE_TYPES
+_QWEN_MOE = ("qwen2_moe", "qwen3_moe")
+_DEEPSEEK = ("deepseek_v2", "deepseek_v3")
 
 _ALIASES = {
     "hidden_size": ("hidden_size", "n_embd", "d_model"),
@@ -28,6 +35,10 @@ _ALIASES = {
     "vocab_size": ("vocab_size",),
     "max_positions": ("max_position_embeddings", "n_positions", "max_seq_len", "n_ctx"),
     "head_dim": ("head_dim",),
+    # MoE: Mixtral and GPT-OSS call routed experts num_local_experts, Qwen num_experts, DeepSeek n_routed_experts.
+    "num_experts": ("num_local_experts", "num_experts", "n_routed_experts"),
+    "experts_per_token": ("num_experts_per_tok", "experts_per_token", "num_experts_per_token"),
+    "expert_ffn_size": ("moe_intermediate_size",),
 }
 
 
@@ -63,10 +74,11 @@ def _family_defaults(model_type: str, config: dict[str, Any], hidden: int) -> di
         return {"gated_mlp": False, "norm": "layernorm", "norm_bias": bias, "qkv_bias": bias, "linear_bias": bias,
                 "position": "alibi" if alibi else "learned", "tied": True,
                 "ffn": int(config.get("expansion_ratio", 4) * hidden)}
-    # Llama-family attention_bias switches q, k, v and o biases; Qwen2 has q, k, v biases only.
-    attention_bias = bool(config.get("attention_bias", False))
+    # Llama-family attention_bias switches q, k, v and o biases (GPT-OSS sets it); Qwen2 and
+    # Qwen2-MoE have q, k, v biases only.
+    attention_bias = bool(config.get("attention_bias", model_type == "gpt_oss"))
     return {"gated_mlp": True, "norm": "rmsnorm", "norm_bias": False,
-            "qkv_bias": model_type == "qwen2" or attention_bias, "out_bias": attention_bias,
+            "qkv_bias": model_type in ("qwen2", "qwen2_moe") or attention_bias, "out_bias": attention_bias,
             "linear_bias": bool(config.get("mlp_bias", False)), "position": "rope",
             "tied": config.get("tie_word_embeddings", False), "ffn": None}
 
@@ -79,27 +91,108 @@ def _dropout(model_type: str, config: dict[str, Any]) -> bool:
     return any(isinstance(rate, (int, float)) and rate > 0 for rate in rates)
 
 
+def _layer_indices(value: Any, field: str, origin: str) -> list[int]:
+    if not isinstance(value, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in value):
+        raise InputError(f"{origin}: {field} must be a list of layer indices, got {value!r}")
+    return value
+
+
+def _moe_layers(model_type: str, config: dict[str, Any], layers: int, origin: str) -> tuple[int, ...]:
+    """Which layers are MoE, by each family's own rule (transformers modeling code)."""
+    if model_type in ("mixtral", "gpt_oss"):
+        return tuple(range(layers))
+    if model_type in _QWEN_MOE:  # Qwen2MoeDecoderLayer / Qwen3MoeDecoderLayer
+        step = _int(config.get("decoder_sparse_step", 1), "decoder_sparse_step", origin)
+        dense = set(_layer_indices(config.get("mlp_only_layers", []), "mlp_only_layers", origin))
+        return tuple(i for i in range(layers) if i not in dense and (i + 1) % step == 0)
+    # DeepseekV3DecoderLayer: MoE from first_k_dense_replace on, every moe_layer_freq-th layer.
+    first_dense = config.get("first_k_dense_replace", 0)
+    if isinstance(first_dense, bool) or not isinstance(first_dense, int) or first_dense < 0:
+        raise InputError(f"{origin}: first_k_dense_replace must be a non-negative integer, got {first_dense!r}")
+    freq = _int(config.get("moe_layer_freq", 1), "moe_layer_freq", origin)
+    return tuple(i for i in range(layers) if i >= first_dense and i % freq == 0)
+
+
+def _optional_int(config: dict[str, Any], key: str, origin: str) -> int:
+    """A width that may be absent or null (0 then), else a positive integer."""
+    value = config.get(key)
+    return 0 if value is None or value == 0 else _int(value, key, origin)
+
+
+def _moe_fields(model_type: str, config: dict[str, Any], layers: int, origin: str) -> dict[str, Any]:
+    """ModelSpec keyword arguments for the MoE and MLA parts of a config (empty for dense families)."""
+    if model_type not in MOE_TYPES:
+        return {}
+    fields: dict[str, Any] = {
+        "num_experts": _int(_get(config, "num_experts", origin), "num_experts", origin),
+        "experts_per_token": _int(_get(config, "experts_per_token", origin), "num_experts_per_tok", origin),
+        # Mixtral and GPT-OSS size their experts with intermediate_size (they have no dense MLP).
+        "expert_ffn_size": _int(_get(config, "expert_ffn_size", origin, default=config.get("intermediate_size")),
+                                "moe_intermediate_size", origin),
+        "moe_layers": _moe_layers(model_type, config, layers, origin),
+    }
+    if model_type == "qwen2_moe":
+        fields["shared_expert_ffn_size"] = _optional_int(config, "shared_expert_intermediate_size", origin)
+        fields["shared_expert_gate"] = fields["shared_expert_ffn_size"] > 0
+    if model_type in _DEEPSEEK:
+        shared = config.get("n_shared_experts") or 0
+        fields["shared_expert_ffn_size"] = _int(shared, "n_shared_experts", origin) * fields["expert_ffn_size"] \
+            if shared else 0
+        # noaux_tc routing (DeepSeek-V3) keeps a learned per-expert bias, e_score_correction_bias.
+        fields["router_bias"] = config.get("topk_method") == "noaux_tc"
+        fields["q_lora_rank"] = _optional_int(config, "q_lora_rank", origin)
+        for key in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
+            fields[key] = _int(config.get(key), key, origin)
+        fields["mtp_layers"] = config.get("num_nextn_predict_layers") or 0
+    if model_type == "gpt_oss":
+        fields.update(router_bias=True, expert_bias=True, attention_sinks=True)
+    return fields
+
+
+def _sliding(model_type: str, config: dict[str, Any], layers: int, origin: str) -> dict[str, int]:
+    """Sliding-window attention: every layer in Mistral/Mixtral when a window is set; GPT-OSS's
+    layer_types (default: even layers slide). Qwen's use_sliding_window is off in every release."""
+    window = config.get("sliding_window")
+    if model_type not in ("mistral", "mixtral", "gpt_oss") or not window:
+        return {}
+    window = _int(window, "sliding_window", origin)
+    if model_type != "gpt_oss":
+        return {"sliding_window": window, "sliding_layers": layers}
+    kinds = config.get("layer_types") or ["sliding_attention" if (i + 1) % 2 else "full_attention"
+                                          for i in range(layers)]
+    if not isinstance(kinds, list) or len(kinds) != layers:
+        raise InputError(f"{origin}: layer_types must list one attention kind per layer ({layers})")
+    return {"sliding_window": window, "sliding_layers": sum(kind == "sliding_attention" for kind in kinds)}
+
+
 def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
-    """Read the shape of a dense transformer from a parsed config.json."""
+    """Read the shape of a dense or MoE transformer from a parsed config.json."""
     model_type = config.get("model_type")
     if model_type not in SUPPORTED_TYPES:
         raise InputError(
-            f"{name}: model_type {model_type!r} is not supported for dense models "
-            f"(supported: {', '.join(SUPPORTED_TYPES)})"
+            f"{name}: model_type {model_type!r} is not supported "
+            f"(dense: {', '.join(DENSE_TYPES)}; MoE: {', '.join(MOE_TYPES)})"
         )
     hidden = _int(_get(config, "hidden_size", name), "hidden_size", name)
     heads = _int(_get(config, "num_heads", name), "num_attention_heads", name)
     family = _family_defaults(model_type, config, hidden)
     ffn = _get(config, "ffn_size", name, default=family["ffn"])
     head_dim = _get(config, "head_dim", name, default=hidden // heads if hidden % heads == 0 else None)
+    layers = _int(_get(config, "num_layers", name), "num_hidden_layers", name)
+    moe = _moe_fields(model_type, config, layers, name)
+    if moe.get("kv_lora_rank"):  # MLA: every head has its own K and V; a query/key head is nope + rope wide
+        head_dim = moe["qk_nope_head_dim"] + moe["qk_rope_head_dim"]
+    if ffn is None and model_type in ("mixtral", "gpt_oss"):
+        ffn = moe["expert_ffn_size"]
     try:
         return ModelSpec(
             name=name,
             model_type=model_type,
-            num_layers=_int(_get(config, "num_layers", name), "num_hidden_layers", name),
+            num_layers=layers,
             hidden_size=hidden,
             num_heads=heads,
-            num_kv_heads=_int(_get(config, "num_kv_heads", name, default=heads), "num_key_value_heads", name),
+            num_kv_heads=heads if moe.get("kv_lora_rank") else _int(
+                _get(config, "num_kv_heads", name, default=heads), "num_key_value_heads", name),
             head_dim=_int(head_dim, "head_dim", name),
             ffn_size=_int(ffn, "intermediate_size", name),
             vocab_size=_int(_get(config, "vocab_size", name), "vocab_size", name),
@@ -110,12 +203,14 @@ def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
             qkv_bias=family["qkv_bias"],
             linear_bias=family["linear_bias"],
             out_bias=family.get("out_bias"),
-            qk_norm=model_type == "qwen3",
+            qk_norm=model_type in ("qwen3", "qwen3_moe"),
             position=family["position"],
             max_positions=_int(_get(config, "max_positions", name, default=2048), "max_position_embeddings", name),
             # GPTNeoXConfig defaults use_parallel_residual to True; no other family has it.
             parallel_attn_mlp=bool(config.get("use_parallel_residual", model_type == "gpt_neox")),
             dropout=_dropout(model_type, config),
+            **moe,
+            **_sliding(model_type, config, layers, name),
         )
     except ValueError as exc:
         raise InputError(str(exc)) from None

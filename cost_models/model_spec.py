@@ -1,4 +1,11 @@
-"""The transformer being trained: shapes, exact parameter counts and model FLOPs per token."""
+"""The transformer being trained: shapes, exact parameter counts and model FLOPs per token.
+
+Dense and Mixture-of-Experts decoders. An MoE layer replaces the MLP with a router, ``num_experts``
+routed experts (each a small MLP of width ``expert_ffn_size``, ``experts_per_token`` of them active
+per token) and optionally an always-on shared-expert MLP; ``moe_layers`` lists which layers are MoE
+(DeepSeek's ``first_k_dense_replace``, Qwen's ``decoder_sparse_step`` / ``mlp_only_layers``).
+Multi-head latent attention (MLA, DeepSeek-V2/V3) replaces Q/K/V with low-rank projections.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +19,7 @@ AttentionFlops = Literal["full", "causal"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelSpec:
-    """A dense decoder-only transformer. Counts are plain integers; no units beyond counts."""
+    """A decoder-only transformer, dense or MoE. Counts are plain integers; no units beyond counts."""
 
     name: str
     """Preset name or the config file it came from."""
@@ -56,6 +63,43 @@ class ModelSpec:
     """Training applies dropout after attention and MLP (stores 1-byte masks)."""
     out_bias: bool | None = None
     """Attention output projection carries a bias; None = same as ``linear_bias``."""
+    # -- Mixture of Experts (all zero for a dense model) -----------------------------------------
+    num_experts: int = 0
+    """Routed experts per MoE layer."""
+    experts_per_token: int = 0
+    """Routed experts each token visits (top-k)."""
+    expert_ffn_size: int = 0
+    """Inner width of one routed expert's MLP."""
+    shared_expert_ffn_size: int = 0
+    """Inner width of the always-on shared-expert MLP of an MoE layer (all shared experts together)."""
+    shared_expert_gate: bool = False
+    """A sigmoid gate (h -> 1) scales the shared expert's output (Qwen2-MoE)."""
+    router_bias: bool = False
+    """The router carries a per-expert bias (GPT-OSS bias; DeepSeek-V3's e_score_correction_bias)."""
+    expert_bias: bool = False
+    """Expert MLP matrices carry biases (GPT-OSS)."""
+    moe_layers: tuple[int, ...] = ()
+    """Indices (0-based) of the MoE layers; every other layer has a dense MLP of ``ffn_size``."""
+    # -- Multi-head latent attention (kv_lora_rank > 0) -------------------------------------------
+    q_lora_rank: int = 0
+    """Rank of the query down-projection; 0 projects queries directly from the hidden state."""
+    kv_lora_rank: int = 0
+    """Rank of the joint key/value latent; > 0 means MLA."""
+    qk_rope_head_dim: int = 0
+    """Per-head query/key width carrying rotary position (the key part shared by all heads)."""
+    qk_nope_head_dim: int = 0
+    """Per-head query/key width without position."""
+    v_head_dim: int = 0
+    """Per-head value width."""
+    # -- other ---------------------------------------------------------------------------------
+    mtp_layers: int = 0
+    """Multi-token-prediction modules after the main stack (DeepSeek-V3); each adds one layer."""
+    sliding_window: int = 0
+    """Attention window of the sliding-window layers (0 = none)."""
+    sliding_layers: int = 0
+    """How many layers attend within ``sliding_window`` only."""
+    attention_sinks: bool = False
+    """One learned sink logit per head (GPT-OSS)."""
 
     def __post_init__(self) -> None:
         for label in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_size",
@@ -67,6 +111,36 @@ class ModelSpec:
             raise ValueError(
                 f"model {self.name}: {self.num_heads} query heads are not a multiple of {self.num_kv_heads} KV heads"
             )
+        if self.moe_layers:
+            if not (0 < self.experts_per_token <= self.num_experts) or self.expert_ffn_size <= 0:
+                raise ValueError(f"model {self.name}: MoE layers need 0 < experts per token <= experts and a "
+                                 f"positive expert FFN size, got top-{self.experts_per_token} of "
+                                 f"{self.num_experts}, width {self.expert_ffn_size}")
+            if any(not 0 <= i < self.num_layers for i in self.moe_layers) or len(set(self.moe_layers)) != len(
+                    self.moe_layers):
+                raise ValueError(f"model {self.name}: MoE layer indices must be distinct and in 0..{self.num_layers - 1}")
+        if self.is_mla and min(self.qk_rope_head_dim, self.qk_nope_head_dim, self.v_head_dim) <= 0:
+            raise ValueError(f"model {self.name}: MLA needs positive qk_rope_head_dim, qk_nope_head_dim, v_head_dim")
+
+    @property
+    def is_moe(self) -> bool:
+        """Whether any layer is a Mixture-of-Experts layer."""
+        return bool(self.moe_layers)
+
+    @property
+    def is_mla(self) -> bool:
+        """Whether attention is multi-head latent attention."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        """How many layers are MoE layers."""
+        return len(self.moe_layers)
+
+    @property
+    def num_dense_layers(self) -> int:
+        """How many layers have a dense MLP."""
+        return self.num_layers - self.num_moe_layers
 
     @property
     def has_out_bias(self) -> bool:
@@ -93,13 +167,37 @@ class ModelSpec:
     def _norm_params(self, width: int) -> int:
         return width * (2 if self.norm_bias else 1)
 
+    @property
+    def qk_head_dim(self) -> int:
+        """Width of one head's query and key: head_dim, or nope + rope parts under MLA."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim if self.is_mla else self.head_dim
+
+    @property
+    def value_head_dim(self) -> int:
+        """Width of one head's value (and of its slice of the output projection's input)."""
+        return self.v_head_dim if self.is_mla else self.head_dim
+
+    def attention_weight_params(self) -> int:
+        """Weight-matrix parameters of one layer's attention (what its GEMMs multiply per token)."""
+        h, a = self.hidden_size, self.num_heads
+        out = a * self.value_head_dim * h
+        if not self.is_mla:
+            return h * (self.q_width + 2 * self.kv_width) + out
+        q_out = a * self.qk_head_dim
+        query = h * self.q_lora_rank + self.q_lora_rank * q_out if self.q_lora_rank else h * q_out
+        # kv_a_proj_with_mqa: h -> latent + the rope key shared by all heads; kv_b_proj: latent -> K_nope, V.
+        key_value = h * (self.kv_lora_rank + self.qk_rope_head_dim) \
+            + self.kv_lora_rank * a * (self.qk_nope_head_dim + self.v_head_dim)
+        return query + key_value + out
+
     def attention_params(self) -> int:
-        """Q, K, V and output projections of one layer, with their biases and QK norms."""
+        """Attention of one layer: projections with their biases, QK norms (or MLA's latent norms), sinks."""
         h = self.hidden_size
-        weights = h * (self.q_width + 2 * self.kv_width) + self.q_width * h
         biases = (self.q_width + 2 * self.kv_width) * self.qkv_bias + h * self.has_out_bias
         qk_norms = 2 * self.head_dim if self.qk_norm else 0
-        return weights + biases + qk_norms
+        latent_norms = self.q_lora_rank + self.kv_lora_rank if self.is_mla else 0
+        sinks = self.num_heads if self.attention_sinks else 0
+        return self.attention_weight_params() + biases + qk_norms + latent_norms + sinks
 
     def mlp_params(self) -> int:
         """MLP matrices of one layer with their biases."""
@@ -108,8 +206,46 @@ class ModelSpec:
         return self.mlp_matrices * h * f + (up_width + h) * self.linear_bias
 
     def layer_params(self) -> int:
-        """Everything in one decoder layer: attention, MLP and its two norms."""
+        """Everything in one dense decoder layer: attention, MLP and its two norms."""
         return self.attention_params() + self.mlp_params() + 2 * self._norm_params(self.hidden_size)
+
+    def expert_params(self) -> int:
+        """One routed expert: its gated (or plain) MLP of width ``expert_ffn_size``, with biases if any."""
+        h, f = self.hidden_size, self.expert_ffn_size
+        up_width = f * (self.mlp_matrices - 1)
+        return self.mlp_matrices * h * f + (up_width + h) * self.expert_bias
+
+    def shared_expert_params(self) -> int:
+        """The always-on shared-expert MLP of one MoE layer, with its gate."""
+        f = self.shared_expert_ffn_size
+        return self.mlp_matrices * self.hidden_size * f + self.hidden_size * self.shared_expert_gate
+
+    def router_params(self) -> int:
+        """The router of one MoE layer: h x experts, plus a per-expert bias where the model has one."""
+        return (self.hidden_size + self.router_bias) * self.num_experts
+
+    def moe_layer_params(self) -> int:
+        """One MoE decoder layer: attention, norms, router, every routed expert and the shared expert."""
+        return (self.attention_params() + 2 * self._norm_params(self.hidden_size) + self.router_params()
+                + self.num_experts * self.expert_params() + self.shared_expert_params())
+
+    def moe_layer_active_params(self) -> int:
+        """Parameters one token touches in an MoE layer: all but the routed experts it does not visit."""
+        return self.moe_layer_params() - (self.num_experts - self.experts_per_token) * self.expert_params()
+
+    def decoder_params(self) -> int:
+        """All decoder layers of the main stack."""
+        return self.num_dense_layers * self.layer_params() + self.num_moe_layers * self.moe_layer_params()
+
+    def mtp_params(self) -> int:
+        """Multi-token-prediction modules (DeepSeek-V3), sharing the embedding and output head: per module
+        two norms on its inputs, the 2h -> h projection, one decoder layer (MoE when the model is) and
+        the norm before the shared head."""
+        if not self.mtp_layers:
+            return 0
+        layer = self.moe_layer_params() if self.is_moe else self.layer_params()
+        norms = 3 * self._norm_params(self.hidden_size)
+        return self.mtp_layers * (norms + 2 * self.hidden_size * self.hidden_size + layer)
 
     def layer_param_tensors(self) -> int:
         """Parameter tensors of one layer as Megatron-style modules hold them (fused QKV, fused gate+up):
@@ -135,19 +271,36 @@ class ModelSpec:
         return self._norm_params(self.hidden_size) + projection
 
     def total_params(self) -> int:
-        """Exact parameter count of the model."""
-        return self.embedding_params() + self.num_layers * self.layer_params() + self.output_params()
+        """Exact parameter count of the main model (MTP modules, which training adds, are separate)."""
+        return self.embedding_params() + self.decoder_params() + self.output_params()
+
+    def active_params(self) -> int:
+        """Parameters one token touches in the main model, embedding lookup included."""
+        layers = self.num_dense_layers * self.layer_params() + self.num_moe_layers * self.moe_layer_active_params()
+        return self.embedding_params() + layers + self.output_params()
 
     # -- FLOPs --------------------------------------------------------------------------------
     def layer_gemm_flops_per_token(self) -> int:
-        """Forward FLOPs of one layer's weight GEMMs per token: 2 x (weights in Q, K, V, O and MLP)."""
+        """Forward FLOPs of one dense layer's weight GEMMs per token: 2 x (weights in Q, K, V, O and MLP)."""
+        return 2 * (self.attention_weight_params() + self.mlp_matrices * self.hidden_size * self.ffn_size)
+
+    def moe_layer_gemm_flops_per_token(self) -> int:
+        """Forward FLOPs of one MoE layer's weight GEMMs per token: attention, router, the top-k routed
+        experts and the shared expert (2 FLOPs per weight each)."""
         h = self.hidden_size
-        attention = h * (self.q_width + 2 * self.kv_width) + self.q_width * h
-        return 2 * (attention + self.mlp_matrices * h * self.ffn_size)
+        experts = self.experts_per_token * self.mlp_matrices * h * self.expert_ffn_size
+        shared = self.mlp_matrices * h * self.shared_expert_ffn_size
+        return 2 * (self.attention_weight_params() + h * self.num_experts + experts + shared)
+
+    def attention_span(self, seq_len: int) -> float:
+        """Keys each query attends to, averaged over layers (a full sequence, or the sliding window)."""
+        window = min(self.sliding_window, seq_len) if self.sliding_window else seq_len
+        return (self.sliding_layers * window + (self.num_layers - self.sliding_layers) * seq_len) / self.num_layers
 
     def attention_core_flops_per_token(self, seq_len: int, convention: AttentionFlops = "full") -> float:
-        """Forward FLOPs of QKᵀ and AV per token per layer: 4·s·(a·d_head); causal halves it."""
-        full = 4.0 * seq_len * self.q_width
+        """Forward FLOPs of QKᵀ and AV per token per layer: 2·s·a·(d_qk + d_v), i.e. 4·s·(a·d_head) for
+        standard heads; causal halves it. Sliding-window layers see their window instead of s (layer mean)."""
+        full = 2.0 * self.attention_span(seq_len) * self.num_heads * (self.qk_head_dim + self.value_head_dim)
         return full / 2 if convention == "causal" else full
 
     def logits_flops_per_token(self) -> int:
@@ -160,5 +313,7 @@ class ModelSpec:
         With ``full`` attention this is the PaLM/MFU convention; for GPT shapes it equals
         72·l·h²·(1 + s/6h + V/12lh) per token, i.e. Narayanan et al. Eq. 3 without the recompute pass.
         """
-        per_layer = self.layer_gemm_flops_per_token() + self.attention_core_flops_per_token(seq_len, convention)
-        return 3.0 * (self.num_layers * per_layer + self.logits_flops_per_token())
+        gemm = self.num_dense_layers * self.layer_gemm_flops_per_token() \
+            + self.num_moe_layers * self.moe_layer_gemm_flops_per_token()
+        attention = self.num_layers * self.attention_core_flops_per_token(seq_len, convention)
+        return 3.0 * (gemm + attention + self.logits_flops_per_token())

@@ -207,7 +207,10 @@ def test_mistral_parses():
     model = model_from_config(config, "mistral")
     assert (model.head_dim, model.num_kv_heads, model.gated_mlp, model.position) == (8, 2, True, "rope")
     as_llama = model_from_config({**config, "model_type": "llama"}, "mistral")
-    assert dataclasses.replace(as_llama, model_type="mistral") == model
+    # Mistral is Llama plus a sliding window on every layer: attention beyond 4096 keys costs nothing.
+    assert dataclasses.replace(as_llama, model_type="mistral", sliding_window=4096, sliding_layers=2) == model
+    assert model.attention_core_flops_per_token(8192) == model.attention_core_flops_per_token(4096) \
+        == as_llama.attention_core_flops_per_token(4096) == 4 * 4096 * 64
 
 
 # A tiny GPT-NeoX config.json; each test adds the keys it is about.
