@@ -14,7 +14,7 @@ from typing import Annotated, Any, get_args
 
 import typer
 
-from paraplan.cli import render
+from paraplan.cli import export_cmd, render
 from paraplan.cost_models.hf_config import load_model, preset_names
 from paraplan.cost_models.model_spec import AttentionFlops
 from paraplan.cost_models.table import RECOMPUTE_CODES
@@ -67,7 +67,10 @@ HeadroomOpt = Annotated[float, typer.Option(help="Fraction of HBM to keep free (
 ConventionOpt = Annotated[str, typer.Option(help="Attention FLOPs counted in MFU: full or causal.",
                                             rich_help_panel=_JOB)]
 JsonOpt = Annotated[Path | None, typer.Option("--json", help="Also write machine-readable JSON to this file.")]
-ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite an existing --json file.")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite an existing --json file (and exported files).")]
+ExportOpt = Annotated[str | None, typer.Option("--export", help="Also write launch configs of the top plan: "
+                                               "megatron, deepspeed, torchtitan, slurm, k8s, json or all.")]
+ExportOutOpt = Annotated[Path | None, typer.Option("--out", "-o", help="Folder for --export.")]
 
 
 def _axis_opt(text: str) -> Any:
@@ -187,7 +190,7 @@ def plan(
     headroom: HeadroomOpt = 0.0,
     objective: Annotated[str, typer.Option(help="throughput, cost or memory.")] = "throughput",
     top: Annotated[int, typer.Option(help="How many plans to show.")] = 5,
-    json_path: JsonOpt = None, force: ForceOpt = False,
+    json_path: JsonOpt = None, force: ForceOpt = False, export: ExportOpt = None, out: ExportOutOpt = None,
     tp: _axis_opt("Tensor parallel, e.g. 8 or 4,8.") = None, pp: _axis_opt("Pipeline parallel.") = None,
     dp: _axis_opt("Data parallel.") = None, cp: _axis_opt("Context parallel.") = None,
     vpp: _axis_opt("Virtual pipeline stages.") = None, mbs: _axis_opt("Micro-batch size.") = None,
@@ -205,6 +208,7 @@ def plan(
         raise InputError(f"--top expects a positive integer, got {top}")
     if json_path is not None:
         render.check_writable(json_path, force)
+    export_cmd.check_plan_export(export, out, job.engine, force)
     with render.working(render.make_console(stderr=True), "searching parallel layouts"):
         result = search(job, spec, fixed, objective)
     if len(result.ranked) == 0:
@@ -218,6 +222,11 @@ def plan(
     render.why_best(console, plans, capacity, result.estimates.cost_model, objective)
     render.search_summary(console, result.rejected, result.considered, len(result.table), len(result.ranked))
     write_plans(json_path, plans, result.estimates.cost_model, force)
+    if export is not None:
+        export_cmd.export_plan_document(plan_to_json(plans[0], result.estimates.cost_model), export, out, force)
+
+
+app.command("export")(user_errors(export_cmd.export))
 
 
 @app.command()

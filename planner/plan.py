@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from importlib import resources
 from typing import Any
 
@@ -11,10 +11,13 @@ import numpy as np
 
 import paraplan
 from paraplan.cost_models.estimate import EstimateTable
+from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.cost_models.table import RECOMPUTE_NAMES, ConfigTable
+from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.planner.job import ParallelConfig, TrainingJob
 from paraplan.planner.json_schema import validate_instance
+from paraplan.planner.layout import RANK_ORDER, stage_layers
 
 SCHEMA_VERSION = 1
 _BREAKDOWN = ("compute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "bubble_s", "dp_comm_s", "offload_s",
@@ -72,7 +75,7 @@ def plan_to_json(plan: Plan, cost_model: str) -> dict[str, Any]:
     document = {
         "schema_version": SCHEMA_VERSION,
         "rank": plan.rank,
-        "model": {"name": job.model.name, "params": job.model.total_params()},
+        "model": {"name": job.model.name, "params": job.model.total_params(), "shape": model_shape(job.model)},
         "cluster": {"name": cluster.name, "gpu": cluster.gpu.name, "num_gpus": cluster.num_gpus,
                     "gpus_per_node": cluster.gpus_per_node, "nvlink_domain_gpus": cluster.nvlink_domain_gpus},
         "job": {"seq_len": job.seq_len, "global_batch": job.global_batch, "precision": job.precision,
@@ -81,7 +84,9 @@ def plan_to_json(plan: Plan, cost_model: str) -> dict[str, Any]:
         "config": plan.config.as_dict(),
         "estimate": plan.estimate,
         "fits": plan.fits,
-        "placement": {"rank_order": "tp-cp-dp-pp", "rank_map": None, "stage_layers": None},
+        # rank_map null = the default order RANK_ORDER; 'paraplan export --format json' writes it out.
+        "placement": {"rank_order": RANK_ORDER, "rank_map": None,
+                      "stage_layers": stage_layers(job.model.num_layers, plan.config.pp, plan.config.vpp)},
         "provenance": {"paraplan_version": paraplan.__version__, "cost_model": cost_model,
                        "calibration": "hardware_profiles/efficiency.yaml"},
     }
@@ -93,3 +98,18 @@ def plan_schema() -> dict[str, Any]:
     """The JSON Schema every plan file is checked against."""
     text = resources.files("paraplan.planner").joinpath("schemas", "plan.schema.json").read_text()
     return json.loads(text)
+
+
+def model_shape(spec: ModelSpec) -> dict[str, Any]:
+    """Every architecture field of the model (all but its name), so a plan file alone can be launched."""
+    shape = {field.name: getattr(spec, field.name) for field in fields(spec) if field.name != "name"}
+    shape["moe_layers"] = list(spec.moe_layers)
+    return shape
+
+
+def model_from_shape(name: str, shape: dict[str, Any]) -> ModelSpec:
+    """The ModelSpec a plan's ``model.shape`` describes; InputError when the shape is inconsistent."""
+    try:
+        return ModelSpec(name=name, **{**shape, "moe_layers": tuple(shape.get("moe_layers", ()))})
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"plan model {name!r}: {exc}") from None

@@ -69,3 +69,14 @@ def dgx_h100_nodes():
 def dgx_h100() -> ClusterSpec:
     """Two DGX H100 nodes: 16 GPUs, two 8-GPU NVLink domains."""
     return load_cluster("dgx-h100", num_nodes=2)
+
+
+def assert_bad_input(result, *needles: str) -> str:
+    """Exit 2, exactly one 'error: ...' line on stderr mentioning every needle, no traceback."""
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import assert_bad_input
 from typer.testing import CliRunner
 
 from paraplan.cli import app as cli_app
@@ -28,17 +29,6 @@ def invoke(*args: str):
 def ranked_rows(stdout: str) -> list[tuple[int, ...]]:
     """(rank, tp, pp, dp, cp) of every row of the plan table."""
     return [tuple(int(g) for g in m.groups()) for line in stdout.splitlines() if (m := ROW.match(line))]
-
-
-def assert_bad_input(result, *needles: str) -> str:
-    """Exit 2, exactly one 'error: ...' line on stderr mentioning every needle, no traceback."""
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 # -- models -----------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Layers point one way: hardware_profiles -> cost_models -> planner -> cli (CONVENTIONS rule 1).
+"""Layers point one way: hardware_profiles -> cost_models -> planner -> exporters -> cli (CONVENTIONS rule 1).
 
 Parses every module with ``ast`` (nothing is imported), resolves relative imports, and checks
 that no layer imports a higher one and that only cli/ touches typer or rich.
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[1]
-LAYERS = ("hardware_profiles", "cost_models", "planner", "cli")
+LAYERS = ("hardware_profiles", "cost_models", "planner", "exporters", "cli")
 UI_LIBRARIES = ("typer", "rich", "click")
 
 

@@ -1,0 +1,65 @@
+"""``paraplan export`` and the ``--export`` of ``paraplan plan``: parse, call the exporters, report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from paraplan.errors import InputError
+from paraplan.exporters.formats import DEFAULT_IMAGE, FORMATS, ExportOptions, export_files, output_names
+from paraplan.exporters.plan_input import plan_from_document, read_plan_file
+from paraplan.exporters.writer import check_destination, write_files
+
+_EXPORT = "Export"
+FormatOpt = Annotated[str, typer.Option("--format", "-f", help=f"One of {', '.join(FORMATS)}.",
+                                        rich_help_panel=_EXPORT)]
+OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Folder to write into (created if missing).",
+                                      rich_help_panel=_EXPORT)]
+TitanVersionOpt = Annotated[str, typer.Option(help="torchtitan release line: 0.3 (overrides) or 0.2 (TOML).",
+                                              rich_help_panel=_EXPORT)]
+TitanModelOpt = Annotated[str | None, typer.Option(
+    help="torchtitan model as MODULE:CONFIG (0.3) or NAME:FLAVOR (0.2); default from the preset.",
+    rich_help_panel=_EXPORT)]
+JobNameOpt = Annotated[str | None, typer.Option(help="SLURM / PyTorchJob name (default: from the model).",
+                                                rich_help_panel=_EXPORT)]
+ImageOpt = Annotated[str, typer.Option(help="Container image of the PyTorchJob.", rich_help_panel=_EXPORT)]
+
+
+def export(
+    plan_file: Annotated[Path, typer.Argument(help="A plan file from 'paraplan plan --json'.")],
+    fmt: FormatOpt, out: OutOpt,
+    rank: Annotated[int | None, typer.Option(help="Which plan of the file, by rank (default: the best).",
+                                             rich_help_panel=_EXPORT)] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite files already in the folder.")] = False,
+    torchtitan_version: TitanVersionOpt = "0.3", torchtitan_model: TitanModelOpt = None,
+    job_name: JobNameOpt = None, image: ImageOpt = DEFAULT_IMAGE,
+) -> None:
+    """Write launch configs of one plan: Megatron-LM, DeepSpeed, torchtitan, SLURM, Kubernetes or JSON."""
+    plan = read_plan_file(plan_file, rank)
+    options = ExportOptions(torchtitan_version=torchtitan_version, torchtitan_model=torchtitan_model,
+                            job_name=job_name, image=image)
+    report(write_files(out, export_files(plan, fmt, options), force))
+
+
+def check_plan_export(fmt: str | None, out: Path | None, engine: str, force: bool) -> None:
+    """Before a search: --export and -o come together, the format suits the engine, the folder takes its files."""
+    if fmt is None:
+        if out is not None:
+            raise InputError("-o/--out goes with --export FORMAT (which launch files to write there)")
+        return
+    if out is None:
+        raise InputError("--export needs -o/--out DIR, the folder to write the launch files into")
+    check_destination(out, output_names(fmt, engine, ExportOptions()), force)
+
+
+def export_plan_document(document: dict, fmt: str, out: Path, force: bool) -> None:
+    """Export the top plan of a search (its JSON document) with default options."""
+    report(write_files(out, export_files(plan_from_document(document), fmt, ExportOptions()), force))
+
+
+def report(paths: list[Path]) -> None:
+    """One line per written file."""
+    for path in paths:
+        typer.echo(f"wrote {path}")

@@ -1,0 +1,148 @@
+"""Read a plan file for export: check it against the plan schema and pick one plan.
+
+A plan file is what ``paraplan plan --json`` writes, ``{"schema_version": 1, "plans": [...]}``
+(``paraplan export --format json`` writes the same with one plan). Anything malformed is an
+InputError: one line naming the problem.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from paraplan.cost_models.hf_config import load_model
+from paraplan.cost_models.model_spec import ModelSpec
+from paraplan.errors import InputError
+from paraplan.planner.job import ParallelConfig
+from paraplan.planner.json_schema import validate_instance
+from paraplan.planner.layout import RANK_ORDER, rank_map, stage_layers
+from paraplan.planner.plan import SCHEMA_VERSION, model_from_shape, plan_schema
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExportPlan:
+    """One plan, read and checked, with everything a launcher needs."""
+
+    document: dict[str, Any]
+    """The plan exactly as the file holds it (schema-valid)."""
+    model: ModelSpec
+    config: ParallelConfig
+    seq_len: int
+    """Tokens per sequence."""
+    global_batch: int
+    """Sequences per optimizer step."""
+    precision: str
+    engine: str
+    attention: str
+    num_nodes: int
+    gpus_per_node: int
+    """Processes torchrun starts on each node."""
+    num_microbatches: int
+    """Micro-batches per step on each data-parallel rank: global_batch / (mbs · dp)."""
+    stage_layers: tuple[int, ...]
+    """Decoder layers per model chunk in model order (pp·vpp chunks)."""
+    ranks: tuple[dict[str, int], ...]
+    """The rank map: the plan's own, or the default layout of its rank order."""
+
+    @property
+    def num_gpus(self) -> int:
+        """World size."""
+        return self.num_nodes * self.gpus_per_node
+
+
+def read_plan_file(path: Path, rank: int | None = None) -> ExportPlan:
+    """The plan ranked ``rank`` in the file at ``path`` (default: its best-ranked plan)."""
+    if not path.is_file():
+        raise InputError(f"plan file {path} does not exist (write one with 'paraplan plan ... --json {path}')")
+    try:
+        document = json.loads(path.read_text(), parse_constant=_no_constant)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: not a JSON plan file ({exc})") from None
+    return plan_from_document(select_plan(document, rank, str(path)))
+
+
+def _no_constant(name: str) -> float:
+    raise InputError(f"plan JSON holds {name}, which JSON does not allow")
+
+
+def select_plan(document: Any, rank: int | None, origin: str) -> dict[str, Any]:
+    """Check the file's wrapper and every plan in it against the schema; return the one ranked ``rank``
+    (None: the best-ranked one)."""
+    if not isinstance(document, dict) or set(document) != {"schema_version", "plans"}:
+        raise InputError(f"{origin}: expected {{\"schema_version\": {SCHEMA_VERSION}, \"plans\": [...]}} as "
+                         "'paraplan plan --json' writes")
+    if document["schema_version"] != SCHEMA_VERSION or not isinstance(document["plans"], list):
+        raise InputError(f"{origin}: schema_version must be {SCHEMA_VERSION} and plans a list")
+    schema = plan_schema()
+    for index, plan in enumerate(document["plans"]):
+        validate_instance(plan, schema, origin=f"{origin} plans[{index}]")
+    if not document["plans"]:
+        raise InputError(f"{origin}: the file holds no plans")
+    if rank is None:
+        return min(document["plans"], key=lambda plan: plan["rank"])
+    chosen = [plan for plan in document["plans"] if plan["rank"] == rank]
+    if not chosen:
+        ranks = ", ".join(str(plan["rank"]) for plan in document["plans"])
+        raise InputError(f"{origin}: no plan ranked {rank} (ranks in the file: {ranks})")
+    return chosen[0]
+
+
+def plan_from_document(plan: dict[str, Any]) -> ExportPlan:
+    """An ExportPlan from one schema-valid plan dict; InputError when its numbers disagree."""
+    model = _model_of(plan["model"])
+    try:
+        config = ParallelConfig(**plan["config"])
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"plan config: {exc}") from None
+    cluster, job = plan["cluster"], plan["job"]
+    per_node = min(cluster["gpus_per_node"], cluster["num_gpus"])
+    if config.num_gpus != cluster["num_gpus"] or cluster["num_gpus"] % per_node:
+        raise InputError(f"plan config tp·pp·dp·cp = {config.num_gpus} must equal the cluster's {cluster['num_gpus']} "
+                         f"GPUs, a whole number of {per_node}-GPU nodes")
+    if job["global_batch"] % (config.mbs * config.dp):
+        raise InputError(f"plan global batch {job['global_batch']} is not a multiple of "
+                         f"mbs·dp = {config.mbs * config.dp}")
+    return ExportPlan(
+        document=plan, model=model, config=config, seq_len=job["seq_len"], global_batch=job["global_batch"],
+        precision=job["precision"], engine=job["engine"], attention=job["attention"],
+        num_nodes=cluster["num_gpus"] // per_node, gpus_per_node=per_node,
+        num_microbatches=job["global_batch"] // (config.mbs * config.dp),
+        stage_layers=tuple(_stage_layers(plan, model, config)), ranks=tuple(_ranks(plan, config, per_node)))
+
+
+def _model_of(section: dict[str, Any]) -> ModelSpec:
+    if "shape" in section:
+        return model_from_shape(section["name"], section["shape"])
+    try:
+        return load_model(section["name"])
+    except InputError as exc:
+        raise InputError(f"the plan has no model shape (written before paraplan stored it) and {exc}") from None
+
+
+def _stage_layers(plan: dict[str, Any], model: ModelSpec, config: ParallelConfig) -> list[int]:
+    try:
+        layout = stage_layers(model.num_layers, config.pp, config.vpp)
+    except ValueError as exc:
+        raise InputError(f"plan placement: {exc}") from None
+    stored = plan["placement"]["stage_layers"]
+    if stored is not None and stored != layout:
+        # The launch formats express an even split or Megatron's edge-accounted one, nothing else yet.
+        raise InputError(f"plan placement.stage_layers {stored} is not the split the launch formats can express "
+                         f"for {model.num_layers} layers over pp·vpp = {config.pp * config.vpp} chunks ({layout})")
+    return layout
+
+
+def _ranks(plan: dict[str, Any], config: ParallelConfig, per_node: int) -> list[dict[str, int]]:
+    default = rank_map(tp=config.tp, cp=config.cp, dp=config.dp, pp=config.pp, gpus_per_node=per_node)
+    stored = plan["placement"]["rank_map"]
+    if stored is not None and stored != default:
+        # torchrun numbers ranks node by node and every engine lays its groups out in this order, so a
+        # launcher cannot start a different placement; say so instead of writing a script that ignores it.
+        raise InputError(f"plan placement.rank_map differs from the {plan['placement']['rank_order']} layout of its "
+                         "degrees; the launch formats can only start ranks in that layout")
+    if plan["placement"]["rank_order"] != RANK_ORDER:
+        raise InputError(f"plan placement.rank_order {plan['placement']['rank_order']!r} is not {RANK_ORDER!r}, the "
+                         "only order the launch formats start")
+    return default

@@ -1,0 +1,159 @@
+"""torchtitan: the job configuration for ``python -m torchtitan.train``.
+
+torchtitan 0.3 builds its config from a Python config-registry function (``--module llama3 --config
+llama3_70b``) with dotted overrides (``--parallelism.tensor_parallel_degree 8``) parsed by tyro;
+0.2 reads a TOML file (``--job.config_file``). Field names are those of ``torchtitan.config``'s
+ParallelismConfig / TrainingConfig (0.3.0) and ``config/job_config.py`` (0.2.2).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from paraplan.errors import InputError
+from paraplan.exporters.plan_input import ExportPlan
+from paraplan.exporters.program import Arg, ArgGroup, ConfigPath, OutputFile, Program
+
+TorchtitanVersion = Literal["0.3", "0.2"]
+TORCHTITAN_VERSIONS: tuple[str, ...] = ("0.3", "0.2")
+TOML_NAME = "torchtitan.toml"
+# Presets torchtitan ships a config for: 0.3 config-registry (module, function), 0.2 (model name, flavor).
+# 0.3's llama3_405b swaps in float8 rowwise linears when it is built, so it is no bf16 405B and is left
+# out (pass --torchtitan-model for it).
+REGISTRY_0_3 = {"llama-3.1-8b": ("llama3", "llama3_8b"), "llama-3.1-70b": ("llama3", "llama3_70b")}
+FLAVORS_0_2 = {"llama-3.1-8b": ("llama3", "8B"), "llama-3.1-70b": ("llama3", "70B"),
+               "llama-3.1-405b": ("llama3", "405B")}
+
+
+def parallelism(plan: ExportPlan, version: TorchtitanVersion) -> dict[str, int | str | bool]:
+    """[parallelism] fields: ZeRO as FSDP2 sharding or replication, TP (+SP), PP split, CP, EP."""
+    c = plan.config
+    fields: dict[str, int | str | bool] = {"data_parallel_replicate_degree": c.dp if c.zero == 0 else 1,
+                                           "data_parallel_shard_degree": 1 if c.zero == 0 else c.dp}
+    if c.zero in (2, 3):
+        # ZeRO-3 reshards after every forward; ZeRO-2 keeps gathered weights until backward.
+        fields["fsdp_reshard_after_forward"] = "always" if c.zero == 3 else "never"
+    fields["tensor_parallel_degree"] = c.tp
+    if c.tp > 1 and version == "0.3":  # 0.2 always shards norms with TP
+        fields["enable_sequence_parallel"] = c.sp
+    fields["pipeline_parallel_degree"] = c.pp
+    if c.pp > 1:
+        fields.update(pipeline_fields(plan))
+    fields["context_parallel_degree"] = c.cp
+    if plan.model.is_moe:
+        fields["expert_parallel_degree"] = c.ep
+        if version == "0.2":
+            fields["expert_tensor_parallel_degree"] = c.etp
+    return fields
+
+
+def pipeline_fields(plan: ExportPlan) -> dict[str, int | str]:
+    """Schedule, layers per virtual stage and the embedding/loss weights that reproduce stage_layers."""
+    layers = plan.stage_layers
+    # torchtitan splits num_layers + first_less + last_less evenly over pp·vpp stages; weights of 1
+    # count the embedding and the loss as one layer each (Megatron's edge-accounted split).
+    edge = 0 if len(set(layers)) == 1 else 1
+    return {"pipeline_parallel_schedule": "1F1B" if plan.config.vpp == 1 else "Interleaved1F1B",
+            "pipeline_parallel_layers_per_stage": max(layers),
+            "pipeline_parallel_first_stage_less_layers": edge, "pipeline_parallel_last_stage_less_layers": edge,
+            "pipeline_parallel_microbatch_size": plan.config.mbs}
+
+
+def training(plan: ExportPlan) -> dict[str, int]:
+    """[training] batch fields: with PP the local batch is split into micro-batches, else accumulated."""
+    c = plan.config
+    local = plan.global_batch // c.dp if c.pp > 1 else c.mbs
+    return {"local_batch_size": local, "global_batch_size": plan.global_batch, "seq_len": plan.seq_len}
+
+
+def model_choice(plan: ExportPlan, version: TorchtitanVersion, override: str | None) -> tuple[str, str]:
+    """(module, config function) for 0.3 or (model name, flavor) for 0.2."""
+    if override is not None:
+        parts = override.split(":")
+        if len(parts) != 2 or not all(parts):
+            raise InputError(f"--torchtitan-model expects MODULE:CONFIG (0.3) or NAME:FLAVOR (0.2), got {override!r}")
+        return parts[0], parts[1]
+    table = REGISTRY_0_3 if version == "0.3" else FLAVORS_0_2
+    if plan.model.name not in table:
+        kind = "MODULE:CONFIG, e.g. llama3:llama3_8b" if version == "0.3" else "NAME:FLAVOR, e.g. llama3:8B"
+        raise InputError(f"torchtitan {version} ships no config known to paraplan for {plan.model.name!r} (known: "
+                         f"{', '.join(table)}); pass --torchtitan-model {kind}")
+    return table[plan.model.name]
+
+
+def torchtitan_program(plan: ExportPlan, version: TorchtitanVersion, override: str | None = None) -> Program:
+    """``-m torchtitan.train`` with 0.3 overrides or a 0.2 TOML file."""
+    if plan.engine != "torchtitan":
+        raise InputError(f"the plan was made for {plan.engine}, not torchtitan: its predictions and rules are that "
+                         "engine's; re-plan with --engine torchtitan to export a torchtitan config")
+    if version not in TORCHTITAN_VERSIONS:
+        raise InputError(f"--torchtitan-version expects {' or '.join(TORCHTITAN_VERSIONS)}, got {version!r}")
+    if plan.precision == "fp4" or (plan.precision == "fp8" and version == "0.3" and override is None):
+        raise InputError(f"torchtitan {version} selects {plan.precision} training through a config-registry function "
+                         "(e.g. llama3_8b_mxfp8), not an override; pass --torchtitan-model MODULE:CONFIG naming one"
+                         if version == "0.3" else "torchtitan 0.2 has no fp4 training converter")
+    module, config = model_choice(plan, version, override)
+    notes = (f"attention kernel ({plan.attention}) and rotary settings come from torchtitan's model config",)
+    entry = ("-m", "torchtitan.train")
+    comment = "torchtitan's trainer (installed torchtitan package; TRAIN_SCRIPT replaces it)"
+    if version == "0.2":
+        group = ArgGroup(name="TORCHTITAN_ARGS", comment=f"torchtitan 0.2 job config ({TOML_NAME})",
+                         args=(("--job.config_file", ConfigPath(TOML_NAME)),))
+        toml = OutputFile(name=TOML_NAME, text=toml_text(plan, module, config))
+        return Program(engine="torchtitan", entry=entry, entry_comment=comment, groups=(group,),
+                       config_files=(toml,), notes=notes)
+    return Program(engine="torchtitan", entry=entry, entry_comment=comment, groups=overrides(plan, module, config),
+                   notes=notes)
+
+
+def overrides(plan: ExportPlan, module: str, config: str) -> tuple[ArgGroup, ...]:
+    """torchtitan 0.3 command-line groups; the activation-checkpoint subcommand must come last."""
+    def dotted(section: str, fields: dict) -> tuple[Arg, ...]:
+        args: list[Arg] = []
+        for name, value in fields.items():
+            if isinstance(value, bool):
+                args.append((f"--{section}.{name}" if value else f"--{section}.no_{name}", None))
+            else:
+                args.append((f"--{section}.{name}", str(value)))
+        return tuple(args)
+
+    train = dict(training(plan))
+    cuda_graphs_off = plan.config.pp > 1 or plan.config.ep > 1  # 0.3 refuses CUDA graphs with PP (and most EP)
+    return (
+        ArgGroup(name="MODEL_ARGS", comment="torchtitan config-registry entry of the model",
+                 args=(("--module", module), ("--config", config))),
+        ArgGroup(name="PARALLEL_ARGS", comment="Parallel layout (from the plan)",
+                 args=dotted("parallelism", parallelism(plan, "0.3"))),
+        ArgGroup(name="TRAINING_ARGS", comment="Batch and sequence (from the plan)",
+                 args=dotted("training", {**train, "disable_cuda_graphs": True} if cuda_graphs_off else train)),
+        ArgGroup(name="RECOMPUTE_ARGS", comment="Activation checkpointing (from the plan; a tyro subcommand, last)",
+                 args=((f"activation-checkpoint:{plan.config.recompute}", None),), last=True),
+    )
+
+
+def toml_text(plan: ExportPlan, name: str, flavor: str) -> str:
+    """The torchtitan 0.2 job TOML of ``plan``."""
+    model: dict = {"name": name, "flavor": flavor}
+    sections: dict[str, dict] = {"model": model, "training": training(plan),
+                                 "parallelism": parallelism(plan, "0.2"),
+                                 "activation_checkpoint": {"mode": plan.config.recompute}}
+    if plan.precision == "fp8":
+        model["converters"] = ["quantize.linear.float8"]
+        fsdp = plan.config.zero in (2, 3) and plan.config.dp > 1
+        sections["quantize.linear.float8"] = {"recipe_name": "tensorwise", "enable_fsdp_float8_all_gather": fsdp,
+                                              "precompute_float8_dynamic_scale_for_fsdp": fsdp}
+    lines = [f"# torchtitan 0.2 job config written by paraplan for {plan.model.name}"]
+    for section, fields in sections.items():
+        lines.append(f"\n[{section}]")
+        lines += [f"{key} = {toml_value(value)}" for key, value in fields.items()]
+    return "\n".join(lines) + "\n"
+
+
+def toml_value(value: int | str | bool | list[str]) -> str:
+    """A TOML scalar or string list (JSON string escapes are valid TOML basic strings)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    return json.dumps(value)

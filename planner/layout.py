@@ -1,0 +1,78 @@
+"""Where ranks, layers and experts go under a plan: the placement its degrees imply.
+
+Ranks follow Megatron-core's default order tp-cp-ep-dp-pp with tp fastest (``RankGenerator`` in
+``megatron/core/parallel_state.py``; the dense grid has ep = 1, so it is tp-cp-dp-pp). torchtitan's
+device mesh [pp, dp, cp, tp] (outermost first) and DeepSpeed's ``PipeModelDataParallelTopology``
+(pipe, data, model) lay ranks out the same way. torchrun numbers ranks node by node:
+rank = node · gpus_per_node + local_rank.
+
+Experts live on a second grid over the same ranks, Megatron's expert ``RankGenerator``
+(tp=etp, ep, dp=expert_dp, pp, order tp-ep-dp-pp); expert-parallel rank e holds the contiguous
+block of num_experts / ep experts starting at e · num_experts / ep.
+"""
+
+from __future__ import annotations
+
+RANK_ORDER = "tp-cp-dp-pp"
+EXPERT_RANK_ORDER = "tp-ep-dp-pp"
+
+
+def rank_map(*, tp: int, cp: int, dp: int, pp: int, gpus_per_node: int) -> list[dict[str, int]]:
+    """Every global rank with its node, local rank and coordinate on each parallel axis."""
+    rows = []
+    for rank in range(tp * cp * dp * pp):
+        rows.append({"rank": rank, "node": rank // gpus_per_node, "local_rank": rank % gpus_per_node,
+                     "tp": rank % tp, "cp": rank // tp % cp, "dp": rank // (tp * cp) % dp,
+                     "pp": rank // (tp * cp * dp)})
+    return rows
+
+
+def axis_groups(rows: list[dict[str, int]], axis: str) -> list[list[int]]:
+    """Ranks that share every coordinate but ``axis``, as sorted groups ordered by their first rank."""
+    others = [name for name in ("tp", "cp", "dp", "pp") if name != axis]
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row[name] for name in others), []).append(row["rank"])
+    return sorted((sorted(group) for group in groups.values()), key=lambda group: group[0])
+
+
+def stage_layers(num_layers: int, pp: int, vpp: int) -> list[int]:
+    """Decoder layers of each model chunk in model order; chunk k runs on pipeline rank k mod pp.
+
+    An even split when pp·vpp divides the layers; otherwise Megatron's split that counts the
+    embedding and the loss as one layer each (--account-for-embedding/loss-in-pipeline-split),
+    which leaves one layer fewer on the first and on the last chunk (cost_models/stages.py).
+    """
+    chunks = pp * vpp
+    if num_layers % chunks == 0:
+        return [num_layers // chunks] * chunks
+    if chunks > 1 and (num_layers + 2) % chunks == 0 and (num_layers + 2) // chunks > 1:
+        layers = [(num_layers + 2) // chunks] * chunks
+        layers[0] -= 1
+        layers[-1] -= 1
+        return layers
+    raise ValueError(f"{num_layers} layers split neither evenly nor edge-accounted over pp·vpp = {chunks} chunks")
+
+
+def expert_map(*, num_experts: int, moe_layers: list[int], ep: int, etp: int, world_size: int,
+               pp: int) -> dict:
+    """Expert-parallel groups and the experts each rank holds (empty lists for a dense model)."""
+    header = {"num_experts": num_experts, "moe_layers": list(moe_layers), "ep": ep, "etp": etp,
+              "rank_order": EXPERT_RANK_ORDER}
+    if num_experts == 0:
+        return {**header, "expert_dp": 0, "ep_groups": [], "ranks": []}
+    per_stage = world_size // pp
+    if per_stage % (ep * etp) or num_experts % ep:
+        raise ValueError(f"ep·etp = {ep * etp} must divide the {per_stage} ranks of a pipeline stage and ep = {ep} "
+                         f"the {num_experts} experts")
+    expert_dp, local = per_stage // (ep * etp), num_experts // ep
+    ranks = []
+    for rank in range(world_size):
+        ep_rank = rank // etp % ep
+        ranks.append({"rank": rank, "etp": rank % etp, "ep": ep_rank, "expert_dp": rank // (etp * ep) % expert_dp,
+                      "pp": rank // per_stage, "experts": list(range(ep_rank * local, (ep_rank + 1) * local))})
+    groups: dict[tuple[int, int, int], list[int]] = {}
+    for row in ranks:
+        groups.setdefault((row["etp"], row["expert_dp"], row["pp"]), []).append(row["rank"])
+    ep_groups = sorted(groups.values(), key=lambda group: group[0])
+    return {**header, "expert_dp": expert_dp, "ep_groups": ep_groups, "ranks": ranks}

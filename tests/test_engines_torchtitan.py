@@ -1,0 +1,163 @@
+"""torchtitan accepts (and rejects) the emitted job configuration.
+
+0.3.0 (the ``validate`` extra): its ConfigManager parses the emitted command line on top of the
+config-registry entry, ParallelDims accepts the degrees at the plan's world size, and its own
+pipeline-split functions give the plan's layers per stage. 0.2.2 (TOML): checked in a subprocess
+against a second install named by PARAPLAN_TORCHTITAN_0_2 (``pip install --no-deps --target DIR
+torchtitan==0.2.2``; .ci/run makes one), since both releases are the package ``torchtitan``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from export_factory import captured_argv, engine_module, files_of, make_export_plan
+
+from paraplan.exporters.plan_input import ExportPlan
+
+pytestmark = pytest.mark.engines
+engine_module("torchtitan")
+
+from torchtitan.config import ConfigManager
+from torchtitan.distributed import pipeline_parallel
+from torchtitan.distributed.parallel_dims import ParallelDims
+
+PLANS = {
+    "llama70b-fsdp3-tp8-pp4-vpp2-cp2": {"model": "llama-3.1-70b", "tp": 8, "pp": 4, "vpp": 2, "cp": 2, "dp": 2,
+                                        "sp": True, "zero": 3, "recompute": "selective", "global_batch": 32,
+                                        "seq_len": 8192},
+    "llama8b-zero2-dp16-full": {"model": "llama-3.1-8b", "dp": 16, "zero": 2, "mbs": 2, "recompute": "full"},
+    "llama8b-ddp-tp2-pp2-1f1b": {"model": "llama-3.1-8b", "tp": 2, "pp": 2, "dp": 4, "sp": True, "zero": 0, "mbs": 2,
+                                 "global_batch": 64},
+    "llama70b-zero2-tp4-pp4-1f1b-full": {"model": "llama-3.1-70b", "tp": 4, "pp": 4, "dp": 2, "sp": True, "zero": 2,
+                                         "global_batch": 32, "recompute": "full"},
+}
+
+
+def plan_named(name: str) -> ExportPlan:
+    settings = dict(PLANS[name])
+    return make_export_plan(settings.pop("model"), engine="torchtitan", **settings)
+
+
+def launch_argv(plan: ExportPlan, tmp_path: Path) -> list[str]:
+    """What the emitted launch script hands torchrun, after torchrun's own options."""
+    script = tmp_path / "torchtitan_launch.sh"
+    script.write_text(files_of(plan, "torchtitan")["torchtitan_launch.sh"].text)
+    env = {"NODE_RANK": "0", "MASTER_ADDR": "head"} if plan.num_nodes > 1 else {}
+    argv = captured_argv(script, "torchrun", tmp_path, env=env)
+    start = argv.index("-m")
+    assert argv[start:start + 2] == ["-m", "torchtitan.train"]
+    return argv[start + 2:]
+
+
+@pytest.mark.parametrize("name", list(PLANS))
+def test_torchtitan_0_3_parses_the_emitted_overrides(name, tmp_path):
+    plan = plan_named(name)
+    c = plan.config
+    config = ConfigManager().parse_args(launch_argv(plan, tmp_path))
+    p, t = config.parallelism, config.training
+    dims = ParallelDims.from_config(p, plan.num_gpus)
+    assert (dims.dp_replicate * dims.dp_shard, dims.tp, dims.pp, dims.cp) == (c.dp, c.tp, c.pp, c.cp)
+    assert (dims.dp_shard > 1 or c.dp == 1) == (c.zero != 0 or c.dp == 1)
+    assert p.enable_sequence_parallel == (c.sp or c.tp == 1)
+    assert plan.seq_len % dims.seq_len_divisor == 0 and t.seq_len == plan.seq_len
+    # Trainer.__init__'s batch arithmetic (it needs a process group, so it is restated here):
+    batch_degree = dims.dp_replicate * dims.dp_shard
+    assert t.global_batch_size % (t.local_batch_size * batch_degree) == 0
+    accumulation = t.global_batch_size // (t.local_batch_size * batch_degree)
+    micro = t.local_batch_size // p.pipeline_parallel_microbatch_size if c.pp > 1 else 1
+    assert accumulation * micro == plan.num_microbatches
+    assert len(config.model_spec.model.layers) == plan.model.num_layers
+    assert config.model_spec.model.dim == plan.model.hidden_size
+    recompute = type(config.activation_checkpoint).__qualname__
+    assert recompute == {"none": "NoneType", "selective": "SelectiveAC.Config", "full": "FullAC.Config"}[c.recompute]
+
+
+@pytest.mark.parametrize("name", [n for n in PLANS if PLANS[n].get("pp", 1) > 1])
+def test_torchtitan_0_3_splits_layers_as_the_plan_says(name, tmp_path):
+    plan = plan_named(name)
+    config = ConfigManager().parse_args(launch_argv(plan, tmp_path))
+    dims = ParallelDims.from_config(config.parallelism, plan.num_gpus)
+    stages, layers, first, last = pipeline_parallel._get_pipeline_metadata(dims, config.parallelism,
+                                                                           config.model_spec.model)
+    parts = pipeline_parallel._generate_llm_fqn_per_model_part(stages, layers, first, last)
+    assert [sum(name.startswith("layers.") for name in part) for part in parts] == list(plan.stage_layers)
+    for rank in range(plan.config.pp):  # chunk k runs on pipeline rank k mod pp
+        mapping = pipeline_parallel._get_pp_rank_to_stage_indices_mapping(
+            rank, plan.config.pp, config.parallelism.pipeline_parallel_schedule, stages)
+        assert list(mapping) == list(range(rank, stages, plan.config.pp))
+
+
+def test_torchtitan_0_3_rejects_wrong_values(tmp_path, capsys):
+    argv = launch_argv(plan_named("llama8b-ddp-tp2-pp2-1f1b"), tmp_path)
+    typo = [w.replace("tensor_parallel_degree", "tensor_parallel_size") for w in argv]
+    with pytest.raises(SystemExit):
+        ConfigManager().parse_args(typo)
+    assert "tensor-parallel-size" in capsys.readouterr().err.replace("_", "-")
+    config = ConfigManager().parse_args(argv)
+    with pytest.raises(AssertionError, match="Invalid parallel dims"):
+        ParallelDims.from_config(config.parallelism, 12)
+    cuda_graphs_on = [w for w in argv if w != "--training.disable_cuda_graphs"]
+    with pytest.raises(SystemExit):
+        ConfigManager().parse_args(cuda_graphs_on)
+    assert "CUDA graphs do not support pipeline parallelism" in capsys.readouterr().err
+
+
+# -- torchtitan 0.2 (TOML) --------------------------------------------------------------------
+CHECK_0_2 = """
+import json, sys
+from torchtitan.config import ConfigManager
+from torchtitan.distributed.parallel_dims import ParallelDims
+import torchtitan
+config = ConfigManager().parse_args(["--job.config_file", sys.argv[1]])
+p, t = config.parallelism, config.training
+dims = ParallelDims(dp_replicate=p.data_parallel_replicate_degree, dp_shard=p.data_parallel_shard_degree,
+                    cp=p.context_parallel_degree, tp=p.tensor_parallel_degree, pp=p.pipeline_parallel_degree,
+                    ep=p.expert_parallel_degree, etp=p.expert_tensor_parallel_degree, world_size=int(sys.argv[2]))
+print(json.dumps({"file": torchtitan.__file__, "dp_shard": dims.dp_shard, "dp_replicate": dims.dp_replicate,
+                  "tp": dims.tp, "pp": dims.pp, "cp": dims.cp, "local": t.local_batch_size,
+                  "global": t.global_batch_size, "seq": t.seq_len, "mode": config.activation_checkpoint.mode,
+                  "model": [config.model.name, config.model.flavor], "converters": config.model.converters,
+                  "layers_per_stage": p.pipeline_parallel_layers_per_stage,
+                  "reshard": p.fsdp_reshard_after_forward}))
+"""
+
+
+def run_torchtitan_0_2(toml: Path, world_size: int) -> subprocess.CompletedProcess:
+    target = os.environ.get("PARAPLAN_TORCHTITAN_0_2")
+    if not target:
+        if os.environ.get("PARAPLAN_REQUIRE_ENGINES") == "1":
+            pytest.fail("PARAPLAN_REQUIRE_ENGINES=1 but PARAPLAN_TORCHTITAN_0_2 names no torchtitan 0.2 install")
+        pytest.skip("set PARAPLAN_TORCHTITAN_0_2 to a 'pip install --no-deps --target DIR torchtitan==0.2.2' folder")
+    env = {**os.environ, "PYTHONPATH": target}
+    return subprocess.run([sys.executable, "-c", CHECK_0_2, str(toml), str(world_size)], check=False, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_torchtitan_0_2_parses_the_emitted_toml(tmp_path):
+    plan = plan_named("llama70b-fsdp3-tp8-pp4-vpp2-cp2")
+    files = files_of(plan, "torchtitan", torchtitan_version="0.2")
+    toml = tmp_path / "torchtitan.toml"
+    toml.write_text(files["torchtitan.toml"].text)
+    result = run_torchtitan_0_2(toml, plan.num_gpus)
+    assert result.returncode == 0, result.stderr[-2000:]
+    parsed = json.loads(result.stdout.strip().splitlines()[-1])
+    assert parsed["file"].startswith(os.environ["PARAPLAN_TORCHTITAN_0_2"])  # really 0.2, not the 0.3 install
+    assert parsed | {"file": None} == {
+        "file": None, "dp_shard": 2, "dp_replicate": 1, "tp": 8, "pp": 4, "cp": 2, "local": 16, "global": 32,
+        "seq": 8192, "mode": "selective", "model": ["llama3", "70B"], "converters": [], "layers_per_stage": 10,
+        "reshard": "always"}
+
+
+def test_torchtitan_0_2_rejects_a_misspelt_key(tmp_path):
+    plan = plan_named("llama8b-zero2-dp16-full")
+    text = files_of(plan, "torchtitan", torchtitan_version="0.2")["torchtitan.toml"].text
+    toml = tmp_path / "torchtitan.toml"
+    toml.write_text(text.replace("tensor_parallel_degree", "tensor_parallel_size"))
+    result = run_torchtitan_0_2(toml, plan.num_gpus)
+    assert result.returncode != 0 and "tensor_parallel_size" in result.stderr
