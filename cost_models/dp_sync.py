@@ -60,16 +60,18 @@ def dp_exposed_s(work: Workload, t: ConfigTable, cluster: ClusterSpec, rates: Co
         gathers = gathers + np.where(per_microbatch & (t.recompute == 2), 1.0, 0.0)
     per_layer = tensors_per_layer if recipe.gathers_per_tensor else 1
     collectives_per_gather = np.asarray(stage_layers, dtype=float) * per_layer
-    gather_latency_s = (collectives_per_gather - 1) * collective_latency_s("all_gather", group, stride, cluster)
+    # Seconds of one gather pass beyond its bandwidth term: each extra collective's
+    # latency, plus (list-output gathers) one copy kernel per rank per collective and the bytes copied.
+    gather_overhead_s = (collectives_per_gather - 1) * collective_latency_s("all_gather", group, stride, cluster)
     if recipe.gather_copies_per_rank:
-        gathered_bytes = params_per_gpu * recipe.param_gather_bytes
-        gather_latency_s = gather_latency_s + memory_bound_time_s(2.0 * gathered_bytes,
-                                                                  collectives_per_gather * group, rates)
+        copies = collectives_per_gather * group
+        gather_overhead_s = gather_overhead_s + memory_bound_time_s(
+            2.0 * params_per_gpu * recipe.param_gather_bytes, copies, rates)
     every_mb_reduce = per_microbatch & recipe.reduce_every_microbatch
     # Sharded weights: every micro-batch gathers (and maybe reduces) layer by layer under compute.
     layer_gather_s = collective_time_s("all_gather", layer_params_per_gpu * recipe.param_gather_bytes,
                                        group, stride, cluster)
-    mb_comm = gathers * (gather_s + gather_latency_s) + np.where(every_mb_reduce, reduce_s, 0.0)
+    mb_comm = gathers * (gather_s + gather_overhead_s) + np.where(every_mb_reduce, reduce_s, 0.0)
     hidden = np.maximum(mb_comm - stage_time_s, 0.0) + layer_gather_s
     sharded = num_microbatches * (hidden if recipe.gathers_overlap_compute else mb_comm)
     sharded = sharded + np.where(every_mb_reduce, 0.0, _exposed(reduce_s, backward_s, bucket_frac))

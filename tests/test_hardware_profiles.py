@@ -208,21 +208,24 @@ def test_user_cluster_file_loads(tmp_path):
     assert resized.num_nodes == 8
 
 
-def test_user_cluster_unknown_key(tmp_path):
-    with pytest.raises(InputError, match="unknown key.*nic_speed"):
-        cluster_from_file(_write(tmp_path, _GOOD_CLUSTER + "nic_speed: 400\n"))
+# (what the file changes, what the one error line must name)
+_BAD_CLUSTER_FILES = [
+    (lambda t: t + "nic_speed: 400\n", "unknown key.*nic_speed"),
+    (lambda t: t.replace("nic_gb_per_s_per_gpu: 25\n", ""), "missing key.*nic_gb_per_s_per_gpu"),
+    (lambda t: t.replace("gpus_per_node: 8\n", ""), "gpus_per_node"),
+    (lambda t: t + "oversubscription: 0.5\n", "oversubscription"),
+    (lambda t: t.replace("nvlink_domain_gpus: 8", "nvlink_domain_gpus: 12"), "whole"),
+    (lambda t: t.replace("gpu: h100-sxm", "gpu: h100"), "did you mean"),
+    (lambda t: t.replace("nic_gb_per_s_per_gpu: 25", "nic_gb_per_s_per_gpu: .inf"), "nic_gb_per_s_per_gpu"),
+]
 
 
-def test_user_cluster_missing_key(tmp_path):
-    text = _GOOD_CLUSTER.replace("nic_gb_per_s_per_gpu: 25\n", "")
-    with pytest.raises(InputError, match="missing key.*nic_gb_per_s_per_gpu"):
-        cluster_from_file(_write(tmp_path, text))
-
-
-def test_user_cluster_missing_gpus_per_node(tmp_path):
-    text = _GOOD_CLUSTER.replace("gpus_per_node: 8\n", "")
-    with pytest.raises(InputError, match="gpus_per_node"):
-        cluster_from_file(_write(tmp_path, text))
+@pytest.mark.parametrize("change, message", _BAD_CLUSTER_FILES,
+                         ids=["unknown-key", "missing-key", "missing-gpus-per-node", "oversubscription-below-one",
+                              "domain-not-whole-nodes", "unknown-gpu", "infinite-bandwidth"])
+def test_user_cluster_bad_file(tmp_path, change, message):
+    with pytest.raises(InputError, match=message):
+        cluster_from_file(_write(tmp_path, change(_GOOD_CLUSTER)))
 
 
 def test_user_cluster_malformed_yaml(tmp_path):
@@ -267,29 +270,6 @@ def test_user_cluster_negative_node_count_names_the_key(tmp_path):
     with pytest.raises(InputError, match="num_nodes") as caught:
         cluster_from_file(path)
     assert "positive integer" in str(caught.value)
-
-
-def test_user_cluster_oversubscription_below_one(tmp_path):
-    with pytest.raises(InputError, match="oversubscription"):
-        cluster_from_file(_write(tmp_path, _GOOD_CLUSTER + "oversubscription: 0.5\n"))
-
-
-def test_user_cluster_domain_must_hold_whole_nodes(tmp_path):
-    text = _GOOD_CLUSTER.replace("nvlink_domain_gpus: 8", "nvlink_domain_gpus: 12")
-    with pytest.raises(InputError, match="whole"):
-        cluster_from_file(_write(tmp_path, text))
-
-
-def test_user_cluster_unknown_gpu(tmp_path):
-    text = _GOOD_CLUSTER.replace("gpu: h100-sxm", "gpu: h100")
-    with pytest.raises(InputError, match="did you mean"):
-        cluster_from_file(_write(tmp_path, text))
-
-
-def test_user_cluster_infinite_bandwidth_is_rejected(tmp_path):
-    text = _GOOD_CLUSTER.replace("nic_gb_per_s_per_gpu: 25", "nic_gb_per_s_per_gpu: .inf")
-    with pytest.raises(InputError, match="nic_gb_per_s_per_gpu"):
-        cluster_from_file(_write(tmp_path, text))
 
 
 # -- yaml_schema helpers ------------------------------------------------------------------------
