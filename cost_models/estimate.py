@@ -164,9 +164,16 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTa
 
 def _recompute_flops_per_token(model: ModelSpec, work: Workload, t: ConfigTable):
     """FLOPs per token executed again in backward: a layer forward (full; without the down
-    projection when recompute stops early) or attention (selective)."""
+    projection when recompute stops early), attention (selective), or MLA's up projections
+    (modules; the norms and the expert activation it also reruns are not matrix FLOPs)."""
     attention = model.attention_core_flops_per_token(work.seq_len, work.flops_convention)
-    skipped = 2.0 * model.hidden_size * model.ffn_size if work.recompute_stops_early else 0.0
-    full = model.layer_gemm_flops_per_token() + attention - skipped
-    per_layer = np.select([t.recompute == 2, t.recompute == 1], [full, attention], 0.0)
+    skipped = 2.0 * model.hidden_size * model.ffn_size * model.num_dense_layers / model.num_layers \
+        if work.recompute_stops_early else 0.0
+    gemm = (model.num_dense_layers * model.layer_gemm_flops_per_token()
+            + model.num_moe_layers * model.moe_layer_gemm_flops_per_token()) / model.num_layers
+    full = gemm + attention - skipped
+    a = model.num_heads
+    mla_up = 2.0 * (model.q_lora_rank * a * model.qk_head_dim
+                    + model.kv_lora_rank * a * (model.qk_nope_head_dim + model.v_head_dim)) if model.is_mla else 0.0
+    per_layer = np.select([t.recompute == 2, t.recompute == 1, t.recompute == 3], [full, attention, mla_up], 0.0)
     return model.num_layers * per_layer

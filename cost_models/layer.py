@@ -32,6 +32,9 @@ from paraplan.cost_models.table import ConfigTable, Workload
 from paraplan.hardware_profiles import ClusterSpec
 
 ACTIVATION_BYTES = 2.0  # activations and their gradients are 16-bit in every recipe modelled
+# Share of the SMs that expert all-to-all kernels occupy while they overlap compute: DeepSeek-V3
+# (arXiv 2412.19437, section 3.2.2) dedicates 20 of the H800's 132 SMs to dispatch and combine.
+COMM_SM_FRAC = 20.0 / 132.0
 # Element-wise kernels per layer forward: 2 norms, 2 residual adds, activation, rotary, bias/cast.
 ELEMENTWISE_KERNELS_PER_LAYER = 8
 
@@ -73,6 +76,37 @@ def _dense_mlp_gemms_s(model: ModelSpec, tokens, tp, rates: ComputeRates):
     h, f = model.hidden_size, model.ffn_size
     down = gemm_time_s(tokens, h, f / tp, rates)
     return gemm_time_s(tokens, f * (model.mlp_matrices - 1) / tp, h, rates) + down, down
+
+
+def _mla_up_projections_s(model: ModelSpec, tokens, tp, rates: ComputeRates):
+    """Forward seconds of MLA's query and key/value up projections (latents to per-head Q, K, V)."""
+    if not model.is_mla:
+        return np.zeros_like(np.asarray(tokens, dtype=float))
+    a = model.num_heads
+    query = gemm_time_s(tokens, a * model.qk_head_dim / tp, model.q_lora_rank, rates) if model.q_lora_rank else 0.0
+    return query + gemm_time_s(tokens, a * (model.qk_nope_head_dim + model.v_head_dim) / tp, model.kv_lora_rank, rates)
+
+
+def _module_recompute_s(model: ModelSpec, tokens, t: ConfigTable, rates: ComputeRates):
+    """Seconds to rerun the ``modules`` recompute set in backward: the two norms (read the input,
+    write the output), MLA's up projections and the routed experts' activation function."""
+    h = model.hidden_size
+    norms = memory_bound_time_s(tokens * 2 * 2 * h * ACTIVATION_BYTES / np.where(t.sp == 1, t.tp, 1), 2, rates)
+    moe_frac = model.num_moe_layers / model.num_layers
+    copies = model.experts_per_token * tokens / t.tp * t.etp
+    act = memory_bound_time_s(moe_frac * copies * model.mlp_matrices * model.expert_ffn_size / t.etp
+                              * ACTIVATION_BYTES, 1, rates) if model.is_moe else 0.0
+    return norms + _mla_up_projections_s(model, tokens, t.tp, rates) + act
+
+
+def _exposed_expert_comm_s(moe_comm_s, layer_compute_s, t: ConfigTable):
+    """Dispatch/combine the step waits for: all of it, or with the combined 1F1B schedule what
+    outlasts the other micro-batch's compute of the same layer (forward of one under backward of
+    the other), plus the compute slowed while they share the GPU: the all-to-all kernels hold
+    COMM_SM_FRAC of the SMs. Full recompute replays the forward's two all-to-alls."""
+    comm = moe_comm_s * np.where(t.recompute == 2, 1.5, 1.0)
+    overlapped = np.maximum(comm - layer_compute_s, 0.0) + COMM_SM_FRAC * np.minimum(comm, layer_compute_s)
+    return np.where(t.ep_overlap == 1, overlapped, comm)
 
 
 def _elementwise_bytes_per_token(model: ModelSpec, tp, sp, precision: str):
@@ -146,13 +180,14 @@ def layer_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: Compute
     forward = gemm + attention + elementwise + (moe_frac * moe.forward_compute_s if moe else 0.0)
     backward = 2.0 * (gemm + elementwise) + attention_bwd + (moe_frac * moe.backward_compute_s if moe else 0.0)
     full_recompute = forward - (dense_frac * down_projection if work.recompute_stops_early else 0.0)
-    recompute = np.select([t.recompute == 2, t.recompute == 1], [full_recompute, attention], 0.0)
+    recompute = np.select([t.recompute == 2, t.recompute == 1, t.recompute == 3],
+                          [full_recompute, attention, _module_recompute_s(model, tokens, t, rates)], 0.0)
     return LayerTimes(
         forward_compute_s=forward,
         backward_compute_s=backward,
         recompute_s=recompute,
         tp_comm_s=_tp_comm_s(model, tokens, t, cluster, work.recompute_stops_early),
         cp_comm_s=_cp_comm_s(model, tokens, t, cluster, attention, attention_bwd),
-        # Full recompute runs the dispatch and combine of the forward again: 6 all-to-alls, not 4.
-        ep_comm_s=moe_frac * moe.expert_comm_s * np.where(t.recompute == 2, 1.5, 1.0) if moe else np.zeros(len(t)),
+        ep_comm_s=_exposed_expert_comm_s(moe_frac * moe.expert_comm_s, forward + backward + recompute, t)
+        if moe else np.zeros(len(t)),
     )

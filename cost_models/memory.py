@@ -80,8 +80,16 @@ def layer_activation_bytes_per_token(model: ModelSpec, tp, sp, recompute, gemm_i
     sharded = ACTIVATION_BYTES * qkv + gemm_input_bytes * out + dense_frac * (ACTIVATION_BYTES * gate + gemm_input_bytes) * f
     moe = moe_frac * moe_activation_bytes_per_token(model, tp, etp, gemm_input_bytes) if model.is_moe else 0.0
     stored = replicated / seq_shard + sharded / np.asarray(tp, dtype=float) + moe
+    # The ``modules`` set (layernorm, mla_up_proj, moe_act) keeps the norms' inputs, MLA's latents
+    # and the up projections' outputs, and drops what it reruns: the norm outputs (the QKV and MLP
+    # GEMM inputs), MLA's per-head Q, K, V, and the routed experts' activation output.
+    rerun = gemm_input_bytes * 2 * h / seq_shard + (ACTIVATION_BYTES * qkv / np.asarray(tp, dtype=float)
+                                                    if model.is_mla else 0.0)
+    if model.is_moe:
+        rerun = rerun + moe_frac * model.experts_per_token * gemm_input_bytes * model.expert_ffn_size / tp
     layer_input = ACTIVATION_BYTES * h / seq_shard
-    return np.where(np.asarray(recompute) == 2, layer_input, stored)
+    recompute = np.asarray(recompute)
+    return np.select([recompute == 2, recompute == 3], [layer_input, stored - rerun], stored)
 
 
 def attention_scores_bytes_per_token(model: ModelSpec, seq_len: int, tp):
@@ -149,7 +157,7 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
     # While one layer is recomputed in backward: its whole activations (full) and its scores (both).
     recomputed_layer = tokens * layer_activation_bytes_per_token(model, t.tp, t.sp, np.zeros_like(t.recompute),
                                                                  gemm_input_bytes, t.etp)
-    working_set = np.where(t.recompute == 2, recomputed_layer, 0.0) + np.where(t.recompute >= 1, scores, 0.0)
+    working_set = np.where(t.recompute == 2, recomputed_layer, 0.0) + np.where(np.isin(t.recompute, (1, 2)), scores, 0.0)
     # States shard over the data-parallel group including context parallel (Megatron's
     # dp-cp group, torchtitan's dp_shard x cp mesh): CP ranks hold the same weights.
     weights_frac, grads_frac, optim_frac = recipe.sharded_bytes_per_param(t.zero, t.dp * t.cp)

@@ -2,7 +2,12 @@
 
 Even split when pp·vpp divides the layers; otherwise Megatron's layout that counts the
 embedding and the loss as one layer each (``account_for_embedding/loss_in_pipeline_split``):
-(L + 2) / pp per stage, one fewer on the first and on the last stage.
+(L + 2) / pp per stage, one fewer on the first and on the last stage. When neither divides,
+Megatron still takes explicit edge stages (``--decoder-first/last-pipeline-num-layers`` without
+virtual stages, ``--pipeline-model-parallel-layout`` with them): paraplan gives each middle chunk
+of the pp·vpp chunks c = ⌈(L + 2) / (pp·vpp)⌉ layers and the first and last chunk the remainder
+L − (pp·vpp − 2)·c, the first taking the larger half (the last also runs the output layer and the
+loss). When (L + 2) divides this is exactly the edge-accounted split.
 """
 
 from __future__ import annotations
@@ -41,6 +46,32 @@ def edge_accounted_split(num_layers: int, pp, vpp):
     return (num_layers + 2) % (np.asarray(pp) * np.asarray(vpp)) == 0
 
 
+def uneven_edge_chunks(num_layers: int, pp, vpp):
+    """(first chunk, middle chunk, last chunk) layers of the explicit-edge split over pp·vpp chunks."""
+    chunks = np.asarray(pp) * np.asarray(vpp)
+    middle = -(-(num_layers + 2) // chunks)
+    remainder = num_layers - np.maximum(chunks - 2, 0) * middle
+    return -(-remainder // 2), middle, remainder // 2
+
+
+def uneven_edge_split(num_layers: int, pp, vpp):
+    """True where the explicit-edge split exists: pp ≥ 2; without virtual stages both edge stages
+    hold a layer (Megatron's first/last-stage flags), with them an edge chunk may hold only the
+    embedding or the loss (--pipeline-model-parallel-layout)."""
+    first, _, last = uneven_edge_chunks(num_layers, pp, vpp)
+    vpp = np.asarray(vpp)
+    smallest = np.where(vpp == 1, 1, 0)
+    return (np.asarray(pp) >= 2) & (last >= smallest) & (first >= smallest)
+
+
+def uneven_edge_layers(num_layers: int, pp, vpp=1):
+    """(first, middle, last) decoder layers per pipeline rank of the explicit-edge split: rank 0
+    holds the first chunk and vpp − 1 middle chunks, the last rank the last chunk and vpp − 1."""
+    first, middle, last = uneven_edge_chunks(num_layers, pp, vpp)
+    others = (np.asarray(vpp) - 1) * middle
+    return first + others, np.asarray(vpp) * middle, last + others
+
+
 def stage_layout(model: ModelSpec, tp, pp, vpp, expert_shards=1) -> StageLayout:
     """Layers and per-GPU parameters by stage (vectorized). Routed experts are split over
     ``expert_shards`` = ep·etp GPUs, everything else over tp. MoE and dense layers are spread
@@ -49,11 +80,12 @@ def stage_layout(model: ModelSpec, tp, pp, vpp, expert_shards=1) -> StageLayout:
     layers = model.num_layers
     pp = np.asarray(pp)
     even = even_split(layers, pp, vpp)
-    per_stage = np.where(even, layers / pp, (layers + 2) / pp)
-    edge = np.where(even, per_stage, per_stage - 1)
+    edge_accounted = ~even & edge_accounted_split(layers, pp, vpp)
+    uneven_first, uneven_middle, uneven_last = uneven_edge_layers(layers, pp, vpp)
+    per_stage = np.select([even, edge_accounted], [layers / pp, (layers + 2) / pp], uneven_middle)
     single = pp == 1
-    first = np.where(single, layers, edge)
-    last = np.where(single, layers, edge)
+    first = np.select([single, even, edge_accounted], [layers, per_stage, per_stage - 1], uneven_first)
+    last = np.select([single, even, edge_accounted], [layers, per_stage, per_stage - 1], uneven_last)
     layer_params = model.shared_params_per_layer_mean()
     expert_params = model.routed_params_per_layer_mean()
     # With pp > 1 and tied embeddings the last stage keeps its own copy of the word embedding.

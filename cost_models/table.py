@@ -14,7 +14,9 @@ from paraplan.cost_models.model_spec import AttentionFlops
 from paraplan.cost_models.recipes import StateRecipe
 from paraplan.cost_models.routing import RoutingStats
 
-RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
+RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2, "modules": 3}
+"""none; selective = Megatron's default --recompute-modules core_attn (Korthikanti et al.); full = every
+layer; modules = the cheap modules NVIDIA's MoE recipes recompute: layernorm, mla_up_proj, moe_act."""
 RECOMPUTE_NAMES = {code: name for name, code in RECOMPUTE_CODES.items()}
 
 
@@ -44,6 +46,9 @@ class ConfigTable:
     """Activation recomputation: 0 none, 1 selective, 2 full."""
     sp: np.ndarray
     """Sequence parallelism with TP: 1 on, 0 off."""
+    ep_overlap: np.ndarray
+    """Expert all-to-alls run under the compute of another micro-batch (Megatron-core's combined 1F1B,
+    --overlap-moe-expert-parallel-comm): 1 on, 0 off."""
     offload: np.ndarray
     """Transformer layers whose saved activations are copied to host memory in forward and
     prefetched back in backward (Megatron-core ``cpu_offloading_num_layers``); 0 = none."""

@@ -78,7 +78,14 @@ def pipeline_split_args(plan: ExportPlan) -> list[Arg]:
     """Virtual stages and uneven stages, as stage_layers lays the layers out."""
     c, layers = plan.config, plan.stage_layers
     even = len(set(layers)) == 1
+    edge_accounted = len(set(layers[1:-1])) <= 1 and layers[0] == layers[-1] == max(layers) - 1
     args: list[Arg] = []
+    if not even and c.vpp > 1 and not edge_accounted:
+        # Explicit edge chunks with virtual stages: Megatron's layout string, one '|'-separated
+        # chunk per virtual stage in model order (E embedding, t decoder layer, m MTP layer, L loss).
+        chunks = ["t" * n for n in layers]
+        chunks[0], chunks[-1] = "E" + chunks[0], chunks[-1] + "m" * plan.model.mtp_layers + "L"
+        return [("--pipeline-model-parallel-layout", "|".join(chunks))]
     if not even and c.vpp == 1:
         # One chunk per rank: name the first and last stage explicitly.
         args += [("--decoder-first-pipeline-num-layers", str(layers[0])),

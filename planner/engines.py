@@ -40,6 +40,8 @@ class EngineRules:
     """Activation recomputation modes."""
     edge_accounted_stages: bool
     """Stages may hold one layer fewer on the first and last stage (embedding and loss count as layers)."""
+    uneven_edge_stages: bool
+    """Without virtual stages, the first and last stage may take any layer count (the rest split evenly)."""
     interleaved_needs_pp_multiple: bool
     """Interleaving requires the micro-batch count to be a multiple of pp."""
     attention_kernels: tuple[str, ...]
@@ -54,6 +56,9 @@ class EngineRules:
     """Axes whose ranks the expert groups are carved from: ep·etp must divide their product."""
     etp_choices: Literal["divisors_of_tp", "one_or_tp", "one"]
     """Expert tensor-parallel degrees the engine offers."""
+    ep_overlap: bool
+    """Expert all-to-alls can run under another micro-batch's compute (needs ep > 1, no full recompute,
+    and virtual stages when pp > 1)."""
     source: str
     """Where these rules come from."""
 
@@ -62,14 +67,16 @@ ENGINES: dict[str, EngineRules] = {
     "megatron": EngineRules(
         name="megatron", recipe=MEGATRON_MIXED, low_precision_recipe=MEGATRON_LOW_PRECISION, zero_stages=(0, 1, 3), max_zero_with_pp=1,
         supports_cp=True, supports_interleaved=True, sp_modes_with_tp=(0, 1),
-        recompute_modes=("none", "selective", "full"), edge_accounted_stages=True,
+        recompute_modes=("none", "selective", "full", "modules"), edge_accounted_stages=True, uneven_edge_stages=True,
         interleaved_needs_pp_multiple=True, attention_kernels=("fused", "flash", "unfused"),
         kernel_stack="transformer_engine", activation_offload=True, recompute_stops_early=False,
-        expert_ranks_from=("tp", "dp", "cp"), etp_choices="divisors_of_tp",
+        expert_ranks_from=("tp", "dp", "cp"), etp_choices="divisors_of_tp", ep_overlap=True,
         source=(
             "Megatron-LM core_v0.16 arguments: --use-distributed-optimizer, --use-megatron-fsdp, "
             "--sequence-parallel needs TP > 1, --num-layers-per-virtual-pipeline-stage, "
-            "--account-for-embedding/loss-in-pipeline-split, --recompute-granularity, "
+            "--account-for-embedding/loss-in-pipeline-split, --decoder-first/last-pipeline-num-layers, "
+            "--recompute-granularity, --recompute-modules, --overlap-moe-expert-parallel-comm (combined 1F1B: "
+            "ep > 1, no full recompute, virtual stages when pp > 1), "
             "--attention-backend fused|flash|unfused (auto picks Transformer Engine's cuDNN fused attention), "
             "--cpu-offloading-num-layers (Transformer Engine activation offload; Megatron-core refuses it "
             "with pp > 1 or with recompute, and needs at least one layer left on the GPU), "
@@ -80,9 +87,10 @@ ENGINES: dict[str, EngineRules] = {
     "deepspeed": EngineRules(
         name="deepspeed", recipe=DEEPSPEED_MIXED, low_precision_recipe=DEEPSPEED_MIXED, zero_stages=(0, 1, 2, 3), max_zero_with_pp=1,
         supports_cp=False, supports_interleaved=False, sp_modes_with_tp=(0,),
-        recompute_modes=("none", "full"), edge_accounted_stages=False, interleaved_needs_pp_multiple=False,
+        recompute_modes=("none", "full"), edge_accounted_stages=False, uneven_edge_stages=False,
+        interleaved_needs_pp_multiple=False,
         attention_kernels=("flash", "unfused"), kernel_stack="pytorch", activation_offload=False,
-        recompute_stops_early=False, expert_ranks_from=("dp",), etp_choices="one",
+        recompute_stops_early=False, expert_ranks_from=("dp",), etp_choices="one", ep_overlap=False,
         source=("DeepSpeed (ZeRO-3 costed as its 2021 releases ran it, see recipes.DEEPSPEED_MIXED): PipelineEngine "
                 "supports ZeRO-1 only; activation checkpointing is per layer (full); "
                 "deepspeed.checkpointing is reentrant and reruns the whole layer; attention is the model's own "
@@ -92,10 +100,10 @@ ENGINES: dict[str, EngineRules] = {
     "torchtitan": EngineRules(
         name="torchtitan", recipe=FSDP2_MIXED, low_precision_recipe=FSDP2_MIXED, zero_stages=(0, 2, 3), max_zero_with_pp=3,
         supports_cp=True, supports_interleaved=True, sp_modes_with_tp=(1,),
-        recompute_modes=("none", "selective", "full"), edge_accounted_stages=False,
+        recompute_modes=("none", "selective", "full"), edge_accounted_stages=False, uneven_edge_stages=False,
         interleaved_needs_pp_multiple=False, attention_kernels=("flash", "fused"),
         kernel_stack="pytorch", activation_offload=False, recompute_stops_early=True,
-        expert_ranks_from=("dp", "cp"), etp_choices="one_or_tp",
+        expert_ranks_from=("dp", "cp"), etp_choices="one_or_tp", ep_overlap=False,
         source=(
             "torchtitan 0.3: scaled_dot_product_attention (flash backend by default, cuDNN backend on request), "
             "FSDP2 (reshard_after_forward = ZeRO-3, never = ZeRO-2), DDP replicate, "

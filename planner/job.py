@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from paraplan.cost_models.model_spec import AttentionFlops, ModelSpec
+from paraplan.cost_models.routing import RoutingStats
 from paraplan.cost_models.table import RECOMPUTE_CODES, ConfigTable, Workload
 from paraplan.planner.engines import engine_rules, recipe_for
 
@@ -31,6 +32,11 @@ class TrainingJob:
     """Attention FLOPs counted in MFU: full (PaLM / Megatron convention) or causal."""
     memory_headroom_frac: float = 0.0
     """Keep this fraction of HBM free on top of the model's reserve."""
+    expert_imbalance: float | None = None
+    """MoE: busiest expert-parallel rank's routed tokens over the mean (1 = force-balanced routing);
+    None = a balanced router's sampling noise, or the routing statistics when given."""
+    routing: RoutingStats | None = None
+    """MoE: measured tokens per expert per layer (cost_models.routing), which set the imbalance."""
 
     def __post_init__(self) -> None:
         for label in ("seq_len", "global_batch"):
@@ -43,6 +49,12 @@ class TrainingJob:
             raise ValueError(f"flops convention must be full or causal, got {self.flops_convention!r}")
         if not 0 <= self.memory_headroom_frac < 1:
             raise ValueError(f"memory headroom must be a fraction in [0, 1), got {self.memory_headroom_frac}")
+        if self.expert_imbalance is not None and not self.expert_imbalance >= 1.0:
+            raise ValueError(f"expert imbalance is the busiest rank's load over the mean and must be >= 1, "
+                             f"got {self.expert_imbalance}")
+        if self.routing is not None and self.routing.num_experts != self.model.num_experts:
+            raise ValueError(f"routing statistics cover {self.routing.num_experts} experts but {self.model.name} "
+                             f"has {self.model.num_experts}")
         rules = engine_rules(self.engine)
         if self.attention != "auto" and self.attention not in rules.attention_kernels:
             raise ValueError(f"attention {self.attention!r} is not available with engine {self.engine} "
@@ -59,7 +71,8 @@ class TrainingJob:
                         recipe=recipe_for(engine_rules(self.engine), self.precision),
                         attention=self.attention_kernel, kernel_stack=engine_rules(self.engine).kernel_stack,
                         recompute_stops_early=engine_rules(self.engine).recompute_stops_early,
-                        flops_convention=self.flops_convention)
+                        flops_convention=self.flops_convention, expert_imbalance=self.expert_imbalance,
+                        routing=self.routing)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,6 +101,8 @@ class ParallelConfig:
     """none, selective or full."""
     sp: bool = False
     """Sequence parallel."""
+    ep_overlap: bool = False
+    """Expert all-to-alls hidden under another micro-batch's compute (combined 1F1B)."""
     offload: int = 0
     """Layers whose saved activations live in host memory (Megatron --cpu-offloading-num-layers)."""
 
@@ -120,5 +135,6 @@ def configs_to_table(configs: list[ParallelConfig]) -> ConfigTable:
         cp=[c.cp for c in configs], ep=[c.ep for c in configs], etp=[c.etp for c in configs],
         vpp=[c.vpp for c in configs], mbs=[c.mbs for c in configs],
         zero=[c.zero for c in configs], recompute=[RECOMPUTE_CODES[c.recompute] for c in configs],
-        sp=[int(c.sp) for c in configs], offload=[c.offload for c in configs],
+        sp=[int(c.sp) for c in configs], ep_overlap=[int(c.ep_overlap) for c in configs],
+        offload=[c.offload for c in configs],
     )

@@ -13,6 +13,8 @@ block of num_experts / ep experts starting at e · num_experts / ep.
 
 from __future__ import annotations
 
+from paraplan.cost_models.stages import uneven_edge_chunks, uneven_edge_split
+
 RANK_ORDER = "tp-cp-dp-pp"
 EXPERT_RANK_ORDER = "tp-ep-dp-pp"
 
@@ -41,7 +43,8 @@ def stage_layers(num_layers: int, pp: int, vpp: int) -> list[int]:
 
     An even split when pp·vpp divides the layers; otherwise Megatron's split that counts the
     embedding and the loss as one layer each (--account-for-embedding/loss-in-pipeline-split),
-    which leaves one layer fewer on the first and on the last chunk (cost_models/stages.py).
+    which leaves one layer fewer on the first and on the last chunk; failing both, with one chunk
+    per stage, explicit first and last stages (cost_models/stages.py).
     """
     chunks = pp * vpp
     if num_layers % chunks == 0:
@@ -51,6 +54,9 @@ def stage_layers(num_layers: int, pp: int, vpp: int) -> list[int]:
         layers[0] -= 1
         layers[-1] -= 1
         return layers
+    if pp > 1 and uneven_edge_split(num_layers, pp, vpp):
+        first, middle, last = (int(x) for x in uneven_edge_chunks(num_layers, pp, vpp))
+        return [first] + [middle] * (chunks - 2) + [last]
     raise ValueError(f"{num_layers} layers split neither evenly nor edge-accounted over pp·vpp = {chunks} chunks")
 
 

@@ -47,6 +47,7 @@ def config_at(table: ConfigTable, row: int) -> ParallelConfig:
         ep=int(table.ep[row]), etp=int(table.etp[row]),
         vpp=int(table.vpp[row]), mbs=int(table.mbs[row]), zero=int(table.zero[row]),
         recompute=RECOMPUTE_NAMES[int(table.recompute[row])], sp=bool(table.sp[row]),
+        ep_overlap=bool(table.ep_overlap[row]),
         offload=int(table.offload[row]),
     )
 

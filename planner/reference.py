@@ -24,7 +24,7 @@ from paraplan.planner.job import TrainingJob
 from paraplan.planner.plan import config_at
 from paraplan.planner.search import search
 
-KNOBS = ("tp", "pp", "dp", "cp", "vpp", "mbs", "zero", "recompute", "sp", "offload")
+KNOBS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "ep_overlap", "offload")
 REQUIRED = ("id", "source", "model", "gpu", "num_gpus", "seq_len", "global_batch", "precision", "engine", "attention",
             "measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu", "flops_convention") + KNOBS
 
@@ -98,8 +98,10 @@ def _cluster(row: pd.Series):
 def predict_row(row: pd.Series) -> Prediction:
     """Predict one reference run through the planner's search."""
     model = load_model(row["model"])
+    imbalance = row.get("expert_imbalance")
     job = TrainingJob(model=model, seq_len=int(row["seq_len"]), global_batch=int(row["global_batch"]),
-                      precision=row["precision"], engine=row["engine"], attention=row["attention"])
+                      precision=row["precision"], engine=row["engine"], attention=row["attention"],
+                      expert_imbalance=float(imbalance) if pd.notna(imbalance) else None)
     fixed = _fixed_knobs(row)
     result = search(job, _cluster(row), fixed)
     measured = measured_tokens_per_s_per_gpu(row, model)
@@ -107,8 +109,8 @@ def predict_row(row: pd.Series) -> Prediction:
         return Prediction(row["id"], row["source"], measured, float("nan"), "infeasible")
     best = int(result.ranked[0])
     config = config_at(result.table, best)
-    chosen = " ".join(f"{k}={getattr(config, k)}" for k in ("vpp", "mbs", "zero", "recompute", "sp", "offload")
-                      if k not in fixed)
+    chosen = " ".join(f"{k}={getattr(config, k)}" for k in ("etp", "vpp", "mbs", "zero", "recompute", "sp", "offload")
+                      if k not in fixed and (k != "etp" or model.is_moe))
     return Prediction(row["id"], row["source"], measured,
                       float(result.estimates.tokens_per_s_per_gpu[best]), chosen)
 

@@ -14,19 +14,22 @@ from itertools import product
 
 import numpy as np
 
-from paraplan.cost_models.stages import edge_accounted_split, even_split
+from paraplan.cost_models.stages import edge_accounted_split, even_split, uneven_edge_split
 from paraplan.cost_models.table import RECOMPUTE_CODES, ConfigTable
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.planner.engines import EngineRules
 from paraplan.planner.job import TrainingJob
 
-AXES = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "offload")
+AXES = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "ep_overlap", "offload")
 # A free search offloads 1/16, 2/16, ... of the layers: fine enough that the last step moves
 # under 7% of the activations, coarse enough to add at most 15 rows per pp = 1 candidate.
 OFFLOAD_STEPS = 16
 # Micro-batches beyond this many tokens do not raise GEMM efficiency further; the free search
 # stops there (a fixed --mbs may exceed it).
 MAX_FREE_MICROBATCH_TOKENS = 131_072
+# Engines with explicit edge stages (Megatron's layout string) can interleave any number of chunks;
+# a free search also tries 2..8, the range NVIDIA's MoE recipes use (DeepSeek-V3: 2, 4, 8).
+MAX_FREE_LAYOUT_VPP = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +55,8 @@ def offload_choices(num_layers: int) -> list[int]:
 
 def _free_values(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules) -> dict[str, list[int]]:
     n, layers = cluster.num_gpus, job.model.num_layers
-    chunks = sorted(set(divisors(layers) + (divisors(layers + 2) if engine.edge_accounted_stages else [])))
+    chunks = sorted(set(divisors(layers) + (divisors(layers + 2) if engine.edge_accounted_stages else [])
+                        + (list(range(2, MAX_FREE_LAYOUT_VPP + 1)) if engine.uneven_edge_stages else [])))
     return {
         "tp": divisors(n), "pp": divisors(n), "cp": divisors(n), "dp": divisors(n), "vpp": chunks,
         "ep": divisors(job.model.num_experts) if job.model.is_moe else [1],
@@ -61,6 +65,7 @@ def _free_values(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules) ->
         "zero": list(engine.zero_stages),
         "recompute": [RECOMPUTE_CODES[mode] for mode in engine.recompute_modes],
         "sp": [0, 1],
+        "ep_overlap": [0, 1] if job.model.is_moe and engine.ep_overlap else [0],
         "offload": [0] + (offload_choices(layers) if engine.activation_offload else []),
     }
 
@@ -76,15 +81,16 @@ def _expert_reasons(job: TrainingJob, engine: EngineRules, tp, dp, cp, ep, etp) 
         (model.num_experts % ep != 0 if model.is_moe else ep < 1, "ep does not divide the routed experts"),
         (~etp_ok[engine.etp_choices], f"{engine.name} does not offer this expert tensor-parallel degree"),
         (carved % np.maximum(folded, 1) != 0,
-         f"{engine.name} carves expert groups from {'·'.join(engine.expert_ranks_from)}: ep"
-         f"{'·etp' if 'tp' in engine.expert_ranks_from else ''} must divide it"),
+         (f"{engine.name} carves expert groups from {'·'.join(engine.expert_ranks_from)}: ep"
+          f"{'·etp' if 'tp' in engine.expert_ranks_from else ''} must divide it")),
     ]
 
 
 def _shape_reasons(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules, tp, pp, cp, ep, etp) -> list[tuple]:
     model, n = job.model, cluster.num_gpus
     layers_ok = even_split(model.num_layers, pp, 1) | (
-        engine.edge_accounted_stages & edge_accounted_split(model.num_layers, pp, 1))
+        engine.edge_accounted_stages & edge_accounted_split(model.num_layers, pp, 1)) | (
+        engine.uneven_edge_stages & uneven_edge_split(model.num_layers, pp, 1))
     dp = np.where(n % (tp * pp * cp) == 0, n // (tp * pp * cp), 0)
     return [
         (n % (tp * pp * cp) != 0, "tp·pp·cp does not divide the GPU count"),
@@ -102,10 +108,12 @@ def _shape_reasons(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules, 
 def _detail_reasons(job: TrainingJob, engine: EngineRules, t: dict[str, np.ndarray]) -> list[tuple]:
     tp, pp, dp, cp, vpp, mbs, zero, sp, offload = (
         t[k] for k in ("tp", "pp", "dp", "cp", "vpp", "mbs", "zero", "sp", "offload"))
+    overlap = t["ep_overlap"] == 1
     layers = job.model.num_layers
     batch_ok = job.global_batch % (dp * mbs) == 0
     micro = np.where(batch_ok, job.global_batch // np.maximum(dp * mbs, 1), 0)
-    chunks_ok = even_split(layers, pp, vpp) | (engine.edge_accounted_stages & edge_accounted_split(layers, pp, vpp))
+    chunks_ok = even_split(layers, pp, vpp) | (engine.edge_accounted_stages & edge_accounted_split(layers, pp, vpp)) | (
+        engine.uneven_edge_stages & uneven_edge_split(layers, pp, vpp))
     sp_allowed = np.isin(sp, engine.sp_modes_with_tp)
     recompute_allowed = np.isin(t["recompute"], [RECOMPUTE_CODES[m] for m in engine.recompute_modes])
     return [
@@ -126,6 +134,10 @@ def _detail_reasons(job: TrainingJob, engine: EngineRules, t: dict[str, np.ndarr
         ((offload > 0) & (pp > 1), "activation offload needs pp = 1"),
         ((offload > 0) & (t["recompute"] > 0), "activation offload cannot be combined with recompute"),
         (offload >= layers, "activation offload must leave at least one layer on the GPU"),
+        (overlap & (not engine.ep_overlap), f"{engine.name} has no expert all-to-all overlap"),
+        (overlap & (t["ep"] == 1), "expert all-to-all overlap needs ep > 1"),
+        (overlap & (t["recompute"] == RECOMPUTE_CODES["full"]), "expert all-to-all overlap excludes full recompute"),
+        (overlap & (pp > 1) & (vpp == 1), "expert all-to-all overlap with pp > 1 needs virtual stages"),
     ]
 
 
@@ -152,7 +164,7 @@ def enumerate_space(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules,
     extra_offload = [] if "offload" in (fixed or {}) else [v for v in values["offload"] if v > 0]
     if extra_offload:
         values["offload"] = [0]
-    detail_axes = ("vpp", "mbs", "zero", "recompute", "sp", "offload")
+    detail_axes = ("vpp", "mbs", "zero", "recompute", "sp", "ep_overlap", "offload")
     per_shape = int(np.prod([len(values[a]) for a in detail_axes]))
     shape_axes = ("tp", "pp", "cp", "ep", "etp")
     grid = np.array(list(product(*(values[a] for a in shape_axes))), dtype=np.int64).reshape(-1, len(shape_axes))

@@ -36,7 +36,7 @@ from megatron.core.num_microbatches_calculator import ConstantNumMicroBatchesCal
 from megatron.core.optimizer import OptimizerConfig
 from megatron.core.parallel_state import RankGenerator
 from megatron.core.transformer import MLATransformerConfig, TransformerConfig
-from megatron.core.transformer.enums import AttnBackend
+from megatron.core.transformer.enums import AttnBackend, LayerType
 
 TRUE, FALSE = "store_true", "store_false"
 
@@ -70,6 +70,7 @@ FLAGS: dict[str, tuple[str, Any]] = {
     "--decoder-last-pipeline-num-layers": ("decoder_last_pipeline_num_layers", int),
     "--account-for-embedding-in-pipeline-split": ("account_for_embedding_in_pipeline_split", TRUE),
     "--account-for-loss-in-pipeline-split": ("account_for_loss_in_pipeline_split", TRUE),
+    "--pipeline-model-parallel-layout": ("pipeline_model_parallel_layout", str),
     "--sequence-parallel": ("sequence_parallel", TRUE),
     "--use-distributed-optimizer": ("use_distributed_optimizer", TRUE),
     "--overlap-grad-reduce": ("overlap_grad_reduce", TRUE),
@@ -137,6 +138,9 @@ def parse_megatron_args(argv: list[str]) -> dict[str, Any]:
 def virtual_stages(a: dict[str, Any]) -> int | None:
     """validate_args' virtual-pipeline size and its divisibility asserts (arguments.py)."""
     pp = a["pipeline_model_parallel_size"]
+    if "pipeline_model_parallel_layout" in a:  # the layout string fixes the chunks; '|' separates them
+        chunks_per_rank = (a["pipeline_model_parallel_layout"].count("|") + 1) // pp
+        return chunks_per_rank if chunks_per_rank > 1 else None
     layers = a["num_layers"] + a.get("account_for_embedding_in_pipeline_split", False) \
         + a.get("account_for_loss_in_pipeline_split", False)
     per_chunk = a.get("num_layers_per_virtual_pipeline_stage")
@@ -232,6 +236,8 @@ PLANS = {
     "deepseek-v3-mla-pp3-uneven": {"model": "deepseek-v3", "pp": 3, "dp": 8, "ep": 8, "zero": 1, "global_batch": 48},
     "deepseek-v3-mla-pp3-vpp3-edges": {"model": "deepseek-v3", "pp": 3, "vpp": 3, "dp": 8, "ep": 8, "zero": 1,
                                        "global_batch": 48, "recompute": "full"},
+    "deepseek-v3-pp4-vpp4-layout": {"model": "deepseek-v3", "pp": 4, "vpp": 4, "dp": 8, "ep": 8, "zero": 1,
+                                    "global_batch": 64},
     "llama8b-fp4-fsdp": {"model": "llama-3.1-8b", "tp": 1, "dp": 8, "zero": 3, "precision": "fp4"},
     "qwen2-style-qkv-bias": {"model": "llama-3.1-8b", "shape": {"qkv_bias": True}, "tp": 4, "dp": 2, "sp": True},
 }
@@ -284,6 +290,7 @@ def test_megatron_core_builds_the_emitted_configuration(name):
 
 
 @pytest.mark.parametrize("name", ["deepseek-v3-mla-pp3-uneven", "deepseek-v3-mla-pp3-vpp3-edges",
+                                  "deepseek-v3-pp4-vpp4-layout",
                                   "llama70b-tp8-pp4-vpp5-cp2-sp-zero1-full"])
 def test_megatron_splits_layers_as_the_plan_says(name):
     """Megatron-core's own layer count per (pipeline rank, virtual stage) equals the plan's stage_layers."""
@@ -292,10 +299,13 @@ def test_megatron_splits_layers_as_the_plan_says(name):
     plan = plan_named(name)
     _, config, _ = checked_config(plan, megatron_program(plan).argv())
     pp, vpp = plan.config.pp, plan.config.vpp
+    layout = config.pipeline_model_parallel_layout  # set when the split needs a layout string
     built = []
     for chunk in range(vpp):
         for stage in range(pp):
-            built.append(get_num_layers_to_build(config, vp_stage=chunk if vpp > 1 else None, pp_rank=stage))
+            vp_stage = chunk if vpp > 1 else None
+            built.append(get_num_layers_to_build(config, vp_stage=vp_stage, pp_rank=stage) if layout is None
+                         else layout.layout[stage][chunk].count(LayerType.decoder))  # [pp rank][virtual stage]
     assert built == list(plan.stage_layers)
 
 

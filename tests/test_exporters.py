@@ -45,12 +45,13 @@ def test_rank_map_puts_tp_fastest_then_cp_dp_pp_and_numbers_nodes_like_torchrun(
     assert axis_groups(rows, "pp")[:2] == [[0, 8], [1, 9]]
 
 
-def test_stage_layers_even_edge_accounted_or_refused():
+def test_stage_layers_even_edge_accounted_explicit_or_refused():
     assert stage_layers(80, 4, 5) == [4] * 20
     assert stage_layers(30, 4, 1) == [7, 8, 8, 7]  # (30 + 2) / 4, one fewer on the first and last stage
     assert stage_layers(62, 4, 2) == [7, 8, 8, 8, 8, 8, 8, 7]
-    with pytest.raises(ValueError, match="31 layers"):
-        stage_layers(31, 4, 1)
+    assert stage_layers(31, 4, 1) == [7, 9, 9, 6]  # explicit edges: middle ⌈33/4⌉, the first the larger half
+    with pytest.raises(ValueError, match="61 layers"):
+        stage_layers(61, 32, 1)
 
 
 def test_expert_map_groups_and_contiguous_expert_blocks():
@@ -140,6 +141,12 @@ def test_megatron_uneven_first_last_and_edge_accounted_virtual_stages():
     assert {"--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"} <= set(args)
     assert args[args.index("--num-layers-per-virtual-pipeline-stage") + 1] == "7"
     assert "--decoder-first-pipeline-num-layers" not in args
+    # pp = 4, vpp = 4: 63 / 16 chunks does not divide; Megatron's layout string names every chunk.
+    plan = make_export_plan("deepseek-v3", pp=4, vpp=4, dp=8, ep=8, global_batch=64)
+    args = group_args(megatron_program(plan), "PARALLEL_ARGS")
+    layout = args[args.index("--pipeline-model-parallel-layout") + 1]
+    assert layout == "|".join(["Ettt"] + ["tttt"] * 14 + ["ttmL"])  # its MTP layer rides with the loss
+    assert "--num-layers-per-virtual-pipeline-stage" not in args
 
 
 def test_megatron_moe_and_mla_flags():

@@ -84,24 +84,32 @@ def _experts_valid_by_hand(tp, dp, cp, ep, etp, sp, job) -> bool:
 
 
 def _valid_by_hand(row, job, cluster, rules) -> bool:
-    tp, pp, dp, cp, ep, etp, vpp, mbs, zero, recompute, sp, offload = row
+    tp, pp, dp, cp, ep, etp, vpp, mbs, zero, recompute, sp, ep_overlap, offload = row
     if not _experts_valid_by_hand(tp, dp, cp, ep, etp, sp, job):
+        return False
+    if ep_overlap and not (job.engine == "megatron" and ep > 1 and recompute != 2 and (pp == 1 or vpp > 1)):
         return False
     model, n, layers = job.model, cluster.num_gpus, job.model.num_layers
 
     def splits(chunks):
         return layers % chunks == 0 or (rules["edge"] and (layers + 2) % chunks == 0)
 
+    def explicit_edges(stages, chunks_per_stage=1):  # Megatron first/last-stage flags or layout string
+        chunks = stages * chunks_per_stage
+        middle = -(-(layers + 2) // chunks)
+        remainder = layers - (chunks - 2) * middle
+        return rules["edge"] and stages >= 2 and remainder >= (2 if chunks_per_stage == 1 else 0)
+
     if tp * pp * dp * cp != n or tp > cluster.domain_gpus:
         return False
-    if model.num_heads % tp or model.num_kv_heads % tp or not splits(pp):
+    if model.num_heads % tp or model.num_kv_heads % tp or not (splits(pp) or explicit_edges(pp)):
         return False
     if cp > 1 and (job.seq_len % (2 * cp) or not rules["cp"]):
         return False
     if job.global_batch % (dp * mbs):
         return False
     micro = job.global_batch // (dp * mbs)
-    if vpp > 1 and (pp == 1 or not rules["interleaved"] or not splits(pp * vpp)):
+    if vpp > 1 and (pp == 1 or not rules["interleaved"] or not (splits(pp * vpp) or explicit_edges(pp, vpp))):
         return False
     if vpp > 1 and rules["m_multiple_of_pp"] and micro % pp:
         return False
@@ -119,7 +127,8 @@ def _valid_by_hand(row, job, cluster, rules) -> bool:
 def _brute_force(job, cluster):
     engine = engine_rules(job.engine)
     n, layers = cluster.num_gpus, job.model.num_layers
-    vpps = sorted(set(divisors(layers)) | (set(divisors(layers + 2)) if HAND_RULES[job.engine]["edge"] else set()))
+    vpps = sorted(set(divisors(layers)) | (set(divisors(layers + 2)) | set(range(2, 9)) if HAND_RULES[job.engine]["edge"]
+                                           else set()))
     mbss = [d for d in divisors(job.global_batch) if d * job.seq_len <= MAX_FREE_MICROBATCH_TOKENS] or [1]
     zeros = list(engine.zero_stages)
     recomputes = [RECOMPUTE_CODES[mode] for mode in engine.recompute_modes]
@@ -132,7 +141,7 @@ def _brute_force(job, cluster):
         considered += offload == 0
         if n % (tp * pp * cp):
             continue
-        row = (tp, pp, n // (tp * pp * cp), cp, 1, 1, vpp, mbs, zero, recompute, sp, offload)
+        row = (tp, pp, n // (tp * pp * cp), cp, 1, 1, vpp, mbs, zero, recompute, sp, 0, offload)
         if _valid_by_hand(row, job, cluster, HAND_RULES[job.engine]):
             valid.add(row)
     return considered, valid
@@ -144,6 +153,7 @@ CASES = [
     ("dgx-h100", 2, "deepspeed", "llama-3.1-8b"),
     ("dgx-h100", 2, "torchtitan", "llama-3.1-8b"),
     ("dgx-h100", 3, "megatron", "megatron-gpt-1.7b"),  # 24 GPUs, 24 layers: uneven edge-accounted stages
+    ("dgx-h100", 2, "megatron", "megatron-gpt-76.1b"),  # 60 layers: pp = 8 and 16 need explicit edge stages
 ]
 
 
@@ -164,7 +174,7 @@ def test_space_equals_brute_force(cluster_name, nodes, engine, model_name):
     assert all(count > 0 for count in space.rejected.values())
 
 
-MOE_FIXED = {"vpp": [1], "mbs": [1], "zero": [0], "recompute": [0], "offload": [0]}
+MOE_FIXED = {"vpp": [1], "mbs": [1], "zero": [0], "recompute": [0], "ep_overlap": [0], "offload": [0]}
 
 
 @pytest.mark.parametrize("engine", ["megatron", "torchtitan", "deepspeed"])
@@ -176,7 +186,7 @@ def test_expert_axes_equal_brute_force(engine, h100x16):
     n, rules, valid = 16, HAND_RULES[engine], set()
     for tp, pp, cp, ep, etp, sp in product(divisors(n), divisors(n), divisors(n), divisors(8), divisors(8), (0, 1)):
         if n % (tp * pp * cp) == 0:
-            row = (tp, pp, n // (tp * pp * cp), cp, ep, etp, 1, 1, 0, 0, sp, 0)
+            row = (tp, pp, n // (tp * pp * cp), cp, ep, etp, 1, 1, 0, 0, sp, 0, 0)
             if _valid_by_hand(row, job, h100x16, rules):
                 valid.add(row)
     assert len(valid) > 0 and _rows(space.table) == valid
@@ -364,3 +374,25 @@ def test_equal_predictions_rank_the_simpler_layout_first():
     assert int(table.cp[best]) == 1 and int(table.offload[best]) == 0
     cps = [int(table.cp[r]) for r in tied]
     assert cps == sorted(cps)
+
+
+def test_explicit_edge_stages_by_hand():
+    """DeepSeek-V3's 61 layers: neither 61 nor 63 splits over 4, 8 or 16 stages; middle stages take
+    ⌈63/pp⌉ and the edges share the rest, the first the larger half."""
+    from paraplan.planner.layout import stage_layers
+
+    assert stage_layers(61, 16, 1) == [3] + [4] * 14 + [2]
+    assert stage_layers(61, 8, 1) == [7] + [8] * 6 + [6]
+    assert stage_layers(61, 4, 1) == [15, 16, 16, 14]
+    assert stage_layers(61, 2, 8) == [3] + [4] * 14 + [2]  # pp 2 x vpp 8: layout string
+    assert stage_layers(61, 8, 4) == [1] + [2] * 30 + [0]  # the last chunk holds the loss alone
+    assert stage_layers(62, 4, 1) == [15, 16, 16, 15]  # 64 / 4: the edge-accounted split
+    with pytest.raises(ValueError):
+        stage_layers(61, 32, 1)  # 31 middle stages of 2 leave -1 for the edges
+    model = load_model("deepseek-v3")
+    cluster = load_cluster("dgx-h100", num_gpus=256)
+    for engine, expected in (("megatron", True), ("torchtitan", False)):
+        space = enumerate_space(_job(model, engine=engine), cluster, engine_rules(engine),
+                                {"pp": [16], "tp": [1], "cp": [1], "ep": [8], "etp": [1], "mbs": [1]})
+        assert (len(space.table) > 0) == expected
+        assert set(space.table.vpp) <= {1}  # 61 layers: 16 x 2 chunks leave -1 for the edges
