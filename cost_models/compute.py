@@ -7,6 +7,7 @@ memory-bound; each kernel adds a fixed launch overhead.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +43,8 @@ class ComputeRates:
     """Fixed cost per kernel launch."""
     source: str
     """Which model produced these rates."""
+    gemm_time_fn: Callable | None = None
+    """A learned model of GEMM seconds for (m, n, k); when set, ``gemm_time_s`` defers to it."""
 
 
 def analytical_rates(gpu: GPUSpec, gemm_dtype: str, attention_kernel: str = "fused",
@@ -75,6 +78,8 @@ def _saturation(dim, half_dim: float):
 
 def gemm_time_s(m, n, k, rates: ComputeRates):
     """Seconds for one GEMM C[m,n] = A[m,k] · B[k,n] on one GPU."""
+    if rates.gemm_time_fn is not None:
+        return rates.gemm_time_fn(m, n, k)
     flops = 2.0 * np.asarray(m, dtype=float) * n * k
     shape_eff = _saturation(m, rates.gemm_half_dim) * _saturation(n, rates.gemm_half_dim) * _saturation(
         k, rates.gemm_half_dim

@@ -7,6 +7,7 @@ from typing import Literal
 
 import numpy as np
 
+from paraplan.cost_models.compute import ComputeRates
 from paraplan.cost_models.estimate import EstimateTable, estimate
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
@@ -53,7 +54,7 @@ def _objective_key(objective: str, job: TrainingJob, cluster: ClusterSpec, est: 
 
 
 def search(job: TrainingJob, cluster: ClusterSpec, fixed: dict[str, list[int]] | None = None,
-           objective: str = "throughput") -> SearchResult:
+           objective: str = "throughput", rates: ComputeRates | None = None) -> SearchResult:
     """Every valid configuration of ``job`` on ``cluster``, ranked by ``objective``."""
     if objective not in OBJECTIVES:
         raise InputError(f"unknown objective {objective!r} (choose {', '.join(OBJECTIVES)})")
@@ -63,7 +64,7 @@ def search(job: TrainingJob, cluster: ClusterSpec, fixed: dict[str, list[int]] |
         raise InputError(f"{exc}; choose another --precision") from None
     space = enumerate_space(job, cluster, engine_rules(job.engine), fixed)
     table = space.table
-    est = estimate(job.model, cluster, job.workload(), table)
+    est = estimate(job.model, cluster, job.workload(), table, rates)
     capacity = cluster.gpu.hbm_bytes * (1.0 - job.memory_headroom_frac)
     fits_gpu = est.memory.peak_bytes <= capacity
     fits_host = est.memory.host_bytes <= cluster.host_memory_per_gpu

@@ -1,0 +1,74 @@
+"""``paraplan ingest``, ``profiles list|show``, ``learn`` and ``profile``: parse, call the library, render."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from paraplan.cli import render, render_profiles
+from paraplan.cost_models.compute import ComputeRates
+from paraplan.cost_models.ingest import FORMATS, parse_file
+from paraplan.cost_models.learned.learn import learn as learn_models
+from paraplan.cost_models.learned.provider import COST_MODELS, compute_rates
+from paraplan.cost_models.store import default_store_path, ingest_parsed, stored_files, summarize
+from paraplan.errors import InputError
+from paraplan.hardware_profiles import ClusterSpec
+from paraplan.planner.job import TrainingJob
+
+StoreOpt = Annotated[Path | None, typer.Option(
+    "--store", help="Profile store (SQLite). Default: $PARAPLAN_STORE or $XDG_DATA_HOME/paraplan/profiles.sqlite.")]
+HardwareOpt = Annotated[str | None, typer.Option(help="GPU catalog name (see 'paraplan hardware list').")]
+CostModelOpt = Annotated[str, typer.Option(
+    "--cost-model", help=f"{', '.join(COST_MODELS)}: auto uses a learned model where 'paraplan learn' saved one "
+                         "for the GPU (store: $PARAPLAN_STORE or the default).")]
+
+
+def store_path(store: Path | None) -> Path:
+    """``--store`` or the default."""
+    return store if store is not None else default_store_path()
+
+
+def rates_for(cost_model: str, cluster: ClusterSpec, job: TrainingJob) -> ComputeRates:
+    """The compute rates ``plan`` and ``evaluate`` should cost with."""
+    work = job.workload()
+    return compute_rates(cost_model, cluster.gpu, work.precision, work.attention, work.kernel_stack,
+                         default_store_path())
+
+
+def ingest(
+    files: Annotated[list[Path], typer.Argument(help="Profile files: nccl-tests, torch traces, Megatron logs, ...")],
+    kind: Annotated[str, typer.Option(help=f"auto or one of {', '.join(FORMATS)}.")] = "auto",
+    hardware: HardwareOpt = None, store: StoreOpt = None,
+) -> None:
+    """Add measurements to the profile store: every file parsed first, then one transaction per file."""
+    target = store_path(store)
+    parsed = [parse_file(path, kind, hardware) for path in files]
+    results = [ingest_parsed(item, target) for item in parsed]
+    render_profiles.ingest_results(render.make_console(), results, target)
+
+
+def profiles_list(store: StoreOpt = None) -> None:
+    """What the store holds, per hardware and kind of measurement."""
+    target = store_path(store)
+    render_profiles.store_summary(render.make_console(), summarize(target), target)
+
+
+def profiles_show(hardware: Annotated[str, typer.Argument(help="GPU catalog name.")], store: StoreOpt = None) -> None:
+    """The files and measurements stored for one hardware."""
+    target = store_path(store)
+    summary = summarize(target)
+    if hardware not in set(summary["hardware"]):
+        have = ", ".join(sorted(set(summary["hardware"]))) or "nothing"
+        raise InputError(f"the store {target} has no measurements for {hardware!r} (it has: {have})")
+    render_profiles.hardware_detail(render.make_console(), hardware, summary[summary["hardware"] == hardware],
+                                    stored_files(target, hardware))
+
+
+def learn(hardware: HardwareOpt = None, store: StoreOpt = None) -> None:
+    """Fit learned cost models from the store and report their held-out error against the analytical model."""
+    target = store_path(store)
+    with render.working(render.make_console(stderr=True), "fitting and scoring held out"):
+        learned = learn_models(target, hardware)
+    render_profiles.learn_report(render.make_console(), learned)

@@ -1,0 +1,99 @@
+"""``paraplan learn``: fit every model the store has data for, score it held out, save it.
+
+Per hardware: one GEMM model per operand width (16-bit, fp8) and one model per collective.
+Each is scored held out (``evaluate``) and then refitted on all rows for use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import sklearn
+
+from paraplan.cost_models.learned.artifacts import ArtifactMeta, save_artifact, training_hash
+from paraplan.cost_models.learned.evaluate import Score, evaluate_collective, evaluate_gemm, held_out_sizes
+from paraplan.cost_models.learned.features import COLLECTIVE_FEATURES, GEMM_FEATURES, SIXTEEN_BIT
+from paraplan.cost_models.learned.fit import collective_xy, fit_residual, gemm_xy
+from paraplan.cost_models.store import load_measurements
+from paraplan.errors import InputError
+
+# Fewer rows than this cannot be split into a meaningful held-out test.
+MIN_ROWS = 20
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LearnedTarget:
+    """One fitted model: its held-out scores and where it was saved."""
+
+    meta: ArtifactMeta
+    """What it was trained on."""
+    scores: tuple[Score, ...]
+    """Held-out scores, pooled first."""
+    path: Path
+    """Its metadata file."""
+
+
+def models_dir(store: Path) -> Path:
+    """Where learned models of ``store`` live: beside it, ``<store>.models/<hardware>/``."""
+    return Path(store).with_suffix(".models")
+
+
+def gemm_target(dtype: str) -> str:
+    """Artifact name of the GEMM model serving ``dtype``."""
+    return "gemm-16bit" if dtype in SIXTEEN_BIT else f"gemm-{dtype}"
+
+
+def _save(store: Path, target: str, hardware: str, dtype: str, xy, features, scores) -> LearnedTarget:
+    x, y, _ = xy
+    pooled = scores[0]
+    meta = ArtifactMeta(target=target, hardware=hardware, dtype=dtype, features=tuple(features),
+                        data_hash=training_hash(x, y), sklearn_version=sklearn.__version__, num_rows=len(y),
+                        held_out={"split": pooled.split, "rows": pooled.num_rows,
+                                  "learned_mape_frac": pooled.learned_mape_frac,
+                                  "analytical_mape_frac": pooled.analytical_mape_frac})
+    path = save_artifact(models_dir(store), meta, fit_residual(x, y))
+    return LearnedTarget(meta=meta, scores=tuple(scores), path=path)
+
+
+def _gemm_scores(frame: pd.DataFrame, hardware: str, dtype: str) -> list[Score]:
+    if frame["model"].nunique() >= 2:
+        return evaluate_gemm(frame, hardware, dtype)
+    # One model only (e.g. a microbenchmark sweep): hold out sizes of M instead.
+    shaped = frame.assign(size_bytes=frame["m"], model="")
+    held = held_out_sizes(shaped["size_bytes"])
+    return evaluate_gemm(shaped.assign(model=np.where(held, "held-out M", "train")), hardware, dtype)[:1]
+
+
+def learn_hardware(store: Path, hardware: str) -> list[LearnedTarget]:
+    """Fit, score and save every model ``hardware`` has enough rows for."""
+    learned = []
+    gemms = load_measurements(store, hardware, "gemm")
+    for dtype, frame in gemms.groupby(gemms["dtype"].replace({"bf16": "fp16"}) if len(gemms) else []):
+        if len(frame) >= MIN_ROWS:
+            frame = frame.reset_index(drop=True)
+            learned.append(_save(store, gemm_target(dtype), hardware, dtype, gemm_xy(frame, hardware, dtype),
+                                 GEMM_FEATURES, _gemm_scores(frame, hardware, dtype)))
+    collectives = load_measurements(store, hardware, "collective")
+    for name, frame in collectives.groupby("name") if len(collectives) else []:
+        if len(frame) >= MIN_ROWS and frame["size_bytes"].nunique() >= 2 * 4:
+            frame = frame.reset_index(drop=True)
+            learned.append(_save(store, name, hardware, "", collective_xy(frame, hardware, name),
+                                 COLLECTIVE_FEATURES, evaluate_collective(frame, hardware, name)))
+    return learned
+
+
+def learn(store: Path, hardware: str | None = None) -> dict[str, list[LearnedTarget]]:
+    """Learned models per hardware in ``store`` (or only ``hardware``); InputError when there is nothing."""
+    frame = load_measurements(store, hardware)
+    available = sorted(set(frame["hardware"])) if len(frame) else []
+    if hardware is not None and hardware not in available:
+        have = ", ".join(available) or "nothing"
+        raise InputError(f"the store {store} has no measurements for {hardware!r} (it has: {have})")
+    result = {name: learn_hardware(store, name) for name in available if name != "cpu"}
+    if not any(result.values()):
+        raise InputError(f"the store {store} has too few GEMM or collective rows to learn from "
+                         f"(at least {MIN_ROWS} per model); ingest more profiles")
+    return result

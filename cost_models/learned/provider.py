@@ -1,0 +1,62 @@
+"""The planner's choice of cost model: analytical, learned, or learned where one exists (auto).
+
+A learned GEMM model plugs into :class:`ComputeRates` as ``gemm_time_fn``: ``gemm_time_s`` defers
+to it, every other term (attention, element-wise, communication) stays analytical, and
+``ComputeRates.source`` names which is which and the learned model's data hash.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from paraplan.cost_models.compute import ComputeRates, analytical_rates
+from paraplan.cost_models.learned.artifacts import artifact_paths, load_artifact
+from paraplan.cost_models.learned.features import GEMM_FEATURES, baseline_rates, gemm_features
+from paraplan.cost_models.learned.learn import gemm_target, models_dir
+from paraplan.errors import InputError
+from paraplan.hardware_profiles import GPUSpec
+
+COST_MODELS = ("analytical", "learned", "auto")
+
+
+def gemm_predictor(estimator, rates: ComputeRates) -> Callable:
+    """Seconds for GEMMs (m, n, k), broadcast like ``gemm_time_s``: analytical · exp(learned residual).
+
+    Distinct shapes are predicted once: a search table repeats a few shapes many times.
+    """
+    def predict(m, n, k):
+        m, n, k = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (m, n, k)))
+        shapes = np.column_stack([m.ravel(), n.ravel(), k.ravel()])
+        distinct, inverse = np.unique(shapes, axis=0, return_inverse=True)
+        x = gemm_features(distinct[:, 0], distinct[:, 1], distinct[:, 2], rates)
+        seconds = np.exp(x[:, -1]) * np.exp(estimator.predict(x))
+        return seconds[inverse.ravel()].reshape(m.shape)
+    return predict
+
+
+def learned_gemm_exists(store: Path, hardware: str, dtype: str) -> bool:
+    """True when a GEMM model for ``hardware`` and ``dtype`` was saved beside ``store``."""
+    return artifact_paths(models_dir(store), hardware, gemm_target(dtype))[1].is_file()
+
+
+def compute_rates(cost_model: str, gpu: GPUSpec, precision: str, attention_kernel: str, kernel_stack: str,
+                  store: Path) -> ComputeRates:
+    """The rates ``estimate`` should use; InputError when ``learned`` is asked for and none exists."""
+    if cost_model not in COST_MODELS:
+        raise InputError(f"--cost-model expects {', '.join(COST_MODELS)}, got {cost_model!r}")
+    base = analytical_rates(gpu, precision, attention_kernel, kernel_stack)
+    if cost_model == "analytical" or (cost_model == "auto" and not learned_gemm_exists(store, gpu.name, precision)):
+        return base
+    if not learned_gemm_exists(store, gpu.name, precision):
+        raise InputError(f"no learned {precision} GEMM model for {gpu.name} beside {store}; run 'paraplan ingest' "
+                         "and 'paraplan learn' first, or use --cost-model analytical")
+    target = gemm_target(precision)
+    meta, estimator = load_artifact(models_dir(store), gpu.name, target, GEMM_FEATURES)
+    predictor = gemm_predictor(estimator, baseline_rates(gpu.name, meta.dtype))
+    source = (f"GEMMs: learned ({gpu.name} {target}, data {meta.data_hash[:12]}, scikit-learn "
+              f"{meta.sklearn_version}); attention, element-wise and communication: {base.source}")
+    return dataclasses.replace(base, gemm_time_fn=predictor, source=source)
