@@ -15,11 +15,11 @@ def detect_kind(path: Path, text: str) -> str:
     """The format of ``text`` (read from ``path``); InputError when nothing matches."""
     head = text[:4096]
     first = head.split("\n", 1)[0].strip()
-    if first.startswith("{") or first.startswith("["):
+    if first.startswith(("{", "[")):
         return _json_kind(head)
     if first.replace(" ", "") == "layer,expert,next_expert,tokens":
         return "routing"
-    if first.startswith("kind,") or first.startswith("# paraplan"):
+    if first.startswith(("kind,", "# paraplan")):
         return "paraplan-csv"
     if "time_stats." in first:
         return "vidur"

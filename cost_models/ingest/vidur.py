@@ -18,7 +18,6 @@ from pathlib import Path
 
 from paraplan.cost_models.ingest.csv_rows import as_dicts, header_and_rows
 from paraplan.cost_models.ingest.records import Measurement, Parsed, bad_line, positive_number
-from paraplan.errors import InputError
 
 SECONDS_PER_MS = 1e-3
 # vidur's folder names for its GPUs; its A100 is the 80 GB SXM part (vidur/config/device_sku_config.py:
@@ -104,8 +103,5 @@ def parse_vidur(path: Path, text: str) -> Parsed:
     """Either kind of vidur CSV, told apart by its header; the GPU comes from the folder name."""
     first = text.split("\n", 1)[0]
     hardware = vidur_hardware(path)
-    if "num_tokens" in first:
-        return Parsed(measurements=parse_vidur_compute(path, text), hardware=hardware, software=SOFTWARE)
-    if "num_workers" in first:
-        return Parsed(measurements=parse_vidur_network(path, text), hardware=hardware, software=SOFTWARE)
-    raise InputError(f"{path}: line 1: not a vidur profile (expected an mlp.csv or a network CSV header)")
+    parse = parse_vidur_network if "num_workers" in first else parse_vidur_compute
+    return Parsed(measurements=parse(path, text), hardware=hardware, software=SOFTWARE)

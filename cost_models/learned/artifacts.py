@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pickle
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -94,7 +95,8 @@ def load_artifact(directory: Path, hardware: str, target: str, features: tuple[s
                          "rerun 'paraplan learn'")
     try:
         payload = joblib.load(model_path)
-    except Exception as exc:  # joblib raises many kinds on a corrupt pickle
+    except (OSError, EOFError, ValueError, TypeError, AttributeError, ImportError, KeyError,
+            pickle.UnpicklingError) as exc:  # what a truncated or foreign pickle raises
         raise InputError(f"{model_path}: cannot load the learned model ({exc}); rerun 'paraplan learn'") from None
     if not isinstance(payload, dict) or payload.get("data_hash") != meta.data_hash:
         raise InputError(f"{model_path}: the model file does not match {meta_path.name} (data hash); "

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from paraplan.cost_models.learned.fit import collective_xy, fit_residual, gemm_xy
+from paraplan.cost_models.learned.fit import collective_xy, fit_residual, gemm_xy, predict_residual
 
 # One distinct size in four held out, starting at the third: spread over the whole size range,
 # the smallest and largest sizes stay in training so the test is interpolation in size.
@@ -48,32 +48,44 @@ class Score:
 def _score(target: str, hardware: str, split: str, group: str, measured, learned, analytical) -> Score:
     learned_err = np.abs(np.asarray(learned) / measured - 1.0)
     analytical_err = np.abs(np.asarray(analytical) / measured - 1.0)
-    return Score(target=target, hardware=hardware, split=split, group=group, num_rows=int(len(measured)),
+    return Score(target=target, hardware=hardware, split=split, group=group, num_rows=len(measured),
                  learned_mape_frac=float(learned_err.mean()), learned_worst_frac=float(learned_err.max()),
                  analytical_mape_frac=float(analytical_err.mean()),
                  analytical_worst_frac=float(analytical_err.max()))
 
 
-def _held_out(target: str, hardware: str, split: str, folds: list[tuple[str, np.ndarray]],
+def _held_out(target: str, hardware: str, split: str, folds: list[tuple[str, np.ndarray, np.ndarray]],
               xy: tuple[np.ndarray, np.ndarray, np.ndarray], measured: np.ndarray) -> list[Score]:
-    """Per fold and pooled scores; each fold's model is fitted without that fold's rows."""
+    """Per fold and pooled scores; each fold's model is fitted without that fold's ``held`` rows
+    and scored on its ``scored`` rows (a subset of them)."""
     x, y, analytical = xy
     predicted = np.full(len(y), np.nan)
     scores = []
-    for group, held in folds:
+    for group, held, scored in folds:
+        if not scored.any():
+            continue
         model = fit_residual(x[~held], y[~held])
-        predicted[held] = analytical[held] * np.exp(model.predict(x[held]))
-        scores.append(_score(target, hardware, split, group, measured[held], predicted[held], analytical[held]))
+        predicted[scored] = analytical[scored] * np.exp(predict_residual(model, x[scored]))
+        scores.append(_score(target, hardware, split, group, measured[scored], predicted[scored],
+                             analytical[scored]))
     scored = ~np.isnan(predicted)
     return [_score(target, hardware, split, "all", measured[scored], predicted[scored], analytical[scored]), *scores]
 
 
-def evaluate_gemm(frame: pd.DataFrame, hardware: str, dtype: str) -> list[Score]:
-    """Leave-one-model-out scores of the GEMM model: pooled first, then one per model."""
-    models = sorted(frame["model"].unique())
-    folds = [(name, (frame["model"] == name).to_numpy()) for name in models]
-    return _held_out("gemm", hardware, "leave-one-model-out", folds, gemm_xy(frame, hardware, dtype),
-                     frame["time_s"].to_numpy())
+def evaluate_gemm(frame: pd.DataFrame, hardware: str, dtype: str, unseen_shapes_only: bool = False) -> list[Score]:
+    """Leave-one-model-out scores of the GEMM model: pooled first, then one per model.
+
+    Models share some GEMM shapes (two models with hidden 8192 have the same output projection);
+    ``unseen_shapes_only`` scores only held-out rows whose (m, n, k) no training row has.
+    """
+    shape = frame["m"].astype(str) + "x" + frame["n"].astype(str) + "x" + frame["k"].astype(str)
+    folds = []
+    for name in sorted(frame["model"].unique()):
+        held = (frame["model"] == name).to_numpy()
+        scored = held & ~shape.isin(set(shape[~held])).to_numpy() if unseen_shapes_only else held
+        folds.append((name, held, scored))
+    split = "leave-one-model-out" + (", unseen shapes only" if unseen_shapes_only else "")
+    return _held_out("gemm", hardware, split, folds, gemm_xy(frame, hardware, dtype), frame["time_s"].to_numpy())
 
 
 def held_out_sizes(sizes: pd.Series) -> np.ndarray:
@@ -85,7 +97,7 @@ def held_out_sizes(sizes: pd.Series) -> np.ndarray:
 def evaluate_collective(frame: pd.DataFrame, hardware: str, name: str) -> list[Score]:
     """Held-out-size score of one collective's model (pooled is the only fold)."""
     held = held_out_sizes(frame["size_bytes"])
-    scores = _held_out(name, hardware, f"held-out sizes (1 in {HELD_OUT_EVERY})", [("held-out sizes", held)],
+    scores = _held_out(name, hardware, f"held-out sizes (1 in {HELD_OUT_EVERY})", [("held-out sizes", held, held)],
                        collective_xy(frame, hardware, name), frame["time_s"].to_numpy())
     return scores[:1]
 

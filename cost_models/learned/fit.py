@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from sklearn.ensemble import HistGradientBoostingRegressor
+from threadpoolctl import threadpool_limits
 
 from paraplan.cost_models.learned.features import (
     baseline_rates,
@@ -47,4 +48,17 @@ def collective_xy(frame: pd.DataFrame, hardware: str, name: str) -> tuple[np.nda
 
 def fit_residual(x: np.ndarray, y: np.ndarray) -> HistGradientBoostingRegressor:
     """A regressor fitted to predict ``y`` (log measured/analytical) from ``x``."""
-    return regressor().fit(x, y)
+    with one_thread():
+        return regressor().fit(x, y)
+
+
+def predict_residual(estimator, x: np.ndarray) -> np.ndarray:
+    """``estimator``'s prediction for ``x`` (log measured/analytical)."""
+    with one_thread():
+        return estimator.predict(x)
+
+
+def one_thread() -> threadpool_limits:
+    """One OpenMP thread: the trees are small, and on a shared machine OpenMP's spinning threads
+    made a 2 s fit take 80 s (measured on the 2-core CI box under load)."""
+    return threadpool_limits(limits=1)

@@ -17,7 +17,7 @@ from paraplan.cost_models.learned.artifacts import ArtifactMeta, save_artifact, 
 from paraplan.cost_models.learned.evaluate import Score, evaluate_collective, evaluate_gemm, held_out_sizes
 from paraplan.cost_models.learned.features import COLLECTIVE_FEATURES, GEMM_FEATURES, SIXTEEN_BIT
 from paraplan.cost_models.learned.fit import collective_xy, fit_residual, gemm_xy
-from paraplan.cost_models.store import load_measurements
+from paraplan.cost_models.store import load_measurements, summarize
 from paraplan.errors import InputError
 
 # Fewer rows than this cannot be split into a meaningful held-out test.
@@ -87,8 +87,7 @@ def learn_hardware(store: Path, hardware: str) -> list[LearnedTarget]:
 
 def learn(store: Path, hardware: str | None = None) -> dict[str, list[LearnedTarget]]:
     """Learned models per hardware in ``store`` (or only ``hardware``); InputError when there is nothing."""
-    frame = load_measurements(store, hardware)
-    available = sorted(set(frame["hardware"])) if len(frame) else []
+    available = sorted(set(summarize(store)["hardware"]))
     if hardware is not None and hardware not in available:
         have = ", ".join(available) or "nothing"
         raise InputError(f"the store {store} has no measurements for {hardware!r} (it has: {have})")

@@ -16,6 +16,7 @@ import numpy as np
 from paraplan.cost_models.compute import ComputeRates, analytical_rates
 from paraplan.cost_models.learned.artifacts import artifact_paths, load_artifact
 from paraplan.cost_models.learned.features import GEMM_FEATURES, baseline_rates, gemm_features
+from paraplan.cost_models.learned.fit import predict_residual
 from paraplan.cost_models.learned.learn import gemm_target, models_dir
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import GPUSpec
@@ -33,7 +34,7 @@ def gemm_predictor(estimator, rates: ComputeRates) -> Callable:
         shapes = np.column_stack([m.ravel(), n.ravel(), k.ravel()])
         distinct, inverse = np.unique(shapes, axis=0, return_inverse=True)
         x = gemm_features(distinct[:, 0], distinct[:, 1], distinct[:, 2], rates)
-        seconds = np.exp(x[:, -1]) * np.exp(estimator.predict(x))
+        seconds = np.exp(x[:, -1]) * np.exp(predict_residual(estimator, x))
         return seconds[inverse.ravel()].reshape(m.shape)
     return predict
 
