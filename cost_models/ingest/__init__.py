@@ -12,7 +12,12 @@ from pathlib import Path
 
 from paraplan.cost_models.ingest.detect import FORMATS, detect_kind
 from paraplan.cost_models.ingest.hardware_names import check_hardware
+from paraplan.cost_models.ingest.megatron_log import parse_megatron_log
+from paraplan.cost_models.ingest.nccl_tests import parse_nccl_json, parse_nccl_text
+from paraplan.cost_models.ingest.paraplan_format import parse_paraplan_csv, parse_paraplan_json
 from paraplan.cost_models.ingest.records import Parsed, ParsedFile, file_bytes, file_text, sha256_hex
+from paraplan.cost_models.ingest.routing_stats import parse_routing
+from paraplan.cost_models.ingest.torch_trace import parse_torch_trace
 from paraplan.cost_models.ingest.vidur import parse_vidur
 from paraplan.errors import InputError
 
@@ -20,7 +25,9 @@ __all__ = ["FORMATS", "ParsedFile", "parse_file"]
 
 
 def _parsers() -> dict[str, Callable[[Path, str], Parsed]]:
-    return {"vidur": parse_vidur}
+    return {"paraplan-csv": parse_paraplan_csv, "paraplan-json": parse_paraplan_json, "vidur": parse_vidur,
+            "nccl-tests": parse_nccl_text, "nccl-tests-json": parse_nccl_json, "torch-trace": parse_torch_trace,
+            "megatron-log": parse_megatron_log, "routing": parse_routing}
 
 
 def parse_file(path: Path, kind: str = "auto", hardware: str | None = None) -> ParsedFile:

@@ -16,10 +16,11 @@ def detect_kind(path: Path, text: str) -> str:
     head = text[:4096]
     first = head.split("\n", 1)[0].strip()
     if first.startswith(("{", "[")):
-        return _json_kind(head)
+        return _json_kind(text)
     if first.replace(" ", "") == "layer,expert,next_expert,tokens":
         return "routing"
-    if first.startswith(("kind,", "# paraplan")):
+    first_data = next((line.strip() for line in head.splitlines() if line.strip() and not line.startswith("#")), "")
+    if first_data.replace(" ", "").startswith("kind,name,model,time_s"):
         return "paraplan-csv"
     if "time_stats." in first:
         return "vidur"
@@ -30,8 +31,9 @@ def detect_kind(path: Path, text: str) -> str:
     raise InputError(f"{path}: line 1: cannot tell the format; pass --kind with one of {', '.join(FORMATS)}")
 
 
-def _json_kind(head: str) -> str:
-    if '"traceEvents"' in head:
+def _json_kind(text: str) -> str:
+    head = text[:65536]
+    if '"traceEvents"' in text:
         return "torch-trace"
     if '"nccl_version"' in head or '"average_bus_bandwidth"' in head or '"out_of_place"' in head:
         return "nccl-tests-json"

@@ -12,6 +12,7 @@ from paraplan.errors import InputError
 from paraplan.hardware_profiles import gpu_names
 
 CPU = "cpu"
+ANY = "any"  # not tied to a GPU: MoE routing statistics depend on the model and data only
 DEVICE_PATTERNS = (
     (r"H100.*PCIe", "h100-pcie"),
     (r"H100|H800 NVL", "h100-sxm"),
@@ -35,7 +36,7 @@ def catalog_name(device_name: str) -> str | None:
 def check_hardware(name: str, path: object) -> str:
     """``name`` if the catalog knows it (or it is ``cpu``); InputError naming the file otherwise."""
     known = gpu_names()
-    if name == CPU or name in known:
+    if name in (CPU, ANY) or name in known:
         return name
     raise InputError(f"{path}: unknown hardware {name!r}; use a GPU name from 'paraplan hardware list' "
-                     f"({', '.join(known)}) or cpu")
+                     f"({', '.join(known)}), cpu or any")

@@ -11,6 +11,7 @@ produced it in ``params``. Kinds:
   whether all ranks share one NVLink domain).
 - ``step``: a full training step (time of one iteration); params carry the run's configuration.
 - ``memory``: a bandwidth probe; params ``bytes``.
+- ``gpu_memory``: memory a run reports (Megatron's memory lines); ``time_s`` is 0, params in bytes.
 - ``routing``: MoE routing counts; ``time_s`` is 0 and params carry ``layer``, ``expert``,
   ``next_expert`` (-1 for loads) and ``tokens``.
 """
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from paraplan.errors import InputError
 
-KINDS = ("gemm", "elementwise", "attention", "collective", "step", "memory", "routing")
+KINDS = ("gemm", "elementwise", "attention", "collective", "step", "memory", "gpu_memory", "routing")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

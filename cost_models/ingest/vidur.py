@@ -18,8 +18,8 @@ from pathlib import Path
 
 from paraplan.cost_models.ingest.csv_rows import as_dicts, header_and_rows
 from paraplan.cost_models.ingest.records import Measurement, Parsed, bad_line, positive_number
+from paraplan.hardware_profiles.units import SECONDS_PER_MS
 
-SECONDS_PER_MS = 1e-3
 # vidur's folder names for its GPUs; its A100 is the 80 GB SXM part (vidur/config/device_sku_config.py:
 # A100DeviceSKUConfig total_memory_gb = 80), its H100 the SXM5 80 GB.
 VIDUR_GPUS = {"h100": "h100-sxm", "a100": "a100-sxm-80gb"}
