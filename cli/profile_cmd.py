@@ -52,7 +52,7 @@ def ingest(
 def profiles_list(store: StoreOpt = None) -> None:
     """What the store holds, per hardware and kind of measurement."""
     target = store_path(store)
-    render_profiles.store_summary(render.make_console(), summarize(target), target)
+    render_profiles.store_summary(render.make_console(), summarize(target), f"profile store {target}")
 
 
 def profiles_show(hardware: Annotated[str, typer.Argument(help="GPU catalog name.")], store: StoreOpt = None) -> None:

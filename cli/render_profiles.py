@@ -26,19 +26,19 @@ def ingest_results(console: Console, results: list[IngestResult], store: Path) -
     console.print(table)
 
 
-def store_summary(console: Console, summary: pd.DataFrame, store: Path) -> None:
+def store_summary(console: Console, summary: pd.DataFrame, title: str) -> None:
     """Per hardware and kind: rows, distinct ops, files."""
-    table = Table(title=f"profile store {escape(str(store))}", box=box.SIMPLE_HEAD)
+    table = Table(title=escape(title), box=box.SIMPLE_HEAD)
     for column in ("hardware", "kind", "rows", "ops", "files"):
         table.add_column(column, justify="left" if column in ("hardware", "kind") else "right")
     for row in summary.itertuples():
         table.add_row(row.hardware, row.kind, count(row.rows), str(row.names), str(row.files))
-    console.print(table if len(summary) else f"the store {escape(str(store))} is empty")
+    console.print(table if len(summary) else f"{escape(title)}: empty")
 
 
 def hardware_detail(console: Console, hardware: str, summary: pd.DataFrame, files: pd.DataFrame) -> None:
     """The kinds and the files stored for one hardware, with software versions and hashes."""
-    store_summary(console, summary, Path(hardware))
+    store_summary(console, summary, f"measurements on {hardware}")
     table = Table(title=f"files measured on {hardware}", box=box.SIMPLE_HEAD)
     for column in ("file", "format", "rows", "sha256", "software"):
         table.add_column(column, justify="right" if column == "rows" else "left")

@@ -14,7 +14,7 @@ from paraplan.cost_models.learned.learn import learn, models_dir
 from paraplan.cost_models.learned.provider import gemm_predictor
 from paraplan.cost_models.store import load_measurements
 from paraplan.errors import InputError
-from tests.profiles_factory import H100_ALL_REDUCE, PHI2_H100, h100_files, need_vidur, store_with
+from profiles_factory import H100_ALL_REDUCE, PHI2_H100, h100_files, need_vidur, store_with
 
 
 @pytest.fixture(scope="module")

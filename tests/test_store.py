@@ -16,7 +16,7 @@ from paraplan.cost_models.store import (
     summarize,
 )
 from paraplan.errors import InputError
-from tests.profiles_factory import H100_ALL_REDUCE, PHI2_H100, need_vidur
+from profiles_factory import H100_ALL_REDUCE, PHI2_H100, need_vidur
 
 
 def test_second_ingest_adds_nothing(tmp_path):
