@@ -49,7 +49,10 @@ def compute_rates(cost_model: str, gpu: GPUSpec, precision: str, attention_kerne
     """The rates ``estimate`` should use; InputError when ``learned`` is asked for and none exists."""
     if cost_model not in COST_MODELS:
         raise InputError(f"--cost-model expects {', '.join(COST_MODELS)}, got {cost_model!r}")
-    base = analytical_rates(gpu, precision, attention_kernel, kernel_stack)
+    try:
+        base = analytical_rates(gpu, precision, attention_kernel, kernel_stack)
+    except ValueError as exc:  # the GPU lacks this precision: the same sentence search() gives
+        raise InputError(f"{exc}; choose another --precision") from None
     if cost_model == "analytical" or (cost_model == "auto" and not learned_gemm_exists(store, gpu.name, precision)):
         return base
     if not learned_gemm_exists(store, gpu.name, precision):
