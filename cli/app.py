@@ -277,6 +277,7 @@ def evaluate(
 
 app.command("ingest")(user_errors(profile_cmd.ingest))
 app.command("learn")(user_errors(profile_cmd.learn))
+app.command("profile")(user_errors(profile_cmd.profile))
 profiles_app.command("list")(user_errors(profile_cmd.profiles_list))
 profiles_app.command("show")(user_errors(profile_cmd.profiles_show))
 

@@ -9,9 +9,11 @@ import typer
 
 from paraplan.cli import render, render_profiles
 from paraplan.cost_models.compute import ComputeRates
+from paraplan.cost_models.hf_config import load_model
 from paraplan.cost_models.ingest import FORMATS, parse_file
 from paraplan.cost_models.learned.learn import learn as learn_models
 from paraplan.cost_models.learned.provider import COST_MODELS, compute_rates
+from paraplan.cost_models.profiler import ProfileSettings, model_gemm_shapes, run_profile
 from paraplan.cost_models.store import default_store_path, ingest_parsed, stored_files, summarize
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
@@ -72,3 +74,42 @@ def learn(hardware: HardwareOpt = None, store: StoreOpt = None) -> None:
     with render.working(render.make_console(stderr=True), "fitting and scoring held out"):
         learned = learn_models(target, hardware)
     render_profiles.learn_report(render.make_console(), learned)
+
+
+def _ints(flag: str, text: str) -> tuple[int, ...]:
+    parts = [part.strip() for part in text.split(",")]
+    if not all(part.isdigit() and int(part) > 0 for part in parts):
+        raise InputError(f"--{flag} expects a comma list of positive integers (e.g. 512,4096), got {text!r}")
+    return tuple(sorted({int(part) for part in parts}))
+
+
+def profile(
+    model: Annotated[str, typer.Option(help="Preset or config.json whose layer GEMMs to time.")] = "llama-3.1-8b",
+    out: Annotated[Path, typer.Option("--out", "-o", help="JSON profile to write (then: paraplan ingest).")] = Path(
+        "paraplan-profile.json"),
+    device: Annotated[str, typer.Option(help="auto (GPU when present), cuda or cpu.")] = "auto",
+    tokens: Annotated[str, typer.Option(help="GEMM M (tokens per micro-batch), comma list.")] = "512,2048,8192",
+    tp: Annotated[str, typer.Option(help="Tensor-parallel degrees splitting N or K, comma list.")] = "1,2,4,8",
+    seq_len: Annotated[str, typer.Option(help="Attention sequence lengths, comma list.")] = "1024,4096,8192",
+    copy_mib: Annotated[str, typer.Option(help="Memory-copy buffer sizes in MiB, comma list.")] = "64,1024",
+    repeats: Annotated[int, typer.Option(help="Timed runs per point (median kept).")] = 10,
+    warmup: Annotated[int, typer.Option(help="Untimed runs first.")] = 3,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite --out.")] = False,
+) -> None:
+    """Run GEMM, attention, memory (and, under torchrun, NCCL) microbenchmarks; write a profile to ingest."""
+    render.check_writable(out, force)
+    spec = load_model(model)
+    tps = _ints("tp", tp)
+    try:
+        settings = ProfileSettings(
+            gemm_shapes=model_gemm_shapes(spec, _ints("tokens", tokens), tps),
+            attention_shapes=tuple((1, spec.num_heads // t, s, spec.head_dim) for s in _ints("seq-len", seq_len)
+                                   for t in tps if spec.num_heads % t == 0),
+            copy_bytes=tuple(m * 2**20 for m in _ints("copy-mib", copy_mib)),
+            collective_bytes=tuple(2**p for p in range(10, 31, 2)), repeats=repeats, warmup=warmup, device=device)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    with render.working(render.make_console(stderr=True), f"timing {len(settings.gemm_shapes)} GEMM shapes"):
+        document = run_profile(settings)
+    render.write_json(out, document, force)
+    render_profiles.profile_written(render.make_console(), document, out)

@@ -64,3 +64,15 @@ def learn_report(console: Console, learned: dict[str, list[LearnedTarget]]) -> N
     console.print(table)
     paths = [str(t.path.parent) for targets in learned.values() for t in targets]
     console.print(f"saved to {escape(', '.join(dict.fromkeys(paths)))}")
+
+
+def profile_written(console: Console, document: dict, out: Path) -> None:
+    """What a profile run measured and where it went."""
+    kinds: dict[str, int] = {}
+    for row in document["measurements"]:
+        kinds[row["kind"]] = kinds.get(row["kind"], 0) + 1
+    counted = ", ".join(f"{n} {kind}" for kind, n in kinds.items()) or "nothing"
+    console.print(f"{escape(str(document['device_name']))} ({document['hardware'] or 'not in the catalog'}): "
+                  f"{counted} measurements -> {escape(str(out))}")
+    console.print(f"software: {escape(document['software'])}")
+    console.print(f"next: paraplan ingest {escape(str(out))}")
