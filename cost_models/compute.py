@@ -45,6 +45,8 @@ class ComputeRates:
     """Which model produced these rates."""
     gemm_time_fn: Callable | None = None
     """A learned model of GEMM seconds for (m, n, k); when set, ``gemm_time_s`` defers to it."""
+    step_time_factor: float = 1.0
+    """Learned step-level calibration (measured / predicted step of full runs), applied to the finished estimate."""
 
 
 def analytical_rates(gpu: GPUSpec, gemm_dtype: str, attention_kernel: str = "fused",

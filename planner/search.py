@@ -9,6 +9,7 @@ import numpy as np
 
 from paraplan.cost_models.compute import ComputeRates
 from paraplan.cost_models.estimate import EstimateTable, estimate
+from paraplan.cost_models.learned.step_calibration import apply_step_factor
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.hardware_profiles.units import BYTES_PER_GIB, SECONDS_PER_HOUR
@@ -65,6 +66,7 @@ def search(job: TrainingJob, cluster: ClusterSpec, fixed: dict[str, list[int]] |
     space = enumerate_space(job, cluster, engine_rules(job.engine), fixed)
     table = space.table
     est = estimate(job.model, cluster, job.workload(), table, rates)
+    est = apply_step_factor(est, rates.step_time_factor) if rates is not None else est
     capacity = cluster.gpu.hbm_bytes * (1.0 - job.memory_headroom_frac)
     fits_gpu = est.memory.peak_bytes <= capacity
     fits_host = est.memory.host_bytes <= cluster.host_memory_per_gpu

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from profiles_factory import A100_ALL_REDUCE, H100_ALL_REDUCE, LLAMA70_H100, PHI2_H100, need_vidur
 
 from paraplan.cost_models.ingest import parse_file
 from paraplan.cost_models.ingest.vidur import parse_vidur
 from paraplan.errors import InputError
-from profiles_factory import A100_ALL_REDUCE, H100_ALL_REDUCE, LLAMA70_H100, PHI2_H100, need_vidur
 
 
 def _first(parsed, name):

@@ -6,15 +6,15 @@ import json
 
 import numpy as np
 import pytest
+from profiles_factory import H100_ALL_REDUCE, PHI2_H100, h100_files, need_vidur, store_with
 
-from paraplan.cost_models.learned.artifacts import artifact_paths, load_artifact
+from paraplan.cost_models.learned.artifacts import artifact_paths, load_artifact, models_dir
 from paraplan.cost_models.learned.evaluate import evaluate_collective, evaluate_gemm, held_out_sizes
 from paraplan.cost_models.learned.features import GEMM_FEATURES, baseline_rates
-from paraplan.cost_models.learned.learn import learn, models_dir
+from paraplan.cost_models.learned.learn import learn
 from paraplan.cost_models.learned.provider import gemm_predictor
 from paraplan.cost_models.store import load_measurements
 from paraplan.errors import InputError
-from profiles_factory import H100_ALL_REDUCE, PHI2_H100, h100_files, need_vidur, store_with
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
+from profiles_factory import H100_ALL_REDUCE, PHI2_H100, need_vidur
 
 from paraplan.cost_models import store as store_module
 from paraplan.cost_models.ingest import parse_file
@@ -16,7 +17,6 @@ from paraplan.cost_models.store import (
     summarize,
 )
 from paraplan.errors import InputError
-from profiles_factory import H100_ALL_REDUCE, PHI2_H100, need_vidur
 
 
 def test_second_ingest_adds_nothing(tmp_path):

@@ -43,8 +43,20 @@ class ArtifactMeta:
     """Training rows."""
     held_out: dict
     """Held-out pooled score at training time (learned and analytical MAPE and worst error)."""
+    base: str = ""
+    """For the step calibration: the cost model whose predictions it corrects (its ``source``)."""
     artifact_version: int = ARTIFACT_VERSION
     """Layout of these files."""
+
+
+def models_dir(store: Path) -> Path:
+    """Where learned models of ``store`` live: beside it, ``<store>.models/<hardware>/``."""
+    return Path(store).with_suffix(".models")
+
+
+def gemm_target(dtype: str) -> str:
+    """Artifact name of the GEMM model serving ``dtype`` (16-bit GEMMs share one)."""
+    return "gemm-16bit" if dtype in ("bf16", "fp16") else f"gemm-{dtype}"
 
 
 def training_hash(x: np.ndarray, y: np.ndarray) -> str:

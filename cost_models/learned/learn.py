@@ -13,12 +13,21 @@ import numpy as np
 import pandas as pd
 import sklearn
 
-from paraplan.cost_models.learned.artifacts import ArtifactMeta, save_artifact, training_hash
+from paraplan.cost_models.learned.artifacts import ArtifactMeta, gemm_target, models_dir, save_artifact, training_hash
 from paraplan.cost_models.learned.evaluate import Score, evaluate_collective, evaluate_gemm, held_out_sizes
-from paraplan.cost_models.learned.features import COLLECTIVE_FEATURES, GEMM_FEATURES, SIXTEEN_BIT
+from paraplan.cost_models.learned.features import COLLECTIVE_FEATURES, GEMM_FEATURES
 from paraplan.cost_models.learned.fit import collective_xy, fit_residual, gemm_xy
+from paraplan.cost_models.learned.megatron_runs import predict_step_s, runs_from_steps
+from paraplan.cost_models.learned.provider import op_rates
+from paraplan.cost_models.learned.step_calibration import (
+    MIN_RUNS,
+    STEP_FEATURES,
+    evaluate_step_calibration,
+    fit_step_calibration,
+)
 from paraplan.cost_models.store import load_measurements, summarize
 from paraplan.errors import InputError
+from paraplan.hardware_profiles import load_gpu
 
 # Fewer rows than this cannot be split into a meaningful held-out test.
 MIN_ROWS = 20
@@ -34,16 +43,6 @@ class LearnedTarget:
     """Held-out scores, pooled first."""
     path: Path
     """Its metadata file."""
-
-
-def models_dir(store: Path) -> Path:
-    """Where learned models of ``store`` live: beside it, ``<store>.models/<hardware>/``."""
-    return Path(store).with_suffix(".models")
-
-
-def gemm_target(dtype: str) -> str:
-    """Artifact name of the GEMM model serving ``dtype``."""
-    return "gemm-16bit" if dtype in SIXTEEN_BIT else f"gemm-{dtype}"
 
 
 def _save(store: Path, target: str, hardware: str, dtype: str, xy, features, scores) -> LearnedTarget:
@@ -82,7 +81,27 @@ def learn_hardware(store: Path, hardware: str) -> list[LearnedTarget]:
             frame = frame.reset_index(drop=True)
             learned.append(_save(store, name, hardware, "", collective_xy(frame, hardware, name),
                                  COLLECTIVE_FEATURES, evaluate_collective(frame, hardware, name)))
-    return learned
+    return learned + _learn_steps(store, hardware)
+
+
+def _learn_steps(store: Path, hardware: str) -> list[LearnedTarget]:
+    """The step calibration, fitted against the cost model the planner will use for ``hardware`` (auto)."""
+    steps = load_measurements(store, hardware, "step")
+    runs = runs_from_steps(steps) if len(steps) else []
+    if len(runs) < MIN_RUNS:
+        return []
+    rates = op_rates("auto", load_gpu(hardware), "bf16", "fused", "transformer_engine", store)
+    measured = np.array([run.measured_step_s for run in runs])
+    predicted = np.array([predict_step_s(run.config, hardware, rates) for run in runs])
+    score = evaluate_step_calibration(hardware, measured, predicted)
+    x, y = np.log(predicted)[:, None], np.log(measured / predicted)
+    meta = ArtifactMeta(target="step", hardware=hardware, dtype="", features=STEP_FEATURES,
+                        data_hash=training_hash(x, y), sklearn_version=sklearn.__version__, num_rows=len(runs),
+                        held_out={"split": score.split, "rows": score.num_rows,
+                                  "learned_mape_frac": score.learned_mape_frac,
+                                  "analytical_mape_frac": score.analytical_mape_frac}, base=rates.source)
+    path = save_artifact(models_dir(store), meta, fit_step_calibration(measured, predicted))
+    return [LearnedTarget(meta=meta, scores=(score,), path=path)]
 
 
 def learn(store: Path, hardware: str | None = None) -> dict[str, list[LearnedTarget]]:

@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 
 from paraplan.cost_models.compute import ComputeRates, analytical_rates
-from paraplan.cost_models.learned.artifacts import artifact_paths, load_artifact
+from paraplan.cost_models.learned.artifacts import artifact_paths, gemm_target, load_artifact, models_dir
 from paraplan.cost_models.learned.features import GEMM_FEATURES, baseline_rates, gemm_features
 from paraplan.cost_models.learned.fit import predict_residual
-from paraplan.cost_models.learned.learn import gemm_target, models_dir
+from paraplan.cost_models.learned.step_calibration import STEP_FEATURES, step_factor
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import GPUSpec
 
@@ -44,9 +44,9 @@ def learned_gemm_exists(store: Path, hardware: str, dtype: str) -> bool:
     return artifact_paths(models_dir(store), hardware, gemm_target(dtype))[1].is_file()
 
 
-def compute_rates(cost_model: str, gpu: GPUSpec, precision: str, attention_kernel: str, kernel_stack: str,
-                  store: Path) -> ComputeRates:
-    """The rates ``estimate`` should use; InputError when ``learned`` is asked for and none exists."""
+def op_rates(cost_model: str, gpu: GPUSpec, precision: str, attention_kernel: str, kernel_stack: str,
+             store: Path) -> ComputeRates:
+    """Per-op rates: analytical, or with the learned GEMM model (InputError when ``learned`` has none)."""
     if cost_model not in COST_MODELS:
         raise InputError(f"--cost-model expects {', '.join(COST_MODELS)}, got {cost_model!r}")
     try:
@@ -64,3 +64,24 @@ def compute_rates(cost_model: str, gpu: GPUSpec, precision: str, attention_kerne
     source = (f"GEMMs: learned ({gpu.name} {target}, data {meta.data_hash[:12]}, scikit-learn "
               f"{meta.sklearn_version}); attention, element-wise and communication: {base.source}")
     return dataclasses.replace(base, gemm_time_fn=predictor, source=source)
+
+
+def with_step_calibration(rates: ComputeRates, store: Path, hardware: str) -> ComputeRates:
+    """``rates`` with the learned step calibration of ``hardware`` when one was fitted against these rates."""
+    meta_path = artifact_paths(models_dir(store), hardware, "step")[1]
+    if not meta_path.is_file():
+        return rates
+    meta, estimator = load_artifact(models_dir(store), hardware, "step", STEP_FEATURES)
+    if meta.base != rates.source:  # fitted against another op model: its factor does not apply
+        return rates
+    factor = step_factor(estimator)
+    source = (f"{rates.source}; step time x {factor:.3f} (learned step calibration on {meta.num_rows} runs, "
+              f"data {meta.data_hash[:12]})")
+    return dataclasses.replace(rates, step_time_factor=factor, source=source)
+
+
+def compute_rates(cost_model: str, gpu: GPUSpec, precision: str, attention_kernel: str, kernel_stack: str,
+                  store: Path) -> ComputeRates:
+    """The rates ``estimate`` should use; learned and auto add the step calibration where it applies."""
+    rates = op_rates(cost_model, gpu, precision, attention_kernel, kernel_stack, store)
+    return rates if cost_model == "analytical" else with_step_calibration(rates, store, gpu.name)
