@@ -45,6 +45,9 @@ class ComputeRates:
     """Which model produced these rates."""
     gemm_time_fn: Callable | None = None
     """A learned model of GEMM seconds for (m, n, k); when set, ``gemm_time_s`` defers to it."""
+    attention_time_fn: Callable | None = None
+    """A learned model of flash-attention (forward, backward) seconds for forward causal FLOPs; when set,
+    ``flash_attention_time_s`` defers to it."""
     step_time_factor: float = 1.0
     """Learned step-level calibration (measured / predicted step of full runs), applied to the finished estimate."""
 
@@ -94,6 +97,8 @@ def gemm_time_s(m, n, k, rates: ComputeRates):
 
 def flash_attention_time_s(causal_flops, rates: ComputeRates) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of a flash-family kernel executing ``causal_flops`` forward."""
+    if rates.attention_time_fn is not None:
+        return rates.attention_time_fn(causal_flops)
     forward = np.asarray(causal_flops, dtype=float) / rates.attention_flops_per_s
     return forward + rates.kernel_overhead_s, ATTENTION_BACKWARD_OVER_FORWARD * forward + rates.kernel_overhead_s
 

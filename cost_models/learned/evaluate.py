@@ -1,19 +1,18 @@
 """Held-out evaluation only: every error here is on rows the model never saw.
 
 GEMMs: leave-one-model-out (fit on every other model's layers, predict the held-out model's).
-Collectives: held-out sizes (every HELD_OUT_EVERY-th distinct message size, all its group shapes,
+Attention: held-out sequence lengths, the same way. Collectives: held-out sizes (every HELD_OUT_EVERY-th distinct message size, all its group shapes,
 is kept out of training). The analytical model is scored on exactly the same rows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from paraplan.cost_models.learned.fit import collective_xy, fit_residual, gemm_xy, predict_residual
+from paraplan.cost_models.learned.fit import attention_xy, collective_xy, fit_residual, gemm_xy, predict_residual
 
 # One distinct size in four held out, starting at the third: spread over the whole size range,
 # the smallest and largest sizes stay in training so the test is interpolation in size.
@@ -102,4 +101,9 @@ def evaluate_collective(frame: pd.DataFrame, hardware: str, name: str) -> list[S
     return scores[:1]
 
 
-Evaluator = Callable[[pd.DataFrame, str, str], list[Score]]
+def evaluate_attention(frame: pd.DataFrame, hardware: str) -> list[Score]:
+    """Held-out sequence lengths (1 in HELD_OUT_EVERY distinct lengths, both passes) for the attention model."""
+    held = held_out_sizes(frame["seq_len"])
+    return _held_out("attention", hardware, f"held-out sequence lengths (1 in {HELD_OUT_EVERY})",
+                     [("held-out lengths", held, held)], attention_xy(frame, hardware), frame["time_s"].to_numpy())[:1]
+

@@ -8,14 +8,23 @@ analytical baseline is paraplan's own ``gemm_time_s`` on ``analytical_rates`` an
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from paraplan.cost_models.collectives import collective_time_s, p2p_time_s
-from paraplan.cost_models.compute import BYTES_PER_ELEMENT, ComputeRates, analytical_rates, gemm_time_s
+from paraplan.cost_models.compute import (
+    BYTES_PER_ELEMENT,
+    ComputeRates,
+    analytical_rates,
+    flash_attention_time_s,
+    gemm_time_s,
+)
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec, builtin_cluster_names, load_cluster, load_gpu
 
 GEMM_FEATURES = ("log_m", "log_n", "log_k", "log_flops", "log_bytes", "log_intensity", "log_roofline_s")
+ATTENTION_FEATURES = ("log_causal_flops", "backward", "log_roofline_s")
 COLLECTIVE_FEATURES = ("log_size", "group_size", "inter_domain", "devices_per_node", "pairwise_nvlink",
                        "log_analytical_s")
 # 16-bit GEMMs share one tensor-core rate, so fp16 measurements serve bf16 jobs and back.
@@ -35,6 +44,18 @@ def gemm_features(m, n, k, rates: ComputeRates) -> np.ndarray:
     roofline = gemm_time_s(m, n, k, rates)
     return np.column_stack([np.log(m), np.log(n), np.log(k), np.log(flops), np.log(num_bytes),
                             np.log(flops / num_bytes), np.log(roofline)])
+
+
+def attention_rates(hardware: str) -> ComputeRates:
+    """The analytical rates of FlashAttention-2-class kernels (what SDPA and flash_attn run) on ``hardware``."""
+    return analytical_rates(load_gpu(hardware), "bf16", "flash")
+
+
+def attention_features(causal_flops, backward, rates: ComputeRates) -> np.ndarray:
+    """Rows of ATTENTION_FEATURES: forward causal FLOPs, 1 for the backward pass, the analytical time."""
+    flops, back = (np.asarray(x, dtype=float) for x in np.broadcast_arrays(causal_flops, backward))
+    forward_s, backward_s = flash_attention_time_s(flops, dataclasses.replace(rates, attention_time_fn=None))
+    return np.column_stack([np.log(flops), back, np.log(np.where(back > 0, backward_s, forward_s))])
 
 
 def reference_cluster(hardware: str) -> ClusterSpec:

@@ -12,6 +12,8 @@ from sklearn.ensemble import HistGradientBoostingRegressor
 from threadpoolctl import threadpool_limits
 
 from paraplan.cost_models.learned.features import (
+    attention_features,
+    attention_rates,
     baseline_rates,
     collective_features,
     gemm_features,
@@ -33,6 +35,19 @@ def regressor() -> HistGradientBoostingRegressor:
 def gemm_xy(frame: pd.DataFrame, hardware: str, dtype: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(features, log residual target, analytical seconds) of the GEMM rows of ``frame``."""
     x = gemm_features(frame["m"], frame["n"], frame["k"], baseline_rates(hardware, dtype))
+    analytical = np.exp(x[:, -1])
+    return x, np.log(frame["time_s"].to_numpy() / analytical), analytical
+
+
+def causal_flops(frame: pd.DataFrame) -> np.ndarray:
+    """Forward FLOPs of causal attention: QKᵀ and PV over the lower triangle, 2·b·h·s²·d."""
+    return 2.0 * frame["batch"] * frame["heads"] * frame["seq_len"] ** 2 * frame["head_dim"]
+
+
+def attention_xy(frame: pd.DataFrame, hardware: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(features, log residual target, analytical seconds) of the attention rows of ``frame``."""
+    backward = (frame["pass"] == "backward").to_numpy().astype(float)
+    x = attention_features(causal_flops(frame).to_numpy(), backward, attention_rates(hardware))
     analytical = np.exp(x[:, -1])
     return x, np.log(frame["time_s"].to_numpy() / analytical), analytical
 

@@ -14,11 +14,18 @@ import pandas as pd
 import sklearn
 
 from paraplan.cost_models.learned.artifacts import ArtifactMeta, gemm_target, models_dir, save_artifact, training_hash
-from paraplan.cost_models.learned.evaluate import Score, evaluate_collective, evaluate_gemm, held_out_sizes
-from paraplan.cost_models.learned.features import COLLECTIVE_FEATURES, GEMM_FEATURES
-from paraplan.cost_models.learned.fit import collective_xy, fit_residual, gemm_xy
+from paraplan.cost_models.learned.evaluate import (
+    HELD_OUT_EVERY,
+    Score,
+    evaluate_attention,
+    evaluate_collective,
+    evaluate_gemm,
+    held_out_sizes,
+)
+from paraplan.cost_models.learned.features import ATTENTION_FEATURES, COLLECTIVE_FEATURES, GEMM_FEATURES
+from paraplan.cost_models.learned.fit import attention_xy, collective_xy, fit_residual, gemm_xy
 from paraplan.cost_models.learned.megatron_runs import predict_step_s, runs_from_steps
-from paraplan.cost_models.learned.provider import op_rates
+from paraplan.cost_models.learned.provider import compute_rates
 from paraplan.cost_models.learned.step_calibration import (
     MIN_RUNS,
     STEP_FEATURES,
@@ -58,7 +65,7 @@ def _save(store: Path, target: str, hardware: str, dtype: str, xy, features, sco
 
 
 def _gemm_scores(frame: pd.DataFrame, hardware: str, dtype: str) -> list[Score]:
-    if frame["model"].nunique() >= 2:
+    if frame["model"].fillna("").nunique() >= 2:
         return evaluate_gemm(frame, hardware, dtype)
     # One model only (e.g. a microbenchmark sweep): hold out sizes of M instead.
     shaped = frame.assign(size_bytes=frame["m"], model="")
@@ -75,6 +82,7 @@ def learn_hardware(store: Path, hardware: str) -> list[LearnedTarget]:
             frame = frame.reset_index(drop=True)
             learned.append(_save(store, gemm_target(dtype), hardware, dtype, gemm_xy(frame, hardware, dtype),
                                  GEMM_FEATURES, _gemm_scores(frame, hardware, dtype)))
+    learned += _learn_attention(store, hardware)
     collectives = load_measurements(store, hardware, "collective")
     for name, frame in collectives.groupby("name") if len(collectives) else []:
         if len(frame) >= MIN_ROWS and frame["size_bytes"].nunique() >= 2 * 4:
@@ -84,13 +92,24 @@ def learn_hardware(store: Path, hardware: str) -> list[LearnedTarget]:
     return learned + _learn_steps(store, hardware)
 
 
+def _learn_attention(store: Path, hardware: str) -> list[LearnedTarget]:
+    """The flash-attention model, when the store has causal attention timings over enough sequence lengths."""
+    frame = load_measurements(store, hardware, "attention")
+    if len(frame) < MIN_ROWS or frame["seq_len"].nunique() < 2 * HELD_OUT_EVERY:
+        return []
+    frame = frame.reset_index(drop=True)
+    return [_save(store, "attention", hardware, "bf16", attention_xy(frame, hardware), ATTENTION_FEATURES,
+                  evaluate_attention(frame, hardware))]
+
+
 def _learn_steps(store: Path, hardware: str) -> list[LearnedTarget]:
     """The step calibration, fitted against the cost model the planner will use for ``hardware`` (auto)."""
     steps = load_measurements(store, hardware, "step")
     runs = runs_from_steps(steps) if len(steps) else []
     if len(runs) < MIN_RUNS:
         return []
-    rates = op_rates("auto", load_gpu(hardware), "bf16", "fused", "transformer_engine", store)
+    rates = compute_rates("auto", load_gpu(hardware), "bf16", "fused", "transformer_engine", store,
+                          step_calibration=False)
     measured = np.array([run.measured_step_s for run in runs])
     predicted = np.array([predict_step_s(run.config, hardware, rates) for run in runs])
     score = evaluate_step_calibration(hardware, measured, predicted)
@@ -112,6 +131,6 @@ def learn(store: Path, hardware: str | None = None) -> dict[str, list[LearnedTar
         raise InputError(f"the store {store} has no measurements for {hardware!r} (it has: {have})")
     result = {name: learn_hardware(store, name) for name in available if name != "cpu"}
     if not any(result.values()):
-        raise InputError(f"the store {store} has too few GEMM or collective rows to learn from "
-                         f"(at least {MIN_ROWS} per model); ingest more profiles")
+        raise InputError(f"the store {store} has too few measurements to learn from (per model at least {MIN_ROWS} "
+                         f"rows over {2 * HELD_OUT_EVERY} distinct sizes, or {MIN_RUNS} Megatron runs); ingest more")
     return result

@@ -15,11 +15,19 @@ import numpy as np
 
 from paraplan.cost_models.compute import ComputeRates, analytical_rates
 from paraplan.cost_models.learned.artifacts import artifact_paths, gemm_target, load_artifact, models_dir
-from paraplan.cost_models.learned.features import GEMM_FEATURES, baseline_rates, gemm_features
+from paraplan.cost_models.learned.features import (
+    ATTENTION_FEATURES,
+    GEMM_FEATURES,
+    attention_features,
+    attention_rates,
+    baseline_rates,
+    gemm_features,
+)
 from paraplan.cost_models.learned.fit import predict_residual
 from paraplan.cost_models.learned.step_calibration import STEP_FEATURES, step_factor
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import GPUSpec
+from paraplan.hardware_profiles.specs import FLASH_FAMILY_KERNELS
 
 COST_MODELS = ("analytical", "learned", "auto")
 
@@ -37,6 +45,31 @@ def gemm_predictor(estimator, rates: ComputeRates) -> Callable:
         seconds = np.exp(x[:, -1]) * np.exp(predict_residual(estimator, x))
         return seconds[inverse.ravel()].reshape(m.shape)
     return predict
+
+
+def attention_predictor(estimator, rates: ComputeRates) -> Callable:
+    """(forward, backward) seconds for forward causal FLOPs, broadcast like ``flash_attention_time_s``."""
+    def predict(causal_flops):
+        flops = np.asarray(causal_flops, dtype=float)
+        distinct, inverse = np.unique(flops.ravel(), return_inverse=True)
+        passes = []
+        for backward in (0.0, 1.0):
+            x = attention_features(distinct, backward, rates)
+            seconds = np.exp(x[:, -1]) * np.exp(predict_residual(estimator, x))
+            passes.append(seconds[inverse.ravel()].reshape(flops.shape))
+        return passes[0], passes[1]
+    return predict
+
+
+def with_learned_attention(rates: ComputeRates, store: Path, hardware: str) -> ComputeRates:
+    """``rates`` with the learned flash-attention model of ``hardware``, for flash-family kernels, when one exists."""
+    if rates.attention_kernel not in FLASH_FAMILY_KERNELS or not artifact_paths(
+            models_dir(store), hardware, "attention")[1].is_file():
+        return rates
+    meta, estimator = load_artifact(models_dir(store), hardware, "attention", ATTENTION_FEATURES)
+    source = f"attention: learned ({hardware}, data {meta.data_hash[:12]}); {rates.source}"
+    return dataclasses.replace(rates, attention_time_fn=attention_predictor(estimator, attention_rates(hardware)),
+                               source=source)
 
 
 def learned_gemm_exists(store: Path, hardware: str, dtype: str) -> bool:
@@ -81,7 +114,11 @@ def with_step_calibration(rates: ComputeRates, store: Path, hardware: str) -> Co
 
 
 def compute_rates(cost_model: str, gpu: GPUSpec, precision: str, attention_kernel: str, kernel_stack: str,
-                  store: Path) -> ComputeRates:
-    """The rates ``estimate`` should use; learned and auto add the step calibration where it applies."""
+                  store: Path, step_calibration: bool = True) -> ComputeRates:
+    """The rates ``estimate`` should use: learned and auto add the learned attention model and (unless
+    ``step_calibration`` is False, as when fitting it) the step calibration, where they exist."""
     rates = op_rates(cost_model, gpu, precision, attention_kernel, kernel_stack, store)
-    return rates if cost_model == "analytical" else with_step_calibration(rates, store, gpu.name)
+    if cost_model == "analytical":
+        return rates
+    rates = with_learned_attention(rates, store, gpu.name)
+    return with_step_calibration(rates, store, gpu.name) if step_calibration else rates
