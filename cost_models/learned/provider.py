@@ -1,8 +1,9 @@
 """The planner's choice of cost model: analytical, learned, or learned where one exists (auto).
 
-A learned GEMM model plugs into :class:`ComputeRates` as ``gemm_time_fn``: ``gemm_time_s`` defers
-to it, every other term (attention, element-wise, communication) stays analytical, and
-``ComputeRates.source`` names which is which and the learned model's data hash.
+Learned models plug into :class:`ComputeRates`: a GEMM model as ``gemm_time_fn`` (``gemm_time_s``
+defers to it), a flash-attention model as ``attention_time_fn``, the step calibration as
+``step_time_factor``. Element-wise kernels and communication stay analytical. ``ComputeRates.source``
+names the model of each term and the learned models' data hashes.
 """
 
 from __future__ import annotations
@@ -61,48 +62,63 @@ def attention_predictor(estimator, rates: ComputeRates) -> Callable:
     return predict
 
 
-def with_learned_attention(rates: ComputeRates, store: Path, hardware: str) -> ComputeRates:
-    """``rates`` with the learned flash-attention model of ``hardware``, for flash-family kernels, when one exists."""
-    if rates.attention_kernel not in FLASH_FAMILY_KERNELS or not artifact_paths(
-            models_dir(store), hardware, "attention")[1].is_file():
-        return rates
-    meta, estimator = load_artifact(models_dir(store), hardware, "attention", ATTENTION_FEATURES)
-    source = f"attention: learned ({hardware}, data {meta.data_hash[:12]}); {rates.source}"
-    return dataclasses.replace(rates, attention_time_fn=attention_predictor(estimator, attention_rates(hardware)),
-                               source=source)
+def _exists(store: Path, hardware: str, target: str) -> bool:
+    return artifact_paths(models_dir(store), hardware, target)[1].is_file()
 
 
 def learned_gemm_exists(store: Path, hardware: str, dtype: str) -> bool:
     """True when a GEMM model for ``hardware`` and ``dtype`` was saved beside ``store``."""
-    return artifact_paths(models_dir(store), hardware, gemm_target(dtype))[1].is_file()
+    return _exists(store, hardware, gemm_target(dtype))
+
+
+def _analytical(gpu: GPUSpec, precision: str, attention_kernel: str, kernel_stack: str) -> ComputeRates:
+    try:
+        return analytical_rates(gpu, precision, attention_kernel, kernel_stack)
+    except ValueError as exc:  # the GPU lacks this precision: the same sentence search() gives
+        raise InputError(f"{exc}; choose another --precision") from None
+
+
+def _learned_gemm(store: Path, gpu: GPUSpec, precision: str) -> tuple[Callable, str]:
+    target = gemm_target(precision)
+    meta, estimator = load_artifact(models_dir(store), gpu.name, target, GEMM_FEATURES)
+    label = f"GEMMs: learned ({gpu.name} {target}, data {meta.data_hash[:12]}, scikit-learn {meta.sklearn_version})"
+    return gemm_predictor(estimator, baseline_rates(gpu.name, meta.dtype)), label
+
+
+def _learned_attention(store: Path, hardware: str) -> tuple[Callable, str]:
+    meta, estimator = load_artifact(models_dir(store), hardware, "attention", ATTENTION_FEATURES)
+    label = f"attention: learned ({hardware}, data {meta.data_hash[:12]})"
+    return attention_predictor(estimator, attention_rates(hardware)), label
 
 
 def op_rates(cost_model: str, gpu: GPUSpec, precision: str, attention_kernel: str, kernel_stack: str,
              store: Path) -> ComputeRates:
-    """Per-op rates: analytical, or with the learned GEMM model (InputError when ``learned`` has none)."""
+    """Per-op rates: analytical, or with the learned GEMM and attention models that exist (``auto``);
+    ``learned`` insists on the GEMM model (InputError when there is none)."""
     if cost_model not in COST_MODELS:
         raise InputError(f"--cost-model expects {', '.join(COST_MODELS)}, got {cost_model!r}")
-    try:
-        base = analytical_rates(gpu, precision, attention_kernel, kernel_stack)
-    except ValueError as exc:  # the GPU lacks this precision: the same sentence search() gives
-        raise InputError(f"{exc}; choose another --precision") from None
-    if cost_model == "analytical" or (cost_model == "auto" and not learned_gemm_exists(store, gpu.name, precision)):
-        return base
-    if not learned_gemm_exists(store, gpu.name, precision):
+    base = _analytical(gpu, precision, attention_kernel, kernel_stack)
+    has_gemm = learned_gemm_exists(store, gpu.name, precision)
+    if cost_model == "learned" and not has_gemm:
         raise InputError(f"no learned {precision} GEMM model for {gpu.name} beside {store}; run 'paraplan ingest' "
                          "and 'paraplan learn' first, or use --cost-model analytical")
-    target = gemm_target(precision)
-    meta, estimator = load_artifact(models_dir(store), gpu.name, target, GEMM_FEATURES)
-    predictor = gemm_predictor(estimator, baseline_rates(gpu.name, meta.dtype))
-    source = (f"GEMMs: learned ({gpu.name} {target}, data {meta.data_hash[:12]}, scikit-learn "
-              f"{meta.sklearn_version}); attention, element-wise and communication: {base.source}")
-    return dataclasses.replace(base, gemm_time_fn=predictor, source=source)
+    has_attention = attention_kernel in FLASH_FAMILY_KERNELS and _exists(store, gpu.name, "attention")
+    if cost_model == "analytical" or not (has_gemm or has_attention):
+        return base
+    changes, labels = {}, []
+    if has_gemm:
+        changes["gemm_time_fn"], label = _learned_gemm(store, gpu, precision)
+        labels.append(label)
+    if has_attention:
+        changes["attention_time_fn"], label = _learned_attention(store, gpu.name)
+        labels.append(label)
+    rest = "element-wise and communication" if has_attention else "attention, element-wise and communication"
+    return dataclasses.replace(base, **changes, source="; ".join([*labels, f"{rest}: {base.source}"]))
 
 
 def with_step_calibration(rates: ComputeRates, store: Path, hardware: str) -> ComputeRates:
     """``rates`` with the learned step calibration of ``hardware`` when one was fitted against these rates."""
-    meta_path = artifact_paths(models_dir(store), hardware, "step")[1]
-    if not meta_path.is_file():
+    if not _exists(store, hardware, "step"):
         return rates
     meta, estimator = load_artifact(models_dir(store), hardware, "step", STEP_FEATURES)
     if meta.base != rates.source:  # fitted against another op model: its factor does not apply
@@ -115,10 +131,9 @@ def with_step_calibration(rates: ComputeRates, store: Path, hardware: str) -> Co
 
 def compute_rates(cost_model: str, gpu: GPUSpec, precision: str, attention_kernel: str, kernel_stack: str,
                   store: Path, step_calibration: bool = True) -> ComputeRates:
-    """The rates ``estimate`` should use: learned and auto add the learned attention model and (unless
-    ``step_calibration`` is False, as when fitting it) the step calibration, where they exist."""
+    """The rates ``estimate`` should use; learned and auto add the step calibration where it was fitted
+    against the same op models (not when ``step_calibration`` is False, as while fitting it)."""
     rates = op_rates(cost_model, gpu, precision, attention_kernel, kernel_stack, store)
-    if cost_model == "analytical":
+    if cost_model == "analytical" or not step_calibration:
         return rates
-    rates = with_learned_attention(rates, store, gpu.name)
-    return with_step_calibration(rates, store, gpu.name) if step_calibration else rates
+    return with_step_calibration(rates, store, gpu.name)
