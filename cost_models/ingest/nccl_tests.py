@@ -66,6 +66,14 @@ def _group_size(lines: list[str], ranks: int) -> int:
     return ranks or (int(found.group(1)) * int(found.group(2)) if found else 0)
 
 
+def _row(name: str, line: int, seconds: float, size: float, group: int, hosts: int) -> Measurement:
+    """One collective timing; ``hosts`` > 1 means the group crossed the network."""
+    return Measurement(kind="collective", name=name, line=line, time_s=seconds,
+                       params={"size_bytes": size, "group_size": float(group),
+                               "domain": "inter" if hosts > 1 else "intra",
+                               "devices_per_node": float(group / max(hosts, 1)), "setup": "nccl-tests"})
+
+
 def parse_nccl_text(path: Path, text: str) -> Parsed:
     """Out-of-place times of every size row of an nccl-tests text output."""
     lines = text.splitlines()
@@ -84,18 +92,13 @@ def parse_nccl_text(path: Path, text: str) -> Parsed:
             continue
         if len(tokens) != len(header):
             raise bad_line(path, line_no, f"has {len(tokens)} columns, the header names {len(header)}")
-        size = positive_number(path, line_no, "size", tokens[0])
         seconds = positive_number(path, line_no, header[time_column], tokens[time_column]) * SECONDS_PER_US
-        out.append(Measurement(kind="collective", name=name, line=line_no, time_s=seconds,
-                               params={"size_bytes": size, "group_size": float(group),
-                                       "domain": "inter" if len(hosts) > 1 else "intra",
-                                       "devices_per_node": float(group / max(len(hosts), 1)),
-                                       "dtype": tokens[2], "setup": "nccl-tests"}))
+        out.append(_row(name, line_no, seconds, positive_number(path, line_no, "size", tokens[0]), group, len(hosts)))
     return Parsed(measurements=out, hardware=gpu, software=_software(text))
 
 
-def parse_nccl_json(path: Path, text: str) -> Parsed:
-    """Out-of-place times of every row of an nccl-tests ``-J`` JSON file."""
+def _json_document(path: Path, text: str) -> tuple[dict, list, list]:
+    """(document, results, devices) of an nccl-tests JSON file, each checked for its type."""
     try:
         document = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -106,22 +109,27 @@ def parse_nccl_json(path: Path, text: str) -> Parsed:
     config = document.get("config") if isinstance(document.get("config"), dict) else {}
     devices = config.get("devices") if isinstance(config.get("devices"), list) else []
     ngpus = config.get("ngpus")
-    group = len(devices) or (ngpus if isinstance(ngpus, int) and not isinstance(ngpus, bool) else 0)
-    if group < 1:
+    if not devices and isinstance(ngpus, int) and not isinstance(ngpus, bool) and ngpus > 0:
+        devices = [{} for _ in range(ngpus)]
+    if not devices:
         raise InputError(f"{path}: config.devices or config.ngpus must give the group size")
-    name, hosts = collective_name(path, text), {str(d.get("host", "")) for d in devices if isinstance(d, dict)}
-    found = re.search(r"NVIDIA [A-Z]+\d+[^\"]*", text)
+    return document, results, devices
+
+
+def parse_nccl_json(path: Path, text: str) -> Parsed:
+    """Out-of-place times of every row of an nccl-tests ``-J`` JSON file (``line`` = result index)."""
+    document, results, devices = _json_document(path, text)
+    name = collective_name(path, text)
+    hosts = len({str(d.get("host", "")) for d in devices if isinstance(d, dict)})
     out = []
     for index, row in enumerate(results, start=1):
         timing = row.get("out_of_place") if isinstance(row, dict) else None
         if not isinstance(timing, dict):
             raise bad_line(path, index, "results entry needs an out_of_place object (line = result index)")
         seconds = positive_number(path, index, "out_of_place.time", timing.get("time", timing.get("cpu_time")))
-        out.append(Measurement(kind="collective", name=name, line=index, time_s=seconds * SECONDS_PER_US,
-                               params={"size_bytes": positive_number(path, index, "size", row.get("size")),
-                                       "group_size": float(group), "domain": "inter" if len(hosts) > 1 else "intra",
-                                       "devices_per_node": float(group / max(len(hosts), 1)),
-                                       "setup": "nccl-tests"}))
+        size = positive_number(path, index, "size", row.get("size"))
+        out.append(_row(name, index, seconds * SECONDS_PER_US, size, len(devices), hosts))
+    found = re.search(r"NVIDIA [A-Z]+\d+[^\"]*", text)
     software = f"NCCL {str(document.get('nccl_version', 'unknown'))[:40]}; " \
                f"nccl-tests {str(document.get('version', 'unknown'))[:40]}"
     return Parsed(measurements=out, hardware=catalog_name(found.group(0)) if found else None, software=software)
