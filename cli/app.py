@@ -43,7 +43,7 @@ app.add_typer(hardware_app, name="hardware")
 profiles_app = typer.Typer(no_args_is_help=True, help="The profile store: what it holds per hardware.")
 app.add_typer(profiles_app, name="profiles")
 
-_SEARCH_AXES = ("tp", "pp", "dp", "cp", "vpp", "mbs", "zero")
+_SEARCH_AXES = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero")
 _SP_VALUES = {"on": [1], "off": [0], "both": [0, 1]}
 
 # -- options shared by plan and evaluate ------------------------------------------------------
@@ -195,6 +195,7 @@ def plan(
     json_path: JsonOpt = None, force: ForceOpt = False, export: ExportOpt = None, out: ExportOutOpt = None,
     tp: _axis_opt("Tensor parallel, e.g. 8 or 4,8.") = None, pp: _axis_opt("Pipeline parallel.") = None,
     dp: _axis_opt("Data parallel.") = None, cp: _axis_opt("Context parallel.") = None,
+    ep: _axis_opt("Expert parallel (MoE models).") = None, etp: _axis_opt("Expert tensor parallel (MoE).") = None,
     vpp: _axis_opt("Virtual pipeline stages.") = None, mbs: _axis_opt("Micro-batch size.") = None,
     zero: _axis_opt("ZeRO stages 0-3.") = None, recompute: _axis_opt("none, selective, full (comma list).") = None,
     sp: _axis_opt("Sequence parallel: on, off or both.") = None,
@@ -205,8 +206,8 @@ def plan(
     """Search every parallel layout and show the fastest plans that fit."""
     spec = make_cluster(cluster, nodes, gpu, gpus, gpus_per_node)
     job = make_job(model, seq_len, global_batch, precision, engine, flops_convention, headroom, attention)
-    fixed = constraints(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp,
-                        offload=offload)
+    fixed = constraints(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute,
+                        sp=sp, offload=offload)
     if top < 1:
         raise InputError(f"--top expects a positive integer, got {top}")
     if json_path is not None:
@@ -242,6 +243,7 @@ def evaluate(
     attention: AttentionOpt = "auto", precision: PrecisionOpt = "bf16", flops_convention: ConventionOpt = "full",
     headroom: HeadroomOpt = 0.0,
     dp: _axis_opt("Data parallel (default: GPUs / (tp·pp·cp)).") = None, cp: _axis_opt("Context parallel.") = "1",
+    ep: _axis_opt("Expert parallel (MoE models).") = "1", etp: _axis_opt("Expert tensor parallel (MoE).") = "1",
     vpp: _axis_opt("Virtual pipeline stages.") = "1", mbs: _axis_opt("Micro-batch size.") = "1",
     zero: _axis_opt("ZeRO stage 0-3.") = "0", recompute: _axis_opt("none, selective or full.") = "none",
     sp: _axis_opt("Sequence parallel: on or off.") = "off",
@@ -251,8 +253,8 @@ def evaluate(
     """Predict step time, throughput and memory of one parallel configuration."""
     spec = make_cluster(cluster, nodes, gpu, gpus, gpus_per_node)
     job = make_job(model, seq_len, global_batch, precision, engine, flops_convention, headroom, attention)
-    fixed = constraints(tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute, sp=sp,
-                        offload=offload)
+    fixed = constraints(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute,
+                        sp=sp, offload=offload)
     several = [axis for axis, values in fixed.items() if len(values) > 1]
     if several:
         raise InputError(f"evaluate takes one value per flag; --{several[0]} has {len(fixed[several[0]])} "
@@ -268,7 +270,8 @@ def evaluate(
     result = search(job, spec, fixed, rates=profile_cmd.rates_for(cost_model, spec, job))
     if len(result.table) == 0:
         reason = max(result.rejected, key=result.rejected.get)
-        described = render.config_text({a: fixed[a][0] for a in ("tp", "pp", "dp", "cp", "vpp", "mbs", "zero")})
+        described = render.config_text({a: fixed[a][0] for a in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs",
+                                                                 "zero")})
         raise InputError(f"{described} recompute={recompute} sp={sp} offload={offload} breaks a rule: {reason}")
     one = plan_at(job, spec, result, 0, rank=1)
     render.evaluation(render.make_console(), one, capacity_bytes(job, spec), result.estimates.cost_model)

@@ -39,6 +39,7 @@ NON_TERMINAL_WIDTH = 120
 UNBOUNDED_WIDTH = 10_000
 STEP_LABELS = {
     "compute_s": "compute (fwd + bwd + recompute)", "tp_comm_s": "TP communication", "cp_comm_s": "CP communication",
+    "ep_comm_s": "EP all-to-all",
     "pp_comm_s": "PP point-to-point", "bubble_s": "pipeline bubble", "dp_comm_s": "DP communication (exposed)",
     "offload_s": "activation offload (exposed)",
     "optimizer_s": "optimizer step",
@@ -113,13 +114,15 @@ def plan_table(console: Console, plans: list[Plan], capacity_bytes: float, title
     """The ranked plans, one row each."""
     table = Table(title=escape(title), title_justify="left")
     offloads = any(plan.config.offload for plan in plans)  # the column appears only when it says something
-    for header in ("#", "tp", "pp", "dp", "cp", "vpp", "mbs", "zero", "recompute", "sp") + ("offload",) * offloads:
+    experts = ("ep", "etp") if plans[0].job.model.is_moe else ()
+    axes = ("tp", "pp", "dp", "cp") + experts + ("vpp", "mbs", "zero")
+    for header in ("#",) + axes + ("recompute", "sp") + ("offload",) * offloads:
         table.add_column(header, justify="left" if header == "recompute" else "right")
     for header in ("step s", "tokens/s/GPU", "MFU %", "memory GiB"):
         table.add_column(header, justify="right")
     for plan in plans:
         c, e = plan.config, plan.estimate
-        table.add_row(str(plan.rank), *(str(getattr(c, k)) for k in ("tp", "pp", "dp", "cp", "vpp", "mbs", "zero")),
+        table.add_row(str(plan.rank), *(str(getattr(c, k)) for k in axes),
                       c.recompute, "on" if c.sp else "off", *[str(c.offload)] * offloads, seconds(e["step_time_s"]),
                       count(e["tokens_per_s_per_gpu"]), percent(e["mfu"]),
                       f"{gib(e['peak_memory_bytes'])} / {gib(capacity_bytes)}")
@@ -177,7 +180,9 @@ def _runner_up_line(best: Plan, second: Plan, objective: str) -> str:
 
 def _axes(plan: Plan) -> dict[str, Any]:
     config = plan.config.as_dict()
-    return {k: config[k] for k in ("tp", "pp", "dp", "cp", "vpp", "mbs", "zero", "recompute", "sp", "offload")}
+    experts = ("ep", "etp") if plan.job.model.is_moe else ()
+    return {k: config[k] for k in ("tp", "pp", "dp", "cp") + experts + ("vpp", "mbs", "zero", "recompute", "sp",
+                                                                        "offload")}
 
 
 def why_best(console: Console, plans: list[Plan], capacity_bytes: float, cost_model: str, objective: str) -> None:

@@ -88,3 +88,19 @@ def p2p_time_s(size_bytes, group_size, stride, cluster: ClusterSpec):
     bandwidth = np.where(spans_domains, nic, nvlink)
     latency = np.where(spans_domains, cluster.inter_node_latency_s, cluster.intra_domain_latency_s)
     return np.where(n > 1, np.asarray(size_bytes, dtype=float) / bandwidth + latency, 0.0)
+
+
+def all_to_all_time_s(size_bytes, group_size, stride, cluster: ClusterSpec):
+    """Seconds for one all-to-all in which every member sends ``size_bytes`` in total, split evenly.
+
+    Unlike reductions, an all-to-all cannot aggregate across a domain: of each member's bytes,
+    (k−1)/n go to peers in its NVLink domain and (n−k)/n leave it over the member's own NIC.
+    The two run concurrently (NVLink and NIC are separate engines), so the slower one decides.
+    """
+    n = np.asarray(group_size, dtype=float)
+    size = np.asarray(size_bytes, dtype=float)
+    k = members_per_domain(n, stride, cluster)
+    nvlink, nic = _link_bandwidths(cluster)
+    intra = (k - 1) / n * size / nvlink
+    inter = (n - k) / n * size / nic
+    return np.where(n > 1, np.maximum(intra, inter) + collective_latency_s("all_to_all", n, stride, cluster), 0.0)

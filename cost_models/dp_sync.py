@@ -26,20 +26,22 @@ def _exposed(comm_s, window_s, last_bucket_frac):
 
 
 def dp_exposed_s(work: Workload, t: ConfigTable, cluster: ClusterSpec, rates: ComputeRates, params_per_gpu,
-                 layer_params_per_gpu, stage_time_s, num_microbatches, stage_layers=1, tensors_per_layer=1):
+                 layer_params_per_gpu, stage_time_s, num_microbatches, stage_layers=1, tensors_per_layer=1,
+                 group=None, stride=None):
     """Seconds of data-parallel traffic the step waits for (arrays over configs).
 
     ``stage_layers`` and ``tensors_per_layer`` count the separate all-gathers of sharded weights
     (one per layer, or one per parameter tensor when the engine gathers that way); each pays the
     collective's latency on top of the bandwidth term of the whole stage's bytes. An engine that
     gathers into per-rank views also pays one copy kernel per rank of each gather, and the copy
-    of the gathered bytes (read and write) through HBM.
+    of the gathered bytes (read and write) through HBM. ``group`` and ``stride`` default to the
+    dense parameters' data-parallel group; routed experts pass their own (edp, ep·etp apart).
     """
     recipe = work.recipe
     # Gradients are reduced over data parallel x context parallel (CP ranks share weights);
     # with rank order tp-cp-dp-pp that group's members sit tp ranks apart.
-    group = t.dp * t.cp
-    stride = t.tp
+    group = t.dp * t.cp if group is None else group
+    stride = t.tp if stride is None else stride
     reduce_kind = np.where(t.zero >= 1, "reduce_scatter", "all_reduce")
     grad_bytes = params_per_gpu * recipe.grad_reduce_bytes
     reduce_s = np.where(

@@ -20,7 +20,7 @@ from paraplan.cost_models.collectives import p2p_time_s
 from paraplan.cost_models.compute import ComputeRates, analytical_rates, gemm_time_s, memory_bound_time_s
 from paraplan.cost_models.dp_sync import dp_exposed_s
 from paraplan.cost_models.layer import ACTIVATION_BYTES, layer_times
-from paraplan.cost_models.memory import MemoryBreakdown, memory_breakdown, stored_layer_bytes
+from paraplan.cost_models.memory import MemoryBreakdown, expert_data_parallel, memory_breakdown, stored_layer_bytes
 from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.cost_models.stages import stage_layout
 from paraplan.cost_models.table import ConfigTable, Workload
@@ -41,6 +41,8 @@ class EstimateTable:
     """Forward, backward and recompute kernels on the slowest stage, all micro-batches."""
     tp_comm_s: np.ndarray
     cp_comm_s: np.ndarray
+    ep_comm_s: np.ndarray
+    """Expert dispatch and combine all-to-alls (and etp gathers) on the slowest stage."""
     pp_comm_s: np.ndarray
     bubble_s: np.ndarray
     """Pipeline fill and drain."""
@@ -93,7 +95,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTa
     m = work.global_batch / (t.dp * t.mbs)
     tokens = t.mbs * work.seq_len / t.cp
     lt = layer_times(model, work, t, rates, cluster)
-    layout = stage_layout(model, t.tp, t.pp, t.vpp)
+    layout = stage_layout(model, t.tp, t.pp, t.vpp, t.ep * t.etp)
     embed_s, output_s = _edge_times(model, t, tokens, rates)
 
     layer_compute = lt.forward_compute_s + lt.backward_compute_s + lt.recompute_s
@@ -104,7 +106,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTa
     middle_compute = layout.middle_layers * layer_compute
     single = t.pp == 1
     first_compute = _pick(single, first_compute + output_s, first_compute)
-    comm_layer = lt.tp_comm_s + lt.cp_comm_s
+    comm_layer = lt.tp_comm_s + lt.cp_comm_s + lt.ep_comm_s
     first_t = first_compute + layout.first_layers * comm_layer
     last_t = _pick(single, first_t, last_compute + layout.last_layers * comm_layer)
     middle_t = _pick(t.pp >= 3, middle_compute + layout.middle_layers * comm_layer, 0.0)
@@ -122,16 +124,24 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTa
 
     stage_params = np.maximum(layout.first_params, layout.last_params)
     stage_layers = np.maximum(layout.first_layers, layout.last_layers)
-    dp_comm = dp_exposed_s(work, t, cluster, rates, stage_params, model.layer_params() / t.tp, slowest, m,
-                           stage_layers, model.layer_param_tensors())
+    dp_comm = dp_exposed_s(work, t, cluster, rates, stage_params, model.shared_params_per_layer_mean() / t.tp, slowest,
+                           m, stage_layers, model.layer_param_tensors())
     updated = stage_params / np.where(t.zero >= 1, t.dp * t.cp, 1)
+    if model.is_moe:  # routed experts reduce over their own data-parallel group, ep·etp ranks apart
+        edp = expert_data_parallel(t)
+        expert_params = np.maximum(layout.first_expert_params, layout.last_expert_params)
+        dp_comm = dp_comm + dp_exposed_s(work, t, cluster, rates, expert_params,
+                                         model.routed_params_per_layer_mean() / (t.ep * t.etp), slowest, m,
+                                         stage_layers, model.layer_param_tensors(), group=edp, stride=t.ep * t.etp)
+        updated = updated + expert_params / np.where(t.zero >= 1, edp, 1)
     optimizer = memory_bound_time_s(updated * OPTIMIZER_BYTES_PER_PARAM, OPTIMIZER_KERNELS, rates)
 
     tp_total = m * critical_layers * lt.tp_comm_s
     cp_total = m * critical_layers * lt.cp_comm_s
+    ep_total = m * critical_layers * lt.ep_comm_s
     offload_total = m * offload  # offload needs pp = 1: the only stage is the slowest
-    compute_total = m * slowest - tp_total - cp_total - offload_total
-    step = compute_total + tp_total + cp_total + offload_total + pp_comm + bubble + dp_comm + optimizer
+    compute_total = m * slowest - tp_total - cp_total - ep_total - offload_total
+    step = compute_total + tp_total + cp_total + ep_total + offload_total + pp_comm + bubble + dp_comm + optimizer
 
     num_gpus = t.tp * t.pp * t.dp * t.cp
     tokens_per_s = work.global_batch * work.seq_len / step
@@ -141,7 +151,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTa
     per_gpu_flops = flops_per_token * tokens_per_s / num_gpus
     memory = memory_breakdown(model, work, t, layout, m, layer_bytes)
     return EstimateTable(
-        step_time_s=step, compute_s=compute_total, tp_comm_s=tp_total, cp_comm_s=cp_total, pp_comm_s=pp_comm,
+        step_time_s=step, compute_s=compute_total, tp_comm_s=tp_total, cp_comm_s=cp_total, ep_comm_s=ep_total,
+        pp_comm_s=pp_comm,
         bubble_s=bubble, dp_comm_s=dp_comm, offload_s=offload_total, optimizer_s=optimizer, num_microbatches=m,
         tokens_per_s=tokens_per_s, tokens_per_s_per_gpu=tokens_per_s / num_gpus,
         model_flops_per_s_per_gpu=per_gpu_flops, mfu=per_gpu_flops / peak,

@@ -27,6 +27,7 @@ from paraplan.cost_models.compute import (
     unfused_attention_time_s,
 )
 from paraplan.cost_models.model_spec import ModelSpec
+from paraplan.cost_models.moe import moe_block_times
 from paraplan.cost_models.table import ConfigTable, Workload
 from paraplan.hardware_profiles import ClusterSpec
 
@@ -47,29 +48,54 @@ class LayerTimes:
     """Exposed tensor-parallel collectives, forward + backward (+ recomputed forward)."""
     cp_comm_s: np.ndarray
     """Exposed context-parallel ring traffic (what attention compute does not hide)."""
+    ep_comm_s: np.ndarray
+    """Expert dispatch and combine (all-to-all over ep, gathers over etp), layer mean."""
 
 
-def _gemm_forward_s(model: ModelSpec, tokens, tp, rates: ComputeRates):
-    """(all weight GEMMs, the down projection alone) forward seconds."""
-    h, q, kv, f = model.hidden_size, model.q_width, model.kv_width, model.ffn_size
-    up_width = f * (model.mlp_matrices - 1)
+def _attention_gemms_s(model: ModelSpec, tokens, tp, rates: ComputeRates):
+    """Forward seconds of the attention projections. MLA (DeepSeek): the query and KV down
+    projections to their latents are replicated across TP; the up projections and the output
+    projection are split over heads."""
+    h, a = model.hidden_size, model.num_heads
+    if not model.is_mla:
+        return gemm_time_s(tokens, (model.q_width + 2 * model.kv_width) / tp, h, rates) \
+            + gemm_time_s(tokens, h, model.q_width / tp, rates)
+    q_heads = a * model.qk_head_dim / tp
+    query = (gemm_time_s(tokens, model.q_lora_rank, h, rates) + gemm_time_s(tokens, q_heads, model.q_lora_rank, rates)
+             if model.q_lora_rank else gemm_time_s(tokens, q_heads, h, rates))
+    kv_down = gemm_time_s(tokens, model.kv_lora_rank + model.qk_rope_head_dim, h, rates)
+    kv_up = gemm_time_s(tokens, a * (model.qk_nope_head_dim + model.v_head_dim) / tp, model.kv_lora_rank, rates)
+    return query + kv_down + kv_up + gemm_time_s(tokens, h, a * model.v_head_dim / tp, rates)
+
+
+def _dense_mlp_gemms_s(model: ModelSpec, tokens, tp, rates: ComputeRates):
+    """(up + down, down alone) forward seconds of a dense layer's MLP."""
+    h, f = model.hidden_size, model.ffn_size
     down = gemm_time_s(tokens, h, f / tp, rates)
-    return (gemm_time_s(tokens, (q + 2 * kv) / tp, h, rates)
-            + gemm_time_s(tokens, h, q / tp, rates)
-            + gemm_time_s(tokens, up_width / tp, h, rates)
-            + down), down
+    return gemm_time_s(tokens, f * (model.mlp_matrices - 1) / tp, h, rates) + down, down
 
 
 def _elementwise_bytes_per_token(model: ModelSpec, tp, sp, precision: str):
-    """HBM bytes moved per token by the memory-bound ops of one layer forward."""
+    """HBM bytes moved per token by the memory-bound ops of one layer forward (the MoE block's own
+    element-wise kernels are priced in moe.py; a dense MLP's activation counts here, layer mean)."""
     h, q, kv, f = model.hidden_size, model.q_width, model.kv_width, model.ffn_size
+    dense_frac = model.num_dense_layers / model.num_layers
     replicated = np.where(sp == 1, tp, 1)
     norms_and_adds = (2 * 2 + 2 * 3) * h * ACTIVATION_BYTES / replicated  # norm: r+w, add: 2r+w
-    activation = (3 if model.gated_mlp else 2) * f * ACTIVATION_BYTES / tp
+    activation = dense_frac * (3 if model.gated_mlp else 2) * f * ACTIVATION_BYTES / tp
     rotary = 2 * (q + kv) * ACTIVATION_BYTES / tp if model.position == "rope" else 0.0
     # Low-precision GEMMs cast each input: read 16-bit, write the narrow copy (about 1 byte).
-    casts = 3.0 * (2 * h + (q + f) / tp) if precision in ("fp8", "fp4") else 0.0
+    casts = 3.0 * (2 * h + (q + dense_frac * f) / tp) if precision in ("fp8", "fp4") else 0.0
     return norms_and_adds + activation + rotary + casts
+
+
+def causal_keys_per_query(model: ModelSpec, seq_len: int) -> float:
+    """Keys a causal query attends to, averaged over queries and layers: s/2 under full attention;
+    w − w²/(2s) in a sliding window of w keys (query i sees min(i + 1, w))."""
+    window = min(model.sliding_window, seq_len) if model.sliding_window else seq_len
+    windowed = window - window * window / (2.0 * seq_len)
+    full_layers = model.num_layers - model.sliding_layers
+    return (model.sliding_layers * windowed + full_layers * seq_len / 2.0) / model.num_layers
 
 
 def _tp_comm_s(model: ModelSpec, tokens, t: ConfigTable, cluster: ClusterSpec, recompute_stops_early: bool):
@@ -77,8 +103,10 @@ def _tp_comm_s(model: ModelSpec, tokens, t: ConfigTable, cluster: ClusterSpec, r
     the recomputed forward's two (one when recompute stops before the down projection)."""
     size = tokens * model.hidden_size * ACTIVATION_BYTES
     per_collective = collective_time_s("all_reduce", size, t.tp, 1, cluster)
-    recomputed = np.where(t.recompute == 2, 1.0 if recompute_stops_early else 2.0, 0.0)
-    return (4.0 + recomputed) * per_collective
+    # An MoE block without a shared expert has no TP collective: its tokens stay sequence-sharded.
+    mlp = (model.num_dense_layers + (model.num_moe_layers if model.shared_expert_ffn_size else 0)) / model.num_layers
+    recomputed = np.where(t.recompute == 2, 1.0 if recompute_stops_early else 1.0 + mlp, 0.0)
+    return (2.0 * (1.0 + mlp) + recomputed) * per_collective
 
 
 def _attention_core_s(model: ModelSpec, work: Workload, tokens, tp, rates: ComputeRates):
@@ -86,7 +114,9 @@ def _attention_core_s(model: ModelSpec, work: Workload, tokens, tp, rates: Compu
     if rates.attention_kernel == "unfused":
         score_elements = tokens * work.seq_len * model.num_heads / tp
         return unfused_attention_time_s(score_elements, work.seq_len, model.head_dim, model.dropout, rates)
-    return flash_attention_time_s(2.0 * tokens * work.seq_len * model.q_width / tp, rates)  # causal half of 4·s·q
+    keys = causal_keys_per_query(model, work.seq_len)
+    return flash_attention_time_s(2.0 * tokens * keys * model.num_heads * (model.qk_head_dim + model.value_head_dim)
+                                  / tp, rates)
 
 
 def _cp_comm_s(model: ModelSpec, tokens, t: ConfigTable, cluster: ClusterSpec, attention_fwd_s, attention_bwd_s):
@@ -102,17 +132,20 @@ def _cp_comm_s(model: ModelSpec, tokens, t: ConfigTable, cluster: ClusterSpec, a
 
 def layer_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: ComputeRates,
                 cluster: ClusterSpec) -> LayerTimes:
-    """Itemised time of one layer for one micro-batch."""
+    """Itemised time of one layer for one micro-batch (the mean over dense and MoE layers)."""
     tokens = t.mbs * work.seq_len / t.cp
-    gemm, down_projection = _gemm_forward_s(model, tokens, t.tp, rates)
+    dense_frac, moe_frac = model.num_dense_layers / model.num_layers, model.num_moe_layers / model.num_layers
+    mlp, down_projection = _dense_mlp_gemms_s(model, tokens, t.tp, rates)
+    moe = moe_block_times(model, work, t, rates, cluster) if model.is_moe else None
+    gemm = _attention_gemms_s(model, tokens, t.tp, rates) + dense_frac * mlp
     attention, attention_bwd = _attention_core_s(model, work, tokens, t.tp, rates)
     elementwise = memory_bound_time_s(
         tokens * _elementwise_bytes_per_token(model, t.tp, t.sp, work.precision), ELEMENTWISE_KERNELS_PER_LAYER,
         rates,
     )
-    forward = gemm + attention + elementwise
-    backward = 2.0 * gemm + attention_bwd + 2.0 * elementwise
-    full_recompute = forward - (down_projection if work.recompute_stops_early else 0.0)
+    forward = gemm + attention + elementwise + (moe_frac * moe.forward_compute_s if moe else 0.0)
+    backward = 2.0 * (gemm + elementwise) + attention_bwd + (moe_frac * moe.backward_compute_s if moe else 0.0)
+    full_recompute = forward - (dense_frac * down_projection if work.recompute_stops_early else 0.0)
     recompute = np.select([t.recompute == 2, t.recompute == 1], [full_recompute, attention], 0.0)
     return LayerTimes(
         forward_compute_s=forward,
@@ -120,4 +153,6 @@ def layer_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: Compute
         recompute_s=recompute,
         tp_comm_s=_tp_comm_s(model, tokens, t, cluster, work.recompute_stops_early),
         cp_comm_s=_cp_comm_s(model, tokens, t, cluster, attention, attention_bwd),
+        # Full recompute runs the dispatch and combine of the forward again: 6 all-to-alls, not 4.
+        ep_comm_s=moe_frac * moe.expert_comm_s * np.where(t.recompute == 2, 1.5, 1.0) if moe else np.zeros(len(t)),
     )

@@ -21,6 +21,7 @@ import numpy as np
 
 from paraplan.cost_models.layer import ACTIVATION_BYTES
 from paraplan.cost_models.model_spec import ModelSpec
+from paraplan.cost_models.moe import moe_activation_bytes_per_token
 from paraplan.cost_models.stages import StageLayout
 from paraplan.cost_models.table import ConfigTable, Workload
 from paraplan.hardware_profiles.units import BYTES_PER_GIB
@@ -52,19 +53,33 @@ class MemoryBreakdown:
     """0 = first stage, 1 = last stage."""
 
 
-def layer_activation_bytes_per_token(model: ModelSpec, tp, sp, recompute, gemm_input_bytes: float = 2.0):
-    """Activation bytes one layer stores per token for its backward, on one GPU.
+def _attention_stored_widths(model: ModelSpec) -> tuple[int, int, int]:
+    """(Q, K, V width; output-projection input width; latent width) one layer's attention saves.
+    MLA materialises per-head K and V from its latents and also saves the latents (replicated)."""
+    if model.is_mla:
+        a = model.num_heads
+        return a * (2 * model.qk_head_dim + model.v_head_dim), a * model.v_head_dim, \
+            model.q_lora_rank + model.kv_lora_rank
+    return model.q_width + 2 * model.kv_width, model.q_width, 0
+
+
+def layer_activation_bytes_per_token(model: ModelSpec, tp, sp, recompute, gemm_input_bytes: float = 2.0, etp=1):
+    """Activation bytes one layer stores per token for its backward, on one GPU (mean over dense
+    and MoE layers; the MoE block's share is :func:`moe.moe_activation_bytes_per_token`).
 
     ``gemm_input_bytes``: the copy of each GEMM input saved for the weight gradient is kept in
     the GEMM precision (Transformer Engine saves the fp8 cast: 1 byte).
     """
-    h, q, kv, f = model.hidden_size, model.q_width, model.kv_width, model.ffn_size
+    h, f = model.hidden_size, model.ffn_size
+    qkv, out, latent = _attention_stored_widths(model)
+    dense_frac, moe_frac = model.num_dense_layers / model.num_layers, model.num_moe_layers / model.num_layers
     gate = 2 if model.gated_mlp else 1
     seq_shard = np.where(np.asarray(sp) == 1, tp, 1)
-    norm_inputs, gemm_inputs = ACTIVATION_BYTES * 2 * h, gemm_input_bytes * 2 * h
+    norm_inputs, gemm_inputs = ACTIVATION_BYTES * 2 * h, gemm_input_bytes * (2 * h + latent)
     replicated = norm_inputs + gemm_inputs + (2 * h if model.dropout else 0)
-    sharded = ACTIVATION_BYTES * ((q + 2 * kv) + gate * f) + gemm_input_bytes * (q + f)
-    stored = replicated / seq_shard + sharded / np.asarray(tp, dtype=float)
+    sharded = ACTIVATION_BYTES * qkv + gemm_input_bytes * out + dense_frac * (ACTIVATION_BYTES * gate + gemm_input_bytes) * f
+    moe = moe_frac * moe_activation_bytes_per_token(model, tp, etp, gemm_input_bytes) if model.is_moe else 0.0
+    stored = replicated / seq_shard + sharded / np.asarray(tp, dtype=float) + moe
     layer_input = ACTIVATION_BYTES * h / seq_shard
     return np.where(np.asarray(recompute) == 2, layer_input, stored)
 
@@ -74,6 +89,12 @@ def attention_scores_bytes_per_token(model: ModelSpec, seq_len: int, tp):
     1-byte mask and 2-byte output: 5·a·s bytes per token with dropout, 2·a·s without (/tp)."""
     per_score = 5.0 if model.dropout else 2.0
     return per_score * model.num_heads * seq_len / np.asarray(tp, dtype=float)
+
+
+def expert_data_parallel(t: ConfigTable):
+    """Size of the routed experts' data-parallel group: the tp·dp·cp ranks of a pipeline stage
+    that hold the same expert shard (Megatron-core's expert_data_parallel_size)."""
+    return t.tp * t.dp * t.cp // (t.ep * t.etp)
 
 
 def _in_flight(pp, vpp, num_microbatches):
@@ -102,7 +123,7 @@ def stored_layer_bytes(model: ModelSpec, work: Workload, t: ConfigTable):
     offloaded layer copies to the host and back."""
     tokens = t.mbs * work.seq_len / t.cp
     per_layer = tokens * layer_activation_bytes_per_token(model, t.tp, t.sp, t.recompute,
-                                                          _gemm_input_bytes(work.precision))
+                                                          _gemm_input_bytes(work.precision), t.etp)
     # Unfused attention also stores its score matrices unless recompute redoes the attention core.
     return per_layer + np.where(t.recompute == 0, _scores_bytes(model, work, t, tokens), 0.0)
 
@@ -127,11 +148,13 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
     logits = LOGITS_BYTES * tokens * model.vocab_size / t.tp
     # While one layer is recomputed in backward: its whole activations (full) and its scores (both).
     recomputed_layer = tokens * layer_activation_bytes_per_token(model, t.tp, t.sp, np.zeros_like(t.recompute),
-                                                                 gemm_input_bytes)
+                                                                 gemm_input_bytes, t.etp)
     working_set = np.where(t.recompute == 2, recomputed_layer, 0.0) + np.where(t.recompute >= 1, scores, 0.0)
     # States shard over the data-parallel group including context parallel (Megatron's
     # dp-cp group, torchtitan's dp_shard x cp mesh): CP ranks hold the same weights.
     weights_frac, grads_frac, optim_frac = recipe.sharded_bytes_per_param(t.zero, t.dp * t.cp)
+    # Routed experts shard over their own data-parallel group, edp = tp·dp·cp / (ep·etp).
+    expert_fracs = recipe.sharded_bytes_per_param(t.zero, expert_data_parallel(t))
     # Sharded weights are gathered a layer at a time (the gathered copy, the prefetched next one and
     # its gradient); engines that gather per parameter tensor hold only the largest tensors.
     unit_params = model.largest_layer_tensor_params() if recipe.gathers_per_tensor else model.layer_params()
@@ -140,23 +163,24 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
     # Reshard-after-backward only (FSDP SHARD_GRAD_OP): the whole stage stays gathered in compute.
     stage_gathered = np.where((t.zero == 2) & (recipe.weights_sharded_from_zero == 2), 1.0, 0.0)
 
-    def stage_total(params, acts, stage_logits):
-        states = params * (weights_frac + grads_frac + optim_frac)
+    def stage_total(params, expert_params, acts, stage_logits):
+        states = params * (weights_frac + grads_frac + optim_frac) + expert_params * sum(expert_fracs)
         transient = gathered + stage_gathered * params * recipe.param_gather_bytes + working_set
         return states + acts + stage_logits + transient
 
     pp1 = t.pp == 1
-    first_total = stage_total(layout.first_params, first_acts, np.where(pp1, logits, 0.0))
-    last_total = stage_total(layout.last_params, last_acts, logits)
+    first_total = stage_total(layout.first_params, layout.first_expert_params, first_acts, np.where(pp1, logits, 0.0))
+    last_total = stage_total(layout.last_params, layout.last_expert_params, last_acts, logits)
     worst_last = (last_total > first_total) & ~pp1
     params = np.where(worst_last, layout.last_params, layout.first_params)
+    experts = np.where(worst_last, layout.last_expert_params, layout.first_expert_params)
     acts = np.where(worst_last, last_acts, first_acts)
     used = np.maximum(first_total, np.where(pp1, 0.0, last_total))
     reserve = FIXED_RESERVE_BYTES + ALLOCATOR_FRAGMENTATION_FRAC * used
     return MemoryBreakdown(
-        weights_bytes=params * weights_frac,
-        grads_bytes=params * grads_frac,
-        optimizer_bytes=params * optim_frac,
+        weights_bytes=params * weights_frac + experts * expert_fracs[0],
+        grads_bytes=params * grads_frac + experts * expert_fracs[1],
+        optimizer_bytes=params * optim_frac + experts * expert_fracs[2],
         activations_bytes=acts,
         logits_bytes=np.where(worst_last | pp1, logits, 0.0),
         transient_bytes=gathered + stage_gathered * params * recipe.param_gather_bytes + working_set,

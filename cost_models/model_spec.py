@@ -233,6 +233,15 @@ class ModelSpec:
         """Parameters one token touches in an MoE layer: all but the routed experts it does not visit."""
         return self.moe_layer_params() - (self.num_experts - self.experts_per_token) * self.expert_params()
 
+    def routed_params_per_layer_mean(self) -> float:
+        """Routed-expert parameters per decoder layer, averaged over all layers (0 for dense models)."""
+        return self.num_moe_layers * self.num_experts * self.expert_params() / self.num_layers
+
+    def shared_params_per_layer_mean(self) -> float:
+        """Parameters outside the routed experts per decoder layer, averaged over all layers: attention,
+        norms and the dense MLP, or the router and shared expert (a dense model's ``layer_params``)."""
+        return self.decoder_params() / self.num_layers - self.routed_params_per_layer_mean()
+
     def decoder_params(self) -> int:
         """All decoder layers of the main stack."""
         return self.num_dense_layers * self.layer_params() + self.num_moe_layers * self.moe_layer_params()

@@ -25,6 +25,10 @@ class StageLayout:
     """Parameters on one GPU of the first stage (already divided by tp)."""
     last_params: np.ndarray
     """Parameters on one GPU of the last stage (already divided by tp)."""
+    first_expert_params: np.ndarray
+    """Routed-expert parameters on one GPU of the first stage (already divided by ep·etp)."""
+    last_expert_params: np.ndarray
+    """Routed-expert parameters on one GPU of the last stage (already divided by ep·etp)."""
 
 
 def even_split(num_layers: int, pp, vpp):
@@ -37,8 +41,11 @@ def edge_accounted_split(num_layers: int, pp, vpp):
     return (num_layers + 2) % (np.asarray(pp) * np.asarray(vpp)) == 0
 
 
-def stage_layout(model: ModelSpec, tp, pp, vpp) -> StageLayout:
-    """Layers and per-GPU parameters by stage (vectorized)."""
+def stage_layout(model: ModelSpec, tp, pp, vpp, expert_shards=1) -> StageLayout:
+    """Layers and per-GPU parameters by stage (vectorized). Routed experts are split over
+    ``expert_shards`` = ep·etp GPUs, everything else over tp. MoE and dense layers are spread
+    evenly (each stage holds the layer mean), which is exact for models whose layers are all
+    MoE and close for DeepSeek-V3 (3 dense of 61, with about the FLOPs of an MoE layer)."""
     layers = model.num_layers
     pp = np.asarray(pp)
     even = even_split(layers, pp, vpp)
@@ -47,10 +54,13 @@ def stage_layout(model: ModelSpec, tp, pp, vpp) -> StageLayout:
     single = pp == 1
     first = np.where(single, layers, edge)
     last = np.where(single, layers, edge)
-    layer_params = model.layer_params()
+    layer_params = model.shared_params_per_layer_mean()
+    expert_params = model.routed_params_per_layer_mean()
     # With pp > 1 and tied embeddings the last stage keeps its own copy of the word embedding.
     tied_copy = np.where(single, 0, model.vocab_size * model.hidden_size if model.tied_embeddings else 0)
     first_params = first * layer_params + model.embedding_params() + np.where(single, model.output_params(), 0)
     last_params = np.where(single, first_params, last * layer_params + model.output_params() + tied_copy)
     tp = np.asarray(tp, dtype=float)
-    return StageLayout(first, per_stage, last, first_params / tp, last_params / tp)
+    expert_shards = np.asarray(expert_shards, dtype=float)
+    return StageLayout(first, per_stage, last, first_params / tp, last_params / tp,
+                       first * expert_params / expert_shards, last * expert_params / expert_shards)

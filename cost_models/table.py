@@ -12,6 +12,7 @@ import numpy as np
 
 from paraplan.cost_models.model_spec import AttentionFlops
 from paraplan.cost_models.recipes import StateRecipe
+from paraplan.cost_models.routing import RoutingStats
 
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2}
 RECOMPUTE_NAMES = {code: name for name, code in RECOMPUTE_CODES.items()}
@@ -19,7 +20,7 @@ RECOMPUTE_NAMES = {code: name for name, code in RECOMPUTE_CODES.items()}
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConfigTable:
-    """Parallel configurations as equal-length int64 columns (rank order tp-cp-dp-pp)."""
+    """Parallel configurations as equal-length int64 columns (rank order tp-cp-dp-pp; experts etp-ep-edp-pp)."""
 
     tp: np.ndarray
     """Tensor-parallel degree."""
@@ -29,6 +30,10 @@ class ConfigTable:
     """Data-parallel degree."""
     cp: np.ndarray
     """Context-parallel degree (ring attention)."""
+    ep: np.ndarray
+    """Expert-parallel degree: routed experts are split over ep ranks (1 for dense models)."""
+    etp: np.ndarray
+    """Expert tensor-parallel degree: each expert's MLP is split over etp ranks (divides tp)."""
     vpp: np.ndarray
     """Virtual pipeline stages per pipeline rank (1 = plain 1F1B)."""
     mbs: np.ndarray
@@ -82,3 +87,13 @@ class Workload:
     early stop), so the down projection that closes each layer is not run again."""
     flops_convention: AttentionFlops = "full"
     """Attention FLOPs counted in MFU: ``full`` (PaLM, Megatron Eq. 3) or ``causal`` (half)."""
+    expert_imbalance: float | None = None
+    """Busiest EP rank's routed tokens over the mean (≥ 1; 1 = force-balanced routing, as NVIDIA's
+    MoE benchmarks run); None = a balanced router's sampling noise (moe.expert_imbalance)."""
+    routing: RoutingStats | None = None
+    """Measured routing statistics; when given they set the imbalance per ep degree."""
+
+    def __post_init__(self) -> None:
+        if self.expert_imbalance is not None and not self.expert_imbalance >= 1.0:
+            raise ValueError(f"expert load imbalance must be >= 1 (busiest rank over the mean), "
+                             f"got {self.expert_imbalance}")

@@ -50,6 +50,10 @@ class EngineRules:
     """Saved activations of some layers can live in host memory (pp = 1, no recompute)."""
     recompute_stops_early: bool
     """Full recompute uses PyTorch's non-reentrant checkpoint, which stops at the last saved tensor."""
+    expert_ranks_from: tuple[str, ...]
+    """Axes whose ranks the expert groups are carved from: ep·etp must divide their product."""
+    etp_choices: Literal["divisors_of_tp", "one_or_tp", "one"]
+    """Expert tensor-parallel degrees the engine offers."""
     source: str
     """Where these rules come from."""
 
@@ -61,13 +65,16 @@ ENGINES: dict[str, EngineRules] = {
         recompute_modes=("none", "selective", "full"), edge_accounted_stages=True,
         interleaved_needs_pp_multiple=True, attention_kernels=("fused", "flash", "unfused"),
         kernel_stack="transformer_engine", activation_offload=True, recompute_stops_early=False,
+        expert_ranks_from=("tp", "dp", "cp"), etp_choices="divisors_of_tp",
         source=(
             "Megatron-LM core_v0.16 arguments: --use-distributed-optimizer, --use-megatron-fsdp, "
             "--sequence-parallel needs TP > 1, --num-layers-per-virtual-pipeline-stage, "
             "--account-for-embedding/loss-in-pipeline-split, --recompute-granularity, "
             "--attention-backend fused|flash|unfused (auto picks Transformer Engine's cuDNN fused attention), "
             "--cpu-offloading-num-layers (Transformer Engine activation offload; Megatron-core refuses it "
-            "with pp > 1 or with recompute, and needs at least one layer left on the GPU)"
+            "with pp > 1 or with recompute, and needs at least one layer left on the GPU), "
+            "--expert-model-parallel-size / --expert-tensor-parallel-size (MoE parallel folding: expert groups "
+            "etp-ep-edp are carved from the tp·dp·cp ranks of a stage; MoE with TP needs --sequence-parallel)"
         ),
     ),
     "deepspeed": EngineRules(
@@ -75,11 +82,12 @@ ENGINES: dict[str, EngineRules] = {
         supports_cp=False, supports_interleaved=False, sp_modes_with_tp=(0,),
         recompute_modes=("none", "full"), edge_accounted_stages=False, interleaved_needs_pp_multiple=False,
         attention_kernels=("flash", "unfused"), kernel_stack="pytorch", activation_offload=False,
-        recompute_stops_early=False,
+        recompute_stops_early=False, expert_ranks_from=("dp",), etp_choices="one",
         source=("DeepSpeed (ZeRO-3 costed as its 2021 releases ran it, see recipes.DEEPSPEED_MIXED): PipelineEngine "
                 "supports ZeRO-1 only; activation checkpointing is per layer (full); "
                 "deepspeed.checkpointing is reentrant and reruns the whole layer; attention is the model's own "
-                "(flash-attn 2 / SDPA, or the unfused reference path)"),
+                "(flash-attn 2 / SDPA, or the unfused reference path); DeepSpeed-MoE forms expert-parallel groups "
+                "inside data parallel (ep_size divides dp)"),
     ),
     "torchtitan": EngineRules(
         name="torchtitan", recipe=FSDP2_MIXED, low_precision_recipe=FSDP2_MIXED, zero_stages=(0, 2, 3), max_zero_with_pp=3,
@@ -87,12 +95,14 @@ ENGINES: dict[str, EngineRules] = {
         recompute_modes=("none", "selective", "full"), edge_accounted_stages=False,
         interleaved_needs_pp_multiple=False, attention_kernels=("flash", "fused"),
         kernel_stack="pytorch", activation_offload=False, recompute_stops_early=True,
+        expert_ranks_from=("dp", "cp"), etp_choices="one_or_tp",
         source=(
             "torchtitan 0.3: scaled_dot_product_attention (flash backend by default, cuDNN backend on request), "
             "FSDP2 (reshard_after_forward = ZeRO-3, never = ZeRO-2), DDP replicate, "
             "TP with SequenceParallel norms, Interleaved1F1B, context_parallel ring attention, "
             "activation_checkpoint mode none/selective/full through torch.utils.checkpoint with "
-            "use_reentrant=False (early stop on: recomputation ends at the last tensor backward needs)"
+            "use_reentrant=False (early stop on: recomputation ends at the last tensor backward needs), "
+            "expert_parallel_degree borrowed from dp_shard·cp and expert_tensor_parallel_degree 1 or tp"
         ),
     ),
 }

@@ -43,13 +43,6 @@ class TrainingJob:
             raise ValueError(f"flops convention must be full or causal, got {self.flops_convention!r}")
         if not 0 <= self.memory_headroom_frac < 1:
             raise ValueError(f"memory headroom must be a fraction in [0, 1), got {self.memory_headroom_frac}")
-        windowed = bool(self.model.sliding_layers) and self.seq_len > self.model.sliding_window
-        if self.model.is_moe or self.model.is_mla or windowed:
-            kinds = [kind for kind, has in (("Mixture-of-Experts layers", self.model.is_moe),
-                                            ("latent attention (MLA)", self.model.is_mla),
-                                            ("sliding-window attention shorter than the sequence", windowed)) if has]
-            raise ValueError(f"model {self.model.name} has {' and '.join(kinds)}: 'models show' reads it, but "
-                             f"plan and evaluate price dense full-attention models only so far")
         rules = engine_rules(self.engine)
         if self.attention != "auto" and self.attention not in rules.attention_kernels:
             raise ValueError(f"attention {self.attention!r} is not available with engine {self.engine} "
@@ -124,7 +117,8 @@ def configs_to_table(configs: list[ParallelConfig]) -> ConfigTable:
     """Stack configurations into the cost model's column table."""
     return ConfigTable.from_columns(
         tp=[c.tp for c in configs], pp=[c.pp for c in configs], dp=[c.dp for c in configs],
-        cp=[c.cp for c in configs], vpp=[c.vpp for c in configs], mbs=[c.mbs for c in configs],
+        cp=[c.cp for c in configs], ep=[c.ep for c in configs], etp=[c.etp for c in configs],
+        vpp=[c.vpp for c in configs], mbs=[c.mbs for c in configs],
         zero=[c.zero for c in configs], recompute=[RECOMPUTE_CODES[c.recompute] for c in configs],
         sp=[int(c.sp) for c in configs], offload=[c.offload for c in configs],
     )

@@ -20,7 +20,7 @@ from paraplan.planner.json_schema import validate_instance
 from paraplan.planner.layout import RANK_ORDER, stage_layers
 
 SCHEMA_VERSION = 1
-_BREAKDOWN = ("compute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s", "bubble_s", "dp_comm_s", "offload_s",
+_BREAKDOWN = ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s", "bubble_s", "dp_comm_s", "offload_s",
               "optimizer_s")
 _MEMORY = ("weights_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes", "logits_bytes",
            "transient_bytes", "reserve_bytes")
@@ -44,6 +44,7 @@ def config_at(table: ConfigTable, row: int) -> ParallelConfig:
     """The ParallelConfig of one table row."""
     return ParallelConfig(
         tp=int(table.tp[row]), pp=int(table.pp[row]), dp=int(table.dp[row]), cp=int(table.cp[row]),
+        ep=int(table.ep[row]), etp=int(table.etp[row]),
         vpp=int(table.vpp[row]), mbs=int(table.mbs[row]), zero=int(table.zero[row]),
         recompute=RECOMPUTE_NAMES[int(table.recompute[row])], sp=bool(table.sp[row]),
         offload=int(table.offload[row]),

@@ -1,6 +1,6 @@
 """Enumerate every parallel configuration for a job and say why each rejected one is invalid.
 
-Two passes keep the table small: first the (tp, pp, cp) shapes, then, for the valid shapes,
+Two passes keep the table small: first the (tp, pp, cp, ep, etp) shapes, then, for the valid shapes,
 every (vpp, mbs, zero, recompute, sp). A shape rejected in the first pass counts for all the
 second-pass combinations it would have had, so rejection counts are per candidate. Activation
 offload exists only without pipeline parallelism or recompute, so a free search adds its
@@ -20,7 +20,7 @@ from paraplan.hardware_profiles import ClusterSpec
 from paraplan.planner.engines import EngineRules
 from paraplan.planner.job import TrainingJob
 
-AXES = ("tp", "pp", "dp", "cp", "vpp", "mbs", "zero", "recompute", "sp", "offload")
+AXES = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "offload")
 # A free search offloads 1/16, 2/16, ... of the layers: fine enough that the last step moves
 # under 7% of the activations, coarse enough to add at most 15 rows per pp = 1 candidate.
 OFFLOAD_STEPS = 16
@@ -55,6 +55,8 @@ def _free_values(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules) ->
     chunks = sorted(set(divisors(layers) + (divisors(layers + 2) if engine.edge_accounted_stages else [])))
     return {
         "tp": divisors(n), "pp": divisors(n), "cp": divisors(n), "dp": divisors(n), "vpp": chunks,
+        "ep": divisors(job.model.num_experts) if job.model.is_moe else [1],
+        "etp": divisors(cluster.domain_gpus) if job.model.is_moe else [1],
         "mbs": [d for d in divisors(job.global_batch) if d * job.seq_len <= MAX_FREE_MICROBATCH_TOKENS] or [1],
         "zero": list(engine.zero_stages),
         "recompute": [RECOMPUTE_CODES[mode] for mode in engine.recompute_modes],
@@ -63,10 +65,27 @@ def _free_values(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules) ->
     }
 
 
-def _shape_reasons(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules, tp, pp, cp) -> list[tuple]:
+def _expert_reasons(job: TrainingJob, engine: EngineRules, tp, dp, cp, ep, etp) -> list[tuple]:
+    model = job.model
+    axes = {"tp": tp, "dp": dp, "cp": cp}
+    carved = np.prod([axes[a] for a in engine.expert_ranks_from], axis=0)
+    folded = np.where("tp" in engine.expert_ranks_from, ep * etp, ep)
+    etp_ok = {"divisors_of_tp": tp % etp == 0, "one_or_tp": (etp == 1) | (etp == tp), "one": etp == 1}
+    return [
+        (((ep > 1) | (etp > 1)) & (not model.is_moe), "ep and etp apply to MoE models only"),
+        (model.num_experts % ep != 0 if model.is_moe else ep < 1, "ep does not divide the routed experts"),
+        (~etp_ok[engine.etp_choices], f"{engine.name} does not offer this expert tensor-parallel degree"),
+        (carved % np.maximum(folded, 1) != 0,
+         f"{engine.name} carves expert groups from {'·'.join(engine.expert_ranks_from)}: ep"
+         f"{'·etp' if 'tp' in engine.expert_ranks_from else ''} must divide it"),
+    ]
+
+
+def _shape_reasons(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules, tp, pp, cp, ep, etp) -> list[tuple]:
     model, n = job.model, cluster.num_gpus
     layers_ok = even_split(model.num_layers, pp, 1) | (
         engine.edge_accounted_stages & edge_accounted_split(model.num_layers, pp, 1))
+    dp = np.where(n % (tp * pp * cp) == 0, n // (tp * pp * cp), 0)
     return [
         (n % (tp * pp * cp) != 0, "tp·pp·cp does not divide the GPU count"),
         (tp > cluster.domain_gpus, "tp spans more than one NVLink domain"),
@@ -76,6 +95,7 @@ def _shape_reasons(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules, 
         ((cp > 1) & (not engine.supports_cp), f"{engine.name} has no context parallelism"),
         ((cp > 1) & (job.attention_kernel == "unfused"),
          "cp > 1 needs a flash-family attention kernel (ring attention)"),
+        *_expert_reasons(job, engine, tp, dp, cp, ep, etp),
     ]
 
 
@@ -98,6 +118,7 @@ def _detail_reasons(job: TrainingJob, engine: EngineRules, t: dict[str, np.ndarr
         ((vpp > 1) & engine.interleaved_needs_pp_multiple & (micro % pp != 0),
          "interleaved schedule needs micro-batches divisible by pp"),
         ((sp == 1) & (tp == 1), "sequence parallel needs tp > 1"),
+        ((sp == 0) & (tp > 1) & job.model.is_moe, "MoE layers with tp > 1 need sequence parallel"),
         ((tp > 1) & ~sp_allowed, f"{engine.name} does not offer this sequence-parallel setting"),
         ((zero > 0) & (dp * cp == 1), "ZeRO stage > 0 with dp·cp = 1 is the same as stage 0"),
         ((zero > engine.max_zero_with_pp) & (pp > 1), f"{engine.name} cannot combine this ZeRO stage with pp"),
@@ -133,10 +154,11 @@ def enumerate_space(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules,
         values["offload"] = [0]
     detail_axes = ("vpp", "mbs", "zero", "recompute", "sp", "offload")
     per_shape = int(np.prod([len(values[a]) for a in detail_axes]))
-    grid = np.array(list(product(values["tp"], values["pp"], values["cp"])), dtype=np.int64).reshape(-1, 3)
-    tp, pp, cp = grid.T
+    shape_axes = ("tp", "pp", "cp", "ep", "etp")
+    grid = np.array(list(product(*(values[a] for a in shape_axes))), dtype=np.int64).reshape(-1, len(shape_axes))
+    tp, pp, cp, ep, etp = grid.T
     counts: dict[str, int] = {}
-    reasons = _shape_reasons(job, cluster, engine, tp, pp, cp)
+    reasons = _shape_reasons(job, cluster, engine, tp, pp, cp, ep, etp)
     code = _first_reason(reasons, len(grid))
     dp = np.where(code == -1, cluster.num_gpus // (tp * pp * cp), 0)
     wrong_dp = (code == -1) & ~np.isin(dp, values["dp"])
@@ -145,14 +167,14 @@ def enumerate_space(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules,
     _count(counts, reasons, code, per_shape)
     keep = code == -1
     detail = np.array(list(product(*(values[a] for a in detail_axes))), dtype=np.int64).reshape(-1, len(detail_axes))
-    shapes = np.stack([tp[keep], pp[keep], dp[keep], cp[keep]], axis=1)
+    shapes = np.stack([tp[keep], pp[keep], dp[keep], cp[keep], ep[keep], etp[keep]], axis=1)
     rows = np.concatenate([np.repeat(shapes, len(detail), axis=0), np.tile(detail, (len(shapes), 1))], axis=1)
     if extra_offload:
-        offloadable = rows[(rows[:, 1] == 1) & (rows[:, 4 + detail_axes.index("recompute")] == 0)]
+        offloadable = rows[(rows[:, 1] == 1) & (rows[:, shapes.shape[1] + detail_axes.index("recompute")] == 0)]
         variants = np.repeat(offloadable, len(extra_offload), axis=0)
         variants[:, -1] = np.tile(extra_offload, len(offloadable))
         rows = np.concatenate([rows, variants])
-    columns = dict(zip(("tp", "pp", "dp", "cp") + detail_axes, rows.T))
+    columns = dict(zip(("tp", "pp", "dp", "cp", "ep", "etp") + detail_axes, rows.T))
     detail_reasons = _detail_reasons(job, engine, columns)
     code = _first_reason(detail_reasons, len(rows))
     _count(counts, detail_reasons, code, 1)

@@ -181,9 +181,3 @@ def test_models_show_and_list_report_moe_counts():
         assert text in shown.output
     listed = runner.invoke(app, ["models", "list"])
     assert listed.exit_code == 0 and "8 of 128" in listed.output and "116.83" in listed.output
-
-
-def test_plan_refuses_moe_models_until_they_are_priced():
-    result = CliRunner().invoke(app, ["plan", "mixtral-8x7b", "--cluster", "dgx-h100", "--nodes", "2",
-                                      "--seq-len", "4096", "--global-batch", "256"])
-    assert result.exit_code == 2 and "Mixture-of-Experts" in result.output and "Traceback" not in result.output

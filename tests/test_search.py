@@ -70,8 +70,23 @@ HAND_RULES = {
 }
 
 
+def _experts_valid_by_hand(tp, dp, cp, ep, etp, sp, job) -> bool:
+    model = job.model
+    if not model.is_moe:
+        return ep == etp == 1
+    if model.num_experts % ep or (tp > 1 and sp == 0):
+        return False
+    if job.engine == "megatron":  # parallel folding: etp from tp, expert groups from tp·dp·cp
+        return tp % etp == 0 and (tp * dp * cp) % (ep * etp) == 0
+    if job.engine == "torchtitan":  # ep borrowed from dp_shard·cp, etp is 1 or tp
+        return etp in (1, tp) and (dp * cp) % ep == 0
+    return etp == 1 and dp % ep == 0  # DeepSpeed-MoE: expert groups inside data parallel
+
+
 def _valid_by_hand(row, job, cluster, rules) -> bool:
-    tp, pp, dp, cp, vpp, mbs, zero, recompute, sp, offload = row
+    tp, pp, dp, cp, ep, etp, vpp, mbs, zero, recompute, sp, offload = row
+    if not _experts_valid_by_hand(tp, dp, cp, ep, etp, sp, job):
+        return False
     model, n, layers = job.model, cluster.num_gpus, job.model.num_layers
 
     def splits(chunks):
@@ -117,7 +132,7 @@ def _brute_force(job, cluster):
         considered += offload == 0
         if n % (tp * pp * cp):
             continue
-        row = (tp, pp, n // (tp * pp * cp), cp, vpp, mbs, zero, recompute, sp, offload)
+        row = (tp, pp, n // (tp * pp * cp), cp, 1, 1, vpp, mbs, zero, recompute, sp, offload)
         if _valid_by_hand(row, job, cluster, HAND_RULES[job.engine]):
             valid.add(row)
     return considered, valid
@@ -147,6 +162,32 @@ def test_space_equals_brute_force(cluster_name, nodes, engine, model_name):
     assert considered + offloading <= space.considered <= considered * (1 + 15)
     assert space.considered == len(space.table) + sum(space.rejected.values())
     assert all(count > 0 for count in space.rejected.values())
+
+
+MOE_FIXED = {"vpp": [1], "mbs": [1], "zero": [0], "recompute": [0], "offload": [0]}
+
+
+@pytest.mark.parametrize("engine", ["megatron", "torchtitan", "deepspeed"])
+def test_expert_axes_equal_brute_force(engine, h100x16):
+    """tp, pp, cp, ep, etp and sp free for Mixtral (8 experts) on 16 GPUs; other axes fixed to keep
+    the brute force small."""
+    job = _job(load_model("mixtral-8x7b"), engine=engine)
+    space = enumerate_space(job, h100x16, engine_rules(engine), MOE_FIXED)
+    n, rules, valid = 16, HAND_RULES[engine], set()
+    for tp, pp, cp, ep, etp, sp in product(divisors(n), divisors(n), divisors(n), divisors(8), divisors(8), (0, 1)):
+        if n % (tp * pp * cp) == 0:
+            row = (tp, pp, n // (tp * pp * cp), cp, ep, etp, 1, 1, 0, 0, sp, 0)
+            if _valid_by_hand(row, job, h100x16, rules):
+                valid.add(row)
+    assert len(valid) > 0 and _rows(space.table) == valid
+    assert np.any(space.table.ep > 1)
+    assert np.all(space.table.etp[space.table.ep * space.table.etp > 1] >= 1)
+
+
+def test_dense_models_keep_ep_and_etp_at_one(llama8b, h100x16):
+    space = enumerate_space(_job(llama8b), h100x16, engine_rules("megatron"), {"ep": [1, 2]})
+    assert np.all(space.table.ep == 1) and np.all(space.table.etp == 1)
+    assert "ep and etp apply to MoE models only" in space.rejected
 
 
 def test_every_row_obeys_the_rules(llama8b, h100x16):

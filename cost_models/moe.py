@@ -1,0 +1,148 @@
+"""Time and memory of one Mixture-of-Experts MLP block for one micro-batch on one GPU.
+
+Token flow (Megatron-core's all-to-all dispatcher; MoE with tp > 1 requires sequence parallel, so
+each rank routes its T/tp tokens, T = mbs·s/cp):
+  router GEMM [T/tp, E, h] and top-k → permute (copy each token k times, grouped by expert) →
+  all-to-all over the ep group (dispatch) → all-gather over etp → grouped expert GEMMs, each of
+  the E/ep local experts at its own shape [n_e, g·f_e/etp, h] and [n_e, h, f_e/etp] → reduce-scatter
+  over etp → all-to-all back (combine) → unpermute (weighted sum of the k copies).
+  The shared expert is a dense, tensor-parallel MLP on all T tokens of the TP group.
+Backward runs every GEMM twice and both all-to-alls once more. With a balanced router each rank
+receives k·T/tp token copies; the busiest rank sets the pace (``expert_imbalance``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from paraplan.cost_models.collectives import all_to_all_time_s, collective_time_s
+from paraplan.cost_models.compute import ComputeRates, gemm_time_s, memory_bound_time_s
+from paraplan.cost_models.model_spec import ModelSpec
+from paraplan.cost_models.table import ConfigTable, Workload
+from paraplan.hardware_profiles import ClusterSpec
+
+HIDDEN_BYTES = 2.0  # tokens travel and are permuted in 16-bit (Megatron's all-to-all dispatcher)
+ROUTER_PROB_BYTES = 4.0  # router logits, softmax and top-k run in fp32 (Megatron moe_router_dtype)
+# Element-wise MoE kernels per forward: router softmax + top-k, permute, unpermute, activation,
+# and the probability scaling of expert outputs.
+MOE_ELEMENTWISE_KERNELS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class MoETimes:
+    """Seconds of one MoE block per micro-batch on one GPU (arrays over configs)."""
+
+    forward_compute_s: np.ndarray
+    backward_compute_s: np.ndarray
+    expert_comm_s: np.ndarray
+    """Dispatch and combine all-to-alls (and the etp gathers), forward and backward, not overlapped."""
+
+
+def routed_copies_per_rank(model: ModelSpec, work: Workload, t: ConfigTable):
+    """Token copies one GPU's experts process per micro-batch with a balanced router: k·T/tp·etp."""
+    tokens = t.mbs * work.seq_len / t.cp
+    return model.experts_per_token * tokens / t.tp * t.etp
+
+
+def expert_imbalance(work: Workload, t: ConfigTable, copies_per_rank):
+    """The busiest EP rank's routed tokens over the mean rank's (≥ 1), per config.
+
+    From ingested routing statistics when the job has them (mean over MoE layers of the
+    contiguous placement's imbalance); a fixed factor when given (1 for force-balanced
+    benchmarks); else a balanced router's sampling noise: each copy picks a rank with
+    probability 1/ep, so a rank's count is Binomial(ep·μ, 1/ep) with σ = √(μ(1 − 1/ep)), and the
+    largest of ep near-normal counts sits about √(2 ln ep) σ above the mean μ.
+    """
+    ep = np.asarray(t.ep, dtype=float)
+    if work.routing is not None:
+        values = {int(e): float(work.routing.rank_imbalance(int(e)).mean()) for e in np.unique(t.ep)}
+        return np.vectorize(values.__getitem__, otypes=[float])(t.ep)
+    if work.expert_imbalance is not None:
+        return np.full(len(t), work.expert_imbalance)
+    sigma_over_mean = np.sqrt((1.0 - 1.0 / ep) / np.maximum(copies_per_rank / t.etp, 1.0))
+    return 1.0 + np.sqrt(2.0 * np.log(ep)) * sigma_over_mean
+
+
+def _grouped_expert_gemms_s(model: ModelSpec, copies, t: ConfigTable, rates: ComputeRates):
+    """Forward seconds of the local experts' up and down GEMMs, each at its per-expert shape, as
+    one grouped kernel (one launch per matrix, not per expert)."""
+    h, f = model.hidden_size, model.expert_ffn_size / t.etp
+    local_experts = model.num_experts / t.ep
+    per_expert_tokens = copies / local_experts
+    up = gemm_time_s(per_expert_tokens, (model.mlp_matrices - 1) * f, h, rates) - rates.kernel_overhead_s
+    down = gemm_time_s(per_expert_tokens, h, f, rates) - rates.kernel_overhead_s
+    return local_experts * (up + down) + 2.0 * rates.kernel_overhead_s
+
+
+def _shared_expert_gemms_s(model: ModelSpec, tokens, tp, rates: ComputeRates):
+    """Forward seconds of the shared expert: a dense MLP, tensor-parallel like the attention."""
+    if not model.shared_expert_ffn_size:
+        return np.zeros_like(np.asarray(tokens, dtype=float))
+    h, f = model.hidden_size, model.shared_expert_ffn_size / np.asarray(tp, dtype=float)
+    return gemm_time_s(tokens, (model.mlp_matrices - 1) * f, h, rates) + gemm_time_s(tokens, h, f, rates)
+
+
+def _elementwise_s(model: ModelSpec, routed_tokens, copies, t: ConfigTable, precision: str, rates: ComputeRates):
+    """Forward seconds of router softmax/top-k, permute, unpermute, the expert activation and the
+    fp8/fp4 casts of the expert GEMM inputs (read 16-bit, write the narrow copy)."""
+    h, f = model.hidden_size, model.expert_ffn_size / t.etp
+    router = routed_tokens * model.num_experts * ROUTER_PROB_BYTES * 3  # logits write, softmax read + write
+    permute = (routed_tokens + copies) * h * HIDDEN_BYTES * 2  # permute and unpermute: read one side, write other
+    activation = copies * ((model.mlp_matrices - 1) + 1) * f * HIDDEN_BYTES
+    casts = 3.0 * copies * (h + f) if precision in ("fp8", "fp4") else 0.0
+    return memory_bound_time_s(router + permute + activation + casts, MOE_ELEMENTWISE_KERNELS, rates)
+
+
+def _expert_comm_s(model: ModelSpec, routed_tokens, t: ConfigTable, cluster: ClusterSpec, imbalance):
+    """Dispatch and combine, forward and backward: four all-to-alls of the k copies of each routed
+    token over ep (members etp apart, Megatron's expert rank order etp-ep-edp-pp), plus an
+    all-gather and a reduce-scatter over etp around the expert GEMMs, each twice."""
+    sent = model.experts_per_token * routed_tokens * model.hidden_size * HIDDEN_BYTES
+    a2a = all_to_all_time_s(sent * imbalance, t.ep, t.etp, cluster)
+    etp_gathered = sent * t.etp * imbalance
+    etp = collective_time_s("all_gather", etp_gathered, t.etp, 1, cluster) \
+        + collective_time_s("reduce_scatter", etp_gathered, t.etp, 1, cluster)
+    return 4.0 * a2a + 2.0 * etp
+
+
+def moe_block_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: ComputeRates,
+                    cluster: ClusterSpec) -> MoETimes:
+    """Itemised time of one MoE block (router to unpermute, shared expert included)."""
+    tokens = t.mbs * work.seq_len / t.cp
+    routed_tokens = tokens / t.tp
+    copies = routed_copies_per_rank(model, work, t)
+    imbalance = expert_imbalance(work, t, copies)
+    router = gemm_time_s(routed_tokens, model.num_experts, model.hidden_size, rates)
+    experts = imbalance * _grouped_expert_gemms_s(model, copies, t, rates)
+    shared = _shared_expert_gemms_s(model, tokens, t.tp, rates)
+    elementwise = _elementwise_s(model, routed_tokens, copies * imbalance, t, work.precision, rates)
+    gemms = router + experts + shared
+    return MoETimes(
+        forward_compute_s=gemms + elementwise,
+        backward_compute_s=2.0 * gemms + 2.0 * elementwise,
+        expert_comm_s=_expert_comm_s(model, routed_tokens, t, cluster, imbalance),
+    )
+
+
+def moe_activation_bytes_per_token(model: ModelSpec, tp, etp, gemm_input_bytes: float):
+    """Bytes one MoE block stores per token of the micro-batch for its backward, on one GPU.
+
+    Per routed copy (k per token, T/tp tokens routed per rank, etp-gathered): the permuted
+    input saved for the up projection's weight gradient, the up output (activation input,
+    g·f_e/etp wide), the activation output saved for the down projection, and the expert output
+    kept for the routing-probability gradient. Per routed token: fp32 router probabilities.
+    The shared expert keeps what a dense TP-sharded MLP keeps (its input is the block input,
+    counted with the layer).
+    """
+    h, k = model.hidden_size, model.experts_per_token
+    tp = np.asarray(tp, dtype=float)
+    etp = np.asarray(etp, dtype=float)
+    f = model.expert_ffn_size / etp
+    gate = model.mlp_matrices - 1
+    per_copy = etp * (gemm_input_bytes * h + HIDDEN_BYTES * gate * f + gemm_input_bytes * f + HIDDEN_BYTES * h)
+    routed = (k * per_copy + ROUTER_PROB_BYTES * model.num_experts) / tp
+    shared_f = model.shared_expert_ffn_size / tp
+    shared = HIDDEN_BYTES * gate * shared_f + gemm_input_bytes * shared_f
+    return routed + shared
