@@ -14,6 +14,7 @@ from paraplan.cost_models.learned.learn import learn
 from paraplan.cost_models.learned.megatron_runs import predict_step_s
 from paraplan.cost_models.learned.provider import compute_rates
 from paraplan.cost_models.learned.step_calibration import evaluate_step_calibration
+from paraplan.errors import InputError
 from paraplan.hardware_profiles import load_gpu, quick_cluster
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.search import search
@@ -83,3 +84,8 @@ def test_learned_calibration_applies_to_evaluate(tmp_path, monkeypatch):
     assert auto["estimate"]["step_time_s"] == pytest.approx(plain["estimate"]["step_time_s"] * rates.step_time_factor)
     assert auto["estimate"]["mfu"] == pytest.approx(plain["estimate"]["mfu"] / rates.step_time_factor)
     assert "step time x 1.2" in auto["provenance"]["cost_model"]
+
+
+def test_moe_runs_are_refused_with_a_reason():
+    with pytest.raises(InputError, match="MoE Megatron runs are not mapped"):
+        predict_step_s({**ARGS, "num_experts": 8}, "h100-sxm")

@@ -24,7 +24,7 @@ _ARGUMENT = re.compile(r"^\s*([a-z][a-z0-9_]*)\s+\.{3,}\s+(\S.*)$")
 _MEMORY = re.compile(r"memory \(MB\)\s*\|(.*)$")
 # The arguments that tell what ran: kept as params of every step row.
 CONFIG_KEYS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
-               "expert_model_parallel_size", "data_parallel_size", "world_size", "micro_batch_size",
+               "expert_model_parallel_size", "expert_tensor_parallel_size", "data_parallel_size", "world_size", "micro_batch_size",
                "global_batch_size", "seq_length", "num_layers", "hidden_size", "ffn_hidden_size",
                "num_attention_heads", "num_query_groups", "num_experts", "moe_router_topk", "padded_vocab_size",
                "num_layers_per_virtual_pipeline_stage", "sequence_parallel", "use_distributed_optimizer",

@@ -24,7 +24,7 @@ from paraplan.cost_models.learned.evaluate import (
 )
 from paraplan.cost_models.learned.features import ATTENTION_FEATURES, COLLECTIVE_FEATURES, GEMM_FEATURES
 from paraplan.cost_models.learned.fit import attention_xy, collective_xy, fit_residual, gemm_xy
-from paraplan.cost_models.learned.megatron_runs import predict_step_s, runs_from_steps
+from paraplan.cost_models.learned.megatron_runs import is_moe, predict_step_s, runs_from_steps
 from paraplan.cost_models.learned.provider import compute_rates
 from paraplan.cost_models.learned.step_calibration import (
     MIN_RUNS,
@@ -105,7 +105,7 @@ def _learn_attention(store: Path, hardware: str) -> list[LearnedTarget]:
 def _learn_steps(store: Path, hardware: str) -> list[LearnedTarget]:
     """The step calibration, fitted against the cost model the planner will use for ``hardware`` (auto)."""
     steps = load_measurements(store, hardware, "step")
-    runs = runs_from_steps(steps) if len(steps) else []
+    runs = [run for run in runs_from_steps(steps) if not is_moe(run.config)] if len(steps) else []
     if len(runs) < MIN_RUNS:
         return []
     rates = compute_rates("auto", load_gpu(hardware), "bf16", "fused", "transformer_engine", store,

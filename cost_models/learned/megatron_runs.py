@@ -46,6 +46,11 @@ def _flag(value: object) -> bool:
     return str(value) not in ("False", "None", "0", "0.0", "")
 
 
+def is_moe(config: dict) -> bool:
+    """True for a run with routed experts (its arguments name ``num_experts``)."""
+    return _flag(config.get("num_experts"))
+
+
 def _model(config: dict):
     gated = _flag(config.get("swiglu", False))
     hf = {"model_type": "llama" if gated else "gpt2", "hidden_size": int(config["hidden_size"]),
@@ -64,7 +69,10 @@ def _table(config: dict) -> ConfigTable:
     vpp = per_stage // int(config["num_layers_per_virtual_pipeline_stage"]) if _flag(
         config.get("num_layers_per_virtual_pipeline_stage")) else 1
     recompute = RECOMPUTE_CODES.get(str(config.get("recompute_granularity")), 0)
-    return ConfigTable.from_columns(tp=tp, pp=pp, dp=int(config["world_size"]) // (tp * pp * cp), cp=cp, vpp=vpp,
+    ep = int(config.get("expert_model_parallel_size") or 1)
+    etp = int(config.get("expert_tensor_parallel_size") or tp if ep > 1 else 1)
+    return ConfigTable.from_columns(tp=tp, pp=pp, dp=int(config["world_size"]) // (tp * pp * cp), cp=cp, ep=ep, etp=etp,
+                                    vpp=vpp,
                                     mbs=int(config["micro_batch_size"]), recompute=recompute, offload=0,
                                     zero=int(_flag(config.get("use_distributed_optimizer"))),
                                     sp=int(_flag(config.get("sequence_parallel"))))
@@ -75,6 +83,8 @@ def predict_step_s(config: dict, hardware: str, rates: ComputeRates | None = Non
     missing = [key for key in REQUIRED if key not in config]
     if missing:
         raise InputError(f"a Megatron run needs its arguments block to predict it; missing {', '.join(missing)}")
+    if is_moe(config):
+        raise InputError("MoE Megatron runs are not mapped to paraplan's model yet; only dense runs are predicted")
     precision = "fp8" if _flag(config.get("fp8")) else "bf16"
     work = Workload(seq_len=int(config["seq_length"]), global_batch=int(config["global_batch_size"]),
                     precision=precision, recipe=MEGATRON_LOW_PRECISION if precision == "fp8" else MEGATRON_MIXED)
