@@ -76,6 +76,11 @@ def learn(hardware: HardwareOpt = None, store: StoreOpt = None) -> None:
     render_profiles.learn_report(render.make_console(), learned)
 
 
+# Collective message sizes: 1 KiB to 1 GiB in steps of 4x, the span nccl-tests sweeps by default
+# (-b 8 -e 1G in its README) without its smallest, latency-only sizes.
+COLLECTIVE_BYTES = tuple(2**p for p in range(10, 31, 2))
+
+
 def _ints(flag: str, text: str) -> tuple[int, ...]:
     parts = [part.strip() for part in text.split(",")]
     if not all(part.isdigit() and int(part) > 0 for part in parts):
@@ -106,7 +111,7 @@ def profile(
             attention_shapes=tuple((1, spec.num_heads // t, s, spec.head_dim) for s in _ints("seq-len", seq_len)
                                    for t in tps if spec.num_heads % t == 0),
             copy_bytes=tuple(m * 2**20 for m in _ints("copy-mib", copy_mib)),
-            collective_bytes=tuple(2**p for p in range(10, 31, 2)), repeats=repeats, warmup=warmup, device=device)
+            collective_bytes=COLLECTIVE_BYTES, repeats=repeats, warmup=warmup, device=device)
     except ValueError as exc:
         raise InputError(str(exc)) from None
     with render.working(render.make_console(stderr=True), f"timing {len(settings.gemm_shapes)} GEMM shapes"):
