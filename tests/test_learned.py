@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import joblib
 import numpy as np
 import pytest
 from profiles_factory import H100_ALL_REDUCE, PHI2_H100, h100_files, need_vidur, store_with
@@ -88,3 +89,16 @@ def test_learn_unknown_hardware(small_learned):
     store, _ = small_learned
     with pytest.raises(InputError, match="no measurements for 'a100-sxm-80gb' \\(it has: h100-sxm\\)"):
         learn(store, "a100-sxm-80gb")
+
+
+def test_loading_refuses_a_model_file_of_other_data(small_learned):
+    store, _ = small_learned
+    directory = models_dir(store)
+    model_path, _ = artifact_paths(directory, "h100-sxm", "gemm-16bit")
+    payload = joblib.load(model_path)
+    joblib.dump({**payload, "data_hash": "f" * 64}, model_path)
+    with pytest.raises(InputError, match="does not match gemm-16bit.json \\(data hash\\)"):
+        load_artifact(directory, "h100-sxm", "gemm-16bit", GEMM_FEATURES)
+    model_path.write_bytes(b"\x80\x04garbage")
+    with pytest.raises(InputError, match="cannot load the learned model"):
+        load_artifact(directory, "h100-sxm", "gemm-16bit", GEMM_FEATURES)
