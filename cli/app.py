@@ -14,7 +14,7 @@ from typing import Annotated, Any, get_args
 
 import typer
 
-from paraplan.cli import export_cmd, render
+from paraplan.cli import export_cmd, profile_cmd, render
 from paraplan.cost_models.hf_config import load_model, preset_names
 from paraplan.cost_models.model_spec import AttentionFlops
 from paraplan.cost_models.table import RECOMPUTE_CODES
@@ -40,6 +40,8 @@ models_app = typer.Typer(no_args_is_help=True, help="Model presets: list them or
 hardware_app = typer.Typer(no_args_is_help=True, help="GPU and cluster catalog: list it or show one entry.")
 app.add_typer(models_app, name="models")
 app.add_typer(hardware_app, name="hardware")
+profiles_app = typer.Typer(no_args_is_help=True, help="The profile store: what it holds per hardware.")
+app.add_typer(profiles_app, name="profiles")
 
 _SEARCH_AXES = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero")
 _SP_VALUES = {"on": [1], "off": [0], "both": [0, 1]}
@@ -199,6 +201,7 @@ def plan(
     sp: _axis_opt("Sequence parallel: on, off or both.") = None,
     offload: _axis_opt("Layers whose activations go to host memory (Megatron --cpu-offloading-num-layers; "
                        "pp = 1, no recompute).") = None,
+    cost_model: profile_cmd.CostModelOpt = "auto",
 ) -> None:
     """Search every parallel layout and show the fastest plans that fit."""
     spec = make_cluster(cluster, nodes, gpu, gpus, gpus_per_node)
@@ -210,8 +213,9 @@ def plan(
     if json_path is not None:
         render.check_writable(json_path, force)
     export_cmd.check_plan_export(export, out, job.engine, force)
+    rates = profile_cmd.rates_for(cost_model, spec, job)
     with render.working(render.make_console(stderr=True), "searching parallel layouts"):
-        result = search(job, spec, fixed, objective)
+        result = search(job, spec, fixed, objective, rates)
     if len(result.ranked) == 0:
         raise InputError(explain_no_fit(result, spec))
     plans = [plan_at(job, spec, result, int(row), rank) for rank, row in enumerate(result.ranked[:top], start=1)]
@@ -244,7 +248,7 @@ def evaluate(
     zero: _axis_opt("ZeRO stage 0-3.") = "0", recompute: _axis_opt("none, selective or full.") = "none",
     sp: _axis_opt("Sequence parallel: on or off.") = "off",
     offload: _axis_opt("Layers whose activations go to host memory (pp = 1, no recompute).") = "0",
-    json_path: JsonOpt = None, force: ForceOpt = False,
+    json_path: JsonOpt = None, force: ForceOpt = False, cost_model: profile_cmd.CostModelOpt = "auto",
 ) -> None:
     """Predict step time, throughput and memory of one parallel configuration."""
     spec = make_cluster(cluster, nodes, gpu, gpus, gpus_per_node)
@@ -263,7 +267,7 @@ def evaluate(
                          f"match the {spec.num_gpus} GPUs of {spec.name}; choose degrees whose product is the GPU count")
     if json_path is not None:
         render.check_writable(json_path, force)
-    result = search(job, spec, fixed)
+    result = search(job, spec, fixed, rates=profile_cmd.rates_for(cost_model, spec, job))
     if len(result.table) == 0:
         reason = max(result.rejected, key=result.rejected.get)
         described = render.config_text({a: fixed[a][0] for a in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs",
@@ -272,6 +276,13 @@ def evaluate(
     one = plan_at(job, spec, result, 0, rank=1)
     render.evaluation(render.make_console(), one, capacity_bytes(job, spec), result.estimates.cost_model)
     write_plans(json_path, [one], result.estimates.cost_model, force)
+
+
+app.command("ingest")(user_errors(profile_cmd.ingest))
+app.command("learn")(user_errors(profile_cmd.learn))
+app.command("profile")(user_errors(profile_cmd.profile))
+profiles_app.command("list")(user_errors(profile_cmd.profiles_list))
+profiles_app.command("show")(user_errors(profile_cmd.profiles_show))
 
 
 @models_app.command("list")

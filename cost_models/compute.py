@@ -7,6 +7,7 @@ memory-bound; each kernel adds a fixed launch overhead.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +43,13 @@ class ComputeRates:
     """Fixed cost per kernel launch."""
     source: str
     """Which model produced these rates."""
+    gemm_time_fn: Callable | None = None
+    """A learned model of GEMM seconds for (m, n, k); when set, ``gemm_time_s`` defers to it."""
+    attention_time_fn: Callable | None = None
+    """A learned model of flash-attention (forward, backward) seconds for forward causal FLOPs; when set,
+    ``flash_attention_time_s`` defers to it."""
+    step_time_factor: float = 1.0
+    """Learned step-level calibration (measured / predicted step of full runs), applied to the finished estimate."""
 
 
 def analytical_rates(gpu: GPUSpec, gemm_dtype: str, attention_kernel: str = "fused",
@@ -75,6 +83,8 @@ def _saturation(dim, half_dim: float):
 
 def gemm_time_s(m, n, k, rates: ComputeRates):
     """Seconds for one GEMM C[m,n] = A[m,k] · B[k,n] on one GPU."""
+    if rates.gemm_time_fn is not None:
+        return rates.gemm_time_fn(m, n, k)
     flops = 2.0 * np.asarray(m, dtype=float) * n * k
     shape_eff = _saturation(m, rates.gemm_half_dim) * _saturation(n, rates.gemm_half_dim) * _saturation(
         k, rates.gemm_half_dim
@@ -87,6 +97,8 @@ def gemm_time_s(m, n, k, rates: ComputeRates):
 
 def flash_attention_time_s(causal_flops, rates: ComputeRates) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of a flash-family kernel executing ``causal_flops`` forward."""
+    if rates.attention_time_fn is not None:
+        return rates.attention_time_fn(causal_flops)
     forward = np.asarray(causal_flops, dtype=float) / rates.attention_flops_per_s
     return forward + rates.kernel_overhead_s, ATTENTION_BACKWARD_OVER_FORWARD * forward + rates.kernel_overhead_s
 

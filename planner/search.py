@@ -7,7 +7,9 @@ from typing import Literal
 
 import numpy as np
 
+from paraplan.cost_models.compute import ComputeRates
 from paraplan.cost_models.estimate import EstimateTable, estimate
+from paraplan.cost_models.learned.step_calibration import apply_step_factor
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.hardware_profiles.units import BYTES_PER_GIB, SECONDS_PER_HOUR
@@ -53,7 +55,7 @@ def _objective_key(objective: str, job: TrainingJob, cluster: ClusterSpec, est: 
 
 
 def search(job: TrainingJob, cluster: ClusterSpec, fixed: dict[str, list[int]] | None = None,
-           objective: str = "throughput") -> SearchResult:
+           objective: str = "throughput", rates: ComputeRates | None = None) -> SearchResult:
     """Every valid configuration of ``job`` on ``cluster``, ranked by ``objective``."""
     if objective not in OBJECTIVES:
         raise InputError(f"unknown objective {objective!r} (choose {', '.join(OBJECTIVES)})")
@@ -63,7 +65,8 @@ def search(job: TrainingJob, cluster: ClusterSpec, fixed: dict[str, list[int]] |
         raise InputError(f"{exc}; choose another --precision") from None
     space = enumerate_space(job, cluster, engine_rules(job.engine), fixed)
     table = space.table
-    est = estimate(job.model, cluster, job.workload(), table)
+    est = estimate(job.model, cluster, job.workload(), table, rates)
+    est = apply_step_factor(est, rates.step_time_factor) if rates is not None else est
     capacity = cluster.gpu.hbm_bytes * (1.0 - job.memory_headroom_frac)
     fits_gpu = est.memory.peak_bytes <= capacity
     fits_host = est.memory.host_bytes <= cluster.host_memory_per_gpu

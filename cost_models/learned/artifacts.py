@@ -1,0 +1,116 @@
+"""Learned-model artifacts: the fitted regressor (joblib) beside JSON metadata.
+
+The metadata names the data hash (SHA-256 of the training features and targets), the feature
+list, the scikit-learn version and the hardware. Loading refuses an artifact whose scikit-learn
+version differs from the running one (pickled trees are not portable across versions), whose
+feature list differs from the code's, or whose data hash differs from the one expected.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import joblib
+import numpy as np
+import sklearn
+
+from paraplan.errors import InputError
+
+ARTIFACT_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ArtifactMeta:
+    """What a learned model was trained on and with."""
+
+    target: str
+    """``gemm`` or a collective name such as ``all_reduce``."""
+    hardware: str
+    """GPU catalog name."""
+    dtype: str
+    """GEMM operand type of the training data (``fp16`` serves ``bf16`` too); empty for collectives."""
+    features: tuple[str, ...]
+    """Feature columns in order."""
+    data_hash: str
+    """SHA-256 of the training features and targets."""
+    sklearn_version: str
+    """scikit-learn that fitted the model."""
+    num_rows: int
+    """Training rows."""
+    held_out: dict
+    """Held-out pooled score at training time (learned and analytical MAPE and worst error)."""
+    base: str = ""
+    """For the step calibration: the cost model whose predictions it corrects (its ``source``)."""
+    artifact_version: int = ARTIFACT_VERSION
+    """Layout of these files."""
+
+
+def models_dir(store: Path) -> Path:
+    """Where learned models of ``store`` live: beside it, ``<store>.models/<hardware>/``."""
+    return Path(store).with_suffix(".models")
+
+
+def gemm_target(dtype: str) -> str:
+    """Artifact name of the GEMM model serving ``dtype`` (16-bit GEMMs share one)."""
+    return "gemm-16bit" if dtype in ("bf16", "fp16") else f"gemm-{dtype}"
+
+
+def training_hash(x: np.ndarray, y: np.ndarray) -> str:
+    """SHA-256 of the training arrays."""
+    digest = hashlib.sha256(np.ascontiguousarray(x, dtype=float).tobytes())
+    digest.update(np.ascontiguousarray(y, dtype=float).tobytes())
+    return digest.hexdigest()
+
+
+def artifact_paths(directory: Path, hardware: str, target: str) -> tuple[Path, Path]:
+    """(model file, metadata file) of one learned model."""
+    base = Path(directory) / hardware / target
+    return base.with_suffix(".joblib"), base.with_suffix(".json")
+
+
+def save_artifact(directory: Path, meta: ArtifactMeta, estimator: object) -> Path:
+    """Write the model and its metadata; returns the metadata path."""
+    model_path, meta_path = artifact_paths(directory, meta.hardware, meta.target)
+    model_path.parent.mkdir(parents=True, exist_ok=True)
+    joblib.dump({"data_hash": meta.data_hash, "estimator": estimator}, model_path)
+    meta_path.write_text(json.dumps(asdict(meta), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return meta_path
+
+
+def load_meta(meta_path: Path) -> ArtifactMeta:
+    """The metadata at ``meta_path``; InputError when it is unreadable or of another layout."""
+    try:
+        raw = json.loads(Path(meta_path).read_text(encoding="utf-8"))
+        raw["features"] = tuple(raw["features"])
+        return ArtifactMeta(**raw)
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise InputError(f"{meta_path}: not a paraplan learned-model metadata file ({exc}); rerun 'paraplan learn'") from None
+
+
+def load_artifact(directory: Path, hardware: str, target: str, features: tuple[str, ...],
+                  expected_hash: str | None = None) -> tuple[ArtifactMeta, object]:
+    """Metadata and fitted estimator, after every check; InputError naming the mismatch."""
+    model_path, meta_path = artifact_paths(directory, hardware, target)
+    meta = load_meta(meta_path)
+    if meta.sklearn_version != sklearn.__version__:
+        raise InputError(f"{meta_path}: fitted with scikit-learn {meta.sklearn_version}, running "
+                         f"{sklearn.__version__}; rerun 'paraplan learn' to refit")
+    if meta.features != tuple(features):
+        raise InputError(f"{meta_path}: features {list(meta.features)} differ from this paraplan's "
+                         f"{list(features)}; rerun 'paraplan learn'")
+    if expected_hash is not None and meta.data_hash != expected_hash:
+        raise InputError(f"{meta_path}: trained on data {meta.data_hash[:12]}, expected {expected_hash[:12]}; "
+                         "rerun 'paraplan learn'")
+    try:
+        payload = joblib.load(model_path)
+    except (OSError, EOFError, ValueError, TypeError, AttributeError, ImportError, KeyError,
+            pickle.UnpicklingError) as exc:  # what a truncated or foreign pickle raises
+        raise InputError(f"{model_path}: cannot load the learned model ({exc}); rerun 'paraplan learn'") from None
+    if not isinstance(payload, dict) or payload.get("data_hash") != meta.data_hash:
+        raise InputError(f"{model_path}: the model file does not match {meta_path.name} (data hash); "
+                         "rerun 'paraplan learn'")
+    return meta, payload["estimator"]

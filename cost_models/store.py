@@ -1,0 +1,141 @@
+"""The profile store: measurements in SQLite, one transaction per ingested file.
+
+Idempotent: a file is keyed by the SHA-256 of its bytes, and a file already present adds nothing.
+Every row carries the hardware, the software versions and the source file's hash. A parse error
+happens before the transaction opens, and an error inside it rolls the whole file back, so a
+failed or killed ingestion leaves the store as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from paraplan.cost_models.ingest.records import Measurement, ParsedFile
+from paraplan.errors import InputError
+
+STORE_ENV = "PARAPLAN_STORE"
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS files (
+  sha256 TEXT PRIMARY KEY, path TEXT NOT NULL, kind TEXT NOT NULL, hardware TEXT NOT NULL,
+  software TEXT NOT NULL, num_rows INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS measurements (
+  file_sha256 TEXT NOT NULL REFERENCES files(sha256), line INTEGER NOT NULL, kind TEXT NOT NULL,
+  name TEXT NOT NULL, model TEXT NOT NULL, hardware TEXT NOT NULL, software TEXT NOT NULL,
+  time_s REAL NOT NULL, params TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS by_hardware ON measurements(hardware, kind);
+"""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IngestResult:
+    """What one file did to the store."""
+
+    path: str
+    """The file as given."""
+    kind: str
+    """The format that parsed it."""
+    hardware: str
+    """Whose measurements they are."""
+    rows_added: int
+    """Rows written; 0 when the same bytes were ingested before."""
+    already_present: bool
+    """True when the file's hash was already in the store."""
+
+
+def default_store_path() -> Path:
+    """``$PARAPLAN_STORE``, else ``$XDG_DATA_HOME/paraplan/profiles.sqlite`` (``~/.local/share`` by default)."""
+    if os.environ.get(STORE_ENV):
+        return Path(os.environ[STORE_ENV])
+    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data_home) / "paraplan" / "profiles.sqlite"
+
+
+def _connect(path: Path, create: bool) -> sqlite3.Connection:
+    if not create and not Path(path).is_file():
+        raise InputError(f"no profile store at {path}; run 'paraplan ingest FILE...' first or pass --store PATH")
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(path), isolation_level=None)
+        conn.executescript(SCHEMA)
+    except (OSError, sqlite3.Error) as exc:
+        raise InputError(f"cannot open the profile store {path}: {exc}") from None
+    return conn
+
+
+def _row(parsed: ParsedFile, item: Measurement) -> tuple:
+    return (parsed.sha256, item.line, item.kind, item.name, item.model, parsed.hardware, parsed.software,
+            item.time_s, json.dumps(item.params, sort_keys=True))
+
+
+def ingest_parsed(parsed: ParsedFile, store: Path) -> IngestResult:
+    """Write ``parsed`` in one transaction unless its hash is already stored."""
+    conn = _connect(store, create=True)
+    try:
+        if conn.execute("SELECT 1 FROM files WHERE sha256 = ?", (parsed.sha256,)).fetchone():
+            return IngestResult(path=parsed.path, kind=parsed.kind, hardware=parsed.hardware, rows_added=0,
+                                already_present=True)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?)", (parsed.sha256, parsed.path, parsed.kind,
+                         parsed.hardware, parsed.software, len(parsed.measurements)))
+            conn.executemany("INSERT INTO measurements VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                             (_row(parsed, item) for item in parsed.measurements))
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    return IngestResult(path=parsed.path, kind=parsed.kind, hardware=parsed.hardware,
+                        rows_added=len(parsed.measurements), already_present=False)
+
+
+def load_measurements(store: Path, hardware: str | None = None, kind: str | None = None) -> pd.DataFrame:
+    """Stored rows (optionally of one hardware and kind) with their params as columns."""
+    conn = _connect(store, create=False)
+    try:
+        query = "SELECT * FROM measurements WHERE (? IS NULL OR hardware = ?) AND (? IS NULL OR kind = ?)"
+        frame = pd.read_sql_query(query, conn, params=(hardware, hardware, kind, kind))
+    finally:
+        conn.close()
+    params = pd.DataFrame([json.loads(text) for text in frame.pop("params")], index=frame.index)
+    return pd.concat([frame, params], axis=1)
+
+
+def count_rows(store: Path) -> int:
+    """Measurements in the store (0 when there is no store yet)."""
+    if not Path(store).is_file():
+        return 0
+    conn = _connect(store, create=False)
+    try:
+        return int(conn.execute("SELECT COUNT(*) FROM measurements").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def summarize(store: Path) -> pd.DataFrame:
+    """Per hardware and kind: rows, distinct names, files and software, for ``profiles list``."""
+    conn = _connect(store, create=False)
+    try:
+        return pd.read_sql_query(
+            "SELECT hardware, kind, COUNT(*) AS rows, COUNT(DISTINCT name) AS names, "
+            "COUNT(DISTINCT file_sha256) AS files, GROUP_CONCAT(DISTINCT software) AS software "
+            "FROM measurements GROUP BY hardware, kind ORDER BY hardware, kind", conn)
+    finally:
+        conn.close()
+
+
+def stored_files(store: Path, hardware: str | None = None) -> pd.DataFrame:
+    """The files table, optionally of one hardware."""
+    conn = _connect(store, create=False)
+    try:
+        return pd.read_sql_query("SELECT * FROM files WHERE (? IS NULL OR hardware = ?) ORDER BY path", conn,
+                                 params=(hardware, hardware))
+    finally:
+        conn.close()
