@@ -75,7 +75,8 @@ def _table(config: dict) -> ConfigTable:
                                     vpp=vpp,
                                     mbs=int(config["micro_batch_size"]), recompute=recompute, offload=0,
                                     zero=int(_flag(config.get("use_distributed_optimizer"))),
-                                    sp=int(_flag(config.get("sequence_parallel"))))
+                                    sp=int(_flag(config.get("sequence_parallel"))),
+                                    ep_overlap=int(_flag(config.get("overlap_moe_expert_parallel_comm"))))
 
 
 def predict_step_s(config: dict, hardware: str, rates: ComputeRates | None = None) -> float:
