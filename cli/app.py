@@ -14,7 +14,7 @@ from typing import Annotated, Any, get_args
 
 import typer
 
-from paraplan.cli import export_cmd, profile_cmd, render
+from paraplan.cli import export_cmd, place_cmd, profile_cmd, render
 from paraplan.cost_models.hf_config import load_model, preset_names
 from paraplan.cost_models.model_spec import AttentionFlops
 from paraplan.cost_models.table import RECOMPUTE_CODES
@@ -232,6 +232,7 @@ def plan(
 
 
 app.command("export")(user_errors(export_cmd.export))
+app.command("experts")(user_errors(place_cmd.experts))
 
 
 @app.command()

@@ -1,0 +1,85 @@
+"""``paraplan experts`` and ``paraplan place``: parse, call the placement optimizers, render."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from paraplan.cli import render
+from paraplan.errors import InputError
+from paraplan.exporters.plan_input import read_plan_file
+from paraplan.planner.placement.expert_input import (
+    DEFAULT_TOKENS_PER_LAYER,
+    expert_map_document,
+    moe_shape_of_plan,
+    routing_input,
+)
+from paraplan.planner.placement.expert_placement import make_instance, place_experts
+from paraplan.planner.placement.solver import SolverConfig
+
+_PLACE = "Placement"
+TimeLimitOpt = Annotated[float, typer.Option(help="Seconds per solve (per layer and phase for experts).",
+                                             rich_help_panel=_PLACE)]
+JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the result as JSON to this file.")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite an existing --json file.")]
+
+
+def solver_config(time_limit: float) -> SolverConfig:
+    """The solver settings of a command; InputError for a non-positive limit."""
+    if not time_limit > 0:
+        raise InputError(f"--time-limit expects positive seconds, got {time_limit}")
+    return SolverConfig(time_limit_s=time_limit)
+
+
+def experts(
+    routing: Annotated[Path | None, typer.Option(help="Routing statistics CSV (layer,expert,next_expert,tokens).",
+                                                 rich_help_panel=_PLACE)] = None,
+    skew: Annotated[str | None, typer.Option(help="Synthetic skew instead of a file, e.g. zipf:1.2.",
+                                             rich_help_panel=_PLACE)] = None,
+    ep: Annotated[int | None, typer.Option(help="Expert-parallel ranks (default: the plan's ep).")] = None,
+    plan: Annotated[Path | None, typer.Option(help="A plan file of an MoE model: ep, experts, layers.")] = None,
+    experts_: Annotated[int | None, typer.Option("--experts", help="Routed experts per layer (with --skew).")] = None,
+    layers: Annotated[int | None, typer.Option(help="MoE layers (with --skew).")] = None,
+    replicas: Annotated[int, typer.Option(help="Extra copies of hot experts per layer (a multiple of ep).")] = 0,
+    ranks_per_domain: Annotated[int, typer.Option(help="EP ranks per NVLink domain.")] = 8,
+    time_limit: TimeLimitOpt = 10.0, json_path: JsonOpt = None, force: ForceOpt = False,
+) -> None:
+    """Place the experts of each MoE layer on EP ranks: busiest rank first, then inter-layer traffic."""
+    tokens = DEFAULT_TOKENS_PER_LAYER
+    if plan is not None:
+        plan_ep, experts_, layers, tokens = moe_shape_of_plan(read_plan_file(plan).document)
+        ep = plan_ep if ep is None else ep
+    if ep is None:
+        raise InputError("say how many expert-parallel ranks with --ep N (or give --plan PLAN.json with ep > 1)")
+    config = solver_config(time_limit)
+    if json_path is not None:
+        render.check_writable(json_path, force)
+    stats = routing_input(routing, skew, num_layers=layers, num_experts=experts_, tokens_per_layer=tokens)
+    instance = make_instance(stats, ep, ranks_per_domain, replicas)
+    with render.working(render.make_console(stderr=True), f"placing {stats.num_experts} experts x "
+                        f"{stats.num_layers} layers on {ep} ranks"):
+        placed = place_experts(instance, config)
+    document = expert_map_document(placed, instance, stats, config)
+    _expert_table(document["summary"], f"{stats.num_experts} experts x {stats.num_layers} MoE layers on "
+                  f"{ep} EP ranks ({stats.source}), {replicas} replicas")
+    if json_path is not None:
+        render.write_json(json_path, document, force)
+
+
+def _expert_table(summary: dict[str, float], title: str) -> None:
+    table = Table(title=title)
+    for column in ("tokens, summed over layers", "contiguous", "placed", "reduction %"):
+        table.add_column(column, justify="left" if column.startswith("tokens") else "right")
+    for label, key in (("busiest EP rank", "max_rank"), ("cross-GPU (inter-layer)", "cross_gpu"),
+                       ("cross-domain (inter-layer)", "cross_domain")):
+        before, after = summary[f"baseline_{key}_tokens"], summary[f"placed_{key}_tokens"]
+        reduction = summary["max_load_reduction_frac" if key == "max_rank" else f"{key}_reduction_frac"]
+        table.add_row(label, render.count(before), render.count(after), render.percent(reduction))
+    console = render.make_console()
+    render.print_table(console, table)
+    console.print(f"ideal (mean rank) {render.count(summary['ideal_max_rank_tokens'])}; solves optimal "
+                  f"{summary['solves_optimal']:.0f}/{summary['solves_total']:.0f}, worst gap "
+                  f"{render.percent(summary['max_gap_frac'])} %, solver time {summary['solver_wall_s']:.1f} s")

@@ -1,0 +1,70 @@
+"""``paraplan experts`` and ``paraplan place`` through typer's CliRunner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from conftest import assert_bad_input
+from export_factory import make_plan_document, write_plan_file
+from typer.testing import CliRunner
+
+from paraplan.cli.app import app
+from paraplan.cost_models.routing import RoutingStats, write_routing_csv
+
+runner = CliRunner(env={"COLUMNS": "160"})
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def test_experts_from_a_routing_file_writes_the_map(tmp_path: Path):
+    routing = tmp_path / "routing.csv"
+    write_routing_csv(RoutingStats(tokens_per_expert=np.array([[4.0, 3.0, 2.0, 1.0]])), routing)
+    out = tmp_path / "experts.json"
+    result = invoke("experts", "--routing", str(routing), "--ep", "2", "--ranks-per-domain", "1",
+                    "--time-limit", "2", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    assert "busiest EP rank" in result.stdout and "28.6" in result.stdout  # 7 -> 5 tokens
+    document = json.loads(out.read_text())
+    assert sorted(sorted(r) for r in document["layers"][0]["ranks"]) == [[0, 3], [1, 2]]
+    assert document["summary"]["baseline_max_rank_tokens"] == 7.0
+    assert document["summary"]["placed_max_rank_tokens"] == 5.0
+    assert document["layers"][0]["load"]["status"] == "optimal"
+    again = invoke("experts", "--routing", str(routing), "--ep", "2", "--json", str(out))
+    assert_bad_input(again, "already exists", "--force")
+
+
+def test_experts_from_a_skew(tmp_path: Path):
+    result = invoke("experts", "--skew", "zipf:1.2", "--experts", "16", "--layers", "2", "--ep", "4",
+                    "--ranks-per-domain", "2", "--time-limit", "2", "--json", str(tmp_path / "e.json"))
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "e.json").read_text())["summary"]
+    assert summary["placed_max_rank_tokens"] <= summary["baseline_max_rank_tokens"]
+    assert summary["solves_total"] == 3.0  # two load solves, one traffic solve (layer 1)
+
+
+def test_experts_from_an_moe_plan(tmp_path: Path):
+    plan = write_plan_file(tmp_path / "plan.json", make_plan_document(
+        "mixtral-8x7b", tp=1, dp=8, ep=4, global_batch=8, seq_len=1024))
+    result = invoke("experts", "--plan", str(plan), "--skew", "zipf:1.0", "--time-limit", "2",
+                    "--json", str(tmp_path / "e.json"))
+    assert result.exit_code == 0, result.output
+    document = json.loads((tmp_path / "e.json").read_text())
+    assert document["ep"] == 4 and document["num_experts"] == 8 and len(document["layers"]) == 32
+
+
+def test_experts_bad_input(tmp_path: Path):
+    assert_bad_input(invoke("experts", "--skew", "zipf:1.2", "--experts", "6", "--layers", "1", "--ep", "4"),
+                     "--ep 4 must divide the 6 experts")
+    assert_bad_input(invoke("experts", "--skew", "pareto:2", "--experts", "8", "--layers", "1", "--ep", "2"),
+                     "zipf:S")
+    assert_bad_input(invoke("experts", "--skew", "zipf:1", "--ep", "2"), "--experts E and --layers L")
+    assert_bad_input(invoke("experts", "--experts", "8", "--layers", "1", "--ep", "2"), "exactly one of --routing")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("layer,expert,tokens\n0,0,1\n")
+    assert_bad_input(invoke("experts", "--routing", str(bad), "--ep", "1"), "line 1 must be the header")
+    dense = write_plan_file(tmp_path / "dense.json", make_plan_document(tp=8, dp=2))
+    assert_bad_input(invoke("experts", "--plan", str(dense), "--skew", "zipf:1"), "has no MoE layers")
