@@ -233,6 +233,7 @@ def plan(
 
 app.command("export")(user_errors(export_cmd.export))
 app.command("experts")(user_errors(place_cmd.experts))
+app.command("place")(user_errors(place_cmd.place))
 
 
 @app.command()

@@ -11,6 +11,9 @@ from rich.table import Table
 from paraplan.cli import render
 from paraplan.errors import InputError
 from paraplan.exporters.plan_input import read_plan_file
+from paraplan.hardware_profiles.topology_file import load_topology
+from paraplan.hardware_profiles.units import BYTES_PER_GB
+from paraplan.planner.placement.apply import place_plan
 from paraplan.planner.placement.expert_input import (
     DEFAULT_TOKENS_PER_LAYER,
     expert_map_document,
@@ -19,6 +22,7 @@ from paraplan.planner.placement.expert_input import (
 )
 from paraplan.planner.placement.expert_placement import make_instance, place_experts
 from paraplan.planner.placement.solver import SolverConfig
+from paraplan.planner.plan import SCHEMA_VERSION
 
 _PLACE = "Placement"
 TimeLimitOpt = Annotated[float, typer.Option(help="Seconds per solve (per layer and phase for experts).",
@@ -83,3 +87,40 @@ def _expert_table(summary: dict[str, float], title: str) -> None:
     console.print(f"ideal (mean rank) {render.count(summary['ideal_max_rank_tokens'])}; solves optimal "
                   f"{summary['solves_optimal']:.0f}/{summary['solves_total']:.0f}, worst gap "
                   f"{render.percent(summary['max_gap_frac'])} %, solver time {summary['solver_wall_s']:.1f} s")
+
+
+def place(
+    plan_file: Annotated[Path, typer.Argument(help="A plan file from 'paraplan plan --json'.")],
+    cluster: Annotated[str, typer.Option(help="Topology YAML (node_groups), cluster YAML or built-in cluster.",
+                                         rich_help_panel=_PLACE)],
+    nodes: Annotated[int | None, typer.Option(help="Nodes of a built-in cluster or cluster file.",
+                                              rich_help_panel=_PLACE)] = None,
+    bandwidth_matrix: Annotated[Path | None, typer.Option(help="Measured links: CSV src,dst,bus_gb_per_s.",
+                                                          rich_help_panel=_PLACE)] = None,
+    rank: Annotated[int | None, typer.Option(help="Which plan of the file, by rank (default: the best).")] = None,
+    time_limit: TimeLimitOpt = 10.0, json_path: JsonOpt = None, force: ForceOpt = False,
+) -> None:
+    """Choose which host runs each node of a plan so the predicted step time is lowest."""
+    document = read_plan_file(plan_file, rank).document
+    topology = load_topology(cluster, nodes, bandwidth_matrix)
+    config = solver_config(time_limit)
+    if json_path is not None:
+        render.check_writable(json_path, force)
+    with render.working(render.make_console(stderr=True), f"placing {document['cluster']['num_gpus']} ranks"):
+        placed, placed_document = place_plan(document, topology, config)
+    console = render.make_console()
+    table = Table(title=f"{document['model']['name']} plan rank {document['rank']} on {topology.name} "
+                        f"({topology.num_nodes} nodes)")
+    for column in ("node_rank", "host", "leaf", "NIC GB/s per GPU"):
+        table.add_column(column, justify="right")
+    for slot, node in enumerate(placed.node_of_slot):
+        spec = topology.nodes[node]
+        table.add_row(str(slot), spec.host, str(spec.leaf), f"{spec.nic_bytes_per_s_per_gpu / BYTES_PER_GB:g}")
+    render.print_table(console, table)
+    gain = 1.0 - placed.placed_step_s / placed.baseline_step_s
+    s = placed.stats
+    console.print(f"step time: default order {render.seconds(placed.baseline_step_s)} s -> placed "
+                  f"{render.seconds(placed.placed_step_s)} s ({render.percent(gain)} % faster); solver {s.status}, "
+                  f"gap {render.percent(s.gap_frac)} %, {s.wall_s:.2f} s")
+    if json_path is not None:
+        render.write_json(json_path, {"schema_version": SCHEMA_VERSION, "plans": [placed_document]}, force)

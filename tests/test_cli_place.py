@@ -68,3 +68,63 @@ def test_experts_bad_input(tmp_path: Path):
     assert_bad_input(invoke("experts", "--routing", str(bad), "--ep", "1"), "line 1 must be the header")
     dense = write_plan_file(tmp_path / "dense.json", make_plan_document(tp=8, dp=2))
     assert_bad_input(invoke("experts", "--plan", str(dense), "--skew", "zipf:1"), "has no MoE layers")
+
+
+INTERLEAVED = """\
+inter_node_latency_us: 5.0
+intra_domain_latency_us: 2.0
+leaves: [{oversubscription: 1.0}, {oversubscription: 4.0}]
+node_groups:
+  - {gpu: h100-sxm, num_nodes: 1, gpus_per_node: 8, nic_gb_per_s_per_gpu: 50, leaf: 0, hosts: [h0]}
+  - {gpu: h100-sxm, num_nodes: 1, gpus_per_node: 8, nic_gb_per_s_per_gpu: 50, leaf: 1, hosts: [h1]}
+  - {gpu: h100-sxm, num_nodes: 1, gpus_per_node: 8, nic_gb_per_s_per_gpu: 50, leaf: 0, hosts: [h2]}
+  - {gpu: h100-sxm, num_nodes: 1, gpus_per_node: 8, nic_gb_per_s_per_gpu: 50, leaf: 1, hosts: [h3]}
+"""
+
+
+def test_place_reorders_hosts_and_writes_a_plan_file(tmp_path: Path):
+    plan = write_plan_file(tmp_path / "plan.json", make_plan_document(tp=8, dp=2, pp=2, global_batch=64))
+    topology = tmp_path / "topo.yaml"
+    topology.write_text(INTERLEAVED)
+    out = tmp_path / "placed.json"
+    result = invoke("place", str(plan), "--cluster", str(topology), "--time-limit", "3", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    placed = json.loads(out.read_text())["plans"][0]["placement"]
+    # dp pairs node_rank 0-1 and 2-3 must share a leaf: h0 with h2, h1 with h3.
+    order = placed["host_order"]
+    assert {frozenset(order[:2]), frozenset(order[2:])} == {frozenset({"h0", "h2"}), frozenset({"h1", "h3"})}
+    figures = placed["rank_placement"]
+    assert figures["step_time_s_after"] < figures["step_time_s_before"] and figures["status"] == "optimal"
+    assert placed["rank_map"][9] == {"rank": 9, "node": 1, "local_rank": 1, "tp": 1, "cp": 0, "dp": 1, "pp": 0}
+    assert "faster" in result.stdout
+    again = invoke("export", str(out), "--format", "json", "-o", str(tmp_path / "launch"))
+    assert again.exit_code == 0, again.output
+
+
+def test_place_on_a_uniform_cluster_keeps_the_order(tmp_path: Path):
+    plan = write_plan_file(tmp_path / "plan.json", make_plan_document(tp=8, dp=4, global_batch=64))
+    out = tmp_path / "placed.json"
+    result = invoke("place", str(plan), "--cluster", "dgx-h100", "--nodes", "4", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    placed = json.loads(out.read_text())["plans"][0]["placement"]
+    assert placed["host_order"] == ["node0", "node1", "node2", "node3"]
+    assert placed["rank_placement"]["step_time_s_after"] == placed["rank_placement"]["step_time_s_before"]
+    assert "(0.0 % faster)" in result.stdout
+
+
+def test_place_bad_input(tmp_path: Path):
+    plan = write_plan_file(tmp_path / "plan.json", make_plan_document(tp=8, dp=8, global_batch=64))
+    topology = tmp_path / "topo.yaml"
+    topology.write_text(INTERLEAVED)
+    assert_bad_input(invoke("place", str(plan), "--cluster", str(topology)), "needs 8 nodes", "has 4")
+    assert_bad_input(invoke("place", str(tmp_path / "none.json"), "--cluster", "dgx-h100", "--nodes", "8"),
+                     "does not exist")
+    matrix = tmp_path / "bw.csv"
+    matrix.write_text("src,dst,bus_gb_per_s\nh0,h9,3\n")
+    assert_bad_input(invoke("place", str(plan), "--cluster", str(topology), "--bandwidth-matrix", str(matrix)),
+                     "line 2 must be src,dst,bus_gb_per_s")
+    assert_bad_input(invoke("place", str(plan), "--cluster", "dgx-h100", "--nodes", "8", "--time-limit", "0"),
+                     "--time-limit expects positive seconds")
+    a100 = write_plan_file(tmp_path / "a100.json", make_plan_document(tp=8, dp=2, global_batch=64))
+    assert_bad_input(invoke("place", str(a100), "--cluster", "dgx-a100", "--nodes", "2"),
+                     "priced for h100-sxm", "a100-sxm-80gb")

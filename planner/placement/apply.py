@@ -1,0 +1,38 @@
+"""Put an optimizer's answer into a plan document (validated against the plan schema)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from paraplan.hardware_profiles.topology import Topology
+from paraplan.planner.json_schema import validate_instance
+from paraplan.planner.layout import rank_map
+from paraplan.planner.placement.rank_instance import rank_instance
+from paraplan.planner.placement.rank_placement import RankPlacement, place_ranks
+from paraplan.planner.placement.solver import SolverConfig
+from paraplan.planner.plan import plan_schema
+
+
+def place_plan(document: dict[str, Any], topology: Topology,
+               config: SolverConfig) -> tuple[RankPlacement, dict[str, Any]]:
+    """Rank placement of one plan on ``topology``: the answer and the plan document that carries it."""
+    placed = place_ranks(rank_instance(document, topology), config)
+    return placed, with_rank_placement(document, topology, placed, config)
+
+
+def with_rank_placement(document: dict[str, Any], topology: Topology, placed: RankPlacement,
+                        config: SolverConfig) -> dict[str, Any]:
+    """A copy of ``document`` with the explicit rank map, the host order and the placement figures."""
+    out = copy.deepcopy(document)
+    c, per_node = out["config"], out["cluster"]["gpus_per_node"]
+    stats = placed.stats
+    out["placement"]["rank_map"] = rank_map(tp=c["tp"], cp=c["cp"], dp=c["dp"], pp=c["pp"], gpus_per_node=per_node)
+    out["placement"]["host_order"] = [topology.nodes[n].host for n in placed.node_of_slot]
+    out["placement"]["rank_placement"] = {
+        "topology": topology.name, "step_time_s_before": placed.baseline_step_s,
+        "step_time_s_after": placed.placed_step_s, "status": stats.status, "objective_s": stats.objective,
+        "bound_s": stats.bound, "gap_frac": stats.gap_frac, "wall_s": stats.wall_s,
+        "time_limit_s": config.time_limit_s}
+    validate_instance(out, plan_schema())
+    return out
