@@ -13,7 +13,7 @@ from paraplan.errors import InputError
 from paraplan.exporters.plan_input import read_plan_file
 from paraplan.hardware_profiles.topology_file import load_topology
 from paraplan.hardware_profiles.units import BYTES_PER_GB
-from paraplan.planner.placement.apply import place_plan
+from paraplan.planner.placement.apply import partition_plan, place_plan
 from paraplan.planner.placement.expert_input import (
     DEFAULT_TOKENS_PER_LAYER,
     expert_map_document,
@@ -98,6 +98,8 @@ def place(
     bandwidth_matrix: Annotated[Path | None, typer.Option(help="Measured links: CSV src,dst,bus_gb_per_s.",
                                                           rich_help_panel=_PLACE)] = None,
     rank: Annotated[int | None, typer.Option(help="Which plan of the file, by rank (default: the best).")] = None,
+    stages: Annotated[bool, typer.Option(help="Also partition layers over pipeline stages (pp > 1, vpp = 1).",
+                                         rich_help_panel=_PLACE)] = True,
     time_limit: TimeLimitOpt = 10.0, json_path: JsonOpt = None, force: ForceOpt = False,
 ) -> None:
     """Choose which host runs each node of a plan so the predicted step time is lowest."""
@@ -108,6 +110,7 @@ def place(
         render.check_writable(json_path, force)
     with render.working(render.make_console(stderr=True), f"placing {document['cluster']['num_gpus']} ranks"):
         placed, placed_document = place_plan(document, topology, config)
+        staged = partition_plan(placed_document, topology, config) if stages else None
     console = render.make_console()
     table = Table(title=f"{document['model']['name']} plan rank {document['rank']} on {topology.name} "
                         f"({topology.num_nodes} nodes)")
@@ -122,5 +125,11 @@ def place(
     console.print(f"step time: default order {render.seconds(placed.baseline_step_s)} s -> placed "
                   f"{render.seconds(placed.placed_step_s)} s ({render.percent(gain)} % faster); solver {s.status}, "
                   f"gap {render.percent(s.gap_frac)} %, {s.wall_s:.2f} s")
+    if staged is not None:
+        split, placed_document = staged
+        console.print(f"layers per stage: even {list(split.baseline_layers)} slowest stage "
+                      f"{render.seconds(split.baseline_slowest_s)} s -> "
+                      f"{list(split.stage_layers)} {render.seconds(split.slowest_s)} s per micro-batch; solver "
+                      f"{split.stats.status}, gap {render.percent(split.stats.gap_frac)} %")
     if json_path is not None:
         render.write_json(json_path, {"schema_version": SCHEMA_VERSION, "plans": [placed_document]}, force)

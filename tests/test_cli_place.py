@@ -128,3 +128,23 @@ def test_place_bad_input(tmp_path: Path):
     a100 = write_plan_file(tmp_path / "a100.json", make_plan_document(tp=8, dp=2, global_batch=64))
     assert_bad_input(invoke("place", str(a100), "--cluster", "dgx-a100", "--nodes", "2"),
                      "priced for h100-sxm", "a100-sxm-80gb")
+
+
+def test_place_partitions_stages_and_megatron_takes_them(tmp_path: Path):
+    plan = write_plan_file(tmp_path / "plan.json", make_plan_document(tp=1, pp=8, dp=1, gpus_per_node=1,
+                                                                      global_batch=64))
+    out = tmp_path / "placed.json"
+    result = invoke("place", str(plan), "--cluster", "dgx-h100", "--nodes", "1", "--json", str(out))
+    assert_bad_input(result, "runs 1 GPUs per node", "[8]")
+    plan = write_plan_file(tmp_path / "plan8.json", make_plan_document(tp=1, pp=8, dp=1, global_batch=64))
+    result = invoke("place", str(plan), "--cluster", "dgx-h100", "--nodes", "1", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    placement = json.loads(out.read_text())["plans"][0]["placement"]
+    split = placement["stage_partition"]
+    assert sum(split["stage_layers"]) == 32 and placement["stage_layers"] == split["stage_layers"]
+    assert split["slowest_stage_s_placed"] < split["slowest_stage_s_even"]  # the 128k-vocabulary head
+    assert split["stage_layers"][-1] < 4 and len(set(split["stage_layers"][1:-1])) == 1
+    exported = invoke("export", str(out), "--format", "megatron", "-o", str(tmp_path / "launch"))
+    assert exported.exit_code == 0, exported.output
+    script = (tmp_path / "launch" / "megatron_launch.sh").read_text()
+    assert f"--decoder-last-pipeline-num-layers {split['stage_layers'][-1]}" in script

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 from paraplan.hardware_profiles.topology import Topology
 from paraplan.planner.json_schema import validate_instance
 from paraplan.planner.layout import rank_map
+from paraplan.planner.placement.plan_costs import job_of_plan
 from paraplan.planner.placement.rank_instance import rank_instance
 from paraplan.planner.placement.rank_placement import RankPlacement, place_ranks
 from paraplan.planner.placement.solver import SolverConfig
+from paraplan.planner.placement.stage_costs import stage_instance
+from paraplan.planner.placement.stage_partition import StageInstance, StagePartition, partition
 from paraplan.planner.plan import plan_schema
 
 
@@ -36,3 +40,23 @@ def with_rank_placement(document: dict[str, Any], topology: Topology, placed: Ra
         "time_limit_s": config.time_limit_s}
     validate_instance(out, plan_schema())
     return out
+
+
+def partition_plan(document: dict[str, Any], topology: Topology,
+                   config: SolverConfig) -> tuple[StagePartition, dict[str, Any]] | None:
+    """Uneven layers per stage for a pipelined plan (one chunk per rank) on the topology's GPU type,
+    restricted to splits Megatron and torchtitan express (equal middle stages); None without pp > 1."""
+    job, parallel = job_of_plan(document)
+    if parallel.pp < 2 or parallel.vpp > 1:
+        return None
+    slots = parallel.num_gpus // document["cluster"]["gpus_per_node"]
+    instance: StageInstance = stage_instance(job, parallel, [topology.nominal_cluster(num_nodes=slots)] * parallel.pp)
+    result = partition(dataclasses.replace(instance, equal_middle=True), config)
+    out = copy.deepcopy(document)
+    out["placement"]["stage_layers"] = list(result.stage_layers)
+    out["placement"]["stage_partition"] = {
+        "stage_layers": list(result.stage_layers), "slowest_stage_s_even": result.baseline_slowest_s,
+        "slowest_stage_s_placed": result.slowest_s, "status": result.stats.status,
+        "gap_frac": result.stats.gap_frac}
+    validate_instance(out, plan_schema())
+    return result, out
