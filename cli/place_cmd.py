@@ -11,9 +11,11 @@ from rich.table import Table
 from paraplan.cli import render
 from paraplan.errors import InputError
 from paraplan.exporters.plan_input import read_plan_file
-from paraplan.hardware_profiles.topology_file import load_topology
+from paraplan.hardware_profiles import ClusterSpec
+from paraplan.hardware_profiles.topology import Topology, uniform_topology
+from paraplan.hardware_profiles.topology_file import is_topology_file, load_topology, topology_from_file
 from paraplan.hardware_profiles.units import BYTES_PER_GB
-from paraplan.planner.placement.apply import partition_plan, place_plan
+from paraplan.planner.placement.apply import mixed_plan, partition_plan, place_plan
 from paraplan.planner.placement.expert_input import (
     DEFAULT_TOKENS_PER_LAYER,
     expert_map_document,
@@ -133,3 +135,58 @@ def place(
                       f"{split.stats.status}, gap {render.percent(split.stats.gap_frac)} %")
     if json_path is not None:
         render.write_json(json_path, {"schema_version": SCHEMA_VERSION, "plans": [placed_document]}, force)
+
+
+PLAN_PLACE_TIME_LIMIT_S = 5.0
+"""Solver time per plan and optimizer for 'paraplan plan --place' (the top plans are refined in turn)."""
+
+
+def search_cluster(path: Path, nodes: int | None, gpus: int | None) -> ClusterSpec:
+    """What 'paraplan plan' searches on for a topology file: its weakest GPU type on every node."""
+    if nodes is not None or gpus is not None:
+        raise InputError(f"{path} lists its own nodes; drop --nodes/--gpus")
+    topology = topology_from_file(path)
+    return topology.nominal_cluster(node=topology.weakest_node())
+
+
+def refine(documents: list[dict], cluster: str | None, spec: ClusterSpec) -> list[dict]:
+    """'paraplan plan --place' (or a mixed-GPU topology): place ranks and partition stages of each plan,
+    or choose stage GPU types on a mixed cluster; print one row per plan."""
+    topology = topology_from_file(Path(cluster)) if cluster and is_topology_file(Path(cluster)) \
+        else uniform_topology(spec)
+    config = SolverConfig(time_limit_s=PLAN_PLACE_TIME_LIMIT_S)
+    table = Table(title=f"placement on {topology.name} ({topology.num_nodes} nodes, {', '.join(topology.gpu_types)})")
+    for column in ("#", "search step s", "placed step s", "layers per stage", "note"):
+        table.add_column(column, justify="left" if column in ("layers per stage", "note") else "right")
+    refined = []
+    with render.working(render.make_console(stderr=True), f"placing {len(documents)} plans"):
+        for document in documents:
+            out, row = _refine_one(document, topology, config)
+            refined.append(out)
+            table.add_row(str(document["rank"]), render.seconds(document["estimate"]["step_time_s"]), *row)
+    render.print_table(render.make_console(), table)
+    return refined
+
+
+def _refine_one(document: dict, topology: Topology, config: SolverConfig) -> tuple[dict, list[str]]:
+    if len(topology.gpu_types) > 1:
+        try:
+            mixed, out = mixed_plan(document, topology, config)
+        except InputError as exc:
+            return document, ["-", "-", f"not placed: {exc}"]
+        fast = "-" if mixed.fast_only_step_s is None else render.seconds(mixed.fast_only_step_s)
+        types = "/".join(gpu.split("-")[0] for gpu in mixed.stage_types)
+        return out, ["-", str(list(mixed.stage_layers)),
+                     (f"stages on {types} ({mixed.stats.status}); pipeline time per step: placed "
+                      f"{render.seconds(mixed.step_s)} s, naive split {render.seconds(mixed.naive_step_s)} s, "
+                      f"{mixed.fast_only_type} only {fast} s")]
+    placed, out = place_plan(document, topology, config)
+    staged = partition_plan(out, topology, config)
+    layers = out["placement"]["stage_layers"]
+    note = f"hosts {placed.stats.status}"
+    if staged is not None:
+        split, out = staged
+        layers = list(split.stage_layers)
+        note += (f"; slowest stage {render.seconds(split.baseline_slowest_s)} -> {render.seconds(split.slowest_s)} s "
+                 f"per micro-batch ({split.stats.status})")
+    return out, [render.seconds(placed.placed_step_s), str(layers), note]

@@ -98,10 +98,15 @@ class Topology:
         link[np.arange(n), np.arange(n)] = nvlink
         return link
 
-    def nominal_cluster(self, link_bytes_per_s: float | None = None, num_nodes: int | None = None) -> ClusterSpec:
-        """The homogeneous ClusterSpec of this topology's first node type, with every inter-node link at
-        ``link_bytes_per_s`` (bus bandwidth; default: the first node's NIC on a full-bisection fabric)."""
-        first = self.nodes[0]
+    def weakest_node(self) -> NodeSpec:
+        """The node type with the least HBM, then the lowest 16-bit peak: what every plan must fit and keep up with."""
+        return min(self.nodes, key=lambda node: (node.gpu.hbm_bytes, node.gpu.peak_flops_per_s["bf16"]))
+
+    def nominal_cluster(self, link_bytes_per_s: float | None = None, num_nodes: int | None = None,
+                        node: NodeSpec | None = None) -> ClusterSpec:
+        """The homogeneous ClusterSpec of ``node``'s type (default: the first node), with every inter-node
+        link at ``link_bytes_per_s`` (bus bandwidth; default: that node's NIC on a full-bisection fabric)."""
+        first = self.nodes[0] if node is None else node
         eff = first.gpu.efficiency
         line_rate = first.nic_bytes_per_s_per_gpu if link_bytes_per_s is None else link_bytes_per_s / eff.nic_frac
         return ClusterSpec(

@@ -148,3 +148,46 @@ def test_place_partitions_stages_and_megatron_takes_them(tmp_path: Path):
     assert exported.exit_code == 0, exported.output
     script = (tmp_path / "launch" / "megatron_launch.sh").read_text()
     assert f"--decoder-last-pipeline-num-layers {split['stage_layers'][-1]}" in script
+
+
+MIXED = """\
+inter_node_latency_us: 5.0
+intra_domain_latency_us: 2.0
+node_groups:
+  - {gpu: a100-sxm-80gb, num_nodes: 2, gpus_per_node: 8, nic_gb_per_s_per_gpu: 25, hosts: [a0, a1]}
+  - {gpu: h100-sxm, num_nodes: 2, gpus_per_node: 8, nic_gb_per_s_per_gpu: 50, hosts: [h0, h1]}
+"""
+PLAN_8B = ["plan", "llama-3.1-8b", "--seq-len", "4096", "--global-batch", "128", "--tp", "8", "--vpp", "1",
+           "--top", "1"]
+
+
+def test_plan_on_a_mixed_cluster_types_the_stages(tmp_path: Path):
+    topology = tmp_path / "mixed.yaml"
+    topology.write_text(MIXED)
+    out = tmp_path / "plans.json"
+    result = invoke(*PLAN_8B, "--pp", "2", "--cluster", str(topology), "--json", str(out))
+    assert result.exit_code == 0, result.output
+    placement = json.loads(out.read_text())["plans"][0]["placement"]
+    mixed = placement["mixed_gpus"]
+    assert mixed["stage_types"] == ["a100-sxm-80gb", "h100-sxm"] or mixed["stage_types"] == ["h100-sxm",
+                                                                                           "a100-sxm-80gb"]
+    a100 = mixed["stage_layers"][mixed["stage_types"].index("a100-sxm-80gb")]
+    assert a100 < 16 and sum(mixed["stage_layers"]) == 32  # the slower stage holds fewer layers
+    assert mixed["step_time_s"] < mixed["naive_step_time_s"] and mixed["step_time_s"] < mixed["fast_only_step_time_s"]
+    hosts = placement["host_order"]
+    # tp=8 x dp=2 per stage: two nodes each, a0/a1 for the a100 stage, h0/h1 for the h100 one.
+    assert [h[0] for h in hosts] == [t[0] for t in mixed["stage_types"] for _ in range(2)]
+    assert placement["stage_layers"] == mixed["stage_layers"]
+    assert "pipeline time per step" in result.stdout
+    assert_bad_input(invoke(*PLAN_8B, "--pp", "2", "--cluster", str(topology), "--nodes", "4"), "drop --nodes")
+
+
+def test_plan_place_on_a_uniform_cluster(tmp_path: Path):
+    out = tmp_path / "plans.json"
+    result = invoke(*PLAN_8B, "--pp", "4", "--cluster", "dgx-h100", "--nodes", "4", "--place", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    placement = json.loads(out.read_text())["plans"][0]["placement"]
+    assert placement["host_order"] == ["node0", "node1", "node2", "node3"]
+    figures = placement["rank_placement"]
+    assert figures["step_time_s_after"] == figures["step_time_s_before"]  # uniform: nothing to gain, nothing lost
+    assert placement["stage_partition"]["slowest_stage_s_placed"] <= placement["stage_partition"]["slowest_stage_s_even"]

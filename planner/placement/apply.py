@@ -9,6 +9,7 @@ from typing import Any
 from paraplan.hardware_profiles.topology import Topology
 from paraplan.planner.json_schema import validate_instance
 from paraplan.planner.layout import rank_map
+from paraplan.planner.placement.mixed_gpus import MixedPipeline, mixed_pipeline, stage_blocks
 from paraplan.planner.placement.plan_costs import job_of_plan
 from paraplan.planner.placement.rank_instance import rank_instance
 from paraplan.planner.placement.rank_placement import RankPlacement, place_ranks
@@ -60,3 +61,31 @@ def partition_plan(document: dict[str, Any], topology: Topology,
         "gap_frac": result.stats.gap_frac}
     validate_instance(out, plan_schema())
     return result, out
+
+
+def mixed_plan(document: dict[str, Any], topology: Topology,
+               config: SolverConfig) -> tuple[MixedPipeline, dict[str, Any]]:
+    """A plan on a cluster of several GPU types: stage types and layers, the host order that puts each
+    stage on its type's nodes, and the comparisons; InputError when the types cannot hold whole stages."""
+    job, parallel = job_of_plan(document)
+    result = mixed_pipeline(job, parallel, topology, config)
+    stage_blocks(topology, parallel)  # validated by mixed_pipeline; each stage fills whole nodes
+    block_nodes = parallel.tp * parallel.cp * parallel.dp // topology.nodes[0].gpus_per_node
+    free = {gpu: [n.host for n in topology.nodes if n.gpu.name == gpu] for gpu in topology.gpu_types}
+    hosts = [free[gpu].pop(0) for gpu in result.stage_types for _ in range(block_nodes)]
+    out = copy.deepcopy(document)
+    out["placement"]["host_order"] = hosts
+    if megatron_expressible_split(result.stage_layers):
+        out["placement"]["stage_layers"] = list(result.stage_layers)
+    out["placement"]["mixed_gpus"] = {
+        "stage_types": list(result.stage_types), "stage_layers": list(result.stage_layers),
+        "step_time_s": result.step_s, "naive_step_time_s": result.naive_step_s,
+        "fast_only_step_time_s": result.fast_only_step_s, "status": result.stats.status,
+        "gap_frac": result.stats.gap_frac}
+    validate_instance(out, plan_schema())
+    return result, out
+
+
+def megatron_expressible_split(layers: tuple[int, ...]) -> bool:
+    """Equal middle stages: what --decoder-first/last-pipeline-num-layers can say."""
+    return len(layers) >= 2 and min(layers) >= 1 and len(set(layers[1:-1])) <= 1

@@ -78,6 +78,9 @@ def stage_blocks(topology: Topology, config: ParallelConfig) -> dict[str, int]:
 def mixed_pipeline(job: TrainingJob, config: ParallelConfig, topology: Topology,
                    solver: SolverConfig) -> MixedPipeline:
     """Best type order and split; InputError when the types cannot hold whole stages."""
+    if config.vpp > 1 or config.pp < 2:
+        raise InputError(f"GPU types per stage need pp >= 2 with one chunk per rank (vpp = 1), got pp = {config.pp}, "
+                         f"vpp = {config.vpp}; constrain the search with --pp and --vpp 1")
     blocks = stage_blocks(topology, config)
     clusters = {gpu: _cluster_of(topology, gpu, config) for gpu in blocks}
     fast = min(clusters, key=lambda gpu: stage_instance(job, config, [clusters[gpu]]).layer_time_s[0])
