@@ -58,11 +58,6 @@ class SolveStats:
         return max(0.0, (self.objective - self.bound) / self.objective)
 
 
-def gap_of(objective: float, bound: float) -> float:
-    """(objective − bound) / objective for a minimisation, 0 when the objective is 0."""
-    return 0.0 if objective <= 0 else max(0.0, (objective - bound) / objective)
-
-
 def run_cp_sat(model: cp_model.CpModel, config: SolverConfig) -> tuple[cp_model.CpSolver, Status | None]:
     """Solve ``model``; the status is None when no solution was found in time (caller falls back)."""
     solver = cp_model.CpSolver()
