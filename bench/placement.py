@@ -141,6 +141,7 @@ def main(section: str) -> None:
     if section in ("experts-small", "all"):
         experts(64, 16, 8, 1.2, 0, 2.0)
         experts(64, 16, 8, 1.2, 16, 2.0)
+        experts(256, 64, 4, 0.8, 0, 2.0)
     if section in ("experts-scale", "all"):
         experts(256, 64, 58, 1.2, 0, 2.0)
         experts(256, 64, 58, 1.2, 64, 2.0)
