@@ -21,6 +21,7 @@ from paraplan.planner.placement.expert_input import (
     expert_map_document,
     moe_shape_of_plan,
     routing_input,
+    with_expert_placement,
 )
 from paraplan.planner.placement.expert_placement import make_instance, place_experts
 from paraplan.planner.placement.solver import SolverConfig
@@ -52,27 +53,36 @@ def experts(
     replicas: Annotated[int, typer.Option(help="Extra copies of hot experts per layer (a multiple of ep).")] = 0,
     ranks_per_domain: Annotated[int, typer.Option(help="EP ranks per NVLink domain.")] = 8,
     time_limit: TimeLimitOpt = 10.0, json_path: JsonOpt = None, force: ForceOpt = False,
+    plan_out: Annotated[Path | None, typer.Option(help="With --plan: write the plan file with its expert map "
+                                                  "(exports then carry it in expert_map.json).")] = None,
 ) -> None:
     """Place the experts of each MoE layer on EP ranks: busiest rank first, then inter-layer traffic."""
-    tokens = DEFAULT_TOKENS_PER_LAYER
+    tokens, document = DEFAULT_TOKENS_PER_LAYER, None
+    if plan_out is not None and plan is None:
+        raise InputError("--plan-out writes the --plan file with its expert map; give --plan PLAN.json")
     if plan is not None:
-        plan_ep, experts_, layers, tokens = moe_shape_of_plan(read_plan_file(plan).document)
+        document = read_plan_file(plan).document
+        plan_ep, experts_, layers, tokens = moe_shape_of_plan(document)
         ep = plan_ep if ep is None else ep
     if ep is None:
         raise InputError("say how many expert-parallel ranks with --ep N (or give --plan PLAN.json with ep > 1)")
     config = solver_config(time_limit)
-    if json_path is not None:
-        render.check_writable(json_path, force)
+    for path in (json_path, plan_out):
+        if path is not None:
+            render.check_writable(path, force)
     stats = routing_input(routing, skew, num_layers=layers, num_experts=experts_, tokens_per_layer=tokens)
     instance = make_instance(stats, ep, ranks_per_domain, replicas)
     with render.working(render.make_console(stderr=True), f"placing {stats.num_experts} experts x "
                         f"{stats.num_layers} layers on {ep} ranks"):
         placed = place_experts(instance, config)
-    document = expert_map_document(placed, instance, stats, config)
-    _expert_table(document["summary"], f"{stats.num_experts} experts x {stats.num_layers} MoE layers on "
+    expert_map = expert_map_document(placed, instance, stats, config)
+    _expert_table(expert_map["summary"], f"{stats.num_experts} experts x {stats.num_layers} MoE layers on "
                   f"{ep} EP ranks ({stats.source}), {replicas} replicas")
     if json_path is not None:
-        render.write_json(json_path, document, force)
+        render.write_json(json_path, expert_map, force)
+    if plan_out is not None:
+        placed_plan = with_expert_placement(document, expert_map)
+        render.write_json(plan_out, {"schema_version": SCHEMA_VERSION, "plans": [placed_plan]}, force)
 
 
 def _expert_table(summary: dict[str, float], title: str) -> None:

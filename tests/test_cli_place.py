@@ -191,3 +191,27 @@ def test_plan_place_on_a_uniform_cluster(tmp_path: Path):
     figures = placement["rank_placement"]
     assert figures["step_time_s_after"] == figures["step_time_s_before"]  # uniform: nothing to gain, nothing lost
     assert placement["stage_partition"]["slowest_stage_s_placed"] <= placement["stage_partition"]["slowest_stage_s_even"]
+
+
+def test_experts_into_the_plan_and_its_export(tmp_path: Path):
+    plan = write_plan_file(tmp_path / "plan.json", make_plan_document(
+        "mixtral-8x7b", tp=1, dp=8, ep=4, global_batch=8, seq_len=1024))
+    placed = tmp_path / "placed.json"
+    result = invoke("experts", "--plan", str(plan), "--skew", "zipf:1.0", "--time-limit", "2",
+                    "--plan-out", str(placed))
+    assert result.exit_code == 0, result.output
+    expert_placement = json.loads(placed.read_text())["plans"][0]["placement"]["expert_placement"]
+    assert expert_placement["ep"] == 4 and len(expert_placement["layers"]) == 32
+    assert all(sorted(e for rank in layer for e in rank) == list(range(8)) for layer in expert_placement["layers"])
+    exported = invoke("export", str(placed), "--format", "json", "-o", str(tmp_path / "launch"))
+    assert exported.exit_code == 0, exported.output
+    expert_map = json.loads((tmp_path / "launch" / "expert_map.json").read_text())
+    assert expert_map["placement"].startswith("optimized (zipf:1")
+    row = expert_map["ranks"][5]  # etp = 1: global rank 5 is EP rank 5 % 4 = 1
+    assert row["ep"] == 1 and row["experts_by_layer"] == [layer[1] for layer in expert_placement["layers"]]
+    routing = tmp_path / "routing.csv"
+    write_routing_csv(RoutingStats(tokens_per_expert=np.ones((2, 8))), routing)
+    assert_bad_input(invoke("experts", "--plan", str(plan), "--routing", str(routing), "--plan-out",
+                            str(tmp_path / "x.json")), "cover 2 MoE layers", "has 32")
+    assert_bad_input(invoke("experts", "--skew", "zipf:1", "--experts", "8", "--layers", "1", "--ep", "2",
+                            "--plan-out", str(tmp_path / "y.json")), "give --plan PLAN.json")

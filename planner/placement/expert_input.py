@@ -3,13 +3,16 @@ and the expert-map document it writes (``paraplan experts --json``, the exporter
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
 from paraplan.cost_models.routing import RoutingStats, parse_skew, read_routing_csv, zipf_routing
 from paraplan.errors import InputError
+from paraplan.planner.json_schema import validate_instance
 from paraplan.planner.placement.expert_placement import ExpertInstance, ExpertPlacement
 from paraplan.planner.placement.solver import SolverConfig
+from paraplan.planner.plan import plan_schema
 
 EXPERT_MAP_VERSION = 1
 DEFAULT_TOKENS_PER_LAYER = 1_000_000
@@ -102,3 +105,21 @@ def _reduction(before: float, after: float) -> float:
 def _stats(stats) -> dict[str, Any]:
     return {"status": stats.status, "objective": stats.objective, "bound": stats.bound,
             "gap_frac": stats.gap_frac, "wall_s": stats.wall_s}
+
+
+def with_expert_placement(plan: dict[str, Any], expert_map: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``plan`` whose placement carries the expert map (validated against the plan schema)."""
+    if expert_map["ep"] != plan["config"].get("ep", 1):
+        raise InputError(f"the expert map is for ep = {expert_map['ep']} but the plan runs ep = "
+                         f"{plan['config'].get('ep', 1)}; place with the plan's ep")
+    moe_layers = len(plan["model"].get("shape", {}).get("moe_layers", ()))
+    if len(expert_map["layers"]) != moe_layers:
+        raise InputError(f"the routing statistics cover {len(expert_map['layers'])} MoE layers but the plan's model has "
+                         f"{moe_layers}; use routing statistics of that model")
+    out = copy.deepcopy(plan)
+    out["placement"]["expert_placement"] = {
+        "source": expert_map["source"], "ep": expert_map["ep"], "replicas": expert_map["replicas"],
+        "layers": [layer["ranks"] for layer in expert_map["layers"]],
+        "token_share": [layer["token_share"] for layer in expert_map["layers"]]}
+    validate_instance(out, plan_schema())
+    return out
