@@ -65,6 +65,8 @@ def run_cp_sat(model: cp_model.CpModel, config: SolverConfig) -> tuple[cp_model.
     solver.parameters.relative_gap_limit = config.relative_gap_frac
     solver.parameters.num_workers = config.num_workers
     solver.parameters.random_seed = config.seed
+    # Presolve may otherwise drop solutions (dual reductions), which can turn a feasible hint infeasible.
+    solver.parameters.keep_all_feasible_solutions_in_presolve = True
     code = solver.Solve(model)
     if code == cp_model.OPTIMAL:
         return solver, "optimal"
