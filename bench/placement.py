@@ -20,6 +20,7 @@ from paraplan.planner.job import ParallelConfig, TrainingJob
 from paraplan.planner.placement.expert_input import summary
 from paraplan.planner.placement.expert_placement import make_instance, place_experts
 from paraplan.planner.placement.mixed_gpus import mixed_pipeline
+from paraplan.planner.placement.mixed_replicas import mixed_replicas
 from paraplan.planner.placement.rank_instance import rank_instance
 from paraplan.planner.placement.rank_placement import place_ranks
 from paraplan.planner.placement.solver import SolverConfig
@@ -131,6 +132,22 @@ def mixed_figures() -> None:
               f"{r.stats.status}, {time.perf_counter() - started:.1f} s")
 
 
+def replica_figures() -> None:
+    a100, h100 = load_gpu("a100-sxm-80gb"), load_gpu("h100-sxm")
+    nodes = tuple(NodeSpec(host=f"a{i}", gpu=a100, gpus_per_node=8, nic_bytes_per_s_per_gpu=25e9, leaf=0)
+                  for i in range(4))
+    nodes += tuple(NodeSpec(host=f"h{i}", gpu=h100, gpus_per_node=8, nic_bytes_per_s_per_gpu=50e9, leaf=0)
+                   for i in range(4))
+    topology = Topology(name="32 A100 + 32 H100", nodes=nodes, leaf_oversubscription=(1.0,),
+                        inter_node_latency_s=5e-6, intra_domain_latency_s=2e-6)
+    job = TrainingJob(model=load_model("llama-3.1-70b"), seq_len=4096, global_batch=256)
+    config = ParallelConfig(tp=8, pp=2, dp=4, zero=1, recompute="full")
+    r = mixed_replicas(job, config, topology, SolverConfig(time_limit_s=10))
+    print(f"replicas {topology.name}, llama-3.1-70b tp=8 pp=2 dp=4 zero=1 full recompute: micro-batches "
+          f"{list(r.microbatches)} on {'/'.join(t.split('-')[0] for t in r.replica_types)}: {r.step_s:.2f} s vs even "
+          f"{r.even_step_s:.2f} s vs H100 only {r.fast_only_step_s:.2f} s; {r.stats.status}, {r.stats.wall_s:.2f} s")
+
+
 def main(section: str) -> None:
     if section in ("ranks", "all"):
         rank_figures()
@@ -138,6 +155,7 @@ def main(section: str) -> None:
         stage_figures()
     if section in ("mixed", "all"):
         mixed_figures()
+        replica_figures()
     if section in ("experts-small", "all"):
         experts(64, 16, 8, 1.2, 0, 2.0)
         experts(64, 16, 8, 1.2, 16, 2.0)

@@ -1,5 +1,6 @@
-"""Mixed GPU types along a pipeline: exhaustive check on a small model, gains over the naive split
-and over the faster type alone, and clusters whose types cannot hold whole stages."""
+"""Mixed GPU types along a pipeline and across data-parallel replicas: exhaustive checks on a small
+model, gains over the naive split and the faster type alone, and clusters whose types cannot hold
+whole stages or replicas."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from paraplan.errors import InputError
 from paraplan.hardware_profiles import load_gpu
 from paraplan.hardware_profiles.topology import NodeSpec, Topology
 from paraplan.planner.job import ParallelConfig, TrainingJob
-from paraplan.planner.placement.mixed_gpus import _cluster_of, mixed_pipeline, stage_blocks
+from paraplan.planner.placement.mixed_gpus import _cluster_of, mixed_pipeline, pipeline_step_s, stage_blocks
+from paraplan.planner.placement.mixed_replicas import _stage_times, mixed_replicas
 from paraplan.planner.placement.solver import SolverConfig
 from paraplan.planner.placement.stage_costs import stage_instance
 from paraplan.planner.placement.stage_partition import brute_force
@@ -66,3 +68,30 @@ def test_types_must_hold_whole_stages():
         stage_blocks(mixed(1, 3), ParallelConfig(tp=8, pp=2, dp=2))
     with pytest.raises(InputError, match="must fill whole 8-GPU nodes"):
         stage_blocks(mixed(2, 2), ParallelConfig(tp=4, pp=8, dp=1))
+
+
+def test_replica_microbatches_match_brute_force_and_beat_even():
+    topology = mixed(2, 2)
+    config = ParallelConfig(tp=8, pp=1, dp=4)
+    job = TrainingJob(model=make_model(num_layers=12), seq_len=2048, global_batch=16)
+    placed = mixed_replicas(job, config, topology, SolverConfig(time_limit_s=5.0))
+    times = {gpu: _stage_times(job, config, topology, gpu) for gpu in ("a100-sxm-80gb", "h100-sxm")}
+    types = ["a100-sxm-80gb", "a100-sxm-80gb", "h100-sxm", "h100-sxm"]
+    best = min(max(pipeline_step_s(times[g], n) for g, n in zip(types, counts))
+               for counts in itertools.product(range(1, 14), repeat=4) if sum(counts) == 16)
+    assert placed.step_s == pytest.approx(best, rel=1e-6)
+    assert placed.stats.status == "optimal" and sum(placed.microbatches) == 16
+    assert placed.microbatches[0] < placed.microbatches[2]  # H100 replicas take more
+    assert placed.step_s < placed.even_step_s
+    assert placed.host_order == ("a0", "a1", "h0", "h1")
+
+
+def test_replica_host_order_follows_megatron_rank_order():
+    # tp=8, pp=2, dp=2 on a0 a1 | h0 h1: replica 0 = a0 (stage 0) + a1 (stage 1); node ranks are
+    # stage-major (s·dp + r): [a0, h0, a1, h1].
+    job = TrainingJob(model=make_model(num_layers=12), seq_len=2048, global_batch=16)
+    placed = mixed_replicas(job, ParallelConfig(tp=8, pp=2, dp=2), mixed(2, 2), SolverConfig(time_limit_s=5.0))
+    assert placed.host_order == ("a0", "h0", "a1", "h1")
+    assert placed.replica_types == ("a100-sxm-80gb", "h100-sxm")
+    with pytest.raises(InputError, match="tp·cp a multiple of 8"):
+        mixed_replicas(job, ParallelConfig(tp=4, pp=2, dp=4), mixed(2, 2), SolverConfig(time_limit_s=5.0))
