@@ -18,6 +18,7 @@ from paraplan.hardware_profiles.units import BYTES_PER_GB
 from paraplan.planner.placement.apply import mixed_plan, partition_plan, place_plan
 from paraplan.planner.placement.expert_input import (
     DEFAULT_TOKENS_PER_LAYER,
+    check_layers,
     expert_map_document,
     moe_shape_of_plan,
     routing_input,
@@ -72,6 +73,8 @@ def experts(
             render.check_writable(path, force)
     stats = routing_input(routing, skew, num_layers=layers, num_experts=experts_, tokens_per_layer=tokens)
     instance = make_instance(stats, ep, ranks_per_domain, replicas)
+    if document is not None:
+        check_layers(document, stats.num_layers)
     with render.working(render.make_console(stderr=True), f"placing {stats.num_experts} experts x "
                         f"{stats.num_layers} layers on {ep} ranks"):
         placed = place_experts(instance, config)

@@ -112,10 +112,7 @@ def with_expert_placement(plan: dict[str, Any], expert_map: dict[str, Any]) -> d
     if expert_map["ep"] != plan["config"].get("ep", 1):
         raise InputError(f"the expert map is for ep = {expert_map['ep']} but the plan runs ep = "
                          f"{plan['config'].get('ep', 1)}; place with the plan's ep")
-    moe_layers = len(plan["model"].get("shape", {}).get("moe_layers", ()))
-    if len(expert_map["layers"]) != moe_layers:
-        raise InputError(f"the routing statistics cover {len(expert_map['layers'])} MoE layers but the plan's model has "
-                         f"{moe_layers}; use routing statistics of that model")
+    check_layers(plan, len(expert_map["layers"]))
     out = copy.deepcopy(plan)
     out["placement"]["expert_placement"] = {
         "source": expert_map["source"], "ep": expert_map["ep"], "replicas": expert_map["replicas"],
@@ -123,3 +120,11 @@ def with_expert_placement(plan: dict[str, Any], expert_map: dict[str, Any]) -> d
         "token_share": [layer["token_share"] for layer in expert_map["layers"]]}
     validate_instance(out, plan_schema())
     return out
+
+
+def check_layers(plan: dict[str, Any], num_layers: int) -> None:
+    """InputError unless routing statistics of ``num_layers`` MoE layers match the plan's model."""
+    moe_layers = len(plan["model"].get("shape", {}).get("moe_layers", ()))
+    if num_layers != moe_layers:
+        raise InputError(f"the routing statistics cover {num_layers} MoE layers but the plan's model has "
+                         f"{moe_layers}; use routing statistics of that model")
