@@ -114,3 +114,20 @@ def test_falls_back_to_swap_descent(monkeypatch):
     placed = place_ranks(instance, FAST)
     assert placed.stats.status == "heuristic"
     assert cost_of(instance, placed.node_of_slot) == brute_force(instance)[1]  # swaps find it here
+
+
+def test_expert_all_to_all_is_an_axis_of_its_own():
+    # ep=8 over 4-GPU nodes: each expert group spans two neighbouring nodes, all pairs talk.
+    assert slot_edges(tp=1, cp=1, dp=16, pp=1, vpp=1, gpus_per_node=4, ep=8) == {"ep": ((0, 1), (2, 3)),
+                                                                                  "dp": ((0, 1), (0, 3), (1, 2), (2, 3))}
+    assert "ep" not in slot_edges(tp=1, cp=1, dp=16, pp=1, vpp=1, gpus_per_node=8, ep=8)  # inside a node
+    document = make_plan_document("mixtral-8x7b", tp=1, dp=16, ep=8, gpus_per_node=4, global_batch=64)
+    measured = np.full((4, 4), np.nan)
+    measured[0, 1] = measured[1, 0] = 2e9  # the link the default order gives to one expert group
+    instance = rank_instance(document, topology([50.0] * 4, measured=measured, per_node=4))
+    assert instance.pair_cost["ep"][0, 1] > instance.pair_cost["ep"][0, 2] > 0
+    placed = place_ranks(instance, FAST)
+    pairs = {tuple(sorted((placed.node_of_slot[s], placed.node_of_slot[t]))) for s, t in instance.edges["ep"]}
+    assert (0, 1) not in pairs
+    assert placed.placed_step_s < placed.baseline_step_s
+    assert cost_of(instance, placed.node_of_slot) == brute_force(instance)[1]

@@ -101,3 +101,18 @@ def test_uniform_split_is_kept_when_it_is_already_best():
     # No edge costs and identical layers: 8 layers on 4 stages stay 2 each.
     placed = partition(make_instance([1.0] * 8, stages=4), FAST)
     assert placed.stage_layers == (2, 2, 2, 2) and placed.slowest_s == placed.baseline_slowest_s == 2.0
+
+
+def test_moe_models_cost_dense_and_moe_layers_apart():
+    # DeepSeek-V3: 3 dense layers then 58 MoE layers, one MTP module on the last stage.
+    model = load_model("deepseek-v3")
+    job = TrainingJob(model=model, seq_len=4096, global_batch=1024)
+    config = ParallelConfig(tp=1, pp=16, dp=64, ep=64, zero=1, recompute="full")
+    instance = stage_instance(job, config, [load_cluster("dgx-h100", num_nodes=128)] * 16)
+    times, states = instance.layer_time_s, instance.layer_state_bytes
+    assert len(set(times[:3])) == 1 and len(set(times[3:])) == 1 and times[0] < times[3]
+    assert states[0] < states[3]
+    # The MTP module's 256 routed experts shard over ep = 64 like every MoE layer's: the last stage's
+    # extras stay within a GPU (unsharded they alone would be about 72 GiB of states).
+    assert instance.last_extra_bytes < 0.5 * instance.capacity_bytes[-1]
+    assert instance.last_extra_s > times[3]  # output layer, loss and the MTP layer

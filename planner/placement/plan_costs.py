@@ -16,7 +16,7 @@ from paraplan.hardware_profiles import ClusterSpec
 from paraplan.planner.job import ParallelConfig, TrainingJob, configs_to_table
 from paraplan.planner.plan import model_from_shape
 
-AXIS_TERMS = {"tp": "tp_comm_s", "cp": "cp_comm_s", "dp": "dp_comm_s", "pp": "pp_comm_s"}
+AXIS_TERMS = {"tp": "tp_comm_s", "cp": "cp_comm_s", "ep": "ep_comm_s", "dp": "dp_comm_s", "pp": "pp_comm_s"}
 """The estimate's exposed-communication term of each parallel axis."""
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from paraplan.errors import InputError
 from paraplan.hardware_profiles.topology import Topology
-from paraplan.planner.layout import axis_groups, rank_map
+from paraplan.planner.layout import axis_groups, expert_map, rank_map
 from paraplan.planner.placement.plan_costs import AxisTimes, axis_times, job_of_plan
 from paraplan.planner.placement.rank_placement import TIME_QUANTUM_S, RankInstance
 
@@ -17,10 +17,19 @@ CYCLIC_AXES = ("tp", "cp", "dp")
 """Axes whose collectives run as rings (NCCL's inter-node ring visits nodes in rank order)."""
 
 
-def slot_edges(*, tp: int, cp: int, dp: int, pp: int, vpp: int, gpus_per_node: int) -> dict[str, tuple]:
-    """Per axis, the unordered logical-node pairs that its groups' rings (pp: chains, rings with vpp > 1) use."""
+def slot_edges(*, tp: int, cp: int, dp: int, pp: int, vpp: int, gpus_per_node: int, ep: int = 1,
+               etp: int = 1) -> dict[str, tuple]:
+    """Per axis, the unordered logical-node pairs that its groups' rings (pp: chains, rings with vpp > 1;
+    ep: all pairs, an all-to-all) use."""
     rows = rank_map(tp=tp, cp=cp, dp=dp, pp=pp, gpus_per_node=gpus_per_node)
     edges: dict[str, tuple] = {}
+    if ep > 1:  # the expert grid (tp=etp, ep, expert dp, pp) over the same ranks, as Megatron builds it
+        groups = expert_map(num_experts=ep, moe_layers=[0], ep=ep, etp=etp, world_size=len(rows), pp=pp)["ep_groups"]
+        pairs = {tuple(sorted((a // gpus_per_node, b // gpus_per_node))) for group in groups
+                 for a, b in itertools.combinations(group, 2)}
+        found = tuple(sorted(pair for pair in pairs if pair[0] != pair[1]))
+        if found:
+            edges["ep"] = found
     for axis in ("tp", "cp", "dp", "pp"):
         found: set[tuple[int, int]] = set()
         for group in axis_groups(rows, axis):
@@ -44,7 +53,7 @@ def rank_instance(document: dict[str, Any], topology: Topology) -> RankInstance:
     slots = config.num_gpus // per_node
     _check_fits(topology, per_node, slots, document["cluster"]["gpu"])
     edges = slot_edges(tp=config.tp, cp=config.cp, dp=config.dp, pp=config.pp, vpp=config.vpp,
-                       gpus_per_node=per_node)
+                       gpus_per_node=per_node, ep=config.ep, etp=config.etp)
     link = topology.link_bytes_per_s()
     off = ~np.eye(topology.num_nodes, dtype=bool)
     speeds = sorted(set(link[off].tolist())) or [float(link[0, 0])]
