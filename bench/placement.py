@@ -98,11 +98,15 @@ def rank_figures() -> None:
 
 
 def stage_figures() -> None:
-    cluster = load_cluster("dgx-h100", num_nodes=8)
-    for model, tp, pp in (("llama-3.1-8b", 1, 4), ("llama-3.1-8b", 1, 5), ("llama-3.1-8b", 1, 8),
-                          ("llama-3.1-70b", 8, 6), ("llama-3.1-70b", 8, 8)):
-        job = TrainingJob(model=load_model(model), seq_len=4096, global_batch=256)
-        instance = stage_instance(job, ParallelConfig(tp=tp, pp=pp, dp=1), [cluster] * pp)
+    cases = [(model, ParallelConfig(tp=tp, pp=pp, dp=1), 8, 256) for model, tp, pp in (
+        ("llama-3.1-8b", 1, 4), ("llama-3.1-8b", 1, 5), ("llama-3.1-8b", 1, 8), ("llama-3.1-70b", 8, 6),
+        ("llama-3.1-70b", 8, 8))]
+    cases.append(("deepseek-v3", ParallelConfig(tp=1, pp=16, dp=64, ep=64, zero=1, recompute="full"), 128, 1024))
+    for model, config, nodes, batch in cases:
+        tp, pp = config.tp, config.pp
+        cluster = load_cluster("dgx-h100", num_nodes=nodes)
+        job = TrainingJob(model=load_model(model), seq_len=4096, global_batch=batch)
+        instance = stage_instance(job, config, [cluster] * pp)
         for equal_middle in (False, True):
             result = partition(dataclasses.replace(instance, equal_middle=equal_middle), SolverConfig(time_limit_s=10))
             print(f"stages {model} tp={tp} pp={pp}{' (Megatron form)' if equal_middle else ''}: even "
