@@ -165,8 +165,11 @@ def search_cluster(path: Path, nodes: int | None, gpus: int | None) -> ClusterSp
 def refine(documents: list[dict], cluster: str | None, spec: ClusterSpec) -> list[dict]:
     """'paraplan plan --place' (or a mixed-GPU topology): place ranks and partition stages of each plan,
     or choose stage GPU types on a mixed cluster; print one row per plan."""
-    topology = topology_from_file(Path(cluster)) if cluster and is_topology_file(Path(cluster)) \
-        else uniform_topology(spec)
+    try:
+        topology = topology_from_file(Path(cluster)) if cluster and is_topology_file(Path(cluster)) \
+            else uniform_topology(spec)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
     config = SolverConfig(time_limit_s=PLAN_PLACE_TIME_LIMIT_S)
     table = Table(title=f"placement on {topology.name} ({topology.num_nodes} nodes, {', '.join(topology.gpu_types)})")
     for column in ("#", "search step s", "placed step s", "layers per stage", "note"):

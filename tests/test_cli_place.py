@@ -215,3 +215,13 @@ def test_experts_into_the_plan_and_its_export(tmp_path: Path):
                             str(tmp_path / "x.json")), "cover 2 MoE layers", "has 32")
     assert_bad_input(invoke("experts", "--skew", "zipf:1", "--experts", "8", "--layers", "1", "--ep", "2",
                             "--plan-out", str(tmp_path / "y.json")), "give --plan PLAN.json")
+
+
+def test_multi_node_nvlink_domains_are_refused_in_one_line(tmp_path: Path):
+    plan = write_plan_file(tmp_path / "plan.json", make_plan_document(tp=4, dp=4, gpus_per_node=4, global_batch=64))
+    assert_bad_input(invoke("place", str(plan), "--cluster", "gb200-nvl72", "--nodes", "4"),
+                     "one NVLink domain per node")
+    assert_bad_input(invoke(*PLAN_8B[:-4], "--gpu", "b200", "--gpus", "8", "--place", "--cluster", "gb200-nvl72"),
+                     "either --cluster")
+    result = invoke(*PLAN_8B[:-4], "--cluster", "gb200-nvl72", "--nodes", "4", "--place", "--top", "1")
+    assert_bad_input(result, "one NVLink domain per node")
