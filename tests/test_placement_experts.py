@@ -106,7 +106,7 @@ def test_larger_instance_is_feasible_and_above_its_bound():
 
 def test_falls_back_to_the_heuristic_when_the_solver_finds_nothing(monkeypatch):
     real = expert_placement.run_cp_sat
-    monkeypatch.setattr(expert_placement, "run_cp_sat", lambda model, config: (real(model, config)[0], None))
+    monkeypatch.setattr(expert_placement, "run_cp_sat", lambda model, config, **kw: (real(model, config)[0], None))
     load = np.array([17, 13, 10, 6, 6, 1, 2, 1])  # greedy reaches 30, above the bound of 28
     share, stats = solve_load(load, 2, 0, FAST)
     assert stats.status == "heuristic"

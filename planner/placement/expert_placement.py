@@ -198,7 +198,7 @@ def solve_load(load: np.ndarray, ep: int, replicas: int, config: SolverConfig) -
     model.Add(x[heaviest, 0] == 1)  # symmetry: some rank holds the heaviest expert; call it rank 0
     model.Minimize(max_load)
     _hint(model, load, x, y, max_load, heuristic)
-    solver, status = run_cp_sat(model, config)
+    solver, status = run_cp_sat(model, config, keep_hint_feasible=replicas > 0)
     if status is None:
         return heuristic, SolveStats(status="heuristic", objective=_max_load(load, heuristic), bound=float(trivial),
                                      wall_s=solver.wall_time)

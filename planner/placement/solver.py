@@ -58,15 +58,21 @@ class SolveStats:
         return max(0.0, (self.objective - self.bound) / self.objective)
 
 
-def run_cp_sat(model: cp_model.CpModel, config: SolverConfig) -> tuple[cp_model.CpSolver, Status | None]:
-    """Solve ``model``; the status is None when no solution was found in time (caller falls back)."""
+def run_cp_sat(model: cp_model.CpModel, config: SolverConfig, *,
+               keep_hint_feasible: bool = False) -> tuple[cp_model.CpSolver, Status | None]:
+    """Solve ``model``; the status is None when no solution was found in time (caller falls back).
+
+    ``keep_hint_feasible``: forbid presolve reductions that drop feasible solutions. Without it, dual
+    reductions can make a feasible hint infeasible (seen on the 256 x 64 replica model, which then
+    found nothing in 20 s); with it, presolve is weaker and bounds come slower, so only models that
+    need it ask.
+    """
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = config.time_limit_s
     solver.parameters.relative_gap_limit = config.relative_gap_frac
     solver.parameters.num_workers = config.num_workers
     solver.parameters.random_seed = config.seed
-    # Presolve may otherwise drop solutions (dual reductions), which can turn a feasible hint infeasible.
-    solver.parameters.keep_all_feasible_solutions_in_presolve = True
+    solver.parameters.keep_all_feasible_solutions_in_presolve = keep_hint_feasible
     code = solver.Solve(model)
     if code == cp_model.OPTIMAL:
         return solver, "optimal"
