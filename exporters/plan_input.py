@@ -17,7 +17,7 @@ from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.errors import InputError
 from paraplan.planner.job import ParallelConfig
 from paraplan.planner.json_schema import validate_instance
-from paraplan.planner.layout import RANK_ORDER, rank_map, stage_layers
+from paraplan.planner.layout import RANK_ORDER, edge_stage_split, rank_map, stage_layers
 from paraplan.planner.plan import SCHEMA_VERSION, model_from_shape, plan_schema
 
 
@@ -130,7 +130,7 @@ def _stage_layers(plan: dict[str, Any], model: ModelSpec, config: ParallelConfig
     except ValueError as exc:
         raise InputError(f"plan placement: {exc}") from None
     stored = plan["placement"]["stage_layers"]
-    if stored is not None and stored != layout and megatron_expressible(stored, model.num_layers, config):
+    if stored is not None and stored != layout and edge_stage_split(stored, model.num_layers, config.pp, config.vpp):
         return stored  # uneven first/last stages from the stage partition
     if stored is not None and stored != layout:
         # The launch formats express an even split or Megatron's edge-accounted one, nothing else yet.
@@ -151,13 +151,6 @@ def _ranks(plan: dict[str, Any], config: ParallelConfig, per_node: int) -> list[
         raise InputError(f"plan placement.rank_order {plan['placement']['rank_order']!r} is not {RANK_ORDER!r}, the "
                          "only order the launch formats start")
     return default
-
-
-def megatron_expressible(layers: list[int], num_layers: int, config: ParallelConfig) -> bool:
-    """One chunk per rank, every layer placed, equal middle stages: what Megatron's
-    --decoder-first/last-pipeline-num-layers express (the middle stages share the rest evenly)."""
-    return (config.vpp == 1 and len(layers) == config.pp >= 2 and sum(layers) == num_layers
-            and min(layers) >= 1 and len(set(layers[1:-1])) <= 1)
 
 
 def _hosts(plan: dict[str, Any], num_nodes: int) -> list[str]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from paraplan.hardware_profiles.topology import Topology
 from paraplan.planner.json_schema import validate_instance
-from paraplan.planner.layout import rank_map
+from paraplan.planner.layout import edge_stage_split, rank_map
 from paraplan.planner.placement.mixed_gpus import MixedPipeline, mixed_pipeline, stage_blocks
 from paraplan.planner.placement.plan_costs import job_of_plan
 from paraplan.planner.placement.rank_instance import rank_instance
@@ -75,7 +75,7 @@ def mixed_plan(document: dict[str, Any], topology: Topology,
     hosts = [free[gpu].pop(0) for gpu in result.stage_types for _ in range(block_nodes)]
     out = copy.deepcopy(document)
     out["placement"]["host_order"] = hosts
-    if megatron_expressible_split(result.stage_layers):
+    if edge_stage_split(result.stage_layers, sum(result.stage_layers), parallel.pp, parallel.vpp):
         out["placement"]["stage_layers"] = list(result.stage_layers)
     out["placement"]["mixed_gpus"] = {
         "stage_types": list(result.stage_types), "stage_layers": list(result.stage_layers),
@@ -85,7 +85,3 @@ def mixed_plan(document: dict[str, Any], topology: Topology,
     validate_instance(out, plan_schema())
     return result, out
 
-
-def megatron_expressible_split(layers: tuple[int, ...]) -> bool:
-    """Equal middle stages: what --decoder-first/last-pipeline-num-layers can say."""
-    return len(layers) >= 2 and min(layers) >= 1 and len(set(layers[1:-1])) <= 1
