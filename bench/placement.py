@@ -26,7 +26,7 @@ from paraplan.planner.placement.rank_placement import place_ranks
 from paraplan.planner.placement.solver import SolverConfig
 from paraplan.planner.placement.stage_costs import stage_instance
 from paraplan.planner.placement.stage_partition import partition
-from paraplan.planner.plan import Plan, plan_to_json
+from paraplan.planner.plan import Plan, config_at, estimate_at, plan_to_json
 from paraplan.planner.search import search
 
 
@@ -54,8 +54,6 @@ def plan_document(model: str, gpus: int, seq_len: int, batch: int, **fixed: int)
     """The best plan of ``model`` on DGX H100 nodes with the given degrees fixed."""
     job = TrainingJob(model=load_model(model), seq_len=seq_len, global_batch=batch)
     cluster = load_cluster("dgx-h100", num_gpus=gpus)
-    from paraplan.planner.plan import config_at, estimate_at
-
     result = search(job, cluster, {axis: [value] for axis, value in fixed.items()})
     row = int(result.ranked[0])
     plan = Plan(job=job, cluster=cluster, config=config_at(result.table, row),
