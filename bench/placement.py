@@ -1,6 +1,6 @@
 """Figures of the placement optimizers (README "Placement").
 
-Run: python bench/placement.py [experts-scale|experts-small|ranks|stages|all]
+Run: python bench/placement.py [ranks|stages|mixed|experts-small|experts-scale|all]
 Each section prints what it measured: gains over the baselines, solver status, gap and wall time.
 """
 
