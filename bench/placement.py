@@ -17,6 +17,7 @@ from paraplan.cost_models.routing import zipf_routing
 from paraplan.hardware_profiles import load_cluster, load_gpu
 from paraplan.hardware_profiles.topology import NodeSpec, Topology, uniform_topology
 from paraplan.planner.job import ParallelConfig, TrainingJob
+from paraplan.planner.layout import stage_layers
 from paraplan.planner.placement.expert_input import summary
 from paraplan.planner.placement.expert_placement import make_instance, place_experts
 from paraplan.planner.placement.mixed_gpus import mixed_pipeline
@@ -25,7 +26,7 @@ from paraplan.planner.placement.rank_instance import rank_instance
 from paraplan.planner.placement.rank_placement import place_ranks
 from paraplan.planner.placement.solver import SolverConfig
 from paraplan.planner.placement.stage_costs import stage_instance
-from paraplan.planner.placement.stage_partition import partition
+from paraplan.planner.placement.stage_partition import partition, stage_times
 from paraplan.planner.plan import Plan, config_at, estimate_at, plan_to_json
 from paraplan.planner.search import search
 
@@ -105,10 +106,13 @@ def stage_figures() -> None:
         cluster = load_cluster("dgx-h100", num_nodes=nodes)
         job = TrainingJob(model=load_model(model), seq_len=4096, global_batch=batch)
         instance = stage_instance(job, config, [cluster] * pp)
+        default = stage_layers(instance.num_layers, pp, 1)  # what 'paraplan plan' emits for this config
+        default_s = float(stage_times(instance, default).max())
         for equal_middle in (False, True):
             result = partition(dataclasses.replace(instance, equal_middle=equal_middle), SolverConfig(time_limit_s=10))
             print(f"stages {model} tp={tp} pp={pp}{' (Megatron form)' if equal_middle else ''}: even "
-                  f"{list(result.baseline_layers)} {1e3 * result.baseline_slowest_s:.1f} ms -> "
+                  f"{list(result.baseline_layers)} {1e3 * result.baseline_slowest_s:.1f} ms, paraplan default "
+                  f"{default} {1e3 * default_s:.1f} ms -> "
                   f"{list(result.stage_layers)} {1e3 * result.slowest_s:.1f} ms per micro-batch "
                   f"({100 * (1 - result.slowest_s / result.baseline_slowest_s):.1f}% less); {result.stats.status}, "
                   f"gap {100 * result.stats.gap_frac:.2f}%, {result.stats.wall_s:.2f} s")
