@@ -14,7 +14,7 @@ from typing import Annotated, Any, get_args
 
 import typer
 
-from paraplan.cli import export_cmd, profile_cmd, render
+from paraplan.cli import export_cmd, place_cmd, profile_cmd, render
 from paraplan.cost_models.hf_config import load_model, preset_names
 from paraplan.cost_models.model_spec import AttentionFlops
 from paraplan.cost_models.table import RECOMPUTE_CODES
@@ -28,6 +28,7 @@ from paraplan.hardware_profiles import (
     load_gpu,
     quick_cluster,
 )
+from paraplan.hardware_profiles.topology_file import is_topology_file
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.plan import SCHEMA_VERSION, Plan, config_at, estimate_at, plan_to_json
 from paraplan.planner.reference import load_reference_runs, predict_all, summarize
@@ -144,6 +145,8 @@ def make_cluster(cluster: str | None, nodes: int | None, gpu: str | None, gpus: 
         return quick_cluster(gpu, gpus, 8 if gpus_per_node is None else gpus_per_node)
     if gpus_per_node is not None:
         raise InputError("--gpus-per-node goes with --gpu; a --cluster fixes its own node size")
+    if is_topology_file(Path(cluster)):
+        return place_cmd.search_cluster(Path(cluster), nodes, gpus)
     looks_like_file = Path(cluster).suffix in (".yaml", ".yml") or "/" in cluster
     if Path(cluster).is_file() or looks_like_file:
         return cluster_from_file(Path(cluster), num_nodes=nodes, num_gpus=gpus)
@@ -193,6 +196,8 @@ def plan(
     objective: Annotated[str, typer.Option(help="throughput, cost or memory.")] = "throughput",
     top: Annotated[int, typer.Option(help="How many plans to show.")] = 5,
     json_path: JsonOpt = None, force: ForceOpt = False, export: ExportOpt = None, out: ExportOutOpt = None,
+    place: Annotated[bool, typer.Option("--place", help="Refine the top plans: host order and layers per stage "
+                                        "(automatic on a mixed-GPU topology file).")] = False,
     tp: _axis_opt("Tensor parallel, e.g. 8 or 4,8.") = None, pp: _axis_opt("Pipeline parallel.") = None,
     dp: _axis_opt("Data parallel.") = None, cp: _axis_opt("Context parallel.") = None,
     ep: _axis_opt("Expert parallel (MoE models).") = None, etp: _axis_opt("Expert tensor parallel (MoE).") = None,
@@ -226,12 +231,18 @@ def plan(
     render.plan_table(console, plans, capacity, title)
     render.why_best(console, plans, capacity, result.estimates.cost_model, objective)
     render.search_summary(console, result.rejected, result.considered, len(result.table), len(result.ranked))
-    write_plans(json_path, plans, result.estimates.cost_model, force)
+    documents = [plan_to_json(p, result.estimates.cost_model) for p in plans]
+    if place or (cluster is not None and is_topology_file(Path(cluster))):
+        documents = place_cmd.refine(documents, cluster, spec)
+    if json_path is not None:
+        render.write_json(json_path, {"schema_version": SCHEMA_VERSION, "plans": documents}, force)
     if export is not None:
-        export_cmd.export_plan_document(plan_to_json(plans[0], result.estimates.cost_model), export, out, force)
+        export_cmd.export_plan_document(documents[0], export, out, force)
 
 
 app.command("export")(user_errors(export_cmd.export))
+app.command("experts")(user_errors(place_cmd.experts))
+app.command("place")(user_errors(place_cmd.place))
 
 
 @app.command()

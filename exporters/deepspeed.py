@@ -79,6 +79,8 @@ def deepspeed_program(plan: ExportPlan) -> Program:
     notes = ["read --deepspeed_config with deepspeed.add_config_arguments(parser) and pass it to deepspeed.initialize"]
     if c.pp > 1:
         notes.append(f"build the model as deepspeed.pipe.PipelineModule(num_stages={c.pp})")
+        if len(set(plan.stage_layers)) > 1:  # PipelineModule's partition_method takes no layer counts
+            notes.append(f"cut the pipeline so stage s holds {list(plan.stage_layers)}[s] decoder layers")
     if c.tp > 1:
         notes.append(f"let AutoTP shard it {c.tp} ways (ds_config tensor_parallel.autotp_size; a Hugging Face model)")
     if c.recompute == "full":
@@ -96,6 +98,10 @@ def deepspeed_program(plan: ExportPlan) -> Program:
 
 def hostfile(plan: ExportPlan) -> OutputFile:
     """``node-i slots=G`` per node: replace the names with your hosts (DeepSpeed skips # lines)."""
+    if plan.hosts:  # rank placement chose the order: DeepSpeed numbers ranks in hostfile order
+        lines = ["# DeepSpeed hostfile in the host order paraplan place chose (ranks follow this order)."]
+        lines += [f"{host} slots={plan.gpus_per_node}" for host in plan.hosts]
+        return OutputFile(name=HOSTFILE, text="\n".join(lines) + "\n")
     lines = ["# DeepSpeed hostfile: one line per node, 'hostname slots=GPUs'. Replace node-<i> with your hosts."]
     lines += [f"node-{index} slots={plan.gpus_per_node}" for index in range(plan.num_nodes)]
     return OutputFile(name=HOSTFILE, text="\n".join(lines) + "\n")

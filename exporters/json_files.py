@@ -41,6 +41,11 @@ def expert_map_file(plan: ExportPlan) -> OutputFile:
     except ValueError as exc:
         raise InputError(f"plan config: {exc}") from None
     ranks = mapping.pop("ranks")
+    placed = plan.document["placement"].get("expert_placement")
+    if placed is not None:  # 'paraplan experts --plan-out': per MoE layer, the experts each EP rank holds
+        mapping["placement"] = f"optimized ({placed['source']}, {placed['replicas']} replicas)"
+        ranks = [{**row, "experts_by_layer": [layer[row["ep"]] for layer in placed["layers"]],
+                  "token_share_by_layer": [layer[row["ep"]] for layer in placed["token_share"]]} for row in ranks]
     return OutputFile(name="expert_map.json", text=rows_json({"schema_version": SCHEMA_VERSION, **mapping}, "ranks",
                                                              ranks))
 

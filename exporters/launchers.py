@@ -91,6 +91,7 @@ def slurm_script(plan: ExportPlan, program: Program, job_name: str) -> OutputFil
         "#SBATCH --ntasks-per-node=1",
         f"#SBATCH --gpus-per-node={plan.gpus_per_node}",
         "#SBATCH --exclusive",
+        f"#SBATCH --nodelist={','.join(plan.hosts)}" if plan.hosts else "",
         comment_block(plan_header(plan) + [("Submit from this folder (or set CONFIG_DIR):  sbatch slurm.sbatch "
                                            "[extra args]"), "Environment: MASTER_PORT (29500), TRAIN_SCRIPT."]),
         comment_block(["Not expressed: " + note for note in program.notes]),
@@ -100,16 +101,33 @@ def slurm_script(plan: ExportPlan, program: Program, job_name: str) -> OutputFil
         'if [[ "${SLURM_NNODES:-0}" -ne "$NNODES" ]]; then',
         '  echo "error: the plan needs $NNODES nodes; this allocation has ${SLURM_NNODES:-none}" >&2; exit 2',
         "fi",
-        # The rendezvous host is the allocation's first node: SLURM_NODEID 0 runs there.
-        'MASTER_ADDR=${MASTER_ADDR:-$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)}',
+        *(_host_order_lines(plan) if plan.hosts else [
+            # The rendezvous host is the allocation's first node: SLURM_NODEID 0 runs there.
+            'MASTER_ADDR=${MASTER_ADDR:-$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)}']),
         "MASTER_PORT=${MASTER_PORT:-29500}",
         "export MASTER_ADDR MASTER_PORT",
         *_program_block(program),
-        "# One torchrun per node; srun sets SLURM_NODEID, which becomes torchrun's node rank.",
+        "# One torchrun per node; srun sets SLURM_NODEID, which becomes torchrun's node rank"
+        + (" (placed plans: the host's position in HOST_ORDER)." if plan.hosts else "."),
         (f"srun --nodes={n} --ntasks-per-node=1 --kill-on-bad-exit=1 "
-        f"bash -c 'exec {per_node} \"$@\"' torchrun {bash_program_words(program)}"),
+        f"bash -c '{_NODE_RANK_FROM_HOST if plan.hosts else ''}exec {per_node} \"$@\"' torchrun "
+        f"{bash_program_words(program)}"),
     ]
     return OutputFile(name="slurm.sbatch", text="\n".join(line for line in lines if line) + "\n", executable=True)
+
+
+# SLURM numbers nodes by sorted host name; a placed plan needs its own order, so each task looks
+# its short host name up in HOST_ORDER (bash arrays do not cross processes: it travels as
+# HOST_ORDER_LIST) and passes that index to torchrun as the node rank.
+_NODE_RANK_FROM_HOST = ('HOST_ORDER=($HOST_ORDER_LIST); for i in "${!HOST_ORDER[@]}"; do '
+                        '[[ "${HOST_ORDER[$i]}" == "$(hostname -s)" ]] && SLURM_NODEID=$i; done; ')
+
+
+def _host_order_lines(plan: ExportPlan) -> list[str]:
+    """HOST_ORDER (exported for the srun tasks) and the rendezvous on node rank 0's host."""
+    return [f"HOST_ORDER=({' '.join(plan.hosts)})  # node rank i runs on HOST_ORDER[i] (paraplan place)",
+            "export HOST_ORDER_LIST=\"${HOST_ORDER[*]}\"",
+            "MASTER_ADDR=${MASTER_ADDR:-${HOST_ORDER[0]}}"]
 
 
 def pytorchjob(plan: ExportPlan, program: Program, job_name: str, image: str) -> OutputFile:

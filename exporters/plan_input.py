@@ -17,7 +17,7 @@ from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.errors import InputError
 from paraplan.planner.job import ParallelConfig
 from paraplan.planner.json_schema import validate_instance
-from paraplan.planner.layout import RANK_ORDER, rank_map, stage_layers
+from paraplan.planner.layout import RANK_ORDER, edge_stage_split, rank_map, stage_layers
 from paraplan.planner.plan import SCHEMA_VERSION, model_from_shape, plan_schema
 
 
@@ -45,6 +45,8 @@ class ExportPlan:
     """Decoder layers per model chunk in model order (pp·vpp chunks)."""
     ranks: tuple[dict[str, int], ...]
     """The rank map: the plan's own, or the default layout of its rank order."""
+    hosts: tuple[str, ...] = ()
+    """Host of each node rank chosen by rank placement (``paraplan place``); empty = the scheduler's order."""
 
     @property
     def num_gpus(self) -> int:
@@ -109,7 +111,8 @@ def plan_from_document(plan: dict[str, Any]) -> ExportPlan:
         precision=job["precision"], engine=job["engine"], attention=job["attention"],
         num_nodes=cluster["num_gpus"] // per_node, gpus_per_node=per_node,
         num_microbatches=job["global_batch"] // (config.mbs * config.dp),
-        stage_layers=tuple(_stage_layers(plan, model, config)), ranks=tuple(_ranks(plan, config, per_node)))
+        stage_layers=tuple(_stage_layers(plan, model, config)), ranks=tuple(_ranks(plan, config, per_node)),
+        hosts=tuple(_hosts(plan, cluster["num_gpus"] // per_node)))
 
 
 def _model_of(section: dict[str, Any]) -> ModelSpec:
@@ -127,6 +130,8 @@ def _stage_layers(plan: dict[str, Any], model: ModelSpec, config: ParallelConfig
     except ValueError as exc:
         raise InputError(f"plan placement: {exc}") from None
     stored = plan["placement"]["stage_layers"]
+    if stored is not None and stored != layout and edge_stage_split(stored, model.num_layers, config.pp, config.vpp):
+        return stored  # uneven first/last stages from the stage partition
     if stored is not None and stored != layout:
         # The launch formats express an even split or Megatron's edge-accounted one, nothing else yet.
         raise InputError(f"plan placement.stage_layers {stored} is not the split the launch formats can express "
@@ -146,3 +151,11 @@ def _ranks(plan: dict[str, Any], config: ParallelConfig, per_node: int) -> list[
         raise InputError(f"plan placement.rank_order {plan['placement']['rank_order']!r} is not {RANK_ORDER!r}, the "
                          "only order the launch formats start")
     return default
+
+
+def _hosts(plan: dict[str, Any], num_nodes: int) -> list[str]:
+    hosts = plan["placement"].get("host_order", [])
+    if hosts and (len(hosts) != num_nodes or len(set(hosts)) != len(hosts)):
+        raise InputError(f"plan placement.host_order must name {num_nodes} distinct hosts, one per node rank, got "
+                         f"{len(hosts)}")
+    return hosts

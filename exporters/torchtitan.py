@@ -51,12 +51,16 @@ def parallelism(plan: ExportPlan, version: TorchtitanVersion) -> dict[str, int |
 def pipeline_fields(plan: ExportPlan) -> dict[str, int | str]:
     """Schedule, layers per virtual stage and the embedding/loss weights that reproduce stage_layers."""
     layers = plan.stage_layers
-    # torchtitan splits num_layers + first_less + last_less evenly over pp·vpp stages; weights of 1
-    # count the embedding and the loss as one layer each (Megatron's edge-accounted split).
-    edge = 0 if len(set(layers)) == 1 else 1
+    # torchtitan splits num_layers + first_less + last_less evenly over pp·vpp stages: every middle
+    # stage holds layers_per_stage, the edges that many less (1 and 1 = Megatron's edge-accounted split).
+    per = max(layers)
+    if any(count != per for count in layers[1:-1]):
+        raise InputError(f"torchtitan cannot express stage layers {list(layers)}: its middle stages must hold the most "
+                         "layers; export for Megatron or re-run the partition")
     return {"pipeline_parallel_schedule": "1F1B" if plan.config.vpp == 1 else "Interleaved1F1B",
-            "pipeline_parallel_layers_per_stage": max(layers),
-            "pipeline_parallel_first_stage_less_layers": edge, "pipeline_parallel_last_stage_less_layers": edge,
+            "pipeline_parallel_layers_per_stage": per,
+            "pipeline_parallel_first_stage_less_layers": per - layers[0],
+            "pipeline_parallel_last_stage_less_layers": per - layers[-1],
             "pipeline_parallel_microbatch_size": plan.config.mbs}
 
 

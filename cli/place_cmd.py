@@ -1,0 +1,208 @@
+"""``paraplan experts`` and ``paraplan place``: parse, call the placement optimizers, render."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from paraplan.cli import render
+from paraplan.errors import InputError
+from paraplan.exporters.plan_input import read_plan_file
+from paraplan.hardware_profiles import ClusterSpec
+from paraplan.hardware_profiles.topology import Topology, uniform_topology
+from paraplan.hardware_profiles.topology_file import is_topology_file, load_topology, topology_from_file
+from paraplan.hardware_profiles.units import BYTES_PER_GB
+from paraplan.planner.placement.apply import mixed_plan, partition_plan, place_plan
+from paraplan.planner.placement.expert_input import (
+    DEFAULT_TOKENS_PER_LAYER,
+    check_layers,
+    expert_map_document,
+    moe_shape_of_plan,
+    routing_input,
+    with_expert_placement,
+)
+from paraplan.planner.placement.expert_placement import make_instance, place_experts
+from paraplan.planner.placement.solver import SolverConfig
+from paraplan.planner.plan import SCHEMA_VERSION
+
+_PLACE = "Placement"
+TimeLimitOpt = Annotated[float, typer.Option(help="Seconds per solve (per layer and phase for experts).",
+                                             rich_help_panel=_PLACE)]
+JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the result as JSON to this file.")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite an existing --json file.")]
+
+
+def solver_config(time_limit: float) -> SolverConfig:
+    """The solver settings of a command; InputError for a non-positive limit."""
+    if not time_limit > 0:
+        raise InputError(f"--time-limit expects positive seconds, got {time_limit}")
+    return SolverConfig(time_limit_s=time_limit)
+
+
+def experts(
+    routing: Annotated[Path | None, typer.Option(help="Routing statistics CSV (layer,expert,next_expert,tokens).",
+                                                 rich_help_panel=_PLACE)] = None,
+    skew: Annotated[str | None, typer.Option(help="Synthetic skew instead of a file, e.g. zipf:1.2.",
+                                             rich_help_panel=_PLACE)] = None,
+    ep: Annotated[int | None, typer.Option(help="Expert-parallel ranks (default: the plan's ep).")] = None,
+    plan: Annotated[Path | None, typer.Option(help="A plan file of an MoE model: ep, experts, layers.")] = None,
+    experts_: Annotated[int | None, typer.Option("--experts", help="Routed experts per layer (with --skew).")] = None,
+    layers: Annotated[int | None, typer.Option(help="MoE layers (with --skew).")] = None,
+    replicas: Annotated[int, typer.Option(help="Extra copies of hot experts per layer (a multiple of ep).")] = 0,
+    ranks_per_domain: Annotated[int, typer.Option(help="EP ranks per NVLink domain.")] = 8,
+    time_limit: TimeLimitOpt = 10.0, json_path: JsonOpt = None, force: ForceOpt = False,
+    plan_out: Annotated[Path | None, typer.Option(help="With --plan: write the plan file with its expert map "
+                                                  "(exports then carry it in expert_map.json).")] = None,
+) -> None:
+    """Place the experts of each MoE layer on EP ranks: busiest rank first, then inter-layer traffic."""
+    tokens, document = DEFAULT_TOKENS_PER_LAYER, None
+    if plan_out is not None and plan is None:
+        raise InputError("--plan-out writes the --plan file with its expert map; give --plan PLAN.json")
+    if plan is not None:
+        document = read_plan_file(plan).document
+        plan_ep, experts_, layers, tokens = moe_shape_of_plan(document)
+        ep = plan_ep if ep is None else ep
+    if ep is None:
+        raise InputError("say how many expert-parallel ranks with --ep N (or give --plan PLAN.json with ep > 1)")
+    config = solver_config(time_limit)
+    for path in (json_path, plan_out):
+        if path is not None:
+            render.check_writable(path, force)
+    stats = routing_input(routing, skew, num_layers=layers, num_experts=experts_, tokens_per_layer=tokens)
+    instance = make_instance(stats, ep, ranks_per_domain, replicas)
+    if document is not None:
+        check_layers(document, stats.num_layers)
+    with render.working(render.make_console(stderr=True), f"placing {stats.num_experts} experts x "
+                        f"{stats.num_layers} layers on {ep} ranks"):
+        placed = place_experts(instance, config)
+    expert_map = expert_map_document(placed, instance, stats, config)
+    _expert_table(expert_map["summary"], f"{stats.num_experts} experts x {stats.num_layers} MoE layers on "
+                  f"{ep} EP ranks ({stats.source}), {replicas} replicas")
+    if json_path is not None:
+        render.write_json(json_path, expert_map, force)
+    if plan_out is not None:
+        placed_plan = with_expert_placement(document, expert_map)
+        render.write_json(plan_out, {"schema_version": SCHEMA_VERSION, "plans": [placed_plan]}, force)
+
+
+def _expert_table(summary: dict[str, float], title: str) -> None:
+    table = Table(title=title)
+    for column in ("tokens, summed over layers", "contiguous", "placed", "reduction %"):
+        table.add_column(column, justify="left" if column.startswith("tokens") else "right")
+    for label, key in (("busiest EP rank", "max_rank"), ("cross-GPU (inter-layer)", "cross_gpu"),
+                       ("cross-domain (inter-layer)", "cross_domain")):
+        before, after = summary[f"baseline_{key}_tokens"], summary[f"placed_{key}_tokens"]
+        reduction = summary["max_load_reduction_frac" if key == "max_rank" else f"{key}_reduction_frac"]
+        table.add_row(label, render.count(before), render.count(after), render.percent(reduction))
+    console = render.make_console()
+    render.print_table(console, table)
+    console.print(f"ideal (mean rank) {render.count(summary['ideal_max_rank_tokens'])}; solves optimal "
+                  f"{summary['solves_optimal']:.0f}/{summary['solves_total']:.0f}, worst gap "
+                  f"{render.percent(summary['max_gap_frac'])} %, solver time {summary['solver_wall_s']:.1f} s")
+
+
+def place(
+    plan_file: Annotated[Path, typer.Argument(help="A plan file from 'paraplan plan --json'.")],
+    cluster: Annotated[str, typer.Option(help="Topology YAML (node_groups), cluster YAML or built-in cluster.",
+                                         rich_help_panel=_PLACE)],
+    nodes: Annotated[int | None, typer.Option(help="Nodes of a built-in cluster or cluster file.",
+                                              rich_help_panel=_PLACE)] = None,
+    bandwidth_matrix: Annotated[Path | None, typer.Option(help="Measured links: CSV src,dst,bus_gb_per_s.",
+                                                          rich_help_panel=_PLACE)] = None,
+    rank: Annotated[int | None, typer.Option(help="Which plan of the file, by rank (default: the best).")] = None,
+    stages: Annotated[bool, typer.Option(help="Also partition layers over pipeline stages (pp > 1, vpp = 1).",
+                                         rich_help_panel=_PLACE)] = True,
+    time_limit: TimeLimitOpt = 10.0, json_path: JsonOpt = None, force: ForceOpt = False,
+) -> None:
+    """Choose which host runs each node of a plan so the predicted step time is lowest."""
+    document = read_plan_file(plan_file, rank).document
+    topology = load_topology(cluster, nodes, bandwidth_matrix)
+    config = solver_config(time_limit)
+    if json_path is not None:
+        render.check_writable(json_path, force)
+    with render.working(render.make_console(stderr=True), f"placing {document['cluster']['num_gpus']} ranks"):
+        placed, placed_document = place_plan(document, topology, config)
+        staged = partition_plan(placed_document, topology, config) if stages else None
+    console = render.make_console()
+    table = Table(title=f"{document['model']['name']} plan rank {document['rank']} on {topology.name} "
+                        f"({topology.num_nodes} nodes)")
+    for column in ("node_rank", "host", "leaf", "NIC GB/s per GPU"):
+        table.add_column(column, justify="right")
+    for slot, node in enumerate(placed.node_of_slot):
+        spec = topology.nodes[node]
+        table.add_row(str(slot), spec.host, str(spec.leaf), f"{spec.nic_bytes_per_s_per_gpu / BYTES_PER_GB:g}")
+    render.print_table(console, table)
+    gain = 1.0 - placed.placed_step_s / placed.baseline_step_s
+    s = placed.stats
+    console.print(f"step time: default order {render.seconds(placed.baseline_step_s)} s -> placed "
+                  f"{render.seconds(placed.placed_step_s)} s ({render.percent(gain)} % faster); solver {s.status}, "
+                  f"gap {render.percent(s.gap_frac)} %, {s.wall_s:.2f} s")
+    if staged is not None:
+        split, placed_document = staged
+        console.print(f"layers per stage: even {list(split.baseline_layers)} slowest stage "
+                      f"{render.seconds(split.baseline_slowest_s)} s -> "
+                      f"{list(split.stage_layers)} {render.seconds(split.slowest_s)} s per micro-batch; solver "
+                      f"{split.stats.status}, gap {render.percent(split.stats.gap_frac)} %")
+    if json_path is not None:
+        render.write_json(json_path, {"schema_version": SCHEMA_VERSION, "plans": [placed_document]}, force)
+
+
+PLAN_PLACE_TIME_LIMIT_S = 5.0
+"""Solver time per plan and optimizer for 'paraplan plan --place' (the top plans are refined in turn)."""
+
+
+def search_cluster(path: Path, nodes: int | None, gpus: int | None) -> ClusterSpec:
+    """What 'paraplan plan' searches on for a topology file: its weakest GPU type on every node."""
+    if nodes is not None or gpus is not None:
+        raise InputError(f"{path} lists its own nodes; drop --nodes/--gpus")
+    topology = topology_from_file(path)
+    return topology.nominal_cluster(node=topology.weakest_node())
+
+
+def refine(documents: list[dict], cluster: str | None, spec: ClusterSpec) -> list[dict]:
+    """'paraplan plan --place' (or a mixed-GPU topology): place ranks and partition stages of each plan,
+    or choose stage GPU types on a mixed cluster; print one row per plan."""
+    try:
+        topology = topology_from_file(Path(cluster)) if cluster and is_topology_file(Path(cluster)) \
+            else uniform_topology(spec)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    config = SolverConfig(time_limit_s=PLAN_PLACE_TIME_LIMIT_S)
+    table = Table(title=f"placement on {topology.name} ({topology.num_nodes} nodes, {', '.join(topology.gpu_types)})")
+    for column in ("#", "search step s", "placed step s", "layers per stage", "note"):
+        table.add_column(column, justify="left" if column in ("layers per stage", "note") else "right")
+    refined = []
+    with render.working(render.make_console(stderr=True), f"placing {len(documents)} plans"):
+        for document in documents:
+            out, row = _refine_one(document, topology, config)
+            refined.append(out)
+            table.add_row(str(document["rank"]), render.seconds(document["estimate"]["step_time_s"]), *row)
+    render.print_table(render.make_console(), table)
+    return refined
+
+
+def _refine_one(document: dict, topology: Topology, config: SolverConfig) -> tuple[dict, list[str]]:
+    if len(topology.gpu_types) > 1:
+        try:
+            mixed, out = mixed_plan(document, topology, config)
+        except InputError as exc:
+            return document, ["-", "-", f"not placed: {exc}"]
+        fast = "-" if mixed.fast_only_step_s is None else render.seconds(mixed.fast_only_step_s)
+        types = "/".join(gpu.split("-")[0] for gpu in mixed.stage_types)
+        return out, ["-", str(list(mixed.stage_layers)),
+                     (f"stages on {types} ({mixed.stats.status}); pipeline time per step: placed "
+                      f"{render.seconds(mixed.step_s)} s, naive split {render.seconds(mixed.naive_step_s)} s, "
+                      f"{mixed.fast_only_type} only {fast} s")]
+    placed, out = place_plan(document, topology, config)
+    staged = partition_plan(out, topology, config)
+    layers = out["placement"]["stage_layers"]
+    note = f"hosts {placed.stats.status}"
+    if staged is not None:
+        split, out = staged
+        layers = list(split.stage_layers)
+        note += (f"; slowest stage {render.seconds(split.baseline_slowest_s)} -> {render.seconds(split.slowest_s)} s "
+                 f"per micro-batch ({split.stats.status})")
+    return out, [render.seconds(placed.placed_step_s), str(layers), note]

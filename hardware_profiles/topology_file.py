@@ -1,0 +1,152 @@
+"""Topology files: a YAML list of node groups (GPU type, NIC, leaf, host names), leaf uplink
+oversubscription, and an optional measured bandwidth CSV. Keys carry units; values become SI here.
+
+    inter_node_latency_us: 5.0
+    intra_domain_latency_us: 2.0
+    leaves:                          # optional: leaf i's uplink oversubscription (default one 1:1 leaf)
+      - {oversubscription: 1.0}
+      - {oversubscription: 4.0}
+    node_groups:
+      - {gpu: h100-sxm, num_nodes: 2, gpus_per_node: 8, nic_gb_per_s_per_gpu: 50, leaf: 0, hosts: [a, b]}
+      - {gpu: h100-sxm, num_nodes: 2, gpus_per_node: 8, nic_gb_per_s_per_gpu: 25, leaf: 1}
+    bandwidth_matrix: measured.csv   # optional, relative to this file
+
+The bandwidth CSV has the header ``src,dst,bus_gb_per_s``: measured per-GPU bus bandwidth (what
+nccl-tests reports as busbw) between two hosts, one row per measured pair; unmeasured pairs keep
+the modelled value.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from paraplan.errors import InputError
+from paraplan.hardware_profiles import units
+from paraplan.hardware_profiles.catalog import cluster_from_file, load_cluster, load_gpu
+from paraplan.hardware_profiles.topology import NodeSpec, Topology, uniform_topology
+from paraplan.hardware_profiles.yaml_schema import check_keys, parse_yaml, positive_int, positive_number
+
+_TOP_KEYS = ("inter_node_latency_us", "intra_domain_latency_us", "node_groups")
+_TOP_OPTIONAL = ("name", "display_name", "leaves", "bandwidth_matrix", "sources")
+_GROUP_KEYS = ("gpu", "num_nodes", "gpus_per_node", "nic_gb_per_s_per_gpu")
+_GROUP_OPTIONAL = ("leaf", "hosts")
+MATRIX_COLUMNS = ("src", "dst", "bus_gb_per_s")
+
+
+def is_topology_file(path: Path) -> bool:
+    """True when ``path`` is a YAML file with ``node_groups`` (a topology, not a plain cluster file)."""
+    if Path(path).suffix not in (".yaml", ".yml") or not Path(path).is_file():
+        return False
+    try:
+        return "node_groups" in parse_yaml(Path(path).read_text(), str(path))
+    except (InputError, OSError):
+        return False
+
+
+def load_topology(cluster: str, num_nodes: int | None = None, matrix: Path | None = None) -> Topology:
+    """A topology file, or the uniform topology of a cluster file or built-in cluster; ``matrix``
+    (a bandwidth CSV) replaces the file's own."""
+    if is_topology_file(Path(cluster)):
+        if num_nodes is not None:
+            raise InputError(f"{cluster} lists its own nodes; drop --nodes")
+        return topology_from_file(Path(cluster), matrix)
+    looks_like_file = Path(cluster).suffix in (".yaml", ".yml") or "/" in cluster
+    spec = cluster_from_file(Path(cluster), num_nodes=num_nodes) if Path(cluster).is_file() or looks_like_file \
+        else load_cluster(cluster, num_nodes=num_nodes)
+    try:
+        topology = uniform_topology(spec)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    return topology if matrix is None else _with_matrix(topology, matrix)
+
+
+def topology_from_file(path: Path, matrix: Path | None = None) -> Topology:
+    """Read and validate a topology YAML file."""
+    try:
+        entry = check_keys(parse_yaml(path.read_text(), str(path)), str(path), _TOP_KEYS, _TOP_OPTIONAL)
+    except OSError as exc:
+        raise InputError(f"cannot read topology file {path}: {exc.strerror}") from None
+    leaves = entry.get("leaves", [{"oversubscription": 1.0}])
+    if not isinstance(leaves, list) or not leaves:
+        raise InputError(f"{path}: leaves must be a non-empty list of {{oversubscription: X}} entries")
+    over = tuple(_oversubscription(leaf, f"{path}: leaves[{i}]") for i, leaf in enumerate(leaves))
+    groups = entry["node_groups"]
+    if not isinstance(groups, list) or not groups:
+        raise InputError(f"{path}: node_groups must be a non-empty list of node groups")
+    nodes: list[NodeSpec] = []
+    for index, group in enumerate(groups):
+        nodes += _group_nodes(group, f"{path}: node_groups[{index}]", len(nodes), len(over))
+    try:
+        topology = Topology(
+            name=str(entry.get("name", path.stem)), nodes=tuple(nodes), leaf_oversubscription=over,
+            inter_node_latency_s=positive_number(entry["inter_node_latency_us"], f"{path}: inter_node_latency_us")
+            * units.SECONDS_PER_US,
+            intra_domain_latency_s=positive_number(entry["intra_domain_latency_us"],
+                                                   f"{path}: intra_domain_latency_us") * units.SECONDS_PER_US)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    own = entry.get("bandwidth_matrix")
+    if matrix is None and own is not None:
+        matrix = path.parent / str(own)
+    return topology if matrix is None else _with_matrix(topology, matrix)
+
+
+def _oversubscription(leaf: Any, where: str) -> float:
+    value = positive_number(check_keys(leaf, where, ("oversubscription",))["oversubscription"],
+                            f"{where}.oversubscription")
+    if value < 1:
+        raise InputError(f"{where}.oversubscription must be >= 1 (1 = full bisection), got {value}")
+    return value
+
+
+def _group_nodes(group: Any, where: str, first: int, num_leaves: int) -> list[NodeSpec]:
+    check_keys(group, where, _GROUP_KEYS, _GROUP_OPTIONAL)
+    count = positive_int(group["num_nodes"], f"{where}.num_nodes")
+    leaf = group.get("leaf", 0)
+    if isinstance(leaf, bool) or not isinstance(leaf, int) or not 0 <= leaf < num_leaves:
+        raise InputError(f"{where}.leaf must be an index into leaves (0 to {num_leaves - 1}), got {leaf!r}")
+    hosts = group.get("hosts", [f"node{first + i}" for i in range(count)])
+    if not isinstance(hosts, list) or len(hosts) != count or not all(isinstance(h, str) and h for h in hosts):
+        raise InputError(f"{where}.hosts must list {count} host names, one per node")
+    gpu = load_gpu(str(group["gpu"]))
+    per_node = positive_int(group["gpus_per_node"], f"{where}.gpus_per_node")
+    nic = positive_number(group["nic_gb_per_s_per_gpu"], f"{where}.nic_gb_per_s_per_gpu") * units.BYTES_PER_GB
+    return [NodeSpec(host=h, gpu=gpu, gpus_per_node=per_node, nic_bytes_per_s_per_gpu=nic, leaf=leaf) for h in hosts]
+
+
+def read_bandwidth_csv(path: Path, hosts: list[str]) -> np.ndarray:
+    """The measured (nodes, nodes) bus bandwidth matrix in bytes/s, NaN where not measured."""
+    try:
+        rows = list(csv.reader(Path(path).read_text(encoding="utf-8").splitlines()))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read bandwidth matrix {path}: {exc}") from None
+    if not rows or tuple(cell.strip() for cell in rows[0]) != MATRIX_COLUMNS:
+        raise InputError(f"{path}: line 1 must be the header {','.join(MATRIX_COLUMNS)}")
+    index = {host: i for i, host in enumerate(hosts)}
+    matrix = np.full((len(hosts), len(hosts)), np.nan)
+    for line_no, row in enumerate(rows[1:], start=2):
+        if not any(cell.strip() for cell in row):
+            continue
+        if len(row) != 3 or row[0].strip() not in index or row[1].strip() not in index:
+            raise InputError(f"{path}: line {line_no} must be src,dst,bus_gb_per_s with hosts of the topology "
+                             f"({', '.join(hosts[:4])}{', ...' if len(hosts) > 4 else ''})")
+        try:
+            value = float(row[2])
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value <= 0:
+            raise InputError(f"{path}: line {line_no}: bus_gb_per_s must be a positive number, got {row[2]!r}")
+        matrix[index[row[0].strip()], index[row[1].strip()]] = value * units.BYTES_PER_GB
+    return matrix
+
+
+def _with_matrix(topology: Topology, path: Path) -> Topology:
+    matrix = read_bandwidth_csv(path, [node.host for node in topology.nodes])
+    return Topology(name=topology.name, nodes=topology.nodes, leaf_oversubscription=topology.leaf_oversubscription,
+                    inter_node_latency_s=topology.inter_node_latency_s,
+                    intra_domain_latency_s=topology.intra_domain_latency_s, measured_bytes_per_s=matrix)

@@ -1,0 +1,83 @@
+"""The rank-placement instance of a plan on a topology: ring edges per axis and their costs."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from paraplan.errors import InputError
+from paraplan.hardware_profiles.topology import Topology
+from paraplan.planner.layout import axis_groups, expert_map, rank_map
+from paraplan.planner.placement.plan_costs import AxisTimes, axis_times, job_of_plan
+from paraplan.planner.placement.rank_placement import TIME_QUANTUM_S, RankInstance
+
+CYCLIC_AXES = ("tp", "cp", "dp")
+"""Axes whose collectives run as rings (NCCL's inter-node ring visits nodes in rank order)."""
+
+
+def slot_edges(*, tp: int, cp: int, dp: int, pp: int, vpp: int, gpus_per_node: int, ep: int = 1,
+               etp: int = 1) -> dict[str, tuple]:
+    """Per axis, the unordered logical-node pairs that its groups' rings (pp: chains, rings with vpp > 1;
+    ep: all pairs, an all-to-all) use."""
+    rows = rank_map(tp=tp, cp=cp, dp=dp, pp=pp, gpus_per_node=gpus_per_node)
+    edges: dict[str, tuple] = {}
+    if ep > 1:  # the expert grid (tp=etp, ep, expert dp, pp) over the same ranks, as Megatron builds it
+        groups = expert_map(num_experts=ep, moe_layers=[0], ep=ep, etp=etp, world_size=len(rows), pp=pp)["ep_groups"]
+        pairs = {tuple(sorted((a // gpus_per_node, b // gpus_per_node))) for group in groups
+                 for a, b in itertools.combinations(group, 2)}
+        found = tuple(sorted(pair for pair in pairs if pair[0] != pair[1]))
+        if found:
+            edges["ep"] = found
+    for axis in ("tp", "cp", "dp", "pp"):
+        found: set[tuple[int, int]] = set()
+        for group in axis_groups(rows, axis):
+            slots = [rank // gpus_per_node for rank in group]
+            path = [s for i, s in enumerate(slots) if i == 0 or s != slots[i - 1]]
+            if len(set(path)) < 2:
+                continue
+            pairs = list(itertools.pairwise(path))
+            if (axis in CYCLIC_AXES or vpp > 1) and len(path) > 2:
+                pairs.append((path[-1], path[0]))
+            found.update(tuple(sorted(pair)) for pair in pairs if pair[0] != pair[1])
+        if found:
+            edges[axis] = tuple(sorted(found))
+    return edges
+
+
+def rank_instance(document: dict[str, Any], topology: Topology) -> RankInstance:
+    """Price the plan's axes at every distinct link speed of ``topology``; InputError if it cannot host the plan."""
+    job, config = job_of_plan(document)
+    per_node = document["cluster"]["gpus_per_node"]
+    slots = config.num_gpus // per_node
+    _check_fits(topology, per_node, slots, document["cluster"]["gpu"])
+    edges = slot_edges(tp=config.tp, cp=config.cp, dp=config.dp, pp=config.pp, vpp=config.vpp,
+                       gpus_per_node=per_node, ep=config.ep, etp=config.etp)
+    link = topology.link_bytes_per_s()
+    off = ~np.eye(topology.num_nodes, dtype=bool)
+    speeds = sorted(set(link[off].tolist())) or [float(link[0, 0])]
+    priced: dict[float, AxisTimes] = {b: axis_times(job, config, topology.nominal_cluster(b, slots)) for b in speeds}
+    pair_cost = {}
+    for axis in edges:
+        table = np.zeros(link.shape, dtype=np.int64)
+        for p, q in zip(*np.nonzero(off)):
+            table[p, q] = round(priced[float(link[p, q])].axis_s[axis] / TIME_QUANTUM_S)
+        pair_cost[axis] = table
+    reference = priced[speeds[-1]]
+    constant = reference.step_time_s - sum(reference.axis_s[axis] for axis in edges)
+    return RankInstance(num_slots=slots, edges=edges, pair_cost=pair_cost, constant_s=constant)
+
+
+def _check_fits(topology: Topology, per_node: int, slots: int, gpu: str) -> None:
+    sizes = {node.gpus_per_node for node in topology.nodes}
+    if sizes != {per_node}:
+        raise InputError(f"the plan runs {per_node} GPUs per node but topology {topology.name} has nodes of "
+                         f"{sorted(sizes)} GPUs; plan for the topology's node size")
+    types = topology.gpu_types
+    if types != (gpu,):
+        raise InputError(f"the plan was priced for {gpu} but topology {topology.name} has {', '.join(types)}; "
+                         "rank placement needs one GPU type (mixed types: see 'paraplan plan --place')")
+    if slots > topology.num_nodes:
+        raise InputError(f"the plan needs {slots} nodes but topology {topology.name} has {topology.num_nodes}; "
+                         "give a topology with enough nodes")

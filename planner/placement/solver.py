@@ -1,0 +1,81 @@
+"""Shared solver settings and the statistics every placement solve reports (CONVENTIONS rule 9).
+
+An optimizer takes an instance (integer cost tables scaled by a named quantum), a
+:class:`SolverConfig` and returns its own solution type that carries a :class:`SolveStats`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ortools.sat.python import cp_model
+
+Status = Literal["optimal", "feasible", "heuristic"]
+"""optimal: proven within the gap; feasible: a solver answer without proof; heuristic: the solver
+found nothing in its time limit and the stated baseline heuristic is returned instead."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SolverConfig:
+    """How long and how hard a solver may work."""
+
+    time_limit_s: float = 10.0
+    """Wall-clock limit of one solve, seconds (a decomposed problem gives this to each part)."""
+    relative_gap_frac: float = 0.0
+    """Stop when (objective − bound) / objective is at most this (0 = prove optimality)."""
+    num_workers: int = 1
+    """Solver threads (1 keeps runs deterministic for a given seed)."""
+    seed: int = 0
+    """Random seed of the solver's search."""
+
+    def __post_init__(self) -> None:
+        if not self.time_limit_s > 0:
+            raise ValueError(f"solver time limit must be positive seconds, got {self.time_limit_s}")
+        if not 0 <= self.relative_gap_frac < 1:
+            raise ValueError(f"relative gap must be in [0, 1), got {self.relative_gap_frac}")
+        if self.num_workers < 1:
+            raise ValueError(f"solver workers must be >= 1, got {self.num_workers}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SolveStats:
+    """What a solve achieved, in the instance's own objective unit."""
+
+    status: Status
+    objective: float
+    """Objective of the returned answer."""
+    bound: float
+    """Proven lower bound on the optimum (minimisation)."""
+    wall_s: float
+    """Solver wall time, seconds."""
+
+    @property
+    def gap_frac(self) -> float:
+        """(objective − bound) / objective; 0 when proven optimal or the objective is 0."""
+        if self.objective <= 0:
+            return 0.0
+        return max(0.0, (self.objective - self.bound) / self.objective)
+
+
+def run_cp_sat(model: cp_model.CpModel, config: SolverConfig, *,
+               keep_hint_feasible: bool = False) -> tuple[cp_model.CpSolver, Status | None]:
+    """Solve ``model``; the status is None when no solution was found in time (caller falls back).
+
+    ``keep_hint_feasible``: forbid presolve reductions that drop feasible solutions. Without it, dual
+    reductions can make a feasible hint infeasible (seen on the 256 x 64 replica model, which then
+    found nothing in 20 s); with it, presolve is weaker and bounds come slower, so only models that
+    need it ask.
+    """
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = config.time_limit_s
+    solver.parameters.relative_gap_limit = config.relative_gap_frac
+    solver.parameters.num_workers = config.num_workers
+    solver.parameters.random_seed = config.seed
+    solver.parameters.keep_all_feasible_solutions_in_presolve = keep_hint_feasible
+    code = solver.Solve(model)
+    if code == cp_model.OPTIMAL:
+        return solver, "optimal"
+    if code == cp_model.FEASIBLE:
+        return solver, "feasible"
+    return solver, None

@@ -1,0 +1,108 @@
+"""The stage-partition instance of a job and configuration, from the cost model's own terms:
+layer_times (per-layer compute and TP/CP traffic), the estimate's embedding and output/loss times,
+stored_layer_bytes (activations) and the engine recipe's state bytes per parameter.
+
+The edge times come from the estimate's private ``_edge_times``: importing it keeps one cost model
+(it should become public in estimate.py, which this change does not edit)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from paraplan.cost_models.compute import analytical_rates
+from paraplan.cost_models.estimate import _edge_times
+from paraplan.cost_models.layer import layer_times
+from paraplan.cost_models.memory import (
+    ALLOCATOR_FRAGMENTATION_FRAC,
+    FIXED_RESERVE_BYTES,
+    LOGITS_BYTES,
+    stored_layer_bytes,
+)
+from paraplan.hardware_profiles import ClusterSpec
+from paraplan.planner.job import ParallelConfig, TrainingJob, configs_to_table
+from paraplan.planner.placement.stage_partition import StageInstance
+
+
+def usable_bytes(cluster: ClusterSpec, headroom_frac: float) -> float:
+    """Memory a stage may fill: HBM less the headroom, the fixed reserve and the allocator's
+    fragmentation share (the same reserve memory_breakdown adds to its peak)."""
+    return (cluster.gpu.hbm_bytes * (1.0 - headroom_frac) - FIXED_RESERVE_BYTES) / (1.0 + ALLOCATOR_FRAGMENTATION_FRAC)
+
+
+def stage_instance(job: TrainingJob, config: ParallelConfig, clusters: list[ClusterSpec],
+                   reference: ClusterSpec | None = None) -> StageInstance:
+    """One stage per entry of ``clusters`` (the GPU type that stage runs on; repeat one for a uniform
+    pipeline). Layer times are priced on ``reference`` (default: the first) and each stage's time is
+    scaled by its GPU's per-layer time over the reference's."""
+    model = job.model
+    reference = reference or clusters[0]
+    per_layer_s, embed_s, output_s = _times(job, config, reference)
+    scale = np.array([_times(job, config, c)[0] / per_layer_s for c in clusters])
+    m = job.global_batch / (config.dp * config.mbs)
+    stages = len(clusters)
+    per_param = _state_bytes_per_param(job, config.zero, config.dp * config.cp)
+    tokens = config.mbs * job.seq_len / config.cp
+    # DeepSeek-V3 section 2.2: an MTP module is one transformer layer plus a projection, and it
+    # runs the shared output head again: priced here as a decoder layer plus the output and loss.
+    mtp_s = model.mtp_layers * (per_layer_s + output_s)
+    tied_copy = model.vocab_size * model.hidden_size if model.tied_embeddings and stages > 1 else 0
+    # An MTP module's routed experts shard over ep·etp like every MoE layer's; the rest over tp.
+    mtp_routed = model.mtp_layers * model.num_experts * model.expert_params() if model.is_moe else 0
+    expert_dp = max(1, config.tp * config.cp * config.dp // (config.ep * config.etp))
+    last_bytes = (model.output_params() + tied_copy + model.mtp_params() - mtp_routed) / config.tp * per_param \
+        + mtp_routed / (config.ep * config.etp) * _state_bytes_per_param(job, config.zero, expert_dp)
+    kinds = _layer_kinds(job, config, reference)
+    is_moe = np.array([layer in set(model.moe_layers) for layer in range(model.num_layers)])
+    return StageInstance(
+        layer_time_s=np.where(is_moe, kinds["moe"][0], kinds["dense"][0]),
+        layer_state_bytes=np.where(is_moe, kinds["moe"][1], kinds["dense"][1]),
+        layer_activation_bytes=np.where(is_moe, kinds["moe"][2], kinds["dense"][2]),
+        first_extra_s=embed_s, last_extra_s=output_s + mtp_s,
+        first_extra_bytes=model.embedding_params() / config.tp * per_param,
+        last_extra_bytes=last_bytes + LOGITS_BYTES * tokens * model.vocab_size / config.tp,
+        # 1F1B (Narayanan et al. 2021, section 2.2): stage s holds pp − s micro-batches at its peak.
+        in_flight=np.minimum(stages - np.arange(stages), m).astype(float),
+        capacity_bytes=np.array([usable_bytes(c, job.memory_headroom_frac) for c in clusters]),
+        time_scale=scale,
+    )
+
+
+def _state_bytes_per_param(job: TrainingJob, zero: int, group: int) -> float:
+    weights, grads, optim = job.workload().recipe.sharded_bytes_per_param(zero, group)
+    return float(weights + grads + optim)
+
+
+def _layer_kinds(job: TrainingJob, config: ParallelConfig, cluster: ClusterSpec) -> dict[str, tuple[float, ...]]:
+    """(time, state bytes, activation bytes) of a dense and of an MoE layer. The cost model prices the
+    mean layer of a model; a model whose layers are all one kind prices that kind exactly."""
+    model = job.model
+    variants = {"dense": dataclasses.replace(model, moe_layers=())}
+    variants["moe"] = dataclasses.replace(model, moe_layers=tuple(range(model.num_layers))) if model.is_moe \
+        else variants["dense"]
+    per_param = _state_bytes_per_param(job, config.zero, config.dp * config.cp)
+    # Routed experts are sharded over ep·etp and their states over the expert data-parallel group
+    # (the tp·cp·dp ranks of a stage divided by ep·etp).
+    expert_dp = max(1, config.tp * config.cp * config.dp // (config.ep * config.etp))
+    expert_per_param = _state_bytes_per_param(job, config.zero, expert_dp)
+    kinds = {}
+    for kind, variant in variants.items():
+        variant_job = dataclasses.replace(job, model=variant)
+        routed = variant.routed_params_per_layer_mean()
+        states = variant.shared_params_per_layer_mean() / config.tp * per_param \
+            + routed / (config.ep * config.etp) * expert_per_param
+        activations = float(stored_layer_bytes(variant, variant_job.workload(), configs_to_table([config]))[0])
+        kinds[kind] = (_times(variant_job, config, cluster)[0], states, activations)
+    return kinds
+
+
+def _times(job: TrainingJob, config: ParallelConfig, cluster: ClusterSpec) -> tuple[float, float, float]:
+    """(one layer, embedding, output + loss) per micro-batch on ``cluster``, seconds."""
+    work, table = job.workload(), configs_to_table([config])
+    rates = analytical_rates(cluster.gpu, work.precision, work.attention, work.kernel_stack)
+    lt = layer_times(job.model, work, table, rates, cluster)
+    layer = lt.forward_compute_s + lt.backward_compute_s + lt.recompute_s + lt.tp_comm_s + lt.cp_comm_s + lt.ep_comm_s
+    tokens = config.mbs * job.seq_len / config.cp
+    embed, output = _edge_times(job.model, table, tokens, rates)
+    return float(layer[0]), float(np.asarray(embed).ravel()[0]), float(np.asarray(output).ravel()[0])

@@ -1,0 +1,227 @@
+"""``paraplan experts`` and ``paraplan place`` through typer's CliRunner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from conftest import assert_bad_input
+from export_factory import make_plan_document, write_plan_file
+from typer.testing import CliRunner
+
+from paraplan.cli.app import app
+from paraplan.cost_models.routing import RoutingStats, write_routing_csv
+
+runner = CliRunner(env={"COLUMNS": "160"})
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def test_experts_from_a_routing_file_writes_the_map(tmp_path: Path):
+    routing = tmp_path / "routing.csv"
+    write_routing_csv(RoutingStats(tokens_per_expert=np.array([[4.0, 3.0, 2.0, 1.0]])), routing)
+    out = tmp_path / "experts.json"
+    result = invoke("experts", "--routing", str(routing), "--ep", "2", "--ranks-per-domain", "1",
+                    "--time-limit", "2", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    assert "busiest EP rank" in result.stdout and "28.6" in result.stdout  # 7 -> 5 tokens
+    document = json.loads(out.read_text())
+    assert sorted(sorted(r) for r in document["layers"][0]["ranks"]) == [[0, 3], [1, 2]]
+    assert document["summary"]["baseline_max_rank_tokens"] == 7.0
+    assert document["summary"]["placed_max_rank_tokens"] == 5.0
+    assert document["layers"][0]["load"]["status"] == "optimal"
+    again = invoke("experts", "--routing", str(routing), "--ep", "2", "--json", str(out))
+    assert_bad_input(again, "already exists", "--force")
+
+
+def test_experts_from_a_skew(tmp_path: Path):
+    result = invoke("experts", "--skew", "zipf:1.2", "--experts", "16", "--layers", "2", "--ep", "4",
+                    "--ranks-per-domain", "2", "--time-limit", "2", "--json", str(tmp_path / "e.json"))
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "e.json").read_text())["summary"]
+    assert summary["placed_max_rank_tokens"] <= summary["baseline_max_rank_tokens"]
+    assert summary["solves_total"] == 3.0  # two load solves, one traffic solve (layer 1)
+
+
+def test_experts_from_an_moe_plan(tmp_path: Path):
+    plan = write_plan_file(tmp_path / "plan.json", make_plan_document(
+        "mixtral-8x7b", tp=1, dp=8, ep=4, global_batch=8, seq_len=1024))
+    result = invoke("experts", "--plan", str(plan), "--skew", "zipf:1.0", "--time-limit", "2",
+                    "--json", str(tmp_path / "e.json"))
+    assert result.exit_code == 0, result.output
+    document = json.loads((tmp_path / "e.json").read_text())
+    assert document["ep"] == 4 and document["num_experts"] == 8 and len(document["layers"]) == 32
+
+
+def test_experts_bad_input(tmp_path: Path):
+    assert_bad_input(invoke("experts", "--skew", "zipf:1.2", "--experts", "6", "--layers", "1", "--ep", "4"),
+                     "--ep 4 must divide the 6 experts")
+    assert_bad_input(invoke("experts", "--skew", "pareto:2", "--experts", "8", "--layers", "1", "--ep", "2"),
+                     "zipf:S")
+    assert_bad_input(invoke("experts", "--skew", "zipf:1", "--ep", "2"), "--experts E and --layers L")
+    assert_bad_input(invoke("experts", "--experts", "8", "--layers", "1", "--ep", "2"), "exactly one of --routing")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("layer,expert,tokens\n0,0,1\n")
+    assert_bad_input(invoke("experts", "--routing", str(bad), "--ep", "1"), "line 1 must be the header")
+    dense = write_plan_file(tmp_path / "dense.json", make_plan_document(tp=8, dp=2))
+    assert_bad_input(invoke("experts", "--plan", str(dense), "--skew", "zipf:1"), "has no MoE layers")
+
+
+INTERLEAVED = """\
+inter_node_latency_us: 5.0
+intra_domain_latency_us: 2.0
+leaves: [{oversubscription: 1.0}, {oversubscription: 4.0}]
+node_groups:
+  - {gpu: h100-sxm, num_nodes: 1, gpus_per_node: 8, nic_gb_per_s_per_gpu: 50, leaf: 0, hosts: [h0]}
+  - {gpu: h100-sxm, num_nodes: 1, gpus_per_node: 8, nic_gb_per_s_per_gpu: 50, leaf: 1, hosts: [h1]}
+  - {gpu: h100-sxm, num_nodes: 1, gpus_per_node: 8, nic_gb_per_s_per_gpu: 50, leaf: 0, hosts: [h2]}
+  - {gpu: h100-sxm, num_nodes: 1, gpus_per_node: 8, nic_gb_per_s_per_gpu: 50, leaf: 1, hosts: [h3]}
+"""
+
+
+def test_place_reorders_hosts_and_writes_a_plan_file(tmp_path: Path):
+    plan = write_plan_file(tmp_path / "plan.json", make_plan_document(tp=8, dp=2, pp=2, global_batch=64))
+    topology = tmp_path / "topo.yaml"
+    topology.write_text(INTERLEAVED)
+    out = tmp_path / "placed.json"
+    result = invoke("place", str(plan), "--cluster", str(topology), "--time-limit", "3", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    placed = json.loads(out.read_text())["plans"][0]["placement"]
+    # dp pairs node_rank 0-1 and 2-3 must share a leaf: h0 with h2, h1 with h3.
+    order = placed["host_order"]
+    assert {frozenset(order[:2]), frozenset(order[2:])} == {frozenset({"h0", "h2"}), frozenset({"h1", "h3"})}
+    figures = placed["rank_placement"]
+    assert figures["step_time_s_after"] < figures["step_time_s_before"] and figures["status"] == "optimal"
+    assert placed["rank_map"][9] == {"rank": 9, "node": 1, "local_rank": 1, "tp": 1, "cp": 0, "dp": 1, "pp": 0}
+    assert "faster" in result.stdout
+    again = invoke("export", str(out), "--format", "json", "-o", str(tmp_path / "launch"))
+    assert again.exit_code == 0, again.output
+
+
+def test_place_on_a_uniform_cluster_keeps_the_order(tmp_path: Path):
+    plan = write_plan_file(tmp_path / "plan.json", make_plan_document(tp=8, dp=4, global_batch=64))
+    out = tmp_path / "placed.json"
+    result = invoke("place", str(plan), "--cluster", "dgx-h100", "--nodes", "4", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    placed = json.loads(out.read_text())["plans"][0]["placement"]
+    assert placed["host_order"] == ["node0", "node1", "node2", "node3"]
+    assert placed["rank_placement"]["step_time_s_after"] == placed["rank_placement"]["step_time_s_before"]
+    assert "(0.0 % faster)" in result.stdout
+
+
+def test_place_bad_input(tmp_path: Path):
+    plan = write_plan_file(tmp_path / "plan.json", make_plan_document(tp=8, dp=8, global_batch=64))
+    topology = tmp_path / "topo.yaml"
+    topology.write_text(INTERLEAVED)
+    assert_bad_input(invoke("place", str(plan), "--cluster", str(topology)), "needs 8 nodes", "has 4")
+    assert_bad_input(invoke("place", str(tmp_path / "none.json"), "--cluster", "dgx-h100", "--nodes", "8"),
+                     "does not exist")
+    matrix = tmp_path / "bw.csv"
+    matrix.write_text("src,dst,bus_gb_per_s\nh0,h9,3\n")
+    assert_bad_input(invoke("place", str(plan), "--cluster", str(topology), "--bandwidth-matrix", str(matrix)),
+                     "line 2 must be src,dst,bus_gb_per_s")
+    assert_bad_input(invoke("place", str(plan), "--cluster", "dgx-h100", "--nodes", "8", "--time-limit", "0"),
+                     "--time-limit expects positive seconds")
+    a100 = write_plan_file(tmp_path / "a100.json", make_plan_document(tp=8, dp=2, global_batch=64))
+    assert_bad_input(invoke("place", str(a100), "--cluster", "dgx-a100", "--nodes", "2"),
+                     "priced for h100-sxm", "a100-sxm-80gb")
+
+
+def test_place_partitions_stages_and_megatron_takes_them(tmp_path: Path):
+    plan = write_plan_file(tmp_path / "plan.json", make_plan_document(tp=1, pp=8, dp=1, gpus_per_node=1,
+                                                                      global_batch=64))
+    out = tmp_path / "placed.json"
+    result = invoke("place", str(plan), "--cluster", "dgx-h100", "--nodes", "1", "--json", str(out))
+    assert_bad_input(result, "runs 1 GPUs per node", "[8]")
+    plan = write_plan_file(tmp_path / "plan8.json", make_plan_document(tp=1, pp=8, dp=1, global_batch=64))
+    result = invoke("place", str(plan), "--cluster", "dgx-h100", "--nodes", "1", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    placement = json.loads(out.read_text())["plans"][0]["placement"]
+    split = placement["stage_partition"]
+    assert sum(split["stage_layers"]) == 32 and placement["stage_layers"] == split["stage_layers"]
+    assert split["slowest_stage_s_placed"] < split["slowest_stage_s_even"]  # the 128k-vocabulary head
+    assert split["stage_layers"][-1] < 4 and len(set(split["stage_layers"][1:-1])) == 1
+    exported = invoke("export", str(out), "--format", "megatron", "-o", str(tmp_path / "launch"))
+    assert exported.exit_code == 0, exported.output
+    script = (tmp_path / "launch" / "megatron_launch.sh").read_text()
+    assert f"--decoder-last-pipeline-num-layers {split['stage_layers'][-1]}" in script
+
+
+MIXED = """\
+inter_node_latency_us: 5.0
+intra_domain_latency_us: 2.0
+node_groups:
+  - {gpu: a100-sxm-80gb, num_nodes: 2, gpus_per_node: 8, nic_gb_per_s_per_gpu: 25, hosts: [a0, a1]}
+  - {gpu: h100-sxm, num_nodes: 2, gpus_per_node: 8, nic_gb_per_s_per_gpu: 50, hosts: [h0, h1]}
+"""
+PLAN_8B = ["plan", "llama-3.1-8b", "--seq-len", "4096", "--global-batch", "128", "--tp", "8", "--vpp", "1",
+           "--top", "1"]
+
+
+def test_plan_on_a_mixed_cluster_types_the_stages(tmp_path: Path):
+    topology = tmp_path / "mixed.yaml"
+    topology.write_text(MIXED)
+    out = tmp_path / "plans.json"
+    result = invoke(*PLAN_8B, "--pp", "2", "--cluster", str(topology), "--json", str(out))
+    assert result.exit_code == 0, result.output
+    placement = json.loads(out.read_text())["plans"][0]["placement"]
+    mixed = placement["mixed_gpus"]
+    assert mixed["stage_types"] == ["a100-sxm-80gb", "h100-sxm"] or mixed["stage_types"] == ["h100-sxm",
+                                                                                           "a100-sxm-80gb"]
+    a100 = mixed["stage_layers"][mixed["stage_types"].index("a100-sxm-80gb")]
+    assert a100 < 16 and sum(mixed["stage_layers"]) == 32  # the slower stage holds fewer layers
+    assert mixed["step_time_s"] < mixed["naive_step_time_s"] and mixed["step_time_s"] < mixed["fast_only_step_time_s"]
+    hosts = placement["host_order"]
+    # tp=8 x dp=2 per stage: two nodes each, a0/a1 for the a100 stage, h0/h1 for the h100 one.
+    assert [h[0] for h in hosts] == [t[0] for t in mixed["stage_types"] for _ in range(2)]
+    assert placement["stage_layers"] == mixed["stage_layers"]
+    assert "pipeline time per step" in result.stdout
+    assert_bad_input(invoke(*PLAN_8B, "--pp", "2", "--cluster", str(topology), "--nodes", "4"), "drop --nodes")
+
+
+def test_plan_place_on_a_uniform_cluster(tmp_path: Path):
+    out = tmp_path / "plans.json"
+    result = invoke(*PLAN_8B, "--pp", "4", "--cluster", "dgx-h100", "--nodes", "4", "--place", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    placement = json.loads(out.read_text())["plans"][0]["placement"]
+    assert placement["host_order"] == ["node0", "node1", "node2", "node3"]
+    figures = placement["rank_placement"]
+    assert figures["step_time_s_after"] == figures["step_time_s_before"]  # uniform: nothing to gain, nothing lost
+    assert placement["stage_partition"]["slowest_stage_s_placed"] <= placement["stage_partition"]["slowest_stage_s_even"]
+
+
+def test_experts_into_the_plan_and_its_export(tmp_path: Path):
+    plan = write_plan_file(tmp_path / "plan.json", make_plan_document(
+        "mixtral-8x7b", tp=1, dp=8, ep=4, global_batch=8, seq_len=1024))
+    placed = tmp_path / "placed.json"
+    result = invoke("experts", "--plan", str(plan), "--skew", "zipf:1.0", "--time-limit", "2",
+                    "--plan-out", str(placed))
+    assert result.exit_code == 0, result.output
+    expert_placement = json.loads(placed.read_text())["plans"][0]["placement"]["expert_placement"]
+    assert expert_placement["ep"] == 4 and len(expert_placement["layers"]) == 32
+    assert all(sorted(e for rank in layer for e in rank) == list(range(8)) for layer in expert_placement["layers"])
+    exported = invoke("export", str(placed), "--format", "json", "-o", str(tmp_path / "launch"))
+    assert exported.exit_code == 0, exported.output
+    expert_map = json.loads((tmp_path / "launch" / "expert_map.json").read_text())
+    assert expert_map["placement"].startswith("optimized (zipf:1")
+    row = expert_map["ranks"][5]  # etp = 1: global rank 5 is EP rank 5 % 4 = 1
+    assert row["ep"] == 1 and row["experts_by_layer"] == [layer[1] for layer in expert_placement["layers"]]
+    routing = tmp_path / "routing.csv"
+    write_routing_csv(RoutingStats(tokens_per_expert=np.ones((2, 8))), routing)
+    assert_bad_input(invoke("experts", "--plan", str(plan), "--routing", str(routing), "--plan-out",
+                            str(tmp_path / "x.json")), "cover 2 MoE layers", "has 32")
+    assert_bad_input(invoke("experts", "--skew", "zipf:1", "--experts", "8", "--layers", "1", "--ep", "2",
+                            "--plan-out", str(tmp_path / "y.json")), "give --plan PLAN.json")
+
+
+def test_multi_node_nvlink_domains_are_refused_in_one_line(tmp_path: Path):
+    plan = write_plan_file(tmp_path / "plan.json", make_plan_document(tp=4, dp=4, gpus_per_node=4, global_batch=64))
+    assert_bad_input(invoke("place", str(plan), "--cluster", "gb200-nvl72", "--nodes", "4"),
+                     "one NVLink domain per node")
+    assert_bad_input(invoke(*PLAN_8B[:-4], "--gpu", "b200", "--gpus", "8", "--place", "--cluster", "gb200-nvl72"),
+                     "either --cluster")
+    result = invoke(*PLAN_8B[:-4], "--cluster", "gb200-nvl72", "--nodes", "4", "--place", "--top", "1")
+    assert_bad_input(result, "one NVLink domain per node")
