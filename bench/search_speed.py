@@ -1,6 +1,10 @@
-"""Speed of the full search: Llama-3.1-405B on 16,384 H100 SXM, sequence 8192, global batch 2048.
+"""Speed of the full search on the issue's three cases (2-core machine figures in the README):
 
-Run: python bench/search_speed.py   (prints candidates, wall time and candidates per second)
+- Llama-3.1-405B on 16,384 H100 SXM, sequence 8192, global batch 2048 (dense, every axis free);
+- DeepSeek-V3 on 2,048 H800 SXM, sequence 4096, global batch 15,360, fp8 (ep, etp, EP overlap free);
+- Llama-3.1-405B on 16,384 H100 SXM at sequence 131,072, global batch 64 (long context: cp free).
+
+Run: python bench/search_speed.py   (prints candidates, wall time and candidates per second per case)
 """
 
 from __future__ import annotations
@@ -15,11 +19,16 @@ from paraplan.planner.job import TrainingJob
 from paraplan.planner.search import search
 from paraplan.planner.space import enumerate_space
 
+CASES = (
+    ("llama-3.1-405b", "h100-sxm", 16_384, 8192, 2048, "bf16"),
+    ("deepseek-v3", "h800-sxm", 2048, 4096, 15_360, "fp8"),
+    ("llama-3.1-405b", "h100-sxm", 16_384, 131_072, 64, "bf16"),
+)
 
-def main() -> None:
-    job = TrainingJob(model=load_model("llama-3.1-405b"), seq_len=8192, global_batch=2048)
-    cluster = quick_cluster("h100-sxm", 16_384)
-    search(job, cluster)  # warm imports and caches
+
+def run_case(model: str, gpu: str, num_gpus: int, seq_len: int, global_batch: int, precision: str) -> None:
+    job = TrainingJob(model=load_model(model), seq_len=seq_len, global_batch=global_batch, precision=precision)
+    cluster = quick_cluster(gpu, num_gpus)
     start = time.perf_counter()
     result = search(job, cluster)
     total_s = time.perf_counter() - start
@@ -27,11 +36,24 @@ def main() -> None:
     start = time.perf_counter()
     estimate(job.model, cluster, job.workload(), space.table)
     vector_s = time.perf_counter() - start
-    evaluated = len(result.table)
+    best = result.estimates
+    top = int(result.ranked[0]) if len(result.ranked) else None
+    print(f"== {model} on {num_gpus:,} {gpu}, sequence {seq_len:,}, global batch {global_batch:,}, {precision}")
     print(f"candidates considered: {result.considered:,}")
-    print(f"candidates evaluated (rule-valid): {evaluated:,}; fitting: {len(result.ranked):,}")
+    print(f"candidates evaluated (rule-valid): {len(result.table):,}; fitting: {len(result.ranked):,}")
     print(f"full search wall time: {total_s:.3f} s")
-    print(f"vectorized cost pass: {vector_s * 1e3:.1f} ms = {evaluated / vector_s:,.0f} candidates/s")
+    print(f"vectorized cost pass: {vector_s * 1e3:.1f} ms = {len(space.table) / vector_s:,.0f} candidates/s")
+    if top is not None:
+        t = result.table
+        print(f"best: tp={t.tp[top]} pp={t.pp[top]} dp={t.dp[top]} cp={t.cp[top]} ep={t.ep[top]} vpp={t.vpp[top]} "
+              f"mbs={t.mbs[top]}: {best.tokens_per_s_per_gpu[top]:,.0f} tokens/s/GPU, MFU {best.mfu[top]:.3f}")
+
+
+def main() -> None:
+    search(TrainingJob(model=load_model("llama-3.1-8b"), seq_len=4096, global_batch=64),
+           quick_cluster("h100-sxm", 16))  # warm imports and caches
+    for case in CASES:
+        run_case(*case)
 
 
 if __name__ == "__main__":

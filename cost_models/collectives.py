@@ -56,13 +56,16 @@ def collective_time_s(kind: str, size_bytes, group_size, stride, cluster: Cluste
     nvlink, nic = _link_bandwidths(cluster)
     intra = factor * (k - 1) / k * size / nvlink
     inter = factor * (domains - 1) / domains * (size / k) / nic
-    return np.where(n > 1, intra + inter + collective_latency_s(kind, n, stride, cluster), 0.0)
+    return np.where(n > 1, intra + inter + _latency_s(kind, n, k, cluster), 0.0)
 
 
 def collective_latency_s(kind: str, group_size, stride, cluster: ClusterSpec):
     """Size-independent seconds of one collective: the α of the α–β model."""
     n = np.asarray(group_size, dtype=float)
-    k = members_per_domain(n, stride, cluster)
+    return _latency_s(kind, n, members_per_domain(n, stride, cluster), cluster)
+
+
+def _latency_s(kind: str, n, k, cluster: ClusterSpec):
     domains = n / k
     intra_lat, inter_lat = cluster.intra_domain_latency_s, cluster.inter_node_latency_s
     if kind in _RING_ONLY:
@@ -103,4 +106,4 @@ def all_to_all_time_s(size_bytes, group_size, stride, cluster: ClusterSpec):
     nvlink, nic = _link_bandwidths(cluster)
     intra = (k - 1) / n * size / nvlink
     inter = (n - k) / n * size / nic
-    return np.where(n > 1, np.maximum(intra, inter) + collective_latency_s("all_to_all", n, stride, cluster), 0.0)
+    return np.where(n > 1, np.maximum(intra, inter) + _latency_s("all_to_all", n, k, cluster), 0.0)

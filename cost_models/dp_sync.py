@@ -42,12 +42,11 @@ def dp_exposed_s(work: Workload, t: ConfigTable, cluster: ClusterSpec, rates: Co
     # with rank order tp-cp-dp-pp that group's members sit tp ranks apart.
     group = t.dp * t.cp if group is None else group
     stride = t.tp if stride is None else stride
-    reduce_kind = np.where(t.zero >= 1, "reduce_scatter", "all_reduce")
     grad_bytes = params_per_gpu * recipe.grad_reduce_bytes
     reduce_s = np.where(
-        reduce_kind == "all_reduce",
-        collective_time_s("all_reduce", grad_bytes, group, stride, cluster),
+        t.zero >= 1,
         collective_time_s("reduce_scatter", grad_bytes, group, stride, cluster),
+        collective_time_s("all_reduce", grad_bytes, group, stride, cluster),
     )
     gather_s = collective_time_s("all_gather", params_per_gpu * recipe.param_gather_bytes, group, stride, cluster)
     bucket_frac = np.minimum(1.0, BUCKET_PARAMS / np.maximum(params_per_gpu, 1.0))

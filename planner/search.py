@@ -23,7 +23,7 @@ MEMORY_REASON = "does not fit in GPU memory"
 HOST_MEMORY_REASON = "offloaded activations exceed host memory"
 # Equal predictions rank the simpler layout first: fewer kinds of parallelism and memory tricks
 # to debug (context, pipeline, interleaving, tensor; offload, recompute, sharding), then the rest.
-TIE_BREAK = ("cp", "pp", "vpp", "tp", "offload", "recompute", "zero", "sp", "dp", "mbs")
+TIE_BREAK = ("cp", "pp", "vpp", "tp", "offload", "recompute", "zero", "sp", "ep_overlap", "etp", "ep", "dp", "mbs")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +77,9 @@ def search(job: TrainingJob, cluster: ClusterSpec, fixed: dict[str, list[int]] |
             rejected[reason] = int(failed.sum())
     key = _objective_key(objective, job, cluster, est)
     # Deterministic ties: the objective, then TIE_BREAK, smaller values first.
-    order = np.lexsort(tuple(getattr(table, axis) for axis in reversed(TIE_BREAK)) + (np.round(key, 12),))
-    ranked = order[fits[order]]
+    fitting = np.flatnonzero(fits)
+    ranked = fitting[np.lexsort(tuple(getattr(table, axis)[fitting] for axis in reversed(TIE_BREAK))
+                                + (np.round(key[fitting], 12),))]
     smallest = float(est.memory.peak_bytes.min()) if len(table) else float("nan")
     return SearchResult(table=table, estimates=est, ranked=ranked, rejected=rejected,
                         considered=space.considered, smallest_memory_bytes=smallest)

@@ -9,6 +9,7 @@ layer counts to those rows alone instead of multiplying the whole grid.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import product
 
@@ -21,6 +22,8 @@ from paraplan.planner.engines import EngineRules
 from paraplan.planner.job import TrainingJob
 
 AXES = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "ep_overlap", "offload")
+# The second pass expands these in order; the most selective first keeps the table small.
+DETAIL_AXES = ("vpp", "mbs", "sp", "zero", "recompute", "ep_overlap", "offload")
 # A free search offloads 1/16, 2/16, ... of the layers: fine enough that the last step moves
 # under 7% of the activations, coarse enough to add at most 15 rows per pp = 1 candidate.
 OFFLOAD_STEPS = 16
@@ -105,39 +108,56 @@ def _shape_reasons(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules, 
     ]
 
 
-def _detail_reasons(job: TrainingJob, engine: EngineRules, t: dict[str, np.ndarray]) -> list[tuple]:
-    tp, pp, dp, cp, vpp, mbs, zero, sp, offload = (
-        t[k] for k in ("tp", "pp", "dp", "cp", "vpp", "mbs", "zero", "sp", "offload"))
-    overlap = t["ep_overlap"] == 1
+# Each detail rule names the axes it reads, so it runs as soon as they are expanded (see DETAIL_STAGES).
+Rule = tuple[tuple[str, ...], Callable[[dict[str, np.ndarray]], np.ndarray], str]
+
+
+def _detail_rules(job: TrainingJob, engine: EngineRules) -> list[Rule]:
     layers = job.model.num_layers
-    batch_ok = job.global_batch % (dp * mbs) == 0
-    micro = np.where(batch_ok, job.global_batch // np.maximum(dp * mbs, 1), 0)
-    chunks_ok = even_split(layers, pp, vpp) | (engine.edge_accounted_stages & edge_accounted_split(layers, pp, vpp)) | (
-        engine.uneven_edge_stages & uneven_edge_split(layers, pp, vpp))
-    sp_allowed = np.isin(sp, engine.sp_modes_with_tp)
-    recompute_allowed = np.isin(t["recompute"], [RECOMPUTE_CODES[m] for m in engine.recompute_modes])
+    full = RECOMPUTE_CODES["full"]
+
+    def chunks_ok(t):
+        pp, vpp = t["pp"], t["vpp"]
+        return even_split(layers, pp, vpp) | (engine.edge_accounted_stages & edge_accounted_split(layers, pp, vpp)) | (
+            engine.uneven_edge_stages & uneven_edge_split(layers, pp, vpp))
+
+    def micro_batches(t):
+        per_step = t["dp"] * t["mbs"]
+        return np.where(job.global_batch % per_step == 0, job.global_batch // per_step, 0)
+
     return [
-        (~np.isin(zero, engine.zero_stages), f"{engine.name} has no such ZeRO stage"),
-        (~recompute_allowed, f"{engine.name} has no such recompute mode"),
-        (~batch_ok, "global batch not divisible by dp·mbs"),
-        ((vpp > 1) & (pp == 1), "vpp > 1 needs pp > 1"),
-        ((vpp > 1) & (not engine.supports_interleaved), f"{engine.name} has no interleaved schedule"),
-        ((vpp > 1) & ~chunks_ok, "layers per stage not divisible by vpp"),
-        ((vpp > 1) & engine.interleaved_needs_pp_multiple & (micro % pp != 0),
-         "interleaved schedule needs micro-batches divisible by pp"),
-        ((sp == 1) & (tp == 1), "sequence parallel needs tp > 1"),
-        ((sp == 0) & (tp > 1) & job.model.is_moe, "MoE layers with tp > 1 need sequence parallel"),
-        ((tp > 1) & ~sp_allowed, f"{engine.name} does not offer this sequence-parallel setting"),
-        ((zero > 0) & (dp * cp == 1), "ZeRO stage > 0 with dp·cp = 1 is the same as stage 0"),
-        ((zero > engine.max_zero_with_pp) & (pp > 1), f"{engine.name} cannot combine this ZeRO stage with pp"),
-        ((offload > 0) & (not engine.activation_offload), f"{engine.name} has no activation offloading"),
-        ((offload > 0) & (pp > 1), "activation offload needs pp = 1"),
-        ((offload > 0) & (t["recompute"] > 0), "activation offload cannot be combined with recompute"),
-        (offload >= layers, "activation offload must leave at least one layer on the GPU"),
-        (overlap & (not engine.ep_overlap), f"{engine.name} has no expert all-to-all overlap"),
-        (overlap & (t["ep"] == 1), "expert all-to-all overlap needs ep > 1"),
-        (overlap & (t["recompute"] == RECOMPUTE_CODES["full"]), "expert all-to-all overlap excludes full recompute"),
-        (overlap & (pp > 1) & (vpp == 1), "expert all-to-all overlap with pp > 1 needs virtual stages"),
+        (("vpp",), lambda t: (t["vpp"] > 1) & (t["pp"] == 1), "vpp > 1 needs pp > 1"),
+        (("vpp",), lambda t: (t["vpp"] > 1) & (not engine.supports_interleaved),
+         f"{engine.name} has no interleaved schedule"),
+        (("vpp",), lambda t: (t["vpp"] > 1) & ~chunks_ok(t), "layers per stage not divisible by vpp"),
+        (("mbs",), lambda t: job.global_batch % (t["dp"] * t["mbs"]) != 0, "global batch not divisible by dp·mbs"),
+        (("vpp", "mbs"), lambda t: (t["vpp"] > 1) & engine.interleaved_needs_pp_multiple
+         & (micro_batches(t) % t["pp"] != 0), "interleaved schedule needs micro-batches divisible by pp"),
+        (("sp",), lambda t: (t["sp"] == 1) & (t["tp"] == 1), "sequence parallel needs tp > 1"),
+        (("sp",), lambda t: (t["sp"] == 0) & (t["tp"] > 1) & job.model.is_moe,
+         "MoE layers with tp > 1 need sequence parallel"),
+        (("sp",), lambda t: (t["tp"] > 1) & ~np.isin(t["sp"], engine.sp_modes_with_tp),
+         f"{engine.name} does not offer this sequence-parallel setting"),
+        (("zero",), lambda t: ~np.isin(t["zero"], engine.zero_stages), f"{engine.name} has no such ZeRO stage"),
+        (("zero",), lambda t: (t["zero"] > 0) & (t["dp"] * t["cp"] == 1),
+         "ZeRO stage > 0 with dp·cp = 1 is the same as stage 0"),
+        (("zero",), lambda t: (t["zero"] > engine.max_zero_with_pp) & (t["pp"] > 1),
+         f"{engine.name} cannot combine this ZeRO stage with pp"),
+        (("recompute",), lambda t: ~np.isin(t["recompute"], [RECOMPUTE_CODES[m] for m in engine.recompute_modes]),
+         f"{engine.name} has no such recompute mode"),
+        (("ep_overlap",), lambda t: (t["ep_overlap"] == 1) & (not engine.ep_overlap),
+         f"{engine.name} has no expert all-to-all overlap"),
+        (("ep_overlap",), lambda t: (t["ep_overlap"] == 1) & (t["ep"] == 1), "expert all-to-all overlap needs ep > 1"),
+        (("ep_overlap", "recompute"), lambda t: (t["ep_overlap"] == 1) & (t["recompute"] == full),
+         "expert all-to-all overlap excludes full recompute"),
+        (("ep_overlap", "vpp"), lambda t: (t["ep_overlap"] == 1) & (t["pp"] > 1) & (t["vpp"] == 1),
+         "expert all-to-all overlap with pp > 1 needs virtual stages"),
+        (("offload",), lambda t: (t["offload"] > 0) & (not engine.activation_offload),
+         f"{engine.name} has no activation offloading"),
+        (("offload",), lambda t: (t["offload"] > 0) & (t["pp"] > 1), "activation offload needs pp = 1"),
+        (("offload", "recompute"), lambda t: (t["offload"] > 0) & (t["recompute"] > 0),
+         "activation offload cannot be combined with recompute"),
+        (("offload",), lambda t: t["offload"] >= layers, "activation offload must leave at least one layer on the GPU"),
     ]
 
 
@@ -156,16 +176,56 @@ def _count(counts: dict[str, int], reasons: list[tuple], code: np.ndarray, weigh
             counts[label] = counts.get(label, 0) + hits
 
 
+def _expand(columns: dict[str, np.ndarray], axis: str, values: list[int]) -> dict[str, np.ndarray]:
+    """Every row once per value of ``axis``."""
+    size = len(next(iter(columns.values())))
+    expanded = {name: np.repeat(column, len(values)) for name, column in columns.items()}
+    expanded[axis] = np.tile(np.asarray(values, dtype=np.int64), size)
+    return expanded
+
+
+def _apply_rules(columns, rules: list[Rule], counts: dict[str, int], weight: int) -> dict[str, np.ndarray]:
+    """Drop the rows a rule rejects; each rejected row stands for ``weight`` candidates."""
+    size = len(next(iter(columns.values())))
+    reasons = [(check(columns), label) for _, check, label in rules]
+    code = _first_reason(reasons, size)
+    _count(counts, reasons, code, weight)
+    keep = code == -1
+    return {name: column[keep] for name, column in columns.items()}
+
+
+def _detail_pass(shapes: dict[str, np.ndarray], values: dict[str, list[int]], rules: list[Rule],
+                 counts: dict[str, int]) -> dict[str, np.ndarray]:
+    """Expand the valid shapes one detail axis at a time, applying each rule once its axes exist: a row
+    rejected early is counted for all the later-axis combinations it would have had."""
+    columns, done = shapes, set()
+    remaining = int(np.prod([len(values[a]) for a in DETAIL_AXES]))
+    for axis in DETAIL_AXES:
+        columns = _expand(columns, axis, values[axis])
+        remaining //= len(values[axis])
+        done.add(axis)
+        ready = [rule for rule in rules if axis in rule[0] and set(rule[0]) <= done]
+        columns = _apply_rules(columns, ready, counts, remaining)
+    return columns
+
+
+def _offload_variants(columns: dict[str, np.ndarray], offloads: list[int], rules: list[Rule],
+                      counts: dict[str, int]) -> dict[str, np.ndarray]:
+    """Valid rows again with each layer count offloaded, where pp = 1 and recompute is off."""
+    base = {name: column[(columns["pp"] == 1) & (columns["recompute"] == 0)] for name, column in columns.items()}
+    variants = _expand({k: v for k, v in base.items() if k != "offload"}, "offload", offloads)
+    return _apply_rules(variants, [rule for rule in rules if "offload" in rule[0]], counts, 1)
+
+
 def enumerate_space(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules,
                     fixed: dict[str, list[int]] | None = None) -> SearchSpace:
     """All valid configurations, with ``fixed`` axes limited to the given values."""
     values = {**_free_values(job, cluster, engine), **(fixed or {})}
-    # A free offload axis: the grid takes 0 and the offloading variants join the rows that allow them.
+    # A free offload axis: the grid takes 0 and the offloading variants join the valid rows that allow them.
     extra_offload = [] if "offload" in (fixed or {}) else [v for v in values["offload"] if v > 0]
     if extra_offload:
         values["offload"] = [0]
-    detail_axes = ("vpp", "mbs", "zero", "recompute", "sp", "ep_overlap", "offload")
-    per_shape = int(np.prod([len(values[a]) for a in detail_axes]))
+    per_shape = int(np.prod([len(values[a]) for a in DETAIL_AXES]))
     shape_axes = ("tp", "pp", "cp", "ep", "etp")
     grid = np.array(list(product(*(values[a] for a in shape_axes))), dtype=np.int64).reshape(-1, len(shape_axes))
     tp, pp, cp, ep, etp = grid.T
@@ -178,19 +238,13 @@ def enumerate_space(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules,
     reasons.append((wrong_dp, "dp differs from the requested values"))
     _count(counts, reasons, code, per_shape)
     keep = code == -1
-    detail = np.array(list(product(*(values[a] for a in detail_axes))), dtype=np.int64).reshape(-1, len(detail_axes))
-    shapes = np.stack([tp[keep], pp[keep], dp[keep], cp[keep], ep[keep], etp[keep]], axis=1)
-    rows = np.concatenate([np.repeat(shapes, len(detail), axis=0), np.tile(detail, (len(shapes), 1))], axis=1)
+    shapes = {"tp": tp[keep], "pp": pp[keep], "dp": dp[keep], "cp": cp[keep], "ep": ep[keep], "etp": etp[keep]}
+    rules = _detail_rules(job, engine)
+    columns = _detail_pass(shapes, values, rules, counts)
+    considered = len(grid) * per_shape
     if extra_offload:
-        offloadable = rows[(rows[:, 1] == 1) & (rows[:, shapes.shape[1] + detail_axes.index("recompute")] == 0)]
-        variants = np.repeat(offloadable, len(extra_offload), axis=0)
-        variants[:, -1] = np.tile(extra_offload, len(offloadable))
-        rows = np.concatenate([rows, variants])
-    columns = dict(zip(("tp", "pp", "dp", "cp", "ep", "etp") + detail_axes, rows.T))
-    detail_reasons = _detail_reasons(job, engine, columns)
-    code = _first_reason(detail_reasons, len(rows))
-    _count(counts, detail_reasons, code, 1)
-    valid = code == -1
-    table = ConfigTable.from_columns(**{axis: columns[axis][valid] for axis in AXES})
-    considered = len(grid) * per_shape + len(rows) - len(shapes) * len(detail)
+        variants = _offload_variants(columns, extra_offload, rules, counts)
+        considered += int(np.sum((columns["pp"] == 1) & (columns["recompute"] == 0))) * len(extra_offload)
+        columns = {name: np.concatenate([columns[name], variants[name]]) for name in columns}
+    table = ConfigTable.from_columns(**{axis: columns[axis] for axis in AXES})
     return SearchSpace(table=table, rejected=counts, considered=considered)
