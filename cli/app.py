@@ -351,8 +351,8 @@ def validate(json_path: JsonOpt = None, force: ForceOpt = False) -> None:
              "predicted_tokens_per_s_per_gpu": _finite(p.predicted_tokens_per_s_per_gpu),
              "error_frac": _finite(p.error_frac), "chosen": p.chosen}
             for p, (_, row) in zip(predictions, frame.iterrows())]
-    sources = dict.fromkeys(p.source for p in predictions)
-    summaries = {s: summarize([p for p in predictions if p.source == s]) for s in sources}
+    groups = dict.fromkeys(p.group for p in predictions)
+    summaries = {g: summarize([p for p in predictions if p.group == g]) for g in groups}
     summaries["all sources"] = summarize(predictions)
     render.validation(render.make_console(), rows, summaries)
     if json_path is not None:

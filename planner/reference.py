@@ -39,6 +39,13 @@ class Prediction:
     predicted_tokens_per_s_per_gpu: float
     chosen: str
     """Knobs the search chose because the source left them unstated, e.g. 'mbs=2 recompute=none'."""
+    moe: bool = False
+    """The run trains a Mixture-of-Experts model (reported as its own group)."""
+
+    @property
+    def group(self) -> str:
+        """The summary group: the source, with MoE runs apart from dense ones."""
+        return f"{self.source} (MoE)" if self.moe else self.source
 
     @property
     def error_frac(self) -> float:
@@ -106,13 +113,13 @@ def predict_row(row: pd.Series) -> Prediction:
     result = search(job, _cluster(row), fixed)
     measured = measured_tokens_per_s_per_gpu(row, model)
     if len(result.ranked) == 0:
-        return Prediction(row["id"], row["source"], measured, float("nan"), "infeasible")
+        return Prediction(row["id"], row["source"], measured, float("nan"), "infeasible", model.is_moe)
     best = int(result.ranked[0])
     config = config_at(result.table, best)
     chosen = " ".join(f"{k}={getattr(config, k)}" for k in ("etp", "vpp", "mbs", "zero", "recompute", "sp", "offload")
                       if k not in fixed and (k != "etp" or model.is_moe))
     return Prediction(row["id"], row["source"], measured,
-                      float(result.estimates.tokens_per_s_per_gpu[best]), chosen)
+                      float(result.estimates.tokens_per_s_per_gpu[best]), chosen, model.is_moe)
 
 
 def predict_all(frame: pd.DataFrame) -> list[Prediction]:

@@ -35,6 +35,7 @@ def _abs_errors(selector) -> np.ndarray:
 # (description, row selector, median bound, max bound): today's figures plus a small margin.
 _MOE = lambda r: r.model.map(lambda name: load_model(name).is_moe).astype(bool)
 _NEMO = lambda r: r.source.str.startswith("NVIDIA") & ~_MOE(r)
+_CURRENT = lambda r: r.notes.str.contains("NeMo 26.06|NeMo 26.08", regex=True)
 _MOSAIC = lambda r: r.source.str.startswith("Mosaic")
 _NARAYANAN = lambda r: r.source.str.startswith("Narayanan")
 GUARDS = [
@@ -52,6 +53,12 @@ GUARDS = [
     ("Megatron 2021 Table 2 DeepSpeed ZeRO-3", lambda r: _NARAYANAN(r) & (r.engine == "deepspeed"), 0.08, 0.23),
     # Issue 3's long-context bound, asserted as stated: median <= 8%, no row beyond 25% (17 dense NeMo rows).
     ("context parallel (cp > 1)", lambda r: r.cp > 1, 0.08, 0.25),
+    # MoE (134 feasible NeMo rows): the same layout ran 1.3-3x faster in the 26.06+ containers than in
+    # 25.09-26.04; the model predicts current software (README, Accuracy).
+    ("NeMo MoE, all containers", lambda r: _MOE(r) & (r.id != "nemo_bridge_0263"), 0.32, 2.15),
+    ("NeMo MoE, containers 26.06 and newer", lambda r: _MOE(r) & _CURRENT(r), 0.13, 1.15),
+    ("NeMo MoE DeepSeek-V3 and Qwen3 on GB200/GB300, 26.06 and newer",
+     lambda r: _MOE(r) & _CURRENT(r) & (r.model != "gpt-oss-120b") & r.gpu.isin(["gb200", "gb300"]), 0.13, 0.22),
 ]
 
 
@@ -74,6 +81,13 @@ def test_overall_median():
 def test_issue_target():
     errors = _abs_errors(lambda r: ~_MOE(r))
     assert np.median(errors) <= 0.08 and errors.max() <= 0.20
+
+
+@pytest.mark.xfail(strict=True, reason="MoE rows: median 30% and 78 of 134 beyond 25%. Older NeMo containers ran the same "
+                   "layouts 1.3-3x slower; GPT-OSS-120B is predicted 30% fast even on 26.06+ (README, Accuracy)")
+def test_issue_3_moe_target():
+    errors = _abs_errors(lambda r: _MOE(r) & (r.id != "nemo_bridge_0263"))
+    assert np.median(errors) <= 0.10 and errors.max() <= 0.25
 
 
 KNOWN_INFEASIBLE: dict[str, str] = {
