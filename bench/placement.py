@@ -118,14 +118,19 @@ def stage_figures() -> None:
                   f"gap {100 * result.stats.gap_frac:.2f}%, {result.stats.wall_s:.2f} s")
 
 
-def mixed_figures() -> None:
+def _a100_h100_topology() -> Topology:
+    """Four DGX A100 nodes (200 Gb/s NICs) and four DGX H100 nodes (400 Gb/s) on one leaf."""
     a100, h100 = load_gpu("a100-sxm-80gb"), load_gpu("h100-sxm")
     nodes = tuple(NodeSpec(host=f"a{i}", gpu=a100, gpus_per_node=8, nic_bytes_per_s_per_gpu=25e9, leaf=0)
                   for i in range(4))
     nodes += tuple(NodeSpec(host=f"h{i}", gpu=h100, gpus_per_node=8, nic_bytes_per_s_per_gpu=50e9, leaf=0)
                    for i in range(4))
-    topology = Topology(name="32 A100 + 32 H100", nodes=nodes, leaf_oversubscription=(1.0,),
-                        inter_node_latency_s=5e-6, intra_domain_latency_s=2e-6)
+    return Topology(name="32 A100 + 32 H100", nodes=nodes, leaf_oversubscription=(1.0,),
+                    inter_node_latency_s=5e-6, intra_domain_latency_s=2e-6)
+
+
+def mixed_figures() -> None:
+    topology = _a100_h100_topology()
     job = TrainingJob(model=load_model("llama-3.1-70b"), seq_len=4096, global_batch=256)
     for config in (ParallelConfig(tp=8, pp=2, dp=4, zero=1, recompute="full"),
                    ParallelConfig(tp=8, pp=4, dp=2, zero=1, recompute="full")):
@@ -139,13 +144,7 @@ def mixed_figures() -> None:
 
 
 def replica_figures() -> None:
-    a100, h100 = load_gpu("a100-sxm-80gb"), load_gpu("h100-sxm")
-    nodes = tuple(NodeSpec(host=f"a{i}", gpu=a100, gpus_per_node=8, nic_bytes_per_s_per_gpu=25e9, leaf=0)
-                  for i in range(4))
-    nodes += tuple(NodeSpec(host=f"h{i}", gpu=h100, gpus_per_node=8, nic_bytes_per_s_per_gpu=50e9, leaf=0)
-                   for i in range(4))
-    topology = Topology(name="32 A100 + 32 H100", nodes=nodes, leaf_oversubscription=(1.0,),
-                        inter_node_latency_s=5e-6, intra_domain_latency_s=2e-6)
+    topology = _a100_h100_topology()
     job = TrainingJob(model=load_model("llama-3.1-70b"), seq_len=4096, global_batch=256)
     config = ParallelConfig(tp=8, pp=2, dp=4, zero=1, recompute="full")
     r = mixed_replicas(job, config, topology, SolverConfig(time_limit_s=10))

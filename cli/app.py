@@ -218,7 +218,7 @@ def plan(
     if json_path is not None:
         render.check_writable(json_path, force)
     export_cmd.check_plan_export(export, out, job.engine, force)
-    rates = profile_cmd.rates_for(cost_model, spec, job)
+    rates, spec = profile_cmd.rates_for(cost_model, spec, job), profile_cmd.cluster_for(cost_model, spec)
     with render.working(render.make_console(stderr=True), "searching parallel layouts"):
         result = search(job, spec, fixed, objective, rates)
     if len(result.ranked) == 0:
@@ -278,6 +278,7 @@ def evaluate(
                          f"match the {spec.num_gpus} GPUs of {spec.name}; choose degrees whose product is the GPU count")
     if json_path is not None:
         render.check_writable(json_path, force)
+    spec = profile_cmd.cluster_for(cost_model, spec)
     result = search(job, spec, fixed, rates=profile_cmd.rates_for(cost_model, spec, job))
     if len(result.table) == 0:
         reason = max(result.rejected, key=result.rejected.get)

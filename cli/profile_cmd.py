@@ -12,7 +12,7 @@ from paraplan.cost_models.compute import ComputeRates
 from paraplan.cost_models.hf_config import load_model
 from paraplan.cost_models.ingest import FORMATS, parse_file
 from paraplan.cost_models.learned.learn import learn as learn_models
-from paraplan.cost_models.learned.provider import COST_MODELS, compute_rates
+from paraplan.cost_models.learned.provider import COST_MODELS, compute_rates, learned_cluster
 from paraplan.cost_models.profiler import ProfileSettings, model_gemm_shapes, run_profile
 from paraplan.cost_models.store import default_store_path, ingest_parsed, stored_files, summarize
 from paraplan.errors import InputError
@@ -37,6 +37,11 @@ def rates_for(cost_model: str, cluster: ClusterSpec, job: TrainingJob) -> Comput
     work = job.workload()
     return compute_rates(cost_model, cluster.gpu, work.precision, work.attention, work.kernel_stack,
                          default_store_path())
+
+
+def cluster_for(cost_model: str, cluster: ClusterSpec) -> ClusterSpec:
+    """The cluster ``plan`` and ``evaluate`` should cost with: its learned collective models attached."""
+    return learned_cluster(cost_model, cluster, default_store_path())
 
 
 def ingest(

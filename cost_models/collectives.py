@@ -56,7 +56,11 @@ def collective_time_s(kind: str, size_bytes, group_size, stride, cluster: Cluste
     nvlink, nic = _link_bandwidths(cluster)
     intra = factor * (k - 1) / k * size / nvlink
     inter = factor * (domains - 1) / domains * (size / k) / nic
-    return np.where(n > 1, intra + inter + _latency_s(kind, n, k, cluster), 0.0)
+    seconds = intra + inter + _latency_s(kind, n, k, cluster)
+    if cluster.collective_time_fn is not None:  # measured hardware: the learned model where it applies
+        learned, learned_s = cluster.collective_time_fn(kind, size, n, k)
+        seconds = np.where(learned, learned_s, seconds)
+    return np.where(n > 1, seconds, 0.0)
 
 
 def collective_latency_s(kind: str, group_size, stride, cluster: ClusterSpec):

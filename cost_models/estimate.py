@@ -158,7 +158,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTa
         model_flops_per_s_per_gpu=per_gpu_flops, mfu=per_gpu_flops / peak,
         hfu=(flops_per_token + recompute_per_token) * tokens_per_s / num_gpus / peak,
         memory=memory, fits=(memory.peak_bytes <= cluster.gpu.hbm_bytes)
-        & (memory.host_bytes <= cluster.host_memory_per_gpu), cost_model=rates.source,
+        & (memory.host_bytes <= cluster.host_memory_per_gpu),
+        cost_model="; ".join(filter(None, (rates.source, cluster.collective_source))),
     )
 
 

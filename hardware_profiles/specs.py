@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 DTYPES = ("bf16", "fp16", "fp8", "fp4", "tf32")
@@ -122,6 +123,11 @@ class ClusterSpec:
     """Fabric oversubscription ratio (>= 1; 1 = full bisection)."""
     host_memory_bytes_per_gpu: float | None = None
     """Host (CPU) memory per GPU for offloaded activations; None = the GPU's reference system."""
+    collective_time_fn: Callable | None = None
+    """A learned collective model: (kind, bytes, group size, members per NVLink domain) -> (mask, seconds)
+    arrays; where the mask is true its seconds replace the analytical ones (cost_models.learned)."""
+    collective_source: str = ""
+    """Which learned collective models ``collective_time_fn`` holds, for provenance."""
 
     def __post_init__(self) -> None:
         for label in ("num_nodes", "gpus_per_node", "nvlink_domain_gpus"):

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from profiles_factory import PHI2_H100, need_vidur, store_with
+from profiles_factory import H100_ALL_REDUCE, PHI2_H100, need_vidur, store_with
 
+from paraplan.cost_models.collectives import collective_time_s
 from paraplan.cost_models.compute import analytical_rates, gemm_time_s
 from paraplan.cost_models.hf_config import load_model
 from paraplan.cost_models.learned.learn import learn
-from paraplan.cost_models.learned.provider import compute_rates
+from paraplan.cost_models.learned.provider import compute_rates, learned_cluster
 from paraplan.errors import InputError
-from paraplan.hardware_profiles import load_gpu, quick_cluster
+from paraplan.hardware_profiles import load_cluster, load_gpu, quick_cluster
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.search import search
 
@@ -67,3 +68,34 @@ def test_search_reports_the_learned_model(learned_store):
     assert analytical.estimates.cost_model.startswith("analytical roofline")
     assert not np.allclose(learned.estimates.compute_s, analytical.estimates.compute_s)
     np.testing.assert_array_equal(learned.estimates.tp_comm_s, analytical.estimates.tp_comm_s)  # still analytical
+
+
+@pytest.fixture(scope="module")
+def collective_store(tmp_path_factory):
+    need_vidur()
+    store = store_with(tmp_path_factory.mktemp("collectives"), [H100_ALL_REDUCE])
+    learn(store)
+    return store
+
+
+def test_learned_all_reduce_prices_groups_inside_a_domain_in_the_measured_range(collective_store):
+    cluster = load_cluster("dgx-h100", num_nodes=2)
+    assert learned_cluster("analytical", cluster, collective_store) is cluster
+    learned = learned_cluster("auto", cluster, collective_store)
+    assert learned.collective_source.startswith("collectives inside one NVLink domain in the measured range: "
+                                                "learned all_reduce")
+    mib8 = 8 * 2**20
+    # vidur h100_dgx all_reduce.csv: 8,388,608 bytes over 8 GPUs, median 0.074 ms.
+    assert collective_time_s("all_reduce", mib8, 8, 1, learned) == pytest.approx(0.074e-3, rel=0.2)
+    assert collective_time_s("all_reduce", mib8, 8, 1, learned) != collective_time_s("all_reduce", mib8, 8, 1, cluster)
+    # Outside what was measured the analytical model answers, exactly: 16 ranks over two nodes, 1 GiB
+    # (vidur stops at 64 MiB), and collectives without a model.
+    for kind, size, group in (("all_reduce", mib8, 16), ("all_reduce", 2**30, 8), ("all_gather", mib8, 8)):
+        assert collective_time_s(kind, size, group, 1, learned) == collective_time_s(kind, size, group, 1, cluster)
+
+
+def test_plan_search_names_the_learned_collectives(collective_store):
+    cluster = learned_cluster("auto", quick_cluster("h100-sxm", 8), collective_store)
+    job = TrainingJob(model=load_model("llama-3.1-8b"), seq_len=2048, global_batch=64)
+    result = search(job, cluster, {"tp": [8], "pp": [1], "dp": [1], "sp": [0]})
+    assert "learned all_reduce" in result.estimates.cost_model

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import joblib
@@ -45,6 +45,9 @@ class ArtifactMeta:
     """Held-out pooled score at training time (learned and analytical MAPE and worst error)."""
     base: str = ""
     """For the step calibration: the cost model whose predictions it corrects (its ``source``)."""
+    domain: dict = field(default_factory=dict)
+    """For collectives: the measured range (``min_size_bytes``, ``max_size_bytes``, ``max_group_size``)
+    the planner may use the model inside; empty = not used for planning."""
     artifact_version: int = ARTIFACT_VERSION
     """Layout of these files."""
 

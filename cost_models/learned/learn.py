@@ -52,14 +52,16 @@ class LearnedTarget:
     """Its metadata file."""
 
 
-def _save(store: Path, target: str, hardware: str, dtype: str, xy, features, scores) -> LearnedTarget:
+def _save(store: Path, target: str, hardware: str, dtype: str, xy, features, scores,
+          domain: dict | None = None) -> LearnedTarget:
     x, y, _ = xy
     pooled = scores[0]
     meta = ArtifactMeta(target=target, hardware=hardware, dtype=dtype, features=tuple(features),
                         data_hash=training_hash(x, y), sklearn_version=sklearn.__version__, num_rows=len(y),
                         held_out={"split": pooled.split, "rows": pooled.num_rows,
                                   "learned_mape_frac": pooled.learned_mape_frac,
-                                  "analytical_mape_frac": pooled.analytical_mape_frac})
+                                  "analytical_mape_frac": pooled.analytical_mape_frac},
+                        domain=domain or {})
     path = save_artifact(models_dir(store), meta, fit_residual(x, y))
     return LearnedTarget(meta=meta, scores=tuple(scores), path=path)
 
@@ -88,8 +90,19 @@ def learn_hardware(store: Path, hardware: str) -> list[LearnedTarget]:
         if len(frame) >= MIN_ROWS and frame["size_bytes"].nunique() >= 2 * 4:
             frame = frame.reset_index(drop=True)
             learned.append(_save(store, name, hardware, "", collective_xy(frame, hardware, name),
-                                 COLLECTIVE_FEATURES, evaluate_collective(frame, hardware, name)))
+                                 COLLECTIVE_FEATURES, evaluate_collective(frame, hardware, name),
+                                 _collective_domain(frame)))
     return learned + _learn_steps(store, hardware)
+
+
+def _collective_domain(frame: pd.DataFrame) -> dict:
+    """The regime a collective model may price in plans: groups inside one NVLink domain, sizes and
+    group sizes as measured (tree models do not extrapolate)."""
+    inside = frame[frame["devices_per_node"] >= frame["group_size"]]
+    if len(inside) == 0:
+        return {}
+    return {"min_size_bytes": float(inside["size_bytes"].min()), "max_size_bytes": float(inside["size_bytes"].max()),
+            "max_group_size": int(inside["group_size"].max())}
 
 
 def _learn_attention(store: Path, hardware: str) -> list[LearnedTarget]:

@@ -2,8 +2,10 @@
 
 Learned models plug into :class:`ComputeRates`: a GEMM model as ``gemm_time_fn`` (``gemm_time_s``
 defers to it), a flash-attention model as ``attention_time_fn``, the step calibration as
-``step_time_factor``. Element-wise kernels and communication stay analytical. ``ComputeRates.source``
-names the model of each term and the learned models' data hashes.
+``step_time_factor``; collective models into the :class:`ClusterSpec` as ``collective_time_fn``, used
+only for groups inside one NVLink domain at the sizes and group sizes they were measured on.
+Element-wise kernels and everything else stay analytical. ``ComputeRates.source`` and
+``ClusterSpec.collective_source`` name the model of each term and the learned models' data hashes.
 """
 
 from __future__ import annotations
@@ -18,16 +20,19 @@ from paraplan.cost_models.compute import ComputeRates, analytical_rates
 from paraplan.cost_models.learned.artifacts import artifact_paths, gemm_target, load_artifact, models_dir
 from paraplan.cost_models.learned.features import (
     ATTENTION_FEATURES,
+    COLLECTIVE_FEATURES,
     GEMM_FEATURES,
     attention_features,
     attention_rates,
     baseline_rates,
+    collective_features,
     gemm_features,
+    reference_cluster,
 )
 from paraplan.cost_models.learned.fit import predict_residual
 from paraplan.cost_models.learned.step_calibration import STEP_FEATURES, step_factor
 from paraplan.errors import InputError
-from paraplan.hardware_profiles import GPUSpec
+from paraplan.hardware_profiles import ClusterSpec, GPUSpec
 from paraplan.hardware_profiles.specs import FLASH_FAMILY_KERNELS
 
 COST_MODELS = ("analytical", "learned", "auto")
@@ -60,6 +65,52 @@ def attention_predictor(estimator, rates: ComputeRates) -> Callable:
             passes.append(seconds[inverse.ravel()].reshape(flops.shape))
         return passes[0], passes[1]
     return predict
+
+
+# The collectives the cost model prices with collective_time_s (send/recv goes through p2p_time_s).
+PLANNED_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+
+def collective_predictor(models: dict[str, tuple], hardware: str) -> Callable:
+    """(kind, bytes, group size, members per NVLink domain) -> (mask, seconds): the learned time
+    (analytical on the reference cluster · exp(learned residual)) where the group sits inside one
+    domain and its size and group size lie in the measured range, else mask False."""
+    reference = reference_cluster(hardware)
+
+    def predict(kind, size_bytes, group_size, members_per_domain):
+        size, n, k = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in
+                                           (size_bytes, group_size, members_per_domain)))
+        mask, seconds = np.zeros(size.shape, dtype=bool), np.zeros(size.shape)
+        if kind not in models:
+            return mask, seconds
+        meta, estimator = models[kind]
+        d = meta.domain
+        mask = (n > 1) & (k >= n) & (n <= d["max_group_size"]) & (size >= d["min_size_bytes"]) \
+            & (size <= d["max_size_bytes"])
+        if mask.any():
+            distinct, inverse = np.unique(np.column_stack([size[mask], n[mask]]), axis=0, return_inverse=True)
+            x = collective_features(kind, distinct[:, 0], distinct[:, 1], distinct[:, 1], 0.0, reference)
+            seconds[mask] = (np.exp(x[:, -1]) * np.exp(predict_residual(estimator, x)))[inverse.ravel()]
+        return mask, seconds
+    return predict
+
+
+def learned_cluster(cost_model: str, cluster: ClusterSpec, store: Path) -> ClusterSpec:
+    """``cluster`` with the learned collective models of its GPU (learned or auto), where they exist."""
+    if cost_model == "analytical":
+        return cluster
+    hardware = cluster.gpu.name
+    models = {kind: load_artifact(models_dir(store), hardware, kind, COLLECTIVE_FEATURES)
+              for kind in PLANNED_COLLECTIVES if _exists(store, hardware, kind)}
+    models = {kind: loaded for kind, loaded in models.items() if loaded[0].domain}
+    if not models:
+        return cluster
+    labels = [f"{kind} (data {meta.data_hash[:12]}, {meta.domain['min_size_bytes']:.0f}–"
+              f"{meta.domain['max_size_bytes']:.0f} B, groups <= {meta.domain['max_group_size']})"
+              for kind, (meta, _) in models.items()]
+    source = f"collectives inside one NVLink domain in the measured range: learned {', '.join(labels)}"
+    return dataclasses.replace(cluster, collective_time_fn=collective_predictor(models, hardware),
+                               collective_source=source)
 
 
 def _exists(store: Path, hardware: str, target: str) -> bool:
