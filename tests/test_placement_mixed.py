@@ -38,7 +38,7 @@ CONFIG = ParallelConfig(tp=8, pp=4, dp=1)
 
 def test_matches_exhaustive_search_over_type_orders_and_splits():
     topology = mixed(2, 2)
-    placed = mixed_pipeline(JOB, CONFIG, topology, SolverConfig(time_limit_s=5.0))
+    placed = mixed_pipeline(JOB, CONFIG, topology, SolverConfig(time_limit_s=60.0))
     clusters = {gpu: _cluster_of(topology, gpu, CONFIG) for gpu in ("a100-sxm-80gb", "h100-sxm")}
     best = min(brute_force(stage_instance(JOB, CONFIG, [clusters[g] for g in order], clusters["h100-sxm"]))[1]
                for order in set(itertools.permutations(["a100-sxm-80gb"] * 2 + ["h100-sxm"] * 2)))
@@ -49,7 +49,7 @@ def test_matches_exhaustive_search_over_type_orders_and_splits():
 
 
 def test_beats_the_naive_split_and_the_fast_type_alone():
-    placed = mixed_pipeline(JOB, CONFIG, mixed(2, 2), SolverConfig(time_limit_s=5.0))
+    placed = mixed_pipeline(JOB, CONFIG, mixed(2, 2), SolverConfig(time_limit_s=60.0))
     a100_layers = [n for gpu, n in zip(placed.stage_types, placed.stage_layers) if gpu == "a100-sxm-80gb"]
     h100_layers = [n for gpu, n in zip(placed.stage_types, placed.stage_layers) if gpu == "h100-sxm"]
     assert max(a100_layers) <= min(h100_layers)  # the slower GPUs get fewer layers
@@ -57,7 +57,7 @@ def test_beats_the_naive_split_and_the_fast_type_alone():
     assert placed.fast_only_type == "h100-sxm"
     # Two H100 nodes cannot hold tp=8 x pp=4: no fast-only figure for this cluster.
     assert placed.fast_only_step_s is None
-    wide = mixed_pipeline(JOB, ParallelConfig(tp=8, pp=2, dp=2), mixed(2, 2), SolverConfig(time_limit_s=5.0))
+    wide = mixed_pipeline(JOB, ParallelConfig(tp=8, pp=2, dp=2), mixed(2, 2), SolverConfig(time_limit_s=60.0))
     assert wide.fast_only_step_s is not None and wide.step_s < wide.fast_only_step_s
     assert np.isfinite(wide.naive_step_s)
 
@@ -74,7 +74,7 @@ def test_replica_microbatches_match_brute_force_and_beat_even():
     topology = mixed(2, 2)
     config = ParallelConfig(tp=8, pp=1, dp=4)
     job = TrainingJob(model=make_model(num_layers=12), seq_len=2048, global_batch=16)
-    placed = mixed_replicas(job, config, topology, SolverConfig(time_limit_s=5.0))
+    placed = mixed_replicas(job, config, topology, SolverConfig(time_limit_s=60.0))
     times = {gpu: _stage_times(job, config, topology, gpu) for gpu in ("a100-sxm-80gb", "h100-sxm")}
     types = ["a100-sxm-80gb", "a100-sxm-80gb", "h100-sxm", "h100-sxm"]
     best = min(max(pipeline_step_s(times[g], n) for g, n in zip(types, counts))
@@ -90,8 +90,8 @@ def test_replica_host_order_follows_megatron_rank_order():
     # tp=8, pp=2, dp=2 on a0 a1 | h0 h1: replica 0 = a0 (stage 0) + a1 (stage 1); node ranks are
     # stage-major (s·dp + r): [a0, h0, a1, h1].
     job = TrainingJob(model=make_model(num_layers=12), seq_len=2048, global_batch=16)
-    placed = mixed_replicas(job, ParallelConfig(tp=8, pp=2, dp=2), mixed(2, 2), SolverConfig(time_limit_s=5.0))
+    placed = mixed_replicas(job, ParallelConfig(tp=8, pp=2, dp=2), mixed(2, 2), SolverConfig(time_limit_s=60.0))
     assert placed.host_order == ("a0", "h0", "a1", "h1")
     assert placed.replica_types == ("a100-sxm-80gb", "h100-sxm")
     with pytest.raises(InputError, match="tp·cp a multiple of 8"):
-        mixed_replicas(job, ParallelConfig(tp=4, pp=2, dp=4), mixed(2, 2), SolverConfig(time_limit_s=5.0))
+        mixed_replicas(job, ParallelConfig(tp=4, pp=2, dp=4), mixed(2, 2), SolverConfig(time_limit_s=60.0))

@@ -14,7 +14,9 @@ from paraplan.planner.placement.rank_instance import rank_instance, slot_edges
 from paraplan.planner.placement.rank_placement import brute_force, cost_of, place_ranks
 from paraplan.planner.placement.solver import SolverConfig
 
-FAST = SolverConfig(time_limit_s=5.0)
+# Small instances solve in well under a second; the limit only caps a loaded CI machine, where a short
+# limit turned a proven optimum into "feasible".
+FAST = SolverConfig(time_limit_s=60.0)
 GPU = load_gpu("h100-sxm")
 
 
