@@ -173,8 +173,6 @@ def _recompute_flops_per_token(model: ModelSpec, work: Workload, t: ConfigTable)
     gemm = (model.num_dense_layers * model.layer_gemm_flops_per_token()
             + model.num_moe_layers * model.moe_layer_gemm_flops_per_token()) / model.num_layers
     full = gemm + attention - skipped
-    a = model.num_heads
-    mla_up = 2.0 * (model.q_lora_rank * a * model.qk_head_dim
-                    + model.kv_lora_rank * a * (model.qk_nope_head_dim + model.v_head_dim)) if model.is_mla else 0.0
+    mla_up = 2.0 * model.mla_up_projection_params()
     per_layer = np.select([t.recompute == 2, t.recompute == 1, t.recompute == 3], [full, attention, mla_up], 0.0)
     return model.num_layers * per_layer

@@ -27,7 +27,7 @@ from paraplan.cost_models.compute import (
     unfused_attention_time_s,
 )
 from paraplan.cost_models.model_spec import ModelSpec
-from paraplan.cost_models.moe import moe_block_times
+from paraplan.cost_models.moe import moe_block_times, routed_copies_per_rank
 from paraplan.cost_models.table import ConfigTable, Workload
 from paraplan.hardware_profiles import ClusterSpec
 
@@ -87,13 +87,13 @@ def _mla_up_projections_s(model: ModelSpec, tokens, tp, rates: ComputeRates):
     return query + gemm_time_s(tokens, a * (model.qk_nope_head_dim + model.v_head_dim) / tp, model.kv_lora_rank, rates)
 
 
-def _module_recompute_s(model: ModelSpec, tokens, t: ConfigTable, rates: ComputeRates):
+def _module_recompute_s(model: ModelSpec, work: Workload, tokens, t: ConfigTable, rates: ComputeRates):
     """Seconds to rerun the ``modules`` recompute set in backward: the two norms (read the input,
     write the output), MLA's up projections and the routed experts' activation function."""
     h = model.hidden_size
     norms = memory_bound_time_s(tokens * 2 * 2 * h * ACTIVATION_BYTES / np.where(t.sp == 1, t.tp, 1), 2, rates)
     moe_frac = model.num_moe_layers / model.num_layers
-    copies = model.experts_per_token * tokens / t.tp * t.etp
+    copies = routed_copies_per_rank(model, work, t)
     act = memory_bound_time_s(moe_frac * copies * model.mlp_matrices * model.expert_ffn_size / t.etp
                               * ACTIVATION_BYTES, 1, rates) if model.is_moe else 0.0
     return norms + _mla_up_projections_s(model, tokens, t.tp, rates) + act
@@ -181,7 +181,7 @@ def layer_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: Compute
     backward = 2.0 * (gemm + elementwise) + attention_bwd + (moe_frac * moe.backward_compute_s if moe else 0.0)
     full_recompute = forward - (dense_frac * down_projection if work.recompute_stops_early else 0.0)
     recompute = np.select([t.recompute == 2, t.recompute == 1, t.recompute == 3],
-                          [full_recompute, attention, _module_recompute_s(model, tokens, t, rates)], 0.0)
+                          [full_recompute, attention, _module_recompute_s(model, work, tokens, t, rates)], 0.0)
     return LayerTimes(
         forward_compute_s=forward,
         backward_compute_s=backward,

@@ -190,6 +190,15 @@ class ModelSpec:
             + self.kv_lora_rank * a * (self.qk_nope_head_dim + self.v_head_dim)
         return query + key_value + out
 
+    def mla_up_projection_params(self) -> int:
+        """MLA's up projections from the latents to per-head queries, keys and values (0 without MLA):
+        what Megatron's mla_up_proj recompute reruns."""
+        if not self.is_mla:
+            return 0
+        a = self.num_heads
+        return self.q_lora_rank * a * self.qk_head_dim + self.kv_lora_rank * a * (self.qk_nope_head_dim
+                                                                                   + self.v_head_dim)
+
     def attention_params(self) -> int:
         """Attention of one layer: projections with their biases, QK norms (or MLA's latent norms), sinks."""
         h = self.hidden_size

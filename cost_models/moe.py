@@ -90,7 +90,7 @@ def _elementwise_s(model: ModelSpec, routed_tokens, copies, t: ConfigTable, prec
     h, f = model.hidden_size, model.expert_ffn_size / t.etp
     router = routed_tokens * model.num_experts * ROUTER_PROB_BYTES * 3  # logits write, softmax read + write
     permute = (routed_tokens + copies) * h * HIDDEN_BYTES * 2  # permute and unpermute: read one side, write other
-    activation = copies * ((model.mlp_matrices - 1) + 1) * f * HIDDEN_BYTES
+    activation = copies * model.mlp_matrices * f * HIDDEN_BYTES  # read the g·f up output, write f
     casts = 3.0 * copies * (h + f) if precision in ("fp8", "fp4") else 0.0
     return memory_bound_time_s(router + permute + activation + casts, MOE_ELEMENTWISE_KERNELS, rates)
 

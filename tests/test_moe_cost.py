@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from paraplan.cli.app import app
 from paraplan.cost_models.collectives import all_to_all_time_s, collective_latency_s
+from paraplan.cost_models.compute import analytical_rates
 from paraplan.cost_models.estimate import estimate
 from paraplan.cost_models.hf_config import load_model
 from paraplan.cost_models.layer import COMM_SM_FRAC, layer_times
@@ -38,6 +39,10 @@ def _work(model, imbalance=1.0, **kw):
     return TrainingJob(model=model, seq_len=SEQ, global_batch=64, expert_imbalance=imbalance, **kw).workload()
 
 
+def _rates(cluster):
+    return analytical_rates(cluster.gpu, "bf16")
+
+
 def _links(cluster):
     eff = cluster.gpu.efficiency
     return cluster.gpu.nvlink_bytes_per_s * eff.nvlink_frac, cluster.nic_bytes_per_s_per_gpu * eff.nic_frac
@@ -58,20 +63,14 @@ def test_dispatch_and_combine_volume_by_hand(mixtral, h100x16):
     """Four all-to-alls per MoE layer (dispatch, combine; forward and backward), each carrying the k
     copies of every routed token: 2 x 4096 tokens x 4096 hidden x 2 bytes = 64 MiB per rank."""
     t = make_table(ep=8, dp=16)
-    moe = moe_block_times(mixtral, _work(mixtral), t, _rates(mixtral, h100x16), h100x16)
+    moe = moe_block_times(mixtral, _work(mixtral), t, _rates(h100x16), h100x16)
     sent = 2 * SEQ * 4096 * 2
     assert sent == 64 * 2**20
     assert moe.expert_comm_s[0] == pytest.approx(4 * all_to_all_time_s(sent, 8, 1, h100x16), rel=1e-12)
 
 
-def _rates(model, cluster):
-    from paraplan.cost_models.compute import analytical_rates
-
-    return analytical_rates(cluster.gpu, "bf16")
-
-
 def test_ep_one_has_no_all_to_all_and_cp_one_no_ring(mixtral, h100x16):
-    lt = layer_times(mixtral, _work(mixtral), make_table(ep=[1, 2], dp=16), _rates(mixtral, h100x16), h100x16)
+    lt = layer_times(mixtral, _work(mixtral), make_table(ep=[1, 2], dp=16), _rates(h100x16), h100x16)
     assert lt.ep_comm_s[0] == 0.0 and lt.ep_comm_s[1] > 0.0
     assert np.all(lt.cp_comm_s == 0.0)
 
@@ -135,8 +134,8 @@ def test_imbalance_scales_the_slowest_rank(mixtral, h100x16):
     """The busiest rank receives imbalance x the mean copies: the bandwidth part of its four
     all-to-alls scales by it, their latency does not."""
     t = make_table(ep=8, dp=16)
-    balanced = moe_block_times(mixtral, _work(mixtral, 1.0), t, _rates(mixtral, h100x16), h100x16)
-    skewed = moe_block_times(mixtral, _work(mixtral, 1.5), t, _rates(mixtral, h100x16), h100x16)
+    balanced = moe_block_times(mixtral, _work(mixtral, 1.0), t, _rates(h100x16), h100x16)
+    skewed = moe_block_times(mixtral, _work(mixtral, 1.5), t, _rates(h100x16), h100x16)
     latency = 4 * collective_latency_s("all_to_all", 8, 1, h100x16)
     assert skewed.expert_comm_s[0] == pytest.approx(1.5 * (balanced.expert_comm_s[0] - latency) + latency, rel=1e-12)
     assert skewed.forward_compute_s[0] > balanced.forward_compute_s[0]
@@ -144,7 +143,7 @@ def test_imbalance_scales_the_slowest_rank(mixtral, h100x16):
 
 def test_expert_overlap_hides_the_all_to_all_behind_compute(mixtral, h100x16):
     t = make_table(ep=8, dp=16, ep_overlap=[0, 1])
-    lt = layer_times(mixtral, _work(mixtral), t, _rates(mixtral, h100x16), h100x16)
+    lt = layer_times(mixtral, _work(mixtral), t, _rates(h100x16), h100x16)
     compute = lt.forward_compute_s[1] + lt.backward_compute_s[1] + lt.recompute_s[1]
     exposed = lt.ep_comm_s[0]
     assert exposed < compute  # NVLink all-to-all of one layer is shorter than its compute here

@@ -10,12 +10,11 @@ JSON (``-J``): ``results`` rows with ``size`` and ``out_of_place.time`` (µs); `
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from paraplan.cost_models.ingest.hardware_names import catalog_name
-from paraplan.cost_models.ingest.records import Measurement, Parsed, bad_line, positive_number
+from paraplan.cost_models.ingest.records import Measurement, Parsed, bad_line, json_list, positive_number
 from paraplan.errors import InputError
 from paraplan.hardware_profiles.units import SECONDS_PER_US
 
@@ -99,13 +98,7 @@ def parse_nccl_text(path: Path, text: str) -> Parsed:
 
 def _json_document(path: Path, text: str) -> tuple[dict, list, list]:
     """(document, results, devices) of an nccl-tests JSON file, each checked for its type."""
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise bad_line(path, exc.lineno, f"not valid JSON ({exc.msg})") from None
-    results = document.get("results") if isinstance(document, dict) else None
-    if not isinstance(results, list):
-        raise InputError(f"{path}: an nccl-tests JSON file needs a 'results' list")
+    document, results = json_list(path, text, "results", "an nccl-tests JSON file")
     config = document.get("config") if isinstance(document.get("config"), dict) else {}
     devices = config.get("devices") if isinstance(config.get("devices"), list) else []
     ngpus = config.get("ngpus")

@@ -19,6 +19,7 @@ produced it in ``params``. Kinds:
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,6 +103,18 @@ def file_text(path: Path, data: bytes) -> str:
 def sha256_hex(data: bytes) -> str:
     """Hex SHA-256 of ``data``."""
     return hashlib.sha256(data).hexdigest()
+
+
+def json_list(path: Path, text: str, key: str, what: str) -> tuple[dict, list]:
+    """(document, document[key]) of a JSON file whose ``key`` must hold a list; InputError otherwise."""
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise bad_line(path, exc.lineno, f"not valid JSON ({exc.msg})") from None
+    items = document.get(key) if isinstance(document, dict) else None
+    if not isinstance(items, list):
+        raise InputError(f"{path}: {what} needs a '{key}' list")
+    return document, items
 
 
 def bad_line(path: Path, line: int, what: str) -> InputError:

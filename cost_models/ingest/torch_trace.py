@@ -12,14 +12,12 @@ labelled hardware ``cpu``.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
 
 from paraplan.cost_models.ingest.hardware_names import CPU, catalog_name
-from paraplan.cost_models.ingest.records import Measurement, Parsed, bad_line
-from paraplan.errors import InputError
+from paraplan.cost_models.ingest.records import Measurement, Parsed, bad_line, json_list
 from paraplan.hardware_profiles.units import SECONDS_PER_US
 
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::linear", "aten::matmul", "aten::bmm")
@@ -93,13 +91,7 @@ def _comm_params(event: dict) -> dict:
 
 
 def _events(path: Path, text: str) -> tuple[dict, list]:
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise bad_line(path, exc.lineno, f"not valid JSON ({exc.msg})") from None
-    events = document.get("traceEvents") if isinstance(document, dict) else None
-    if not isinstance(events, list):
-        raise InputError(f"{path}: a Chrome trace needs a 'traceEvents' list")
+    document, events = json_list(path, text, "traceEvents", "a Chrome trace")
     return document, [e for e in events if isinstance(e, dict) and e.get("ph") == "X"]
 
 
