@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 
+from paraplan.cost_models.context_parallel import CP_COMM_NAMES
 from paraplan.cost_models.estimate import estimate
 from paraplan.cost_models.hf_config import load_model
 from paraplan.hardware_profiles import quick_cluster
@@ -32,7 +33,7 @@ def run_case(model: str, gpu: str, num_gpus: int, seq_len: int, global_batch: in
     start = time.perf_counter()
     result = search(job, cluster)
     total_s = time.perf_counter() - start
-    space = enumerate_space(job, cluster, engine_rules("megatron"))
+    space = enumerate_space(job, cluster, engine_rules("megatron"), collapse_cp_comm=True)  # as search() runs it
     start = time.perf_counter()
     estimate(job.model, cluster, job.workload(), space.table)
     vector_s = time.perf_counter() - start
@@ -45,7 +46,8 @@ def run_case(model: str, gpu: str, num_gpus: int, seq_len: int, global_batch: in
     print(f"vectorized cost pass: {vector_s * 1e3:.1f} ms = {len(space.table) / vector_s:,.0f} candidates/s")
     if top is not None:
         t = result.table
-        print(f"best: tp={t.tp[top]} pp={t.pp[top]} dp={t.dp[top]} cp={t.cp[top]} ep={t.ep[top]} vpp={t.vpp[top]} "
+        print(f"best: tp={t.tp[top]} pp={t.pp[top]} dp={t.dp[top]} cp={t.cp[top]} "
+              f"cp_comm={CP_COMM_NAMES[int(t.cp_comm[top])]} ep={t.ep[top]} vpp={t.vpp[top]} "
               f"mbs={t.mbs[top]}: {best.tokens_per_s_per_gpu[top]:,.0f} tokens/s/GPU, MFU {best.mfu[top]:.3f}")
 
 

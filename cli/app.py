@@ -15,8 +15,10 @@ from typing import Annotated, Any, get_args
 import typer
 
 from paraplan.cli import export_cmd, place_cmd, profile_cmd, render
+from paraplan.cost_models.context_parallel import CP_COMM_CODES
 from paraplan.cost_models.hf_config import load_model, preset_names
 from paraplan.cost_models.model_spec import AttentionFlops
+from paraplan.cost_models.routing import read_routing_csv
 from paraplan.cost_models.table import RECOMPUTE_CODES
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import (
@@ -69,11 +71,24 @@ AttentionOpt = Annotated[str, typer.Option(
 HeadroomOpt = Annotated[float, typer.Option(help="Fraction of HBM to keep free (0-1).", rich_help_panel=_JOB)]
 ConventionOpt = Annotated[str, typer.Option(help="Attention FLOPs counted in MFU: full or causal.",
                                             rich_help_panel=_JOB)]
+ImbalanceOpt = Annotated[float | None, typer.Option(
+    help="MoE: busiest expert-parallel rank's tokens over the mean (1 = force-balanced); default: a balanced "
+         "router's sampling noise.", rich_help_panel=_JOB)]
+RoutingOpt = Annotated[Path | None, typer.Option(
+    help="MoE: routing statistics CSV (layer,expert,next_expert,tokens) that set the imbalance per ep.",
+    rich_help_panel=_JOB)]
+CapacityOpt = Annotated[float | None, typer.Option(
+    help="MoE token dropping: expert capacity as a multiple of the balanced share, padded to it (Megatron "
+         "--moe-expert-capacity-factor); default dropless.", rich_help_panel=_JOB)]
 JsonOpt = Annotated[Path | None, typer.Option("--json", help="Also write machine-readable JSON to this file.")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite an existing --json file (and exported files).")]
 ExportOpt = Annotated[str | None, typer.Option("--export", help="Also write launch configs of the top plan: "
                                                "megatron, deepspeed, torchtitan, slurm, k8s, json or all.")]
 ExportOutOpt = Annotated[Path | None, typer.Option("--out", "-o", help="Folder for --export.")]
+
+
+_CP_COMM_HELP = ("How context parallelism moves K and V: p2p (ring), a2a (Ulysses), allgather, a2a+p2p "
+                 "(all-to-all inside an NVLink domain, ring across); comma list.")
 
 
 def _axis_opt(text: str) -> Any:
@@ -128,6 +143,8 @@ def constraints(**flags: str | None) -> dict[str, list[int]]:
             fixed[axis] = parse_names(axis, text, RECOMPUTE_CODES)
         elif axis == "sp":
             fixed[axis] = parse_names(axis, text, _SP_VALUES)
+        elif axis == "cp_comm":
+            fixed[axis] = parse_names("cp-comm", text, CP_COMM_CODES)
         else:
             bounds = {"zero": (0, 3), "offload": (0,)}.get(axis, (1,))
             fixed[axis] = parse_ints(axis, text, *bounds)
@@ -154,15 +171,24 @@ def make_cluster(cluster: str | None, nodes: int | None, gpu: str | None, gpus: 
 
 
 def make_job(model: str, seq_len: int, global_batch: int, precision: str, engine: str, convention: str,
-             headroom: float, attention: str = "auto") -> TrainingJob:
+             headroom: float, attention: str = "auto", expert_imbalance: float | None = None,
+             routing: Path | None = None, capacity_factor: float | None = None) -> TrainingJob:
     """The TrainingJob, with its own validation errors reported as bad input."""
     if convention not in get_args(AttentionFlops):
         raise InputError(f"--flops-convention expects {' or '.join(get_args(AttentionFlops))}, got {convention!r}")
     spec = load_model(model)
+    moe_flags = [flag for flag, value in (("--expert-imbalance", expert_imbalance), ("--routing", routing),
+                                          ("--capacity-factor", capacity_factor)) if value is not None]
+    if moe_flags and not spec.is_moe:
+        raise InputError(f"{' and '.join(moe_flags)} apply to MoE models; {spec.name} is dense")
+    if expert_imbalance is not None and routing is not None:
+        raise InputError("give --expert-imbalance or --routing, not both (routing statistics set the imbalance)")
+    stats = read_routing_csv(routing) if routing is not None else None
     try:
         return TrainingJob(model=spec, seq_len=seq_len, global_batch=global_batch, precision=precision,
                            engine=engine, attention=attention, flops_convention=convention,
-                           memory_headroom_frac=headroom)
+                           memory_headroom_frac=headroom, expert_imbalance=expert_imbalance, routing=stats,
+                           capacity_factor=capacity_factor)
     except ValueError as exc:
         raise InputError(str(exc)) from None
 
@@ -192,7 +218,8 @@ def plan(
     model: ModelArg, seq_len: SeqLenOpt, global_batch: BatchOpt, cluster: ClusterOpt = None, nodes: NodesOpt = None,
     gpu: GpuOpt = None, gpus: GpusOpt = None, gpus_per_node: PerNodeOpt = None, engine: EngineOpt = "megatron",
     attention: AttentionOpt = "auto", precision: PrecisionOpt = "bf16", flops_convention: ConventionOpt = "full",
-    headroom: HeadroomOpt = 0.0,
+    headroom: HeadroomOpt = 0.0, expert_imbalance: ImbalanceOpt = None, routing: RoutingOpt = None,
+    capacity_factor: CapacityOpt = None,
     objective: Annotated[str, typer.Option(help="throughput, cost or memory.")] = "throughput",
     top: Annotated[int, typer.Option(help="How many plans to show.")] = 5,
     json_path: JsonOpt = None, force: ForceOpt = False, export: ExportOpt = None, out: ExportOutOpt = None,
@@ -200,6 +227,7 @@ def plan(
                                         "(automatic on a mixed-GPU topology file).")] = False,
     tp: _axis_opt("Tensor parallel, e.g. 8 or 4,8.") = None, pp: _axis_opt("Pipeline parallel.") = None,
     dp: _axis_opt("Data parallel.") = None, cp: _axis_opt("Context parallel.") = None,
+    cp_comm: _axis_opt(_CP_COMM_HELP) = None,
     ep: _axis_opt("Expert parallel (MoE models).") = None, etp: _axis_opt("Expert tensor parallel (MoE).") = None,
     vpp: _axis_opt("Virtual pipeline stages.") = None, mbs: _axis_opt("Micro-batch size.") = None,
     zero: _axis_opt("ZeRO stages 0-3.") = None, recompute: _axis_opt("none, selective, full (comma list).") = None,
@@ -210,9 +238,10 @@ def plan(
 ) -> None:
     """Search every parallel layout and show the fastest plans that fit."""
     spec = make_cluster(cluster, nodes, gpu, gpus, gpus_per_node)
-    job = make_job(model, seq_len, global_batch, precision, engine, flops_convention, headroom, attention)
-    fixed = constraints(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute,
-                        sp=sp, offload=offload)
+    job = make_job(model, seq_len, global_batch, precision, engine, flops_convention, headroom, attention,
+                   expert_imbalance, routing, capacity_factor)
+    fixed = constraints(tp=tp, pp=pp, dp=dp, cp=cp, cp_comm=cp_comm, ep=ep, etp=etp, vpp=vpp, mbs=mbs, zero=zero,
+                        recompute=recompute, sp=sp, offload=offload)
     if top < 1:
         raise InputError(f"--top expects a positive integer, got {top}")
     if json_path is not None:
@@ -252,8 +281,10 @@ def evaluate(
     pp: _axis_opt("Pipeline parallel."), cluster: ClusterOpt = None, nodes: NodesOpt = None, gpu: GpuOpt = None,
     gpus: GpusOpt = None, gpus_per_node: PerNodeOpt = None, engine: EngineOpt = "megatron",
     attention: AttentionOpt = "auto", precision: PrecisionOpt = "bf16", flops_convention: ConventionOpt = "full",
-    headroom: HeadroomOpt = 0.0,
+    headroom: HeadroomOpt = 0.0, expert_imbalance: ImbalanceOpt = None, routing: RoutingOpt = None,
+    capacity_factor: CapacityOpt = None,
     dp: _axis_opt("Data parallel (default: GPUs / (tp·pp·cp)).") = None, cp: _axis_opt("Context parallel.") = "1",
+    cp_comm: _axis_opt(_CP_COMM_HELP) = "p2p",
     ep: _axis_opt("Expert parallel (MoE models).") = "1", etp: _axis_opt("Expert tensor parallel (MoE).") = "1",
     vpp: _axis_opt("Virtual pipeline stages.") = "1", mbs: _axis_opt("Micro-batch size.") = "1",
     zero: _axis_opt("ZeRO stage 0-3.") = "0", recompute: _axis_opt("none, selective or full.") = "none",
@@ -263,9 +294,10 @@ def evaluate(
 ) -> None:
     """Predict step time, throughput and memory of one parallel configuration."""
     spec = make_cluster(cluster, nodes, gpu, gpus, gpus_per_node)
-    job = make_job(model, seq_len, global_batch, precision, engine, flops_convention, headroom, attention)
-    fixed = constraints(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, vpp=vpp, mbs=mbs, zero=zero, recompute=recompute,
-                        sp=sp, offload=offload)
+    job = make_job(model, seq_len, global_batch, precision, engine, flops_convention, headroom, attention,
+                   expert_imbalance, routing, capacity_factor)
+    fixed = constraints(tp=tp, pp=pp, dp=dp, cp=cp, cp_comm=cp_comm, ep=ep, etp=etp, vpp=vpp, mbs=mbs, zero=zero,
+                        recompute=recompute, sp=sp, offload=offload)
     several = [axis for axis, values in fixed.items() if len(values) > 1]
     if several:
         raise InputError(f"evaluate takes one value per flag; --{several[0]} has {len(fixed[several[0]])} "
@@ -284,7 +316,8 @@ def evaluate(
         reason = max(result.rejected, key=result.rejected.get)
         described = render.config_text({a: fixed[a][0] for a in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs",
                                                                  "zero")})
-        raise InputError(f"{described} recompute={recompute} sp={sp} offload={offload} breaks a rule: {reason}")
+        raise InputError(f"{described} cp_comm={cp_comm} recompute={recompute} sp={sp} offload={offload} breaks a "
+                         f"rule: {reason}")
     one = plan_at(job, spec, result, 0, rank=1)
     render.evaluation(render.make_console(), one, capacity_bytes(job, spec), result.estimates.cost_model)
     write_plans(json_path, [one], result.estimates.cost_model, force)

@@ -122,11 +122,17 @@ def plan_table(console: Console, plans: list[Plan], capacity_bytes: float, title
         table.add_column(header, justify="right")
     for plan in plans:
         c, e = plan.config, plan.estimate
-        table.add_row(str(plan.rank), *(str(getattr(c, k)) for k in axes),
+        table.add_row(str(plan.rank), *(_axis_cell(c, k) for k in axes),
                       c.recompute, "on" if c.sp else "off", *[str(c.offload)] * offloads, seconds(e["step_time_s"]),
                       count(e["tokens_per_s_per_gpu"]), percent(e["mfu"]),
                       f"{gib(e['peak_memory_bytes'])} / {gib(capacity_bytes)}")
     print_table(console, table)
+
+
+def _axis_cell(config, axis: str) -> str:
+    """One degree; context parallelism also names how it moves K and V (``4 a2a``)."""
+    value = getattr(config, axis)
+    return f"{value} {config.cp_comm}" if axis == "cp" and value > 1 else str(value)
 
 
 def _step_table(estimate: dict[str, Any]) -> Table:
@@ -181,8 +187,9 @@ def _runner_up_line(best: Plan, second: Plan, objective: str) -> str:
 def _axes(plan: Plan) -> dict[str, Any]:
     config = plan.config.as_dict()
     experts = ("ep", "etp") if plan.job.model.is_moe else ()
-    return {k: config[k] for k in ("tp", "pp", "dp", "cp") + experts + ("vpp", "mbs", "zero", "recompute", "sp",
-                                                                        "offload")}
+    comm = ("cp_comm",) if plan.config.cp > 1 else ()
+    return {k: config[k] for k in ("tp", "pp", "dp", "cp") + comm + experts + ("vpp", "mbs", "zero", "recompute",
+                                                                               "sp", "offload")}
 
 
 def why_best(console: Console, plans: list[Plan], capacity_bytes: float, cost_model: str, objective: str) -> None:

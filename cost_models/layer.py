@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paraplan.cost_models.collectives import collective_time_s, p2p_time_s
+from paraplan.cost_models.collectives import collective_time_s
 from paraplan.cost_models.compute import (
     ComputeRates,
     flash_attention_time_s,
@@ -26,6 +26,7 @@ from paraplan.cost_models.compute import (
     memory_bound_time_s,
     unfused_attention_time_s,
 )
+from paraplan.cost_models.context_parallel import cp_comm_s, cp_comm_variants_s
 from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.cost_models.moe import moe_block_times, routed_copies_per_rank
 from paraplan.cost_models.table import ConfigTable, Workload
@@ -50,7 +51,7 @@ class LayerTimes:
     tp_comm_s: np.ndarray
     """Exposed tensor-parallel collectives, forward + backward (+ recomputed forward)."""
     cp_comm_s: np.ndarray
-    """Exposed context-parallel ring traffic (what attention compute does not hide)."""
+    """Exposed context-parallel traffic (what attention compute does not hide; context_parallel.py)."""
     ep_comm_s: np.ndarray
     """Expert dispatch and combine (all-to-all over ep, gathers over etp), layer mean."""
 
@@ -153,15 +154,26 @@ def _attention_core_s(model: ModelSpec, work: Workload, tokens, tp, rates: Compu
                                   / tp, rates)
 
 
-def _cp_comm_s(model: ModelSpec, tokens, t: ConfigTable, cluster: ClusterSpec, attention_fwd_s, attention_bwd_s):
-    """Ring attention: cp-1 hops of the local K and V forward, of K, V, dK, dV backward."""
-    kv_bytes = 2.0 * tokens * model.kv_width / t.tp * ACTIVATION_BYTES
-    hop = p2p_time_s(kv_bytes, t.cp, t.tp, cluster)
-    forward = (t.cp - 1) * hop
-    backward = 2.0 * forward
-    exposed_fwd = np.maximum(forward - attention_fwd_s, 0.0)
-    exposed_bwd = np.maximum(backward - attention_bwd_s, 0.0)
-    return exposed_fwd + exposed_bwd
+def _cp_comm_s(model: ModelSpec, work: Workload, tokens, t: ConfigTable, cluster: ClusterSpec, attention_fwd_s,
+               attention_bwd_s):
+    """Exposed context-parallel traffic, forward + backward; recompute that reruns the attention core
+    (selective, full) runs its forward communication again."""
+    forward, backward = cp_comm_s(model, tokens, t.tp, t.cp, t.cp_comm, cluster, attention_fwd_s, attention_bwd_s,
+                                  work.cp_gather_overlaps_local)
+    return forward * np.where((t.recompute == 1) | (t.recompute == 2), 2.0, 1.0) + backward
+
+
+def cp_comm_variants_per_layer_s(model: ModelSpec, work: Workload, t: ConfigTable, rates: ComputeRates,
+                                 cluster: ClusterSpec) -> dict[int, np.ndarray]:
+    """What ``layer_times(...).cp_comm_s`` would be under each CP variant (CP_COMM_CODES), per row.
+    Nothing else in a layer, a stage or the memory depends on the variant, so the fastest one is the
+    variant a search wants."""
+    tokens = t.mbs * work.seq_len / t.cp
+    attention, attention_bwd = _attention_core_s(model, work, tokens, t.tp, rates)
+    replay = np.where((t.recompute == 1) | (t.recompute == 2), 2.0, 1.0)
+    variants = cp_comm_variants_s(model, tokens, t.tp, t.cp, cluster, attention, attention_bwd,
+                                  work.cp_gather_overlaps_local)
+    return {code: forward * replay + backward for code, (forward, backward) in variants.items()}
 
 
 def layer_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: ComputeRates,
@@ -187,7 +199,7 @@ def layer_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: Compute
         backward_compute_s=backward,
         recompute_s=recompute,
         tp_comm_s=_tp_comm_s(model, tokens, t, cluster, work.recompute_stops_early),
-        cp_comm_s=_cp_comm_s(model, tokens, t, cluster, attention, attention_bwd),
+        cp_comm_s=_cp_comm_s(model, work, tokens, t, cluster, attention, attention_bwd),
         ep_comm_s=_exposed_expert_comm_s(moe_frac * moe.expert_comm_s, forward + backward + recompute, t)
         if moe else np.zeros(len(t)),
     )

@@ -31,7 +31,10 @@ class ConfigTable:
     dp: np.ndarray
     """Data-parallel degree."""
     cp: np.ndarray
-    """Context-parallel degree (ring attention)."""
+    """Context-parallel degree."""
+    cp_comm: np.ndarray
+    """How context-parallel attention moves K and V (context_parallel.CP_COMM_CODES: 0 p2p ring,
+    1 a2a, 2 allgather, 3 a2a+p2p); 0 when cp = 1."""
     ep: np.ndarray
     """Expert-parallel degree: routed experts are split over ep ranks (1 for dense models)."""
     etp: np.ndarray
@@ -97,6 +100,12 @@ class Workload:
     MoE benchmarks run); None = a balanced router's sampling noise (moe.expert_imbalance)."""
     routing: RoutingStats | None = None
     """Measured routing statistics; when given they set the imbalance per ep degree."""
+    capacity_factor: float | None = None
+    """Token dropping with padding to capacity: every expert rank processes exactly this multiple of the
+    balanced load (imbalance beyond it is dropped); None = dropless."""
+    cp_gather_overlaps_local: bool = False
+    """The all-gather context-parallel variant starts asynchronously under the local chunk's attention
+    (PyTorch's ring attention, torchtitan) instead of blocking before it (Transformer Engine)."""
 
     def __post_init__(self) -> None:
         if self.expert_imbalance is not None and not self.expert_imbalance >= 1.0:

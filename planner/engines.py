@@ -31,7 +31,11 @@ class EngineRules:
     max_zero_with_pp: int
     """Highest ZeRO stage that composes with pipeline parallelism."""
     supports_cp: bool
-    """Context parallelism (ring attention)."""
+    """Context parallelism."""
+    cp_comm_types: tuple[str, ...]
+    """How its context parallelism can move K and V (context_parallel.CP_COMM_CODES names)."""
+    cp_gather_overlaps_local: bool
+    """Its all-gather variant runs under the local chunk's attention (PyTorch) rather than blocking."""
     supports_interleaved: bool
     """Interleaved (virtual-stage) pipeline schedule."""
     sp_modes_with_tp: tuple[int, ...]
@@ -66,13 +70,16 @@ class EngineRules:
 ENGINES: dict[str, EngineRules] = {
     "megatron": EngineRules(
         name="megatron", recipe=MEGATRON_MIXED, low_precision_recipe=MEGATRON_LOW_PRECISION, zero_stages=(0, 1, 3), max_zero_with_pp=1,
-        supports_cp=True, supports_interleaved=True, sp_modes_with_tp=(0, 1),
+        supports_cp=True, cp_comm_types=("p2p", "a2a", "allgather", "a2a+p2p"), cp_gather_overlaps_local=False,
+        supports_interleaved=True, sp_modes_with_tp=(0, 1),
         recompute_modes=("none", "selective", "full", "modules"), edge_accounted_stages=True, uneven_edge_stages=True,
         interleaved_needs_pp_multiple=True, attention_kernels=("fused", "flash", "unfused"),
         kernel_stack="transformer_engine", activation_offload=True, recompute_stops_early=False,
         expert_ranks_from=("tp", "dp", "cp"), etp_choices="divisors_of_tp", ep_overlap=True,
         source=(
             "Megatron-LM core_v0.16 arguments: --use-distributed-optimizer, --use-megatron-fsdp, "
+            "--cp-comm-type p2p|a2a|allgather|a2a+p2p with --hierarchical-context-parallel-sizes (Transformer "
+            "Engine's all_gather CP blocks before attention), "
             "--sequence-parallel needs TP > 1, --num-layers-per-virtual-pipeline-stage, "
             "--account-for-embedding/loss-in-pipeline-split, --decoder-first/last-pipeline-num-layers, "
             "--recompute-granularity, --recompute-modules, --overlap-moe-expert-parallel-comm (combined 1F1B: "
@@ -86,7 +93,8 @@ ENGINES: dict[str, EngineRules] = {
     ),
     "deepspeed": EngineRules(
         name="deepspeed", recipe=DEEPSPEED_MIXED, low_precision_recipe=DEEPSPEED_MIXED, zero_stages=(0, 1, 2, 3), max_zero_with_pp=1,
-        supports_cp=False, supports_interleaved=False, sp_modes_with_tp=(0,),
+        supports_cp=False, cp_comm_types=(), cp_gather_overlaps_local=False, supports_interleaved=False,
+        sp_modes_with_tp=(0,),
         recompute_modes=("none", "full"), edge_accounted_stages=False, uneven_edge_stages=False,
         interleaved_needs_pp_multiple=False,
         attention_kernels=("flash", "unfused"), kernel_stack="pytorch", activation_offload=False,
@@ -99,7 +107,8 @@ ENGINES: dict[str, EngineRules] = {
     ),
     "torchtitan": EngineRules(
         name="torchtitan", recipe=FSDP2_MIXED, low_precision_recipe=FSDP2_MIXED, zero_stages=(0, 2, 3), max_zero_with_pp=3,
-        supports_cp=True, supports_interleaved=True, sp_modes_with_tp=(1,),
+        supports_cp=True, cp_comm_types=("allgather",), cp_gather_overlaps_local=True, supports_interleaved=True,
+        sp_modes_with_tp=(1,),
         recompute_modes=("none", "selective", "full"), edge_accounted_stages=False, uneven_edge_stages=False,
         interleaved_needs_pp_multiple=False, attention_kernels=("flash", "fused"),
         kernel_stack="pytorch", activation_offload=False, recompute_stops_early=True,
@@ -107,7 +116,8 @@ ENGINES: dict[str, EngineRules] = {
         source=(
             "torchtitan 0.3: scaled_dot_product_attention (flash backend by default, cuDNN backend on request), "
             "FSDP2 (reshard_after_forward = ZeRO-3, never = ZeRO-2), DDP replicate, "
-            "TP with SequenceParallel norms, Interleaved1F1B, context_parallel ring attention, "
+            "TP with SequenceParallel norms, Interleaved1F1B, context_parallel through PyTorch's ring attention "
+            "(its default rotate method all-gathers K and V asynchronously under the local chunk's attention), "
             "activation_checkpoint mode none/selective/full through torch.utils.checkpoint with "
             "use_reentrant=False (early stop on: recomputation ends at the last tensor backward needs), "
             "expert_parallel_degree borrowed from dp_shard·cp and expert_tensor_parallel_degree 1 or tp"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from paraplan.cost_models.context_parallel import CP_COMM_CODES
 from paraplan.cost_models.model_spec import AttentionFlops, ModelSpec
 from paraplan.cost_models.routing import RoutingStats
 from paraplan.cost_models.table import RECOMPUTE_CODES, ConfigTable, Workload
@@ -37,6 +38,10 @@ class TrainingJob:
     None = a balanced router's sampling noise, or the routing statistics when given."""
     routing: RoutingStats | None = None
     """MoE: measured tokens per expert per layer (cost_models.routing), which set the imbalance."""
+    capacity_factor: float | None = None
+    """MoE token dropping: each expert takes at most this many times its balanced share of tokens and is
+    padded up to it (Megatron --moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity);
+    None = dropless."""
 
     def __post_init__(self) -> None:
         for label in ("seq_len", "global_batch"):
@@ -52,6 +57,9 @@ class TrainingJob:
         if self.expert_imbalance is not None and not self.expert_imbalance >= 1.0:
             raise ValueError(f"expert imbalance is the busiest rank's load over the mean and must be >= 1, "
                              f"got {self.expert_imbalance}")
+        if self.capacity_factor is not None and not (self.model.is_moe and 0 < self.capacity_factor < 1e6):
+            raise ValueError(f"capacity factor applies to MoE models and must be a positive number (1.0 = each "
+                             f"expert takes its balanced share), got {self.capacity_factor} for {self.model.name}")
         if self.routing is not None and self.routing.num_experts != self.model.num_experts:
             raise ValueError(f"routing statistics cover {self.routing.num_experts} experts but {self.model.name} "
                              f"has {self.model.num_experts}")
@@ -72,7 +80,8 @@ class TrainingJob:
                         attention=self.attention_kernel, kernel_stack=engine_rules(self.engine).kernel_stack,
                         recompute_stops_early=engine_rules(self.engine).recompute_stops_early,
                         flops_convention=self.flops_convention, expert_imbalance=self.expert_imbalance,
-                        routing=self.routing)
+                        routing=self.routing, capacity_factor=self.capacity_factor,
+                        cp_gather_overlaps_local=engine_rules(self.engine).cp_gather_overlaps_local)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,6 +96,8 @@ class ParallelConfig:
     """Data parallel."""
     cp: int = 1
     """Context parallel."""
+    cp_comm: str = "p2p"
+    """How context parallelism moves K and V: p2p (ring), a2a (Ulysses), allgather or a2a+p2p."""
     ep: int = 1
     """Expert parallel (1 for dense models)."""
     etp: int = 1
@@ -115,6 +126,8 @@ class ParallelConfig:
             raise ValueError(f"offload must be a non-negative number of layers, got {self.offload!r}")
         if self.zero not in (0, 1, 2, 3):
             raise ValueError(f"zero must be 0, 1, 2 or 3, got {self.zero!r}")
+        if self.cp_comm not in CP_COMM_CODES:
+            raise ValueError(f"cp_comm must be one of {', '.join(CP_COMM_CODES)}, got {self.cp_comm!r}")
         if self.recompute not in RECOMPUTE_CODES:
             raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_CODES)}, got {self.recompute!r}")
 
@@ -132,7 +145,7 @@ def configs_to_table(configs: list[ParallelConfig]) -> ConfigTable:
     """Stack configurations into the cost model's column table."""
     return ConfigTable.from_columns(
         tp=[c.tp for c in configs], pp=[c.pp for c in configs], dp=[c.dp for c in configs],
-        cp=[c.cp for c in configs], ep=[c.ep for c in configs], etp=[c.etp for c in configs],
+        cp=[c.cp for c in configs], cp_comm=[CP_COMM_CODES[c.cp_comm] if c.cp > 1 else 0 for c in configs], ep=[c.ep for c in configs], etp=[c.etp for c in configs],
         vpp=[c.vpp for c in configs], mbs=[c.mbs for c in configs],
         zero=[c.zero for c in configs], recompute=[RECOMPUTE_CODES[c.recompute] for c in configs],
         sp=[int(c.sp) for c in configs], ep_overlap=[int(c.ep_overlap) for c in configs],

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 import paraplan
+from paraplan.cost_models.context_parallel import CP_COMM_NAMES
 from paraplan.cost_models.estimate import EstimateTable
 from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.cost_models.table import RECOMPUTE_NAMES, ConfigTable
@@ -44,6 +45,7 @@ def config_at(table: ConfigTable, row: int) -> ParallelConfig:
     """The ParallelConfig of one table row."""
     return ParallelConfig(
         tp=int(table.tp[row]), pp=int(table.pp[row]), dp=int(table.dp[row]), cp=int(table.cp[row]),
+        cp_comm=CP_COMM_NAMES[int(table.cp_comm[row])],
         ep=int(table.ep[row]), etp=int(table.etp[row]),
         vpp=int(table.vpp[row]), mbs=int(table.mbs[row]), zero=int(table.zero[row]),
         recompute=RECOMPUTE_NAMES[int(table.recompute[row])], sp=bool(table.sp[row]),
@@ -82,7 +84,8 @@ def plan_to_json(plan: Plan, cost_model: str) -> dict[str, Any]:
                     "gpus_per_node": cluster.gpus_per_node, "nvlink_domain_gpus": cluster.nvlink_domain_gpus},
         "job": {"seq_len": job.seq_len, "global_batch": job.global_batch, "precision": job.precision,
                 "engine": job.engine, "attention": job.attention_kernel,
-                "flops_convention": job.flops_convention},
+                "flops_convention": job.flops_convention,
+                **({"capacity_factor": job.capacity_factor} if job.capacity_factor is not None else {})},
         "config": plan.config.as_dict(),
         "estimate": plan.estimate,
         "fits": plan.fits,

@@ -2,7 +2,10 @@
 
 Each row is predicted through the same search as ``paraplan plan``, with every knob the source
 states fixed; knobs it leaves unstated (micro-batch, recompute, ZeRO, vpp, sp) are chosen by
-the search, and the row says which were chosen.
+the search, and the row says which were chosen. How context parallelism communicates is a
+launch flag sources do not print: an optional ``cp_comm`` column states it, and without it the
+engine's default applies (Megatron ``--cp-comm-type p2p``, torchtitan's all-gather), not the
+search's favourite.
 """
 
 from __future__ import annotations
@@ -14,12 +17,14 @@ from io import StringIO
 import numpy as np
 import pandas as pd
 
+from paraplan.cost_models.context_parallel import CP_COMM_CODES
 from paraplan.cost_models.hf_config import load_model
 from paraplan.cost_models.table import RECOMPUTE_CODES
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import load_cluster, quick_cluster
 from paraplan.hardware_profiles.catalog import with_nic
 from paraplan.hardware_profiles.units import BYTES_PER_S_PER_GBIT_S, FLOPS_PER_TFLOP
+from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.plan import config_at
 from paraplan.planner.search import search
@@ -83,7 +88,9 @@ def measured_tokens_per_s_per_gpu(row: pd.Series, model) -> float:
 
 
 def _fixed_knobs(row: pd.Series) -> dict[str, list[int]]:
-    fixed = {}
+    stated = row.get("cp_comm")
+    default = engine_rules(row["engine"]).cp_comm_types[:1] or ("p2p",)
+    fixed = {"cp_comm": [CP_COMM_CODES[stated if isinstance(stated, str) and stated else default[0]]]}
     for knob in KNOBS:
         value = row[knob]
         if pd.isna(value):

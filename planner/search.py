@@ -2,28 +2,32 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
-from paraplan.cost_models.compute import ComputeRates
+from paraplan.cost_models.compute import ComputeRates, analytical_rates
 from paraplan.cost_models.estimate import EstimateTable, estimate
+from paraplan.cost_models.layer import cp_comm_variants_per_layer_s
 from paraplan.cost_models.learned.step_calibration import apply_step_factor
+from paraplan.cost_models.table import ConfigTable
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.hardware_profiles.units import BYTES_PER_GIB, SECONDS_PER_HOUR
 from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import TrainingJob
-from paraplan.planner.space import enumerate_space
+from paraplan.planner.space import SearchSpace, enumerate_space
 
 Objective = Literal["throughput", "cost", "memory"]
 OBJECTIVES = ("throughput", "cost", "memory")
 MEMORY_REASON = "does not fit in GPU memory"
 HOST_MEMORY_REASON = "offloaded activations exceed host memory"
+DOMINATED_CP_REASON = "another context-parallel variant of the same layout is faster"
 # Equal predictions rank the simpler layout first: fewer kinds of parallelism and memory tricks
 # to debug (context, pipeline, interleaving, tensor; offload, recompute, sharding), then the rest.
-TIE_BREAK = ("cp", "pp", "vpp", "tp", "offload", "recompute", "zero", "sp", "ep_overlap", "etp", "ep", "dp", "mbs")
+TIE_BREAK = ("cp", "cp_comm", "pp", "vpp", "tp", "offload", "recompute", "zero", "sp", "ep_overlap", "etp", "ep", "dp", "mbs")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +58,29 @@ def _objective_key(objective: str, job: TrainingJob, cluster: ClusterSpec, est: 
     return usd_per_s / est.tokens_per_s  # dollars per token
 
 
+def _fastest_cp_comm(job: TrainingJob, cluster: ClusterSpec, space: SearchSpace,
+                     rates: ComputeRates | None) -> tuple[ConfigTable, dict[str, int]]:
+    """Each collapsed row gets the fastest CP variant its rules allow (ties: the lowest code, p2p first).
+    The variant changes only the exposed CP time, which every objective ranks the same way or not at
+    all (memory), so the others are dominated; they are counted, not estimated."""
+    rejected = dict(space.rejected)
+    allowed, table = space.cp_comm_allowed, space.table
+    if allowed is None or not np.any(allowed & (allowed - 1)):
+        return table, rejected
+    work = job.workload()
+    rates = rates or analytical_rates(cluster.gpu, work.precision, work.attention, work.kernel_stack)
+    several = np.flatnonzero(allowed & (allowed - 1))
+    subset = table.take(several)
+    times = cp_comm_variants_per_layer_s(job.model, work, subset, rates, cluster)
+    codes = sorted(times)
+    cost = np.stack([np.where(allowed[several] >> code & 1, times[code], np.inf) for code in codes])
+    cp_comm = table.cp_comm.copy()
+    cp_comm[several] = np.asarray(codes)[np.argmin(cost, axis=0)]
+    dominated = int(np.sum(np.isfinite(cost)) - len(several))
+    rejected[DOMINATED_CP_REASON] = dominated
+    return dataclasses.replace(table, cp_comm=cp_comm), rejected
+
+
 def search(job: TrainingJob, cluster: ClusterSpec, fixed: dict[str, list[int]] | None = None,
            objective: str = "throughput", rates: ComputeRates | None = None) -> SearchResult:
     """Every valid configuration of ``job`` on ``cluster``, ranked by ``objective``."""
@@ -63,15 +90,14 @@ def search(job: TrainingJob, cluster: ClusterSpec, fixed: dict[str, list[int]] |
         cluster.gpu.peak(job.precision)
     except ValueError as exc:
         raise InputError(f"{exc}; choose another --precision") from None
-    space = enumerate_space(job, cluster, engine_rules(job.engine), fixed)
-    table = space.table
+    space = enumerate_space(job, cluster, engine_rules(job.engine), fixed, collapse_cp_comm=True)
+    table, rejected = _fastest_cp_comm(job, cluster, space, rates)
     est = estimate(job.model, cluster, job.workload(), table, rates)
     est = apply_step_factor(est, rates.step_time_factor) if rates is not None else est
     capacity = cluster.gpu.hbm_bytes * (1.0 - job.memory_headroom_frac)
     fits_gpu = est.memory.peak_bytes <= capacity
     fits_host = est.memory.host_bytes <= cluster.host_memory_per_gpu
     fits = fits_gpu & fits_host
-    rejected = dict(space.rejected)
     for reason, failed in ((MEMORY_REASON, ~fits_gpu), (HOST_MEMORY_REASON, fits_gpu & ~fits_host)):
         if int(failed.sum()):
             rejected[reason] = int(failed.sum())

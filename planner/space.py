@@ -1,6 +1,7 @@
 """Enumerate every parallel configuration for a job and say why each rejected one is invalid.
 
-Two passes keep the table small: first the (tp, pp, cp, ep, etp) shapes, then, for the valid shapes,
+Two passes keep the table small: first the (tp, pp, cp, cp_comm, ep, etp) shapes (cp_comm only where
+cp > 1), then, for the valid shapes,
 every (vpp, mbs, zero, recompute, sp). A shape rejected in the first pass counts for all the
 second-pass combinations it would have had, so rejection counts are per candidate. Activation
 offload exists only without pipeline parallelism or recompute, so a free search adds its
@@ -15,13 +16,14 @@ from itertools import product
 
 import numpy as np
 
+from paraplan.cost_models.context_parallel import CP_COMM_CODES, heads_split_over, hierarchical_inner_size
 from paraplan.cost_models.stages import edge_accounted_split, even_split, uneven_edge_split
 from paraplan.cost_models.table import RECOMPUTE_CODES, ConfigTable
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.planner.engines import EngineRules
 from paraplan.planner.job import TrainingJob
 
-AXES = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "ep_overlap", "offload")
+AXES = ("tp", "pp", "dp", "cp", "cp_comm", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "ep_overlap", "offload")
 # The second pass expands these in order; the most selective first keeps the table small.
 DETAIL_AXES = ("vpp", "mbs", "sp", "zero", "recompute", "ep_overlap", "offload")
 # A free search offloads 1/16, 2/16, ... of the layers: fine enough that the last step moves
@@ -42,6 +44,9 @@ class SearchSpace:
     table: ConfigTable
     rejected: dict[str, int]
     considered: int
+    cp_comm_allowed: np.ndarray | None = None
+    """With ``collapse_cp_comm``: per row, a bitmask (bit c = CP_COMM_CODES value c) of the context-parallel
+    variants the rules allow; the row's own cp_comm is a placeholder until the search picks one."""
 
 
 def divisors(n: int) -> list[int]:
@@ -62,6 +67,7 @@ def _free_values(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules) ->
                         + (list(range(2, MAX_FREE_LAYOUT_VPP + 1)) if engine.uneven_edge_stages else [])))
     return {
         "tp": divisors(n), "pp": divisors(n), "cp": divisors(n), "dp": divisors(n), "vpp": chunks,
+        "cp_comm": [CP_COMM_CODES[name] for name in engine.cp_comm_types] or [CP_COMM_CODES["p2p"]],
         "ep": divisors(job.model.num_experts) if job.model.is_moe else [1],
         "etp": divisors(cluster.domain_gpus) if job.model.is_moe else [1],
         "mbs": [d for d in divisors(job.global_batch) if d * job.seq_len <= MAX_FREE_MICROBATCH_TOKENS] or [1],
@@ -89,7 +95,21 @@ def _expert_reasons(job: TrainingJob, engine: EngineRules, tp, dp, cp, ep, etp) 
     ]
 
 
-def _shape_reasons(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules, tp, pp, cp, ep, etp) -> list[tuple]:
+def _cp_comm_reasons(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules, tp, cp, cp_comm) -> list[tuple]:
+    model, split = job.model, cp > 1
+    offered = [CP_COMM_CODES[name] for name in engine.cp_comm_types]
+    inner = hierarchical_inner_size(model, tp, cp, cluster.domain_gpus)
+    return [
+        (split & ~np.isin(cp_comm, offered), f"{engine.name} does not offer this context-parallel communication"),
+        (split & (cp_comm == CP_COMM_CODES["a2a"]) & ~heads_split_over(model, tp, cp),
+         "a2a context parallel needs each TP rank's heads and KV heads divisible by cp"),
+        (split & (cp_comm == CP_COMM_CODES["a2a+p2p"]) & ((inner == 1) | (inner == cp)),
+         "a2a+p2p needs an all-to-all group inside one NVLink domain, smaller than cp, that splits the heads"),
+    ]
+
+
+def _shape_reasons(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules, tp, pp, cp, cp_comm, ep,
+                   etp) -> list[tuple]:
     model, n = job.model, cluster.num_gpus
     layers_ok = even_split(model.num_layers, pp, 1) | (
         engine.edge_accounted_stages & edge_accounted_split(model.num_layers, pp, 1)) | (
@@ -104,6 +124,7 @@ def _shape_reasons(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules, 
         ((cp > 1) & (not engine.supports_cp), f"{engine.name} has no context parallelism"),
         ((cp > 1) & (job.attention_kernel == "unfused"),
          "cp > 1 needs a flash-family attention kernel (ring attention)"),
+        *_cp_comm_reasons(job, cluster, engine, tp, cp, cp_comm),
         *_expert_reasons(job, engine, tp, dp, cp, ep, etp),
     ]
 
@@ -113,7 +134,7 @@ Rule = tuple[tuple[str, ...], Callable[[dict[str, np.ndarray]], np.ndarray], str
 
 
 def _detail_rules(job: TrainingJob, engine: EngineRules) -> list[Rule]:
-    layers = job.model.num_layers
+    layers, mtp = job.model.num_layers, job.model.mtp_layers
     full = RECOMPUTE_CODES["full"]
 
     def chunks_ok(t):
@@ -152,6 +173,9 @@ def _detail_rules(job: TrainingJob, engine: EngineRules) -> list[Rule]:
          "expert all-to-all overlap excludes full recompute"),
         (("ep_overlap", "vpp"), lambda t: (t["ep_overlap"] == 1) & (t["pp"] > 1) & (t["vpp"] == 1),
          "expert all-to-all overlap with pp > 1 needs virtual stages"),
+        # megatron-core 0.16 TransformerConfig: the overlap takes at most one MTP layer, and then pp > 1.
+        (("ep_overlap",), lambda t: (t["ep_overlap"] == 1) & ((mtp > 1) | ((mtp == 1) & (t["pp"] == 1))),
+         "expert all-to-all overlap takes at most one MTP layer, and then needs pp > 1"),
         (("offload",), lambda t: (t["offload"] > 0) & (not engine.activation_offload),
          f"{engine.name} has no activation offloading"),
         (("offload",), lambda t: (t["offload"] > 0) & (t["pp"] > 1), "activation offload needs pp = 1"),
@@ -184,12 +208,19 @@ def _expand(columns: dict[str, np.ndarray], axis: str, values: list[int]) -> dic
     return expanded
 
 
+def _variant_counts(columns: dict[str, np.ndarray]):
+    """How many CP variants each row stands for: the bits of its mask when collapsed, else 1."""
+    if "cp_comm_allowed" not in columns:
+        return 1
+    return np.unpackbits(columns["cp_comm_allowed"].astype(np.uint8)[:, None], axis=1).sum(axis=1)
+
+
 def _apply_rules(columns, rules: list[Rule], counts: dict[str, int], weight: int) -> dict[str, np.ndarray]:
-    """Drop the rows a rule rejects; each rejected row stands for ``weight`` candidates."""
+    """Drop the rows a rule rejects; each rejected row stands for ``weight`` candidates per CP variant."""
     size = len(next(iter(columns.values())))
     reasons = [(check(columns), label) for _, check, label in rules]
     code = _first_reason(reasons, size)
-    _count(counts, reasons, code, weight)
+    _count(counts, reasons, code, weight * _variant_counts(columns))
     keep = code == -1
     return {name: column[keep] for name, column in columns.items()}
 
@@ -217,20 +248,39 @@ def _offload_variants(columns: dict[str, np.ndarray], offloads: list[int], rules
     return _apply_rules(variants, [rule for rule in rules if "offload" in rule[0]], counts, 1)
 
 
+def _collapse_cp_comm(shapes: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One row per (tp, pp, cp, ep, etp) with the valid CP variants as a bitmask. No detail rule reads
+    cp_comm, so the variants of a shape would expand into identical rows."""
+    keys = np.stack([shapes[a] for a in ("tp", "pp", "cp", "ep", "etp")], axis=1)
+    unique, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    mask = np.zeros(len(unique), dtype=np.int64)
+    np.bitwise_or.at(mask, inverse.ravel(), np.left_shift(1, shapes["cp_comm"]))
+    collapsed = {name: column[first] for name, column in shapes.items()}
+    collapsed["cp_comm"] = np.log2(mask & -mask).astype(np.int64)  # placeholder: the lowest valid code
+    collapsed["cp_comm_allowed"] = mask
+    return collapsed
+
+
 def enumerate_space(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules,
-                    fixed: dict[str, list[int]] | None = None) -> SearchSpace:
-    """All valid configurations, with ``fixed`` axes limited to the given values."""
+                    fixed: dict[str, list[int]] | None = None, collapse_cp_comm: bool = False) -> SearchSpace:
+    """All valid configurations, with ``fixed`` axes limited to the given values.
+
+    ``collapse_cp_comm`` returns one row for all CP variants of a layout, with their bitmask, for a
+    caller that picks the variant by cost (search); the counts still count every variant."""
     values = {**_free_values(job, cluster, engine), **(fixed or {})}
     # A free offload axis: the grid takes 0 and the offloading variants join the valid rows that allow them.
     extra_offload = [] if "offload" in (fixed or {}) else [v for v in values["offload"] if v > 0]
     if extra_offload:
         values["offload"] = [0]
     per_shape = int(np.prod([len(values[a]) for a in DETAIL_AXES]))
-    shape_axes = ("tp", "pp", "cp", "ep", "etp")
+    shape_axes = ("tp", "pp", "cp", "cp_comm", "ep", "etp")
     grid = np.array(list(product(*(values[a] for a in shape_axes))), dtype=np.int64).reshape(-1, len(shape_axes))
-    tp, pp, cp, ep, etp = grid.T
+    # Without context parallelism the communication type is moot: one row per shape, coded p2p.
+    grid = grid[(grid[:, 2] > 1) | (grid[:, 3] == values["cp_comm"][0])]
+    grid[:, 3] = np.where(grid[:, 2] > 1, grid[:, 3], CP_COMM_CODES["p2p"])
+    tp, pp, cp, cp_comm, ep, etp = grid.T
     counts: dict[str, int] = {}
-    reasons = _shape_reasons(job, cluster, engine, tp, pp, cp, ep, etp)
+    reasons = _shape_reasons(job, cluster, engine, tp, pp, cp, cp_comm, ep, etp)
     code = _first_reason(reasons, len(grid))
     dp = np.where(code == -1, cluster.num_gpus // (tp * pp * cp), 0)
     wrong_dp = (code == -1) & ~np.isin(dp, values["dp"])
@@ -238,13 +288,18 @@ def enumerate_space(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules,
     reasons.append((wrong_dp, "dp differs from the requested values"))
     _count(counts, reasons, code, per_shape)
     keep = code == -1
-    shapes = {"tp": tp[keep], "pp": pp[keep], "dp": dp[keep], "cp": cp[keep], "ep": ep[keep], "etp": etp[keep]}
+    shapes = {"tp": tp[keep], "pp": pp[keep], "dp": dp[keep], "cp": cp[keep], "cp_comm": cp_comm[keep],
+              "ep": ep[keep], "etp": etp[keep]}
+    if collapse_cp_comm:
+        shapes = _collapse_cp_comm(shapes)
     rules = _detail_rules(job, engine)
     columns = _detail_pass(shapes, values, rules, counts)
     considered = len(grid) * per_shape
     if extra_offload:
         variants = _offload_variants(columns, extra_offload, rules, counts)
-        considered += int(np.sum((columns["pp"] == 1) & (columns["recompute"] == 0))) * len(extra_offload)
+        offloadable = (columns["pp"] == 1) & (columns["recompute"] == 0)
+        considered += int(np.sum(np.where(offloadable, _variant_counts(columns), 0))) * len(extra_offload)
         columns = {name: np.concatenate([columns[name], variants[name]]) for name in columns}
     table = ConfigTable.from_columns(**{axis: columns[axis] for axis in AXES})
-    return SearchSpace(table=table, rejected=counts, considered=considered)
+    return SearchSpace(table=table, rejected=counts, considered=considered,
+                       cp_comm_allowed=columns.get("cp_comm_allowed"))

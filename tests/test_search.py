@@ -46,6 +46,7 @@ HAND_RULES = {
     "megatron": {
         "edge": True,
         "cp": True,
+        "cp_comm": {"p2p": 0, "a2a": 1, "allgather": 2, "a2a+p2p": 3},
         "interleaved": True,
         "m_multiple_of_pp": True,
         "sp_with_tp": {0, 1},
@@ -54,6 +55,7 @@ HAND_RULES = {
     "deepspeed": {
         "edge": False,
         "cp": False,
+        "cp_comm": {"p2p": 0},
         "interleaved": False,
         "m_multiple_of_pp": False,
         "sp_with_tp": {0},
@@ -62,6 +64,7 @@ HAND_RULES = {
     "torchtitan": {
         "edge": False,
         "cp": True,
+        "cp_comm": {"allgather": 2},
         "interleaved": True,
         "m_multiple_of_pp": False,
         "sp_with_tp": {1},
@@ -83,11 +86,32 @@ def _experts_valid_by_hand(tp, dp, cp, ep, etp, sp, job) -> bool:
     return etp == 1 and dp % ep == 0  # DeepSpeed-MoE: expert groups inside data parallel
 
 
+def _cp_comm_valid_by_hand(tp, cp, cp_comm, job, cluster, rules) -> bool:
+    """Ulysses splits each TP rank's heads and KV heads over cp; the hierarchical variant needs an
+    all-to-all group of a ranks (a divides cp, 1 < a < cp) in one NVLink domain that splits them."""
+    if cp == 1:
+        return cp_comm == 0
+    if cp_comm not in rules["cp_comm"].values():
+        return False
+    heads, kv = job.model.num_heads // tp, job.model.num_kv_heads // tp
+    if cp_comm == 1:
+        return heads % cp == 0 and kv % cp == 0
+    if cp_comm == 3:
+        inner = max((a for a in range(1, cp + 1)
+                     if cp % a == 0 and tp * a <= cluster.domain_gpus and heads % a == 0 and kv % a == 0), default=1)
+        return 1 < inner < cp
+    return True
+
+
 def _valid_by_hand(row, job, cluster, rules) -> bool:
-    tp, pp, dp, cp, ep, etp, vpp, mbs, zero, recompute, sp, ep_overlap, offload = row
+    tp, pp, dp, cp, cp_comm, ep, etp, vpp, mbs, zero, recompute, sp, ep_overlap, offload = row
+    if not _cp_comm_valid_by_hand(tp, cp, cp_comm, job, cluster, rules):
+        return False
     if not _experts_valid_by_hand(tp, dp, cp, ep, etp, sp, job):
         return False
-    if ep_overlap and not (job.engine == "megatron" and ep > 1 and recompute != 2 and (pp == 1 or vpp > 1)):
+    mtp = job.model.mtp_layers
+    if ep_overlap and not (job.engine == "megatron" and ep > 1 and recompute != 2 and (pp == 1 or vpp > 1)
+                           and (mtp == 0 or (mtp == 1 and pp > 1))):
         return False
     model, n, layers = job.model, cluster.num_gpus, job.model.num_layers
 
@@ -135,13 +159,15 @@ def _brute_force(job, cluster):
     # Megatron offloads every ceil(layers/16)-th layer count below the depth; the others never offload.
     offloads = [0] + (list(range(-(-layers // 16), layers, -(-layers // 16))) if job.engine == "megatron" else [])
     considered, valid = 0, set()
-    for tp, pp, cp, vpp, mbs, zero, recompute, sp, offload in product(
-        divisors(n), divisors(n), divisors(n), vpps, mbss, zeros, recomputes, (0, 1), offloads
+    for tp, pp, cp, cp_comm, vpp, mbs, zero, recompute, sp, offload in product(
+        divisors(n), divisors(n), divisors(n), (0, 1, 2, 3), vpps, mbss, zeros, recomputes, (0, 1), offloads
     ):
-        considered += offload == 0
+        if cp == 1 and cp_comm > 0:  # the communication type exists only with context parallelism
+            continue
+        considered += offload == 0 and (cp == 1 or cp_comm in HAND_RULES[job.engine]["cp_comm"].values())
         if n % (tp * pp * cp):
             continue
-        row = (tp, pp, n // (tp * pp * cp), cp, 1, 1, vpp, mbs, zero, recompute, sp, 0, offload)
+        row = (tp, pp, n // (tp * pp * cp), cp, cp_comm, 1, 1, vpp, mbs, zero, recompute, sp, 0, offload)
         if _valid_by_hand(row, job, cluster, HAND_RULES[job.engine]):
             valid.add(row)
     return considered, valid
@@ -174,7 +200,7 @@ def test_space_equals_brute_force(cluster_name, nodes, engine, model_name):
     assert all(count > 0 for count in space.rejected.values())
 
 
-MOE_FIXED = {"vpp": [1], "mbs": [1], "zero": [0], "recompute": [0], "ep_overlap": [0], "offload": [0]}
+MOE_FIXED = {"cp_comm": [0], "vpp": [1], "mbs": [1], "zero": [0], "recompute": [0], "ep_overlap": [0], "offload": [0]}
 
 
 @pytest.mark.parametrize("engine", ["megatron", "torchtitan", "deepspeed"])
@@ -186,7 +212,7 @@ def test_expert_axes_equal_brute_force(engine, h100x16):
     n, rules, valid = 16, HAND_RULES[engine], set()
     for tp, pp, cp, ep, etp, sp in product(divisors(n), divisors(n), divisors(n), divisors(8), divisors(8), (0, 1)):
         if n % (tp * pp * cp) == 0:
-            row = (tp, pp, n // (tp * pp * cp), cp, ep, etp, 1, 1, 0, 0, sp, 0, 0)
+            row = (tp, pp, n // (tp * pp * cp), cp, 0, ep, etp, 1, 1, 0, 0, sp, 0, 0)
             if _valid_by_hand(row, job, h100x16, rules):
                 valid.add(row)
     assert len(valid) > 0 and _rows(space.table) == valid

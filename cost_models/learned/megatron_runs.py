@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from paraplan.cost_models.compute import ComputeRates
+from paraplan.cost_models.context_parallel import CP_COMM_CODES
 from paraplan.cost_models.estimate import estimate
 from paraplan.cost_models.hf_config import model_from_config
 from paraplan.cost_models.recipes import MEGATRON_LOW_PRECISION, MEGATRON_MIXED
@@ -71,7 +72,9 @@ def _table(config: dict) -> ConfigTable:
     recompute = RECOMPUTE_CODES.get(str(config.get("recompute_granularity")), 0)
     ep = int(config.get("expert_model_parallel_size") or 1)
     etp = int(config.get("expert_tensor_parallel_size") or tp if ep > 1 else 1)
-    return ConfigTable.from_columns(tp=tp, pp=pp, dp=int(config["world_size"]) // (tp * pp * cp), cp=cp, ep=ep, etp=etp,
+    cp_comm = CP_COMM_CODES.get(str(config.get("cp_comm_type") or "p2p").replace("all_gather", "allgather"), 0)
+    return ConfigTable.from_columns(tp=tp, pp=pp, dp=int(config["world_size"]) // (tp * pp * cp), cp=cp,
+                                    cp_comm=cp_comm if cp > 1 else 0, ep=ep, etp=etp,
                                     vpp=vpp,
                                     mbs=int(config["micro_batch_size"]), recompute=recompute, offload=0,
                                     zero=int(_flag(config.get("use_distributed_optimizer"))),
