@@ -7,6 +7,7 @@ decide (data, tokenizer, learning rate) sit in separate, clearly marked groups.
 
 from __future__ import annotations
 
+from paraplan.cost_models.context_parallel import hierarchical_inner_size
 from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.errors import InputError
 from paraplan.exporters.plan_input import ExportPlan
@@ -65,6 +66,7 @@ def parallel_args(plan: ExportPlan) -> tuple[Arg, ...]:
     c = plan.config
     args: list[Arg] = [("--tensor-model-parallel-size", str(c.tp)), ("--pipeline-model-parallel-size", str(c.pp)),
                        ("--context-parallel-size", str(c.cp))]
+    args += context_parallel_args(plan)
     if plan.model.is_moe:
         # ETP must be explicit: Megatron defaults it to the dense TP degree, not to 1.
         args += [("--expert-model-parallel-size", str(c.ep)), ("--expert-tensor-parallel-size", str(c.etp))]
@@ -72,6 +74,21 @@ def parallel_args(plan: ExportPlan) -> tuple[Arg, ...]:
     if c.sp and c.tp > 1:
         args.append(("--sequence-parallel", None))
     return tuple(args + data_parallel_args(plan))
+
+
+def context_parallel_args(plan: ExportPlan) -> list[Arg]:
+    """How CP moves K and V; the hierarchical variant names its NVLink all-to-all group and the ring
+    across groups (innermost first, as parallel_state.create_hierarchical_groups takes them)."""
+    c = plan.config
+    if c.cp == 1:
+        return []
+    # TransformerConfig.cp_comm_type (megatron-core 0.16) passes the name to Transformer Engine, whose
+    # all-gather variant is spelled all_gather.
+    args: list[Arg] = [("--cp-comm-type", "all_gather" if c.cp_comm == "allgather" else c.cp_comm)]
+    if c.cp_comm == "a2a+p2p":
+        inner = int(hierarchical_inner_size(plan.model, c.tp, c.cp, plan.domain_gpus))
+        args.append(("--hierarchical-context-parallel-sizes", (str(inner), str(c.cp // inner))))
+    return args
 
 
 def pipeline_split_args(plan: ExportPlan) -> list[Arg]:
@@ -149,6 +166,13 @@ def moe_args(model: ModelSpec, plan: ExportPlan) -> tuple[Arg, ...]:
     # all-to-all dispatch is what Megatron recommends with EP; grouped GEMMs run the local experts.
     args += [("--moe-token-dispatcher-type", "alltoall" if plan.config.ep > 1 else "allgather"),
              ("--moe-grouped-gemm", None)]
+    if plan.capacity_factor is not None:
+        # Token dropping as the plan priced it: experts padded to capacity (static shapes, no host sync).
+        args += [("--moe-expert-capacity-factor", f"{plan.capacity_factor:g}"),
+                 ("--moe-pad-expert-input-to-capacity", None)]
+    if plan.config.ep_overlap:
+        # Combined 1F1B: one micro-batch's dispatch/combine under another's compute (what the plan priced).
+        args.append(("--overlap-moe-expert-parallel-comm", None))
     return tuple(args)
 
 

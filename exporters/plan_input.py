@@ -39,12 +39,16 @@ class ExportPlan:
     num_nodes: int
     gpus_per_node: int
     """Processes torchrun starts on each node."""
+    domain_gpus: int
+    """GPUs of one NVLink domain."""
     num_microbatches: int
     """Micro-batches per step on each data-parallel rank: global_batch / (mbs · dp)."""
     stage_layers: tuple[int, ...]
     """Decoder layers per model chunk in model order (pp·vpp chunks)."""
     ranks: tuple[dict[str, int], ...]
     """The rank map: the plan's own, or the default layout of its rank order."""
+    capacity_factor: float | None = None
+    """MoE token dropping, padded to capacity (None = dropless)."""
     hosts: tuple[str, ...] = ()
     """Host of each node rank chosen by rank placement (``paraplan place``); empty = the scheduler's order."""
 
@@ -109,10 +113,10 @@ def plan_from_document(plan: dict[str, Any]) -> ExportPlan:
     return ExportPlan(
         document=plan, model=model, config=config, seq_len=job["seq_len"], global_batch=job["global_batch"],
         precision=job["precision"], engine=job["engine"], attention=job["attention"],
-        num_nodes=cluster["num_gpus"] // per_node, gpus_per_node=per_node,
+        num_nodes=cluster["num_gpus"] // per_node, gpus_per_node=per_node, domain_gpus=cluster["nvlink_domain_gpus"],
         num_microbatches=job["global_batch"] // (config.mbs * config.dp),
         stage_layers=tuple(_stage_layers(plan, model, config)), ranks=tuple(_ranks(plan, config, per_node)),
-        hosts=tuple(_hosts(plan, cluster["num_gpus"] // per_node)))
+        hosts=tuple(_hosts(plan, cluster["num_gpus"] // per_node)), capacity_factor=job.get("capacity_factor"))
 
 
 def _model_of(section: dict[str, Any]) -> ModelSpec:

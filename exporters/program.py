@@ -33,9 +33,9 @@ class ConfigPath:
     name: str
 
 
-ArgValue = str | ConfigPath | None
+ArgValue = str | tuple[str, ...] | ConfigPath | None
 Arg = tuple[str, ArgValue]
-"""A flag and its value; None for a flag that takes no value."""
+"""A flag and its value: None for a flag that takes no value, a tuple for one that takes several words."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,14 +75,19 @@ class Program:
                 words.append(flag)
                 if isinstance(value, ConfigPath):
                     words.append((resolve or {}).get(value.name, value.name))
+                elif isinstance(value, tuple):
+                    words.extend(value)
                 elif value is not None:
                     words.append(value)
         return words
 
 
 # -- bash rendering ---------------------------------------------------------------------------
-def bash_word(value: str | ConfigPath) -> str:
-    """One shell word: plan values always through shlex.quote; config files under $CONFIG_DIR."""
+def bash_word(value: str | tuple[str, ...] | ConfigPath) -> str:
+    """One shell word (several for a tuple): plan values always through shlex.quote; config files under
+    $CONFIG_DIR."""
+    if isinstance(value, tuple):
+        return " ".join(shlex.quote(word) for word in value)
     if isinstance(value, ConfigPath):
         return '"$CONFIG_DIR"/' + shlex.quote(value.name)
     return shlex.quote(value)

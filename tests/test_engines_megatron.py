@@ -13,6 +13,7 @@ DDP and optimizer configs, ``RankGenerator`` and the micro-batch calculator.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import shlex
 import subprocess
@@ -38,7 +39,7 @@ from megatron.core.parallel_state import RankGenerator
 from megatron.core.transformer import MLATransformerConfig, TransformerConfig
 from megatron.core.transformer.enums import AttnBackend, LayerType
 
-TRUE, FALSE = "store_true", "store_false"
+TRUE, FALSE, NARGS = "store_true", "store_false", "nargs+"
 
 
 def _moe_freq(text: str) -> int | list[int]:
@@ -63,6 +64,11 @@ FLAGS: dict[str, tuple[str, Any]] = {
     "--tensor-model-parallel-size": ("tensor_model_parallel_size", int),
     "--pipeline-model-parallel-size": ("pipeline_model_parallel_size", int),
     "--context-parallel-size": ("context_parallel_size", int),
+    "--cp-comm-type": ("cp_comm_type", NARGS, _choice("p2p", "a2a", "all_gather", "a2a+p2p")),
+    "--hierarchical-context-parallel-sizes": ("hierarchical_context_parallel_sizes", NARGS, int),
+    "--overlap-moe-expert-parallel-comm": ("overlap_moe_expert_parallel_comm", TRUE),
+    "--moe-expert-capacity-factor": ("moe_expert_capacity_factor", float),
+    "--moe-pad-expert-input-to-capacity": ("moe_pad_expert_input_to_capacity", TRUE),
     "--expert-model-parallel-size": ("expert_model_parallel_size", int),
     "--expert-tensor-parallel-size": ("expert_tensor_parallel_size", int),
     "--num-layers-per-virtual-pipeline-stage": ("num_layers_per_virtual_pipeline_stage", int),
@@ -126,12 +132,21 @@ FLAGS: dict[str, tuple[str, Any]] = {
 def parse_megatron_args(argv: list[str]) -> dict[str, Any]:
     """argv -> {dest: value} as argparse would; ValueError for an unknown flag or a bad value."""
     args: dict[str, Any] = {}
-    words = iter(argv)
-    for flag in words:
+    position = 0
+    while position < len(argv):
+        flag = argv[position]
         if flag not in FLAGS:
             raise ValueError(f"unrecognized arguments: {flag}")
-        dest, kind = FLAGS[flag]
-        args[dest] = True if kind == TRUE else False if kind == FALSE else kind(next(words))
+        dest, kind, *element = FLAGS[flag]
+        if kind == NARGS:  # nargs='+': every word up to the next flag
+            end = next((i for i in range(position + 1, len(argv)) if argv[i].startswith("--")), len(argv))
+            if end == position + 1:
+                raise ValueError(f"{flag}: expected at least one argument")
+            args[dest] = [element[0](word) for word in argv[position + 1:end]]
+            position = end
+            continue
+        args[dest] = True if kind == TRUE else False if kind == FALSE else kind(argv[position + 1])
+        position += 1 if kind in (TRUE, FALSE) else 2
     return args
 
 
@@ -162,6 +177,10 @@ def validate_args(a: dict[str, Any], world_size: int) -> int:
     if a["context_parallel_size"] > 1:
         assert a["seq_length"] % (2 * a["context_parallel_size"]) == 0, "seq-length % (2 * cp)"
     assert a["max_position_embeddings"] >= a["seq_length"]
+    if a.get("cp_comm_type") == ["a2a+p2p"]:
+        sizes = a.get("hierarchical_context_parallel_sizes")
+        assert sizes is not None and math.prod(sizes) == a["context_parallel_size"], \
+            "hierarchical_context_parallel_sizes must multiply to context_parallel_size"
     if a.get("expert_model_parallel_size", 1) > 1:
         assert a["num_experts"] % a["expert_model_parallel_size"] == 0, "experts % expert model parallel size"
     if a.get("recompute_granularity") == "selective":
@@ -193,6 +212,8 @@ def transformer_config(a: dict[str, Any]) -> TransformerConfig:
         fp8_param=a.get("fp8_param_gather", False), cpu_offloading=a.get("cpu_offloading_num_layers", 0) > 0,
         # bias_swiglu_fusion defaults on; validate_args turns bias_gelu_fusion off without linear biases.
         bias_activation_fusion=True if a.get("swiglu") else add_bias,
+        # arguments.py keeps a one-element --cp-comm-type list as its single string (all layers alike).
+        cp_comm_type=a["cp_comm_type"][0] if len(a.get("cp_comm_type", [])) == 1 else a.get("cp_comm_type"),
     )
     if a.get("swiglu"):
         kw.update(activation_func=F.silu, gated_linear_unit=True)
@@ -240,6 +261,15 @@ PLANS = {
                                     "global_batch": 64},
     "llama8b-fp4-fsdp": {"model": "llama-3.1-8b", "tp": 1, "dp": 8, "zero": 3, "precision": "fp4"},
     "qwen2-style-qkv-bias": {"model": "llama-3.1-8b", "shape": {"qkv_bias": True}, "tp": 4, "dp": 2, "sp": True},
+    "llama70b-tp8-cp4-ulysses": {"model": "llama-3.1-70b", "tp": 2, "cp": 4, "dp": 2, "sp": True, "zero": 1,
+                                 "cp_comm": "a2a", "seq_len": 32768, "global_batch": 8},
+    "llama8b-cp16-a2a+p2p": {"model": "llama-3.1-8b", "cp": 16, "zero": 1, "cp_comm": "a2a+p2p", "seq_len": 65536,
+                             "global_batch": 8},
+    "llama8b-tp2-cp4-allgather": {"model": "llama-3.1-8b", "tp": 2, "cp": 4, "sp": True, "cp_comm": "allgather",
+                                  "seq_len": 32768, "global_batch": 8},
+    "mixtral-ep8-capacity-1.25": {"model": "mixtral-8x7b", "dp": 8, "ep": 8, "zero": 1, "capacity_factor": 1.25},
+    "deepseek-v3-pp4-vpp4-ep-overlap": {"model": "deepseek-v3", "pp": 4, "vpp": 4, "dp": 8, "ep": 8, "zero": 1,
+                                        "global_batch": 64, "ep_overlap": True},
 }
 
 
@@ -258,6 +288,13 @@ def test_megatron_core_builds_the_emitted_configuration(name):
     assert (config.tensor_model_parallel_size, config.pipeline_model_parallel_size, config.context_parallel_size,
             config.sequence_parallel) == (c.tp, c.pp, c.cp, c.sp and c.tp > 1)
     assert (config.virtual_pipeline_model_parallel_size or 1) == c.vpp
+    if c.cp > 1:  # Transformer Engine's names for the variant the plan priced
+        assert config.cp_comm_type == {"allgather": "all_gather"}.get(c.cp_comm, c.cp_comm)
+    if c.cp_comm == "a2a+p2p":  # all-to-all inside one 8-GPU NVLink domain, the ring across domains
+        assert config.hierarchical_context_parallel_sizes == [8 // c.tp, c.cp * c.tp // 8]
+    assert config.overlap_moe_expert_parallel_comm == c.ep_overlap
+    assert config.moe_expert_capacity_factor == plan.capacity_factor
+    assert config.moe_pad_expert_input_to_capacity == (plan.capacity_factor is not None)
     assert (config.num_layers, config.hidden_size, config.ffn_hidden_size, config.num_attention_heads) == (
         model.num_layers, model.hidden_size, model.ffn_size, model.num_heads)
     assert config.gated_linear_unit == model.gated_mlp

@@ -113,7 +113,7 @@ def test_megatron_llama70b_parallel_flags_exact():
     program = megatron_program(plan)
     assert group_args(program, "PARALLEL_ARGS") == [
         "--tensor-model-parallel-size", "8", "--pipeline-model-parallel-size", "4", "--context-parallel-size", "2",
-        "--num-layers-per-virtual-pipeline-stage", "4", "--sequence-parallel", "--use-distributed-optimizer",
+        "--cp-comm-type", "p2p", "--num-layers-per-virtual-pipeline-stage", "4", "--sequence-parallel", "--use-distributed-optimizer",
         "--overlap-grad-reduce", "--overlap-param-gather"]
     assert group_args(program, "BATCH_ARGS") == [
         "--micro-batch-size", "1", "--global-batch-size", "64", "--recompute-granularity", "full",
