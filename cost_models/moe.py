@@ -47,15 +47,19 @@ def routed_copies_per_rank(model: ModelSpec, work: Workload, t: ConfigTable):
 
 
 def expert_imbalance(work: Workload, t: ConfigTable, copies_per_rank):
-    """The busiest EP rank's routed tokens over the mean rank's (≥ 1), per config.
+    """The busiest EP rank's routed tokens over the mean rank's (≥ 1 when dropless), per config.
 
-    From ingested routing statistics when the job has them (mean over MoE layers of the
+    With token dropping padded to capacity, the capacity factor itself. Otherwise (dropless):
+    from ingested routing statistics when the job has them (mean over MoE layers of the
     contiguous placement's imbalance); a fixed factor when given (1 for force-balanced
     benchmarks); else a balanced router's sampling noise: each copy picks a rank with
     probability 1/ep, so a rank's count is Binomial(ep·μ, 1/ep) with σ = √(μ(1 − 1/ep)), and the
     largest of ep near-normal counts sits about √(2 ln ep) σ above the mean μ.
     """
     ep = np.asarray(t.ep, dtype=float)
+    if work.capacity_factor is not None:
+        # Padded to capacity: every expert holds capacity_factor × its balanced share, dropped or padded.
+        return np.full(len(t), work.capacity_factor)
     if work.routing is not None:
         values = {int(e): float(work.routing.rank_imbalance(int(e)).mean()) for e in np.unique(t.ep)}
         return np.vectorize(values.__getitem__, otypes=[float])(t.ep)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
-from conftest import make_table
+from conftest import assert_bad_input, make_table
 from typer.testing import CliRunner
 
 from paraplan.cli.app import app
@@ -130,6 +131,19 @@ def test_balanced_router_noise_and_routing_statistics(mixtral):
     assert routed.tolist() == pytest.approx([4 / 3, 8 / 3])
 
 
+def test_capacity_factor_pads_every_rank_to_capacity(mixtral, h100x16):
+    """Token dropping padded to capacity: every rank processes capacity_factor x the balanced share, whatever
+    the router or the routing statistics say; at 1.0 it is exactly the force-balanced dropless cost."""
+    t, copies = make_table(ep=[1, 8], dp=16), np.array([8192.0, 8192.0])
+    stats = RoutingStats(tokens_per_expert=np.array([[4.0, 2, 1, 1, 1, 1, 1, 1]] * 2))
+    capped = _work(mixtral, imbalance=None, routing=stats, capacity_factor=1.25)
+    assert expert_imbalance(capped, t, copies).tolist() == [1.25, 1.25]
+    one = moe_block_times(mixtral, _work(mixtral, imbalance=None, capacity_factor=1.0), t, _rates(h100x16), h100x16)
+    balanced = moe_block_times(mixtral, _work(mixtral, 1.0), t, _rates(h100x16), h100x16)
+    assert one.forward_compute_s.tolist() == balanced.forward_compute_s.tolist()
+    assert one.expert_comm_s.tolist() == balanced.expert_comm_s.tolist()
+
+
 def test_imbalance_scales_the_slowest_rank(mixtral, h100x16):
     """The busiest rank receives imbalance x the mean copies: the bandwidth part of its four
     all-to-alls scales by it, their latency does not."""
@@ -160,3 +174,28 @@ def test_plan_and_evaluate_an_moe_model():
                                  "4096", "--global-batch", "256", "--tp", "1", "--pp", "1", "--ep", "3"])
     assert result.exit_code == 2 and "ep does not divide the routed experts" in result.output
     assert "Traceback" not in result.output
+
+
+def test_cli_moe_job_options(tmp_path):
+    runner = CliRunner()
+    base = ["mixtral-8x7b", "--cluster", "dgx-h100", "--nodes", "2", "--seq-len", "4096", "--global-batch", "256",
+            "--tp", "1", "--pp", "1", "--ep", "8", "--zero", "1"]
+    step = {}
+    for flags in (["--capacity-factor", "1.0"], ["--expert-imbalance", "1.0"], ["--expert-imbalance", "1.5"]):
+        path = tmp_path / f"{flags[0][2:]}-{flags[1]}.json"
+        result = runner.invoke(app, ["evaluate", *base, *flags, "--json", str(path)])
+        assert result.exit_code == 0, result.output
+        document = json.loads(path.read_text())["plans"][0]
+        step[tuple(flags)] = document["estimate"]["step_time_s"]
+        assert document["job"].get("capacity_factor") == (1.0 if flags[0] == "--capacity-factor" else None)
+    # Padded to a capacity of the balanced share costs what force-balanced routing costs; skew costs more.
+    assert step[("--capacity-factor", "1.0")] == step[("--expert-imbalance", "1.0")]
+    assert step[("--expert-imbalance", "1.5")] > step[("--expert-imbalance", "1.0")]
+    bad = tmp_path / "routing.csv"
+    bad.write_text("layer,expert,tokens\n0,0,abc\n")
+    for flags, needle in ((["--capacity-factor", "0"], "capacity factor"), (["--expert-imbalance", "0.5"], ">= 1"),
+                          (["--routing", str(bad)], "routing.csv"),
+                          (["--expert-imbalance", "1.2", "--routing", str(bad)], "not both")):
+        assert_bad_input(runner.invoke(app, ["evaluate", *base, *flags]), needle)
+    dense = ["llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len", "4096", "--global-batch", "8"]
+    assert_bad_input(runner.invoke(app, ["plan", *dense, "--capacity-factor", "1.0"]), "apply to MoE models")
