@@ -29,6 +29,9 @@ from paraplan.hardware_profiles import ClusterSpec
 CP_COMM_CODES = {"p2p": 0, "a2a": 1, "allgather": 2, "a2a+p2p": 3}
 """Context-parallel communication: Megatron's --cp-comm-type names (``allgather`` is TE's all_gather)."""
 CP_COMM_NAMES = {code: name for name, code in CP_COMM_CODES.items()}
+MEGATRON_CP_COMM_TYPES = {"p2p": "p2p", "a2a": "a2a", "allgather": "all_gather", "a2a+p2p": "a2a+p2p"}
+"""Each variant as megatron-core's TransformerConfig.cp_comm_type (0.16) spells it: it passes the name to
+Transformer Engine, whose all-gather variant is all_gather."""
 ACTIVATION_BYTES = 2.0  # Q, K, V, the output and their gradients are 16-bit in every recipe modelled
 
 
@@ -94,36 +97,59 @@ def _ulysses_s(model: ModelSpec, tokens, tp, group, stride, cluster: ClusterSpec
     return all_to_all_time_s(before, group, stride, cluster) + all_to_all_time_s(after, group, stride, cluster)
 
 
+def _ring_s(model: ModelSpec, tokens, tp, cp, cluster: ClusterSpec, attention_fwd_s, attention_bwd_s,
+            gather_overlaps_local: bool):
+    hop = p2p_time_s(ring_hop_bytes(model, tokens, tp), cp, tp, cluster)
+    return _ring_exposed_s(hop, cp - 1, attention_fwd_s, attention_bwd_s)
+
+
+def _a2a_s(model: ModelSpec, tokens, tp, cp, cluster: ClusterSpec, attention_fwd_s, attention_bwd_s,
+           gather_overlaps_local: bool):
+    ulysses = _ulysses_s(model, tokens, tp, cp, tp, cluster)
+    return ulysses, ulysses
+
+
+def _allgather_s(model: ModelSpec, tokens, tp, cp, cluster: ClusterSpec, attention_fwd_s, attention_bwd_s,
+                 gather_overlaps_local: bool):
+    full_kv = ring_hop_bytes(model, tokens, tp) * cp
+    kv_gather = collective_time_s("all_gather", full_kv, cp, tp, cluster)
+    kv_reduce = collective_time_s("reduce_scatter", full_kv, cp, tp, cluster)
+    local_share = np.where(gather_overlaps_local, 1.0 / cp, 0.0)
+    return (np.maximum(kv_gather - local_share * attention_fwd_s, 0.0),
+            np.maximum(kv_gather - local_share * attention_bwd_s, 0.0) + kv_reduce)
+
+
+def _hierarchical_s(model: ModelSpec, tokens, tp, cp, cluster: ClusterSpec, attention_fwd_s, attention_bwd_s,
+                    gather_overlaps_local: bool):
+    inner = hierarchical_inner_size(model, tp, cp, cluster.domain_gpus)
+    outer = cp // inner
+    # After the inner all-to-all a GPU holds inner·T tokens of tp·inner-th of the heads: same hop bytes.
+    hop = p2p_time_s(ring_hop_bytes(model, tokens, tp), outer, tp * inner, cluster)
+    outer_fwd, outer_bwd = _ring_exposed_s(hop, outer - 1, attention_fwd_s, attention_bwd_s)
+    inner_a2a = _ulysses_s(model, tokens, tp, inner, tp, cluster)
+    return inner_a2a + outer_fwd, inner_a2a + outer_bwd
+
+
+_VARIANTS = {CP_COMM_CODES["p2p"]: _ring_s, CP_COMM_CODES["a2a"]: _a2a_s, CP_COMM_CODES["allgather"]: _allgather_s,
+             CP_COMM_CODES["a2a+p2p"]: _hierarchical_s}
+
+
 def cp_comm_variants_s(model: ModelSpec, tokens, tp, cp, cluster: ClusterSpec, attention_fwd_s, attention_bwd_s,
-                       gather_overlaps_local: bool = False) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """(forward, backward) exposed seconds per layer per micro-batch of every variant, by CP_COMM_CODES.
+                       gather_overlaps_local: bool = False,
+                       codes=None) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """(forward, backward) exposed seconds per layer per micro-batch of each variant in ``codes``
+    (default: all), by CP_COMM_CODES.
 
     ``gather_overlaps_local`` says the all-gather variant runs under the local chunk's attention
     (PyTorch) rather than blocking (Transformer Engine). Rows with cp = 1 cost nothing."""
     cp = np.asarray(cp)
-    hop_bytes = ring_hop_bytes(model, tokens, tp)
-    ring = _ring_exposed_s(p2p_time_s(hop_bytes, cp, tp, cluster), cp - 1, attention_fwd_s, attention_bwd_s)
-
-    ulysses = _ulysses_s(model, tokens, tp, cp, tp, cluster)
-
-    kv_gather = collective_time_s("all_gather", hop_bytes * cp, cp, tp, cluster)
-    kv_reduce = collective_time_s("reduce_scatter", hop_bytes * cp, cp, tp, cluster)
-    local_share = np.where(gather_overlaps_local, 1.0 / cp, 0.0)
-    gather = (np.maximum(kv_gather - local_share * attention_fwd_s, 0.0),
-              np.maximum(kv_gather - local_share * attention_bwd_s, 0.0) + kv_reduce)
-
-    inner = hierarchical_inner_size(model, tp, cp, cluster.domain_gpus)
-    outer = cp // inner
-    # After the inner all-to-all a GPU holds inner·T tokens of tp·inner-th of the heads: same hop bytes.
-    outer_fwd, outer_bwd = _ring_exposed_s(p2p_time_s(hop_bytes, outer, tp * inner, cluster), outer - 1,
-                                           attention_fwd_s, attention_bwd_s)
-    inner_a2a = _ulysses_s(model, tokens, tp, inner, tp, cluster)
-
-    variants = {CP_COMM_CODES["p2p"]: ring, CP_COMM_CODES["a2a"]: (ulysses, ulysses),
-                CP_COMM_CODES["allgather"]: gather, CP_COMM_CODES["a2a+p2p"]: (inner_a2a + outer_fwd,
-                                                                               inner_a2a + outer_bwd)}
     split = cp > 1
-    return {code: (np.where(split, fwd, 0.0), np.where(split, bwd, 0.0)) for code, (fwd, bwd) in variants.items()}
+    variants = {}
+    for code in sorted(_VARIANTS) if codes is None else sorted(codes):
+        forward, backward = _VARIANTS[code](model, tokens, tp, cp, cluster, attention_fwd_s, attention_bwd_s,
+                                            gather_overlaps_local)
+        variants[code] = (np.where(split, forward, 0.0), np.where(split, backward, 0.0))
+    return variants
 
 
 def cp_comm_s(model: ModelSpec, tokens, tp, cp, cp_comm, cluster: ClusterSpec, attention_fwd_s, attention_bwd_s,
@@ -137,8 +163,10 @@ def cp_comm_s(model: ModelSpec, tokens, tp, cp, cp_comm, cluster: ClusterSpec, a
     rows = slice(None) if split.all() else np.flatnonzero(split)
     forward, backward = np.zeros(len(tokens)), np.zeros(len(tokens))
     if split.any():
+        # Price only the variants some row uses: this runs on every row of a search.
         variants = cp_comm_variants_s(model, tokens[rows], tp[rows], cp[rows], cluster, attention_fwd_s[rows],
-                                      attention_bwd_s[rows], gather_overlaps_local)
+                                      attention_bwd_s[rows], gather_overlaps_local,
+                                      np.flatnonzero(np.bincount(code[rows].astype(np.int64))).tolist())
         chosen = [code[rows] == c for c in variants]
         forward[rows] = np.select(chosen, [fwd for fwd, _ in variants.values()], 0.0)
         backward[rows] = np.select(chosen, [bwd for _, bwd in variants.values()], 0.0)

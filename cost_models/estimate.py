@@ -88,10 +88,15 @@ def _pick(condition, when_true, when_false):
     return np.where(condition, when_true, when_false)
 
 
+def default_rates(cluster: ClusterSpec, work: Workload) -> ComputeRates:
+    """The analytical rates of the job's GEMM dtype, attention kernel and kernel stack on the cluster's GPU."""
+    return analytical_rates(cluster.gpu, work.precision, work.attention, work.kernel_stack)
+
+
 def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTable,
              rates: ComputeRates | None = None) -> EstimateTable:
     """Predict every row of ``t``. Infeasible rows are still priced; ``fits`` says which fit."""
-    rates = rates or analytical_rates(cluster.gpu, work.precision, work.attention, work.kernel_stack)
+    rates = rates or default_rates(cluster, work)
     m = work.global_batch / (t.dp * t.mbs)
     tokens = t.mbs * work.seq_len / t.cp
     lt = layer_times(model, work, t, rates, cluster)

@@ -160,7 +160,12 @@ def _cp_comm_s(model: ModelSpec, work: Workload, tokens, t: ConfigTable, cluster
     (selective, full) runs its forward communication again."""
     forward, backward = cp_comm_s(model, tokens, t.tp, t.cp, t.cp_comm, cluster, attention_fwd_s, attention_bwd_s,
                                   work.cp_gather_overlaps_local)
-    return forward * np.where((t.recompute == 1) | (t.recompute == 2), 2.0, 1.0) + backward
+    return forward * _attention_forward_runs(t) + backward
+
+
+def _attention_forward_runs(t: ConfigTable):
+    """Times the attention core's forward runs per step: twice when selective or full recompute reruns it."""
+    return np.where((t.recompute == 1) | (t.recompute == 2), 2.0, 1.0)
 
 
 def cp_comm_variants_per_layer_s(model: ModelSpec, work: Workload, t: ConfigTable, rates: ComputeRates,
@@ -170,10 +175,9 @@ def cp_comm_variants_per_layer_s(model: ModelSpec, work: Workload, t: ConfigTabl
     variant a search wants."""
     tokens = t.mbs * work.seq_len / t.cp
     attention, attention_bwd = _attention_core_s(model, work, tokens, t.tp, rates)
-    replay = np.where((t.recompute == 1) | (t.recompute == 2), 2.0, 1.0)
     variants = cp_comm_variants_s(model, tokens, t.tp, t.cp, cluster, attention, attention_bwd,
                                   work.cp_gather_overlaps_local)
-    return {code: forward * replay + backward for code, (forward, backward) in variants.items()}
+    return {code: forward * _attention_forward_runs(t) + backward for code, (forward, backward) in variants.items()}
 
 
 def layer_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: ComputeRates,

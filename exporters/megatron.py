@@ -7,7 +7,7 @@ decide (data, tokenizer, learning rate) sit in separate, clearly marked groups.
 
 from __future__ import annotations
 
-from paraplan.cost_models.context_parallel import hierarchical_inner_size
+from paraplan.cost_models.context_parallel import MEGATRON_CP_COMM_TYPES, hierarchical_inner_size
 from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.errors import InputError
 from paraplan.exporters.plan_input import ExportPlan
@@ -82,9 +82,7 @@ def context_parallel_args(plan: ExportPlan) -> list[Arg]:
     c = plan.config
     if c.cp == 1:
         return []
-    # TransformerConfig.cp_comm_type (megatron-core 0.16) passes the name to Transformer Engine, whose
-    # all-gather variant is spelled all_gather.
-    args: list[Arg] = [("--cp-comm-type", "all_gather" if c.cp_comm == "allgather" else c.cp_comm)]
+    args: list[Arg] = [("--cp-comm-type", MEGATRON_CP_COMM_TYPES[c.cp_comm])]
     if c.cp_comm == "a2a+p2p":
         inner = int(hierarchical_inner_size(plan.model, c.tp, c.cp, plan.domain_gpus))
         args.append(("--hierarchical-context-parallel-sizes", (str(inner), str(c.cp // inner))))

@@ -8,8 +8,8 @@ from typing import Literal
 
 import numpy as np
 
-from paraplan.cost_models.compute import ComputeRates, analytical_rates
-from paraplan.cost_models.estimate import EstimateTable, estimate
+from paraplan.cost_models.compute import ComputeRates
+from paraplan.cost_models.estimate import EstimateTable, default_rates, estimate
 from paraplan.cost_models.layer import cp_comm_variants_per_layer_s
 from paraplan.cost_models.learned.step_calibration import apply_step_factor
 from paraplan.cost_models.table import ConfigTable
@@ -68,7 +68,7 @@ def _fastest_cp_comm(job: TrainingJob, cluster: ClusterSpec, space: SearchSpace,
     if allowed is None or not np.any(allowed & (allowed - 1)):
         return table, rejected
     work = job.workload()
-    rates = rates or analytical_rates(cluster.gpu, work.precision, work.attention, work.kernel_stack)
+    rates = rates or default_rates(cluster, work)
     several = np.flatnonzero(allowed & (allowed - 1))
     subset = table.take(several)
     times = cp_comm_variants_per_layer_s(job.model, work, subset, rates, cluster)

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from paraplan.cost_models.compute import ComputeRates
-from paraplan.cost_models.context_parallel import CP_COMM_CODES
+from paraplan.cost_models.context_parallel import CP_COMM_CODES, MEGATRON_CP_COMM_TYPES
 from paraplan.cost_models.estimate import estimate
 from paraplan.cost_models.hf_config import model_from_config
 from paraplan.cost_models.recipes import MEGATRON_LOW_PRECISION, MEGATRON_MIXED
@@ -72,7 +72,8 @@ def _table(config: dict) -> ConfigTable:
     recompute = RECOMPUTE_CODES.get(str(config.get("recompute_granularity")), 0)
     ep = int(config.get("expert_model_parallel_size") or 1)
     etp = int(config.get("expert_tensor_parallel_size") or tp if ep > 1 else 1)
-    cp_comm = CP_COMM_CODES.get(str(config.get("cp_comm_type") or "p2p").replace("all_gather", "allgather"), 0)
+    named = {spelling: name for name, spelling in MEGATRON_CP_COMM_TYPES.items()}
+    cp_comm = CP_COMM_CODES[named.get(str(config.get("cp_comm_type") or "p2p"), "p2p")]
     return ConfigTable.from_columns(tp=tp, pp=pp, dp=int(config["world_size"]) // (tp * pp * cp), cp=cp,
                                     cp_comm=cp_comm if cp > 1 else 0, ep=ep, etp=etp,
                                     vpp=vpp,
