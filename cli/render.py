@@ -47,7 +47,7 @@ STEP_LABELS = {
 MEMORY_LABELS = {
     "weights_bytes": "weights", "grads_bytes": "gradients", "optimizer_bytes": "optimizer states",
     "activations_bytes": "activations", "logits_bytes": "logits (fp32 loss)",
-    "transient_bytes": "transient (gathered params, recompute)", "reserve_bytes": "reserve (CUDA/NCCL, fragmentation)",
+    "transient_bytes": "transient (gathered params, recompute, CP K/V)", "reserve_bytes": "reserve (CUDA/NCCL, fragmentation)",
 }
 
 

@@ -78,6 +78,15 @@ def ring_hop_bytes(model: ModelSpec, tokens, tp):
     return tokens * (key + value) * ACTIVATION_BYTES
 
 
+def gathered_kv_bytes(model: ModelSpec, tokens, tp, cp, cp_comm):
+    """Transient bytes the all-gather variant holds while one layer's attention runs backward: K and V
+    of the whole sequence gathered again, and the whole-sequence dK, dV it reduce-scatters (TE's
+    AttnFuncWithCPAndKVAllGather; PyTorch's all-gather ring attention alike), 2·cp local K, V sizes.
+    The other variants hold at most a hop's K, V in flight beside the local ones: not counted."""
+    gathers = (np.asarray(cp_comm) == CP_COMM_CODES["allgather"]) & (np.asarray(cp) > 1)
+    return np.where(gathers, 2.0 * np.asarray(cp) * ring_hop_bytes(model, tokens, tp), 0.0)
+
+
 def ulysses_bytes(model: ModelSpec, tokens, tp):
     """(before, after) attention all-to-all bytes one GPU sends per pass: Q, K, V in, the output
     out (backward: dO in, dQ, dK, dV out, the same two volumes swapped)."""

@@ -66,7 +66,7 @@ class EstimateTable:
     """Which model produced the numbers."""
 
 
-def _edge_times(model: ModelSpec, t: ConfigTable, tokens, rates: ComputeRates):
+def edge_times(model: ModelSpec, t: ConfigTable, tokens, rates: ComputeRates):
     """Per micro-batch: embedding (first stage) and output layer + loss (last stage)."""
     h, vocab = model.hidden_size, model.vocab_size
     embed = memory_bound_time_s(tokens * h * ACTIVATION_BYTES * 5, 2, rates)
@@ -101,7 +101,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTa
     tokens = t.mbs * work.seq_len / t.cp
     lt = layer_times(model, work, t, rates, cluster)
     layout = stage_layout(model, t.tp, t.pp, t.vpp, t.ep * t.etp)
-    embed_s, output_s = _edge_times(model, t, tokens, rates)
+    embed_s, output_s = edge_times(model, t, tokens, rates)
 
     layer_compute = lt.forward_compute_s + lt.backward_compute_s + lt.recompute_s
     layer_bytes = stored_layer_bytes(model, work, t)

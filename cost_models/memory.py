@@ -10,7 +10,8 @@ gated MLPs, FFN != 4h, optional dropout and fused (flash) attention. Bytes per t
 which is the paper's s·b·h·(34 + 5as/h) for GPT-3 shapes. Full recompute keeps only each
 layer's input (2h, /tp with SP) plus one layer's working set during its backward. Layers whose
 activations are offloaded (pp = 1 only) hold theirs in host memory instead: the GPU peak at the
-end of the forward pass counts only the layers that stayed.
+end of the forward pass counts only the layers that stayed. All-gather context parallelism adds
+the whole sequence's K, V and dK, dV of the layer in backward to the transient working set.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from paraplan.cost_models.context_parallel import gathered_kv_bytes
 from paraplan.cost_models.layer import ACTIVATION_BYTES
 from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.cost_models.moe import moe_activation_bytes_per_token
@@ -44,7 +46,7 @@ class MemoryBreakdown:
     activations_bytes: np.ndarray
     logits_bytes: np.ndarray
     transient_bytes: np.ndarray
-    """FSDP-gathered weights and gradients, full-recompute working set."""
+    """FSDP-gathered weights and gradients, full-recompute working set, all-gather CP's whole-sequence K, V."""
     host_bytes: np.ndarray
     """Offloaded activations held in host memory per GPU (not part of the GPU peak)."""
     reserve_bytes: np.ndarray
@@ -158,6 +160,8 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
     recomputed_layer = tokens * layer_activation_bytes_per_token(model, t.tp, t.sp, np.zeros_like(t.recompute),
                                                                  gemm_input_bytes, t.etp)
     working_set = np.where(t.recompute == 2, recomputed_layer, 0.0) + np.where(np.isin(t.recompute, (1, 2)), scores, 0.0)
+    # All-gather CP holds the whole sequence's K, V (and dK, dV) of the layer in backward.
+    working_set = working_set + gathered_kv_bytes(model, tokens, t.tp, t.cp, t.cp_comm)
     # States shard over the data-parallel group including context parallel (Megatron's
     # dp-cp group, torchtitan's dp_shard x cp mesh): CP ranks hold the same weights.
     weights_frac, grads_frac, optim_frac = recipe.sharded_bytes_per_param(t.zero, t.dp * t.cp)

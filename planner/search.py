@@ -9,6 +9,7 @@ from typing import Literal
 import numpy as np
 
 from paraplan.cost_models.compute import ComputeRates
+from paraplan.cost_models.context_parallel import CP_COMM_CODES
 from paraplan.cost_models.estimate import EstimateTable, default_rates, estimate
 from paraplan.cost_models.layer import cp_comm_variants_per_layer_s
 from paraplan.cost_models.learned.step_calibration import apply_step_factor
@@ -25,6 +26,7 @@ OBJECTIVES = ("throughput", "cost", "memory")
 MEMORY_REASON = "does not fit in GPU memory"
 HOST_MEMORY_REASON = "offloaded activations exceed host memory"
 DOMINATED_CP_REASON = "another context-parallel variant of the same layout is faster"
+ALL_GATHER = CP_COMM_CODES["allgather"]
 # Equal predictions rank the simpler layout first: fewer kinds of parallelism and memory tricks
 # to debug (context, pipeline, interleaving, tensor; offload, recompute, sharding), then the rest.
 TIE_BREAK = ("cp", "cp_comm", "pp", "vpp", "tp", "offload", "recompute", "zero", "sp", "ep_overlap", "etp", "ep", "dp", "mbs")
@@ -58,27 +60,59 @@ def _objective_key(objective: str, job: TrainingJob, cluster: ClusterSpec, est: 
     return usd_per_s / est.tokens_per_s  # dollars per token
 
 
-def _fastest_cp_comm(job: TrainingJob, cluster: ClusterSpec, space: SearchSpace,
-                     rates: ComputeRates | None) -> tuple[ConfigTable, dict[str, int]]:
-    """Each collapsed row gets the fastest CP variant its rules allow (ties: the lowest code, p2p first).
-    The variant changes only the exposed CP time, which every objective ranks the same way or not at
-    all (memory), so the others are dominated; they are counted, not estimated."""
+def _fastest_cp_comm(job: TrainingJob, cluster: ClusterSpec, space: SearchSpace, rates: ComputeRates | None,
+                     objective: str) -> tuple[ConfigTable, np.ndarray, dict[str, int]]:
+    """Each collapsed row gets the best CP variant its rules allow: the fastest (ties: the lowest code,
+    p2p first), or under the memory objective the lowest code that does not gather the whole sequence's
+    K, V. Variants change only the exposed CP time and, for all-gather, one layer's transient K, V, so
+    the others are dominated; they are counted, not estimated. Also returned, per row: the fastest
+    allowed variant other than all-gather (-1 where there is none or the row did not pick all-gather),
+    the next best when the all-gather row does not fit in memory."""
     rejected = dict(space.rejected)
     allowed, table = space.cp_comm_allowed, space.table
+    no_fallback = np.full(len(table), -1, dtype=np.int64)
     if allowed is None or not np.any(allowed & (allowed - 1)):
-        return table, rejected
+        return table, no_fallback, rejected
     work = job.workload()
     rates = rates or default_rates(cluster, work)
     several = np.flatnonzero(allowed & (allowed - 1))
     subset = table.take(several)
     times = cp_comm_variants_per_layer_s(job.model, work, subset, rates, cluster)
-    codes = sorted(times)
-    cost = np.stack([np.where(allowed[several] >> code & 1, times[code], np.inf) for code in codes])
+    codes = np.asarray(sorted(times))
+    gathers = codes == ALL_GATHER
+    permitted = np.stack([(allowed[several] >> code & 1).astype(bool) for code in codes])
+    if objective == "memory":
+        key = np.stack([np.full(len(several), 1.0 if g else 0.0) for g in gathers])
+    else:
+        key = np.stack([times[code] for code in codes])
+    cost = np.where(permitted, key, np.inf)
     cp_comm = table.cp_comm.copy()
-    cp_comm[several] = np.asarray(codes)[np.argmin(cost, axis=0)]
-    dominated = int(np.sum(np.isfinite(cost)) - len(several))
-    rejected[DOMINATED_CP_REASON] = dominated
-    return dataclasses.replace(table, cp_comm=cp_comm), rejected
+    cp_comm[several] = codes[np.argmin(cost, axis=0)]
+    others = np.where(gathers[:, None], np.inf, cost)
+    fallback = no_fallback.copy()
+    fallback[several] = np.where((cp_comm[several] == ALL_GATHER) & np.isfinite(others.min(axis=0)),
+                                 codes[np.argmin(others, axis=0)], -1)
+    rejected[DOMINATED_CP_REASON] = int(np.sum(permitted) - len(several))
+    return dataclasses.replace(table, cp_comm=cp_comm), fallback, rejected
+
+
+def _splice(whole, rows: np.ndarray, part):
+    """``whole`` (an estimate table or one of its dataclasses) with ``rows`` replaced by ``part``'s rows."""
+    changes = {}
+    for field in dataclasses.fields(whole):
+        value, new = getattr(whole, field.name), getattr(part, field.name)
+        if isinstance(value, np.ndarray):
+            value = value.copy()
+            value[rows] = new
+            changes[field.name] = value
+        elif dataclasses.is_dataclass(value):
+            changes[field.name] = _splice(value, rows, new)
+    return dataclasses.replace(whole, **changes)
+
+
+def _estimate(job: TrainingJob, cluster: ClusterSpec, table: ConfigTable, rates: ComputeRates | None) -> EstimateTable:
+    est = estimate(job.model, cluster, job.workload(), table, rates)
+    return apply_step_factor(est, rates.step_time_factor) if rates is not None else est
 
 
 def search(job: TrainingJob, cluster: ClusterSpec, fixed: dict[str, list[int]] | None = None,
@@ -91,10 +125,16 @@ def search(job: TrainingJob, cluster: ClusterSpec, fixed: dict[str, list[int]] |
     except ValueError as exc:
         raise InputError(f"{exc}; choose another --precision") from None
     space = enumerate_space(job, cluster, engine_rules(job.engine), fixed, collapse_cp_comm=True)
-    table, rejected = _fastest_cp_comm(job, cluster, space, rates)
-    est = estimate(job.model, cluster, job.workload(), table, rates)
-    est = apply_step_factor(est, rates.step_time_factor) if rates is not None else est
+    table, fallback, rejected = _fastest_cp_comm(job, cluster, space, rates, objective)
+    est = _estimate(job, cluster, table, rates)
     capacity = cluster.gpu.hbm_bytes * (1.0 - job.memory_headroom_frac)
+    # An all-gather row that does not fit falls back to its next fastest variant, whose memory is smaller.
+    refit = np.flatnonzero((fallback >= 0) & (est.memory.peak_bytes > capacity))
+    if len(refit):
+        cp_comm = table.cp_comm.copy()
+        cp_comm[refit] = fallback[refit]
+        table = dataclasses.replace(table, cp_comm=cp_comm)
+        est = _splice(est, refit, _estimate(job, cluster, table.take(refit), rates))
     fits_gpu = est.memory.peak_bytes <= capacity
     fits_host = est.memory.host_bytes <= cluster.host_memory_per_gpu
     fits = fits_gpu & fits_host

@@ -188,3 +188,38 @@ def test_search_picks_each_layouts_fastest_variant_exactly(llama8b, h100x32):
         "does not fit in GPU memory", 0)
     assert evaluated_or_counted == full.considered
     assert result.rejected[DOMINATED_CP_REASON] == len(full.table) - len(result.table)
+
+
+def test_all_gather_rows_that_do_not_fit_fall_back_to_the_next_fastest_variant(llama8b, h100x32):
+    """All-gather holds one layer's whole-sequence K, V and dK, dV in backward (2·cp local K, V). With
+    the capacity set between a layout's p2p and all-gather peaks, the search must keep that layout
+    with p2p rather than reject it; per layout, it matches the best fitting row of the full space."""
+    from paraplan.cost_models.estimate import estimate
+    from paraplan.planner.search import search
+
+    fixed = {"tp": [1], "pp": [1], "zero": [1], "recompute": [1], "offload": [0], "cp": [16], "cp_comm": [P2P, GATHER]}
+    job = TrainingJob(model=llama8b, seq_len=16384, global_batch=64)
+    full = enumerate_space(job, h100x32, engine_rules("megatron"), fixed)
+    est = estimate(llama8b, h100x32, job.workload(), full.table)
+    t = full.table
+    tokens = t.mbs * job.seq_len / t.cp
+    extra = est.memory.peak_bytes[t.cp_comm == GATHER] - est.memory.peak_bytes[t.cp_comm == P2P]
+    kv = 2 * 16 * tokens[t.cp_comm == GATHER] * (8 * 128 + 8 * 128) * 2  # 2·cp local K, V of 8 KV heads of 128
+    # The transient sits in the peak, plus the allocator's fragmentation reserve on top of it.
+    assert np.all(extra >= kv) and np.all(extra <= kv * 1.1)
+    assert np.all(est.step_time_s[t.cp_comm == GATHER] < est.step_time_s[t.cp_comm == P2P])  # NIC-bound ring
+    mbs4 = (t.mbs == 4)
+    capacity = 0.5 * (est.memory.peak_bytes[mbs4 & (t.cp_comm == P2P)] + est.memory.peak_bytes[mbs4 & (t.cp_comm == GATHER)])
+    squeezed = TrainingJob(model=llama8b, seq_len=16384, global_batch=64,
+                           memory_headroom_frac=float(1.0 - capacity[0] / h100x32.gpu.hbm_bytes))
+    fits = est.memory.peak_bytes <= capacity[0]
+    result = search(squeezed, h100x32, fixed)
+    r = result.table
+    best_by_mbs = {int(m): float(est.step_time_s[fits & (t.mbs == m)].min()) for m in np.unique(t.mbs[fits])}
+    kept = {int(r.mbs[i]): (int(r.cp_comm[i]), float(result.estimates.step_time_s[i])) for i in result.ranked}
+    assert {m: s for m, (_, s) in kept.items()} == pytest.approx(best_by_mbs, rel=1e-12)
+    assert kept[4][0] == P2P and kept[2][0] == GATHER  # mbs 4 fell back; mbs 2 still gathers
+    # Ranked by memory, a layout's all-gather row holds more than its p2p row: p2p represents it.
+    by_memory = search(job, h100x32, fixed, objective="memory")
+    assert np.all(by_memory.table.cp_comm == P2P)
+    assert by_memory.estimates.memory.peak_bytes[by_memory.ranked[0]] == pytest.approx(float(est.memory.peak_bytes.min()))

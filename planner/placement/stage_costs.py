@@ -2,8 +2,7 @@
 layer_times (per-layer compute and TP/CP traffic), the estimate's embedding and output/loss times,
 stored_layer_bytes (activations) and the engine recipe's state bytes per parameter.
 
-The edge times come from the estimate's private ``_edge_times``: importing it keeps one cost model
-(it should become public in estimate.py, which this change does not edit)."""
+The edge times are the estimate's own ``edge_times``, so placement and estimate share one cost model."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ import dataclasses
 import numpy as np
 
 from paraplan.cost_models.compute import analytical_rates
-from paraplan.cost_models.estimate import _edge_times
+from paraplan.cost_models.estimate import edge_times
 from paraplan.cost_models.layer import layer_times
 from paraplan.cost_models.memory import (
     ALLOCATOR_FRAGMENTATION_FRAC,
@@ -104,5 +103,5 @@ def _times(job: TrainingJob, config: ParallelConfig, cluster: ClusterSpec) -> tu
     lt = layer_times(job.model, work, table, rates, cluster)
     layer = lt.forward_compute_s + lt.backward_compute_s + lt.recompute_s + lt.tp_comm_s + lt.cp_comm_s + lt.ep_comm_s
     tokens = config.mbs * job.seq_len / config.cp
-    embed, output = _edge_times(job.model, table, tokens, rates)
+    embed, output = edge_times(job.model, table, tokens, rates)
     return float(layer[0]), float(np.asarray(embed).ravel()[0]), float(np.asarray(output).ravel()[0])
