@@ -25,8 +25,6 @@ GROUPS = (
      "MPT-30B, 8 A100 80GB, FSDP, full recompute; seq 8192 against 4096 and 2048"),
     ("nemo_bridge_0261", ("nemo_bridge_0271", "nemo_bridge_0270", "nemo_bridge_0260"),
      "Llama-3.1-405B, 128 GPUs, tp4 pp8 cp2 vpp8, NeMo 25.09, fp8; GB200 against B200 of the same die"),
-    ("megatron2021_t2_03", ("megatron2021_t2_02", "megatron2021_t2_01", "megatron2021_t2_06"),
-     "GPT-175B ZeRO-3 (DeepSpeed), batch 1536, one micro-batch per step; 1536 GPUs against 768, 384 (530B: 2240)"),
 )
 
 

@@ -7,7 +7,10 @@ a domain exchange over NVLink, and the n/k domains exchange S/k each over one NI
 
 Latency follows NCCL's own tuning model (src/graph/tuning.cc): all-gather and reduce-scatter
 exist only as rings, n-1 steps of which n/k-1 cross the fabric, so their latency grows linearly
-with the group; all-reduce at scale runs as a tree, logarithmic in the number of domains.
+with the group; all-reduce at scale runs as a tree, logarithmic in the number of domains. NCCL
+picks, per call, the protocol its model predicts fastest: for rings, Simple (bulk data) or LL
+(8-byte stores with inline flags: a fraction of the bus bandwidth, a fraction of the per-step
+latency), so small all-gathers and reduce-scatters pay LL's latency.
 """
 
 from __future__ import annotations
@@ -25,6 +28,15 @@ _RING_ONLY = ("all_gather", "reduce_scatter")
 RING_BULK_NVLINK_STEP_S = 3.4e-6
 RING_BULK_NETWORK_STEP_S = 9.6e-6
 RING_BULK_BASE_S = 8.4e-6
+# The LL protocol's ring (same source, current tables: baseLat Ring/LL 6.6 us, hwLat Ring/LL 0.6 us per
+# NVLink step and 2.7 us per network step). Its bus bandwidth is 1/4 of Simple's across nodes and
+# 1/3 inside one (tuning.cc: "busBw * (nNodes > 1 ... ? 1.0/4.0 : 1.0/3.0)" for Ring/LL). LL128 is
+# not modelled: where NCCL would pick it, the smaller of these two overestimates the time.
+RING_LL_NVLINK_STEP_S = 0.6e-6
+RING_LL_NETWORK_STEP_S = 2.7e-6
+RING_LL_BASE_S = 6.6e-6
+RING_LL_BANDWIDTH_FRAC_ACROSS = 1.0 / 4.0
+RING_LL_BANDWIDTH_FRAC_INSIDE = 1.0 / 3.0
 
 
 def members_per_domain(group_size, stride, cluster: ClusterSpec):
@@ -57,26 +69,34 @@ def collective_time_s(kind: str, size_bytes, group_size, stride, cluster: Cluste
     intra = factor * (k - 1) / k * size / nvlink
     inter = factor * (domains - 1) / domains * (size / k) / nic
     seconds = intra + inter + _latency_s(kind, n, k, cluster)
+    if kind in _RING_ONLY:  # NCCL's tuner: LL where its latency saving outweighs its bandwidth
+        ll_frac = np.where(domains > 1, RING_LL_BANDWIDTH_FRAC_ACROSS, RING_LL_BANDWIDTH_FRAC_INSIDE)
+        seconds = np.minimum(seconds, (intra + inter) / ll_frac + _latency_s(kind, n, k, cluster, "ll"))
     if cluster.collective_time_fn is not None:  # measured hardware: the learned model where it applies
         learned, learned_s = cluster.collective_time_fn(kind, size, n, k)
         seconds = np.where(learned, learned_s, seconds)
     return np.where(n > 1, seconds, 0.0)
 
 
-def collective_latency_s(kind: str, group_size, stride, cluster: ClusterSpec):
-    """Size-independent seconds of one collective: the α of the α–β model."""
+def collective_latency_s(kind: str, group_size, stride, cluster: ClusterSpec, protocol: str = "simple"):
+    """Size-independent seconds of one collective: the α of the α–β model. ``protocol="ll"``: a ring
+    collective small enough that NCCL runs it with the LL protocol (all-gather, reduce-scatter)."""
     n = np.asarray(group_size, dtype=float)
-    return _latency_s(kind, n, members_per_domain(n, stride, cluster), cluster)
+    return _latency_s(kind, n, members_per_domain(n, stride, cluster), cluster, protocol)
 
 
-def _latency_s(kind: str, n, k, cluster: ClusterSpec):
+def _latency_s(kind: str, n, k, cluster: ClusterSpec, protocol: str = "simple"):
     domains = n / k
     intra_lat, inter_lat = cluster.intra_domain_latency_s, cluster.inter_node_latency_s
     if kind in _RING_ONLY:
         inter_steps = domains - 1
-        intra_step = max(intra_lat, RING_BULK_NVLINK_STEP_S)
-        inter_step = max(inter_lat, RING_BULK_NETWORK_STEP_S)
-        latency = RING_BULK_BASE_S + (n - 1 - inter_steps) * intra_step + inter_steps * inter_step
+        if protocol == "ll":
+            base, intra_step, inter_step = RING_LL_BASE_S, RING_LL_NVLINK_STEP_S, RING_LL_NETWORK_STEP_S
+        else:
+            base = RING_BULK_BASE_S
+            intra_step = max(intra_lat, RING_BULK_NVLINK_STEP_S)
+            inter_step = max(inter_lat, RING_BULK_NETWORK_STEP_S)
+        latency = base + (n - 1 - inter_steps) * intra_step + inter_steps * inter_step
     else:
         latency = _BUS_FACTOR[kind] * (intra_lat * np.log2(np.maximum(k, 1))
                                        + inter_lat * np.log2(np.maximum(domains, 1)))

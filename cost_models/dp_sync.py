@@ -27,12 +27,13 @@ def _exposed(comm_s, window_s, last_bucket_frac):
 
 def dp_exposed_s(work: Workload, t: ConfigTable, cluster: ClusterSpec, rates: ComputeRates, params_per_gpu,
                  layer_params_per_gpu, stage_time_s, num_microbatches, stage_layers=1, tensors_per_layer=1,
-                 group=None, stride=None):
+                 vectors_per_layer=0, group=None, stride=None):
     """Seconds of data-parallel traffic the step waits for (arrays over configs).
 
     ``stage_layers`` and ``tensors_per_layer`` count the separate all-gathers of sharded weights
     (one per layer, or one per parameter tensor when the engine gathers that way); each pays the
-    collective's latency on top of the bandwidth term of the whole stage's bytes. An engine that
+    collective's latency on top of the bandwidth term of the whole stage's bytes, the LL protocol's
+    for the ``vectors_per_layer`` one-dimensional tensors among them. An engine that
     gathers into per-rank views also pays one copy kernel per rank of each gather, and the copy
     of the gathered bytes (read and write) through HBM. ``group`` and ``stride`` default to the
     dense parameters' data-parallel group; routed experts pass their own (edp, ep·etp apart).
@@ -63,7 +64,10 @@ def dp_exposed_s(work: Workload, t: ConfigTable, cluster: ClusterSpec, rates: Co
     collectives_per_gather = np.asarray(stage_layers, dtype=float) * per_layer
     # Seconds of one gather pass beyond its bandwidth term: each extra collective's
     # latency, plus (list-output gathers) one copy kernel per rank per collective and the bytes copied.
-    gather_overhead_s = (collectives_per_gather - 1) * collective_latency_s("all_gather", group, stride, cluster)
+    # Per-tensor gathers of the layer's vectors (biases, norms: kilobytes) run on NCCL's LL protocol.
+    vectors = np.asarray(stage_layers, dtype=float) * (vectors_per_layer if recipe.gathers_per_tensor else 0)
+    gather_overhead_s = ((collectives_per_gather - vectors - 1) * collective_latency_s("all_gather", group, stride, cluster)
+                         + vectors * collective_latency_s("all_gather", group, stride, cluster, "ll"))
     if recipe.gather_copies_per_rank:
         copies = collectives_per_gather * group
         gather_overhead_s = gather_overhead_s + memory_bound_time_s(

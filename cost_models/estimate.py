@@ -130,14 +130,15 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTa
     stage_params = np.maximum(layout.first_params, layout.last_params)
     stage_layers = np.maximum(layout.first_layers, layout.last_layers)
     dp_comm = dp_exposed_s(work, t, cluster, rates, stage_params, model.shared_params_per_layer_mean() / t.tp, slowest,
-                           m, stage_layers, model.layer_param_tensors())
+                           m, stage_layers, model.layer_param_tensors(), model.layer_vector_tensors())
     updated = stage_params / np.where(t.zero >= 1, t.dp * t.cp, 1)
     if model.is_moe:  # routed experts reduce over their own data-parallel group, ep·etp ranks apart
         edp = expert_data_parallel(t)
         expert_params = np.maximum(layout.first_expert_params, layout.last_expert_params)
         dp_comm = dp_comm + dp_exposed_s(work, t, cluster, rates, expert_params,
                                          model.routed_params_per_layer_mean() / (t.ep * t.etp), slowest, m,
-                                         stage_layers, model.layer_param_tensors(), group=edp, stride=t.ep * t.etp)
+                                         stage_layers, model.layer_param_tensors(), model.layer_vector_tensors(),
+                                         group=edp, stride=t.ep * t.etp)
         updated = updated + expert_params / np.where(t.zero >= 1, edp, 1)
     optimizer = memory_bound_time_s(updated * OPTIMIZER_BYTES_PER_PARAM, OPTIMIZER_KERNELS, rates)
 

@@ -12,6 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+LAYER_WEIGHT_MATRICES = 4
+"""Weight matrices of a decoder layer as Megatron-style modules fuse them: QKV, output projection,
+(gate+)up, down."""
+
 NormKind = Literal["rmsnorm", "layernorm"]
 PositionKind = Literal["rope", "learned", "alibi"]
 AttentionFlops = Literal["full", "causal"]
@@ -268,10 +272,13 @@ class ModelSpec:
     def layer_param_tensors(self) -> int:
         """Parameter tensors of one layer as Megatron-style modules hold them (fused QKV, fused gate+up):
         weight matrices, bias vectors, norm weights/biases. GPT-3 shapes: 4 + 4 + 4 = 12."""
-        matrices = 4
+        return LAYER_WEIGHT_MATRICES + self.layer_vector_tensors()
+
+    def layer_vector_tensors(self) -> int:
+        """The one-dimensional parameter tensors of a layer: biases and norm weights/biases."""
         biases = int(self.qkv_bias) + int(self.has_out_bias) + 2 * int(self.linear_bias)
         norms = 2 * (2 if self.norm_bias else 1) + (2 if self.qk_norm else 0)
-        return matrices + biases + norms
+        return biases + norms
 
     def largest_layer_tensor_params(self) -> int:
         """Parameters of the largest weight matrix in a layer (fused QKV, fused gate+up, or down)."""

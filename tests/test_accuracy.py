@@ -50,7 +50,7 @@ GUARDS = [
     ("MosaicML A100 80GB", lambda r: _MOSAIC(r) & (r.gpu == "a100-sxm-80gb"), 0.06, 0.25),
     ("MosaicML H100 (flash attention, PyTorch stack)", lambda r: _MOSAIC(r) & (r.gpu == "h100-sxm"), 0.04, 0.28),
     ("Megatron 2021 PTD-P (unfused attention)", lambda r: _NARAYANAN(r) & (r.engine == "megatron"), 0.045, 0.08),
-    ("Megatron 2021 Table 2 DeepSpeed ZeRO-3", lambda r: _NARAYANAN(r) & (r.engine == "deepspeed"), 0.08, 0.23),
+    ("Megatron 2021 Table 2 DeepSpeed ZeRO-3", lambda r: _NARAYANAN(r) & (r.engine == "deepspeed"), 0.07, 0.13),
     # Issue 3's long-context bound, asserted as stated: median <= 8%, no row beyond 25% (17 dense NeMo rows).
     ("context parallel (cp > 1)", lambda r: r.cp > 1, 0.08, 0.25),
     # MoE (134 feasible NeMo rows): the same layout ran 1.3-3x faster in the 26.06+ containers than in
@@ -75,9 +75,9 @@ def test_overall_median():
     assert np.median(errors) <= 0.05
 
 
-@pytest.mark.xfail(strict=True, reason="6 of 327 rows exceed 20%: four MosaicML FSDP rows their neighbours do "
-                   "not explain (+20% to +39%), NeMo's Llama 3.1 405B MXFP8 alternative on GB200 (+24%) and "
-                   "DeepSpeed ZeRO-3 of the 174.6B model on 1,536 GPUs (-22%)")
+@pytest.mark.xfail(strict=True, reason="5 of 327 rows exceed 20%: four MosaicML FSDP rows their own source "
+                   "contradicts (+20% to +39%) and NeMo 25.09's Llama 3.1 405B block-scaled fp8 on GB200 (+24%), "
+                   "578 tokens/s/GPU where B200 measures 622 (bench/dense_outliers.py)")
 def test_issue_target():
     errors = _abs_errors(lambda r: ~_MOE(r))
     assert np.median(errors) <= 0.08 and errors.max() <= 0.20

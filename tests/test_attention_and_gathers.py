@@ -147,6 +147,49 @@ def test_ring_all_gather_latency_is_linear_in_the_group(a100):
     assert 2 * t1 - t2 == pytest.approx(expected, rel=1e-9)
 
 
+def test_small_ring_collectives_run_on_the_ll_protocol(a100):
+    # NCCL tuning.cc, Ring/LL: 6.6 us base, 0.6 us per NVLink step, 2.7 us per network step;
+    # 32 ranks over 4 nodes take 28 NVLink and 3 network steps.
+    ll = 6.6e-6 + 28 * 0.6e-6 + 3 * 2.7e-6
+    assert float(collective_latency_s("all_gather", 32, 1, a100, "ll")) == pytest.approx(ll, rel=1e-12)
+    simple = float(collective_latency_s("all_gather", 32, 1, a100))
+    assert simple > 3 * ll
+    nic = a100.nic_bytes_per_s_per_gpu * a100.gpu.efficiency.nic_frac
+    nvlink = a100.gpu.nvlink_bytes_per_s * a100.gpu.efficiency.nvlink_frac
+
+    def bandwidth_s(size):  # k = 8 members per node over NVLink, S/8 per member across 4 nodes
+        return 7 / 8 * size / nvlink + 3 / 4 * (size / 8) / nic
+
+    for kind in ("all_gather", "reduce_scatter"):
+        # A 64 KiB gather (a bias vector): LL, at a quarter of the bus bandwidth across nodes.
+        small = 64 * 1024
+        assert float(collective_time_s(kind, small, 32, 1, a100)) == pytest.approx(4 * bandwidth_s(small) + ll, rel=1e-12)
+        # 1 GiB: Simple, whose bandwidth wins over LL's latency saving.
+        big = 2**30
+        assert float(collective_time_s(kind, big, 32, 1, a100)) == pytest.approx(bandwidth_s(big) + simple, rel=1e-12)
+    # NCCL picks the faster of the two: the time never exceeds Simple's.
+    sizes = np.logspace(3, 10, 50)
+    simple_times = np.array([bandwidth_s(s) + simple for s in sizes])
+    assert np.all(collective_time_s("all_gather", sizes, 32, 1, a100) <= simple_times * (1 + 1e-12))
+
+
+def test_per_tensor_gathers_of_vectors_pay_ll_latency(a100):
+    model = make_model()  # GPT: 4 matrices and 8 vectors (4 biases, 2 LayerNorms' weight and bias) per layer
+    assert model.layer_vector_tensors() == 8
+    table = make_table(dp=32, mbs=1, zero=3)
+    params = float(model.num_layers * model.layer_params())
+    sizes = (np.array([params]), np.array([model.layer_params()]), np.array([10.0]), np.array([1.0]))
+    rates = analytical_rates(a100.gpu, "bf16", "fused")
+    no_copies = _work(recipe=dataclasses.replace(DEEPSPEED_MIXED, gather_copies_per_rank=False))
+    all_simple = dp_exposed_s(no_copies, table, a100, rates, *sizes, model.num_layers, model.layer_param_tensors())
+    vectors_ll = dp_exposed_s(no_copies, table, a100, rates, *sizes, model.num_layers, model.layer_param_tensors(),
+                              model.layer_vector_tensors())
+    saved_per_vector = float(collective_latency_s("all_gather", 32, 1, a100)
+                             - collective_latency_s("all_gather", 32, 1, a100, "ll"))
+    # Two gather passes per micro-batch, each with 8 vector gathers per layer.
+    assert float(all_simple[0] - vectors_ll[0]) == pytest.approx(2 * model.num_layers * 8 * saved_per_vector, rel=1e-9)
+
+
 def test_all_reduce_latency_stays_logarithmic(a100):
     expected = 2 * (a100.intra_domain_latency_s * np.log2(8) + a100.inter_node_latency_s * np.log2(4))
     assert float(collective_latency_s("all_reduce", 32, 1, a100)) == pytest.approx(expected, rel=1e-12)
