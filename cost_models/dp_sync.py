@@ -64,10 +64,13 @@ def dp_exposed_s(work: Workload, t: ConfigTable, cluster: ClusterSpec, rates: Co
     collectives_per_gather = np.asarray(stage_layers, dtype=float) * per_layer
     # Seconds of one gather pass beyond its bandwidth term: each extra collective's
     # latency, plus (list-output gathers) one copy kernel per rank per collective and the bytes copied.
-    # Per-tensor gathers of the layer's vectors (biases, norms: kilobytes) run on NCCL's LL protocol.
-    vectors = np.asarray(stage_layers, dtype=float) * (vectors_per_layer if recipe.gathers_per_tensor else 0)
-    gather_overhead_s = ((collectives_per_gather - vectors - 1) * collective_latency_s("all_gather", group, stride, cluster)
-                         + vectors * collective_latency_s("all_gather", group, stride, cluster, "ll"))
+    latency_s = collective_latency_s("all_gather", group, stride, cluster)
+    gather_overhead_s = (collectives_per_gather - 1) * latency_s
+    if recipe.gathers_per_tensor and vectors_per_layer:
+        # Per-tensor gathers of the layer's vectors (biases, norms: kilobytes) run on NCCL's LL protocol.
+        vectors = np.asarray(stage_layers, dtype=float) * vectors_per_layer
+        ll_latency_s = collective_latency_s("all_gather", group, stride, cluster, "ll")
+        gather_overhead_s = gather_overhead_s - vectors * (latency_s - ll_latency_s)
     if recipe.gather_copies_per_rank:
         copies = collectives_per_gather * group
         gather_overhead_s = gather_overhead_s + memory_bound_time_s(
