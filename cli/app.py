@@ -16,6 +16,7 @@ import typer
 
 from paraplan.cli import export_cmd, place_cmd, profile_cmd, render
 from paraplan.cost_models.context_parallel import CP_COMM_CODES
+from paraplan.cost_models.device_memory import usable_capacity_bytes
 from paraplan.cost_models.hf_config import load_model, preset_names
 from paraplan.cost_models.model_spec import AttentionFlops
 from paraplan.cost_models.routing import read_routing_csv
@@ -33,6 +34,7 @@ from paraplan.hardware_profiles import (
 from paraplan.hardware_profiles.topology_file import is_topology_file
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.plan import SCHEMA_VERSION, Plan, config_at, estimate_at, plan_to_json
+from paraplan.planner.memory_reference import confusion, load_memory_runs, predict_memory_all, summarize_memory
 from paraplan.planner.reference import load_reference_runs, predict_all, summarize
 from paraplan.planner.search import SearchResult, explain_no_fit, search
 
@@ -195,7 +197,7 @@ def make_job(model: str, seq_len: int, global_batch: int, precision: str, engine
 
 def capacity_bytes(job: TrainingJob, cluster: ClusterSpec) -> float:
     """The per-GPU memory plans are checked against."""
-    return cluster.gpu.hbm_bytes * (1.0 - job.memory_headroom_frac)
+    return float(usable_capacity_bytes(cluster.gpu.hbm_bytes)) * (1.0 - job.memory_headroom_frac)
 
 
 def plan_at(job: TrainingJob, cluster: ClusterSpec, result: SearchResult, row: int, rank: int) -> Plan:
@@ -373,10 +375,15 @@ def hardware_show(name: Annotated[str, typer.Argument(help="A GPU or cluster nam
 
 @app.command()
 @user_errors
-def validate(json_path: JsonOpt = None, force: ForceOpt = False) -> None:
+def validate(json_path: JsonOpt = None, force: ForceOpt = False,
+             memory_runs: Annotated[Path | None, typer.Option(
+                 "--memory-runs", help="Measured memory runs (memory_runs.csv); default $PARAPLAN_MEMORY_RUNS or "
+                 "../shared/calibration/memory_runs.csv. The memory section is skipped when none is found.")] = None,
+             ) -> None:
     """Predict every published reference run and report the error against its measurement."""
     if json_path is not None:
         render.check_writable(json_path, force)
+    memory = _memory_validation(memory_runs)
     frame = load_reference_runs()
     with render.working(render.make_console(stderr=True), f"predicting {len(frame)} reference runs"):
         predictions = predict_all(frame)
@@ -389,9 +396,30 @@ def validate(json_path: JsonOpt = None, force: ForceOpt = False) -> None:
     summaries = {g: summarize([p for p in predictions if p.group == g]) for g in groups}
     summaries["all sources"] = summarize(predictions)
     render.validation(render.make_console(), rows, summaries)
+    if memory is not None:
+        render.memory_validation(render.make_console(), memory)
     if json_path is not None:
         clean = {s: {k: _finite(v) for k, v in summary.items()} for s, summary in summaries.items()}
-        render.write_json(json_path, {"schema_version": 1, "runs": rows, "summary": clean}, force)
+        render.write_json(json_path, {"schema_version": 1, "runs": rows, "summary": clean,
+                                      "memory": memory}, force)
+
+
+def _memory_validation(path: Path | None) -> dict | None:
+    """Measured memory rows beside their predictions, per-source summaries and the fit/OOM confusion
+    table; None (with a note on stderr) when no measurements file is found and none was named."""
+    try:
+        frame = load_memory_runs(path)
+    except InputError:
+        if path is not None:
+            raise
+        render.make_console(stderr=True).print("memory: no memory_runs.csv found (--memory-runs PATH); skipped")
+        return None
+    predictions = predict_memory_all(frame)
+    rows = [{"id": p.run_id, "source": p.source, "metric": p.metric,
+             "measured_bytes": _finite(p.measured_bytes), "predicted_bytes": _finite(p.predicted_bytes),
+             "error_frac": _finite(p.error_frac) if p.metric not in ("fits", "oom") else None,
+             "predicted_fits": p.predicted_fits, "out_of_scope": p.out_of_scope} for p in predictions]
+    return {"runs": rows, "summary": summarize_memory(predictions), "fit_oom": confusion(predictions)}
 
 
 def _finite(value: float) -> float | None:

@@ -47,7 +47,7 @@ STEP_LABELS = {
 MEMORY_LABELS = {
     "weights_bytes": "weights", "grads_bytes": "gradients", "optimizer_bytes": "optimizer states",
     "activations_bytes": "activations", "logits_bytes": "logits (fp32 loss)",
-    "transient_bytes": "transient (gathered params, recompute, CP K/V)", "reserve_bytes": "reserve (CUDA/NCCL, fragmentation)",
+    "transient_bytes": "transient (gathered params, recompute, CP K/V)", "reserve_bytes": "allocator cache + CUDA context/NCCL",
 }
 
 
@@ -214,6 +214,14 @@ def search_summary(console: Console, rejected: dict[str, int], considered: int, 
     console.print(f"{count(considered)} considered, {count(evaluated)} evaluated, {count(fit)} fit")
 
 
+def _allocator_rows(e: dict) -> list[tuple[str, str]]:
+    """Live tensors and what the caching allocator holds (plans written before they were reported lack them)."""
+    if "allocated_memory_bytes" not in e:
+        return []
+    return [("  live tensors (max allocated) GiB", gib(e["allocated_memory_bytes"])),
+            ("  allocator holds (max reserved) GiB", gib(e["reserved_memory_bytes"]))]
+
+
 def evaluation(console: Console, plan: Plan, capacity_bytes: float, cost_model: str) -> None:
     """Everything the cost model says about one configuration."""
     e = plan.estimate
@@ -226,6 +234,7 @@ def evaluation(console: Console, plan: Plan, capacity_bytes: float, cost_model: 
         ("MFU %", percent(e["mfu"])), ("HFU %", percent(e["hfu"])),
         ("model TFLOP/s per GPU", f"{e['model_tflops_per_gpu']:.1f}"),
         ("peak memory GiB", f"{gib(e['peak_memory_bytes'])} of {gib(capacity_bytes)}"),
+        *_allocator_rows(e),
         ("fits", "yes" if plan.fits else "[bold red]no[/bold red]"),
     ]
     host_capacity = plan.cluster.host_memory_per_gpu
@@ -443,3 +452,29 @@ def write_json(path: Path, document: dict[str, Any], force: bool) -> None:
     except BaseException:
         Path(temp_name).unlink(missing_ok=True)
         raise
+
+
+def memory_validation(console: Console, memory: dict) -> None:
+    """Measured memory beside predicted, the metric compared, per-source summaries and the fit/OOM table."""
+    table = Table(title="memory: predicted vs measured (GiB)", show_lines=False)
+    for column in ("id", "metric", "measured", "predicted", "error %"):
+        table.add_column(column, justify="left" if column in ("id", "metric") else "right", no_wrap=True)
+    for row in memory["runs"]:
+        if row["out_of_scope"]:
+            continue
+        measured = "" if row["measured_bytes"] is None else gib(row["measured_bytes"])
+        error = ("right" if row["predicted_fits"] == (row["metric"] == "fits") else "WRONG") \
+            if row["error_frac"] is None else f"{100 * row['error_frac']:+.1f}"
+        table.add_row(row["id"], row["metric"], measured, gib(row["predicted_bytes"]), error)
+    console.print(table)
+    for name, summary in memory["summary"].items():
+        if "labels_right" in summary:
+            console.print(f"{name}: {summary['labels_right']} of {summary['rows']} fit/OOM labels right")
+        else:
+            console.print(f"{name}: {summary['rows']} rows, median |error| "
+                          f"{percent(summary['median_abs_error_frac'])} %, max {percent(summary['max_abs_error_frac'])} %")
+    console.print(f"fit/OOM confusion: {memory['fit_oom']}")
+    skipped = [row for row in memory["runs"] if row["out_of_scope"]]
+    console.print(f"out of scope, not scored ({len(skipped)} rows): "
+                  + "; ".join(f"{row['id']}: {row['out_of_scope']}" for row in skipped[:6])
+                  + (" ..." if len(skipped) > 6 else ""))

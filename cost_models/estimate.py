@@ -18,6 +18,7 @@ import numpy as np
 
 from paraplan.cost_models.collectives import p2p_time_s
 from paraplan.cost_models.compute import ComputeRates, analytical_rates, gemm_time_s, memory_bound_time_s
+from paraplan.cost_models.device_memory import usable_capacity_bytes
 from paraplan.cost_models.dp_sync import dp_exposed_s
 from paraplan.cost_models.layer import ACTIVATION_BYTES, layer_times
 from paraplan.cost_models.memory import MemoryBreakdown, expert_data_parallel, memory_breakdown, stored_layer_bytes
@@ -163,7 +164,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTa
         tokens_per_s=tokens_per_s, tokens_per_s_per_gpu=tokens_per_s / num_gpus,
         model_flops_per_s_per_gpu=per_gpu_flops, mfu=per_gpu_flops / peak,
         hfu=(flops_per_token + recompute_per_token) * tokens_per_s / num_gpus / peak,
-        memory=memory, fits=(memory.peak_bytes <= cluster.gpu.hbm_bytes)
+        memory=memory, fits=(memory.peak_bytes <= usable_capacity_bytes(cluster.gpu.hbm_bytes))
         & (memory.host_bytes <= cluster.host_memory_per_gpu),
         cost_model="; ".join(filter(None, (rates.source, cluster.collective_source))),
     )

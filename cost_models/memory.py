@@ -21,19 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from paraplan.cost_models.context_parallel import gathered_kv_bytes
+from paraplan.cost_models.device_memory import non_torch_bytes, reserved_bytes
 from paraplan.cost_models.layer import ACTIVATION_BYTES
 from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.cost_models.moe import moe_activation_bytes_per_token
 from paraplan.cost_models.stages import StageLayout
 from paraplan.cost_models.table import ConfigTable, Workload
-from paraplan.hardware_profiles.units import BYTES_PER_GIB
-
-# CUDA context, cuBLAS workspaces and NCCL communicator buffers on each GPU: about 0.5 GiB of
-# context plus NCCL's 4 MiB buffers per channel per peer across the TP/DP/PP communicators.
-FIXED_RESERVE_BYTES = 2.0 * BYTES_PER_GIB
-# The PyTorch caching allocator cannot use every byte it holds: fragmentation margin.
-ALLOCATOR_FRAGMENTATION_FRAC = 0.07
-LOGITS_BYTES = 4.0  # cross entropy is computed on fp32 logits (Korthikanti: 4·s·b·V/t)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +42,25 @@ class MemoryBreakdown:
     """FSDP-gathered weights and gradients, full-recompute working set, all-gather CP's whole-sequence K, V."""
     host_bytes: np.ndarray
     """Offloaded activations held in host memory per GPU (not part of the GPU peak)."""
+    allocated_bytes: np.ndarray
+    """Live tensors at the peak of the most loaded stage (what max_memory_allocated reports)."""
+    first_allocated_bytes: np.ndarray
+    """Live tensors at the peak of the first pipeline stage."""
+    last_allocated_bytes: np.ndarray
+    """Live tensors at the peak of the last pipeline stage (the rank Megatron logs memory from)."""
+    first_activations_bytes: np.ndarray
+    """Saved activations of the first stage at its peak (Korthikanti et al.'s reported component)."""
+    middle_states_bytes: np.ndarray
+    """Weights, gradients and optimizer states of a stage holding only decoder layers."""
+    reserved_bytes: np.ndarray
+    """What PyTorch's caching allocator holds at the peak (max_memory_reserved)."""
+    non_torch_bytes: np.ndarray
+    """CUDA context and NCCL buffers, outside PyTorch's allocator."""
     reserve_bytes: np.ndarray
+    """Everything beyond the live tensors: allocator cache and fragmentation plus non_torch_bytes."""
     peak_bytes: np.ndarray
+    """Device memory in use at the peak: reserved plus non-PyTorch; the fit decision compares it with
+    usable capacity (device_memory.usable_capacity_bytes)."""
     worst_stage: np.ndarray
     """0 = first stage, 1 = last stage."""
 
@@ -65,7 +75,8 @@ def _attention_stored_widths(model: ModelSpec) -> tuple[int, int, int]:
     return model.q_width + 2 * model.kv_width, model.q_width, 0
 
 
-def layer_activation_bytes_per_token(model: ModelSpec, tp, sp, recompute, gemm_input_bytes: float = 2.0, etp=1):
+def layer_activation_bytes_per_token(model: ModelSpec, tp, sp, recompute, gemm_input_bytes: float = 2.0, etp=1,
+                                     selective_saves: str = "attention_core", gathered_gemm_inputs: bool = False):
     """Activation bytes one layer stores per token for its backward, on one GPU (mean over dense
     and MoE layers; the MoE block's share is :func:`moe.moe_activation_bytes_per_token`).
 
@@ -78,10 +89,11 @@ def layer_activation_bytes_per_token(model: ModelSpec, tp, sp, recompute, gemm_i
     gate = 2 if model.gated_mlp else 1
     seq_shard = np.where(np.asarray(sp) == 1, tp, 1)
     norm_inputs, gemm_inputs = ACTIVATION_BYTES * 2 * h, gemm_input_bytes * (2 * h + latent)
-    replicated = norm_inputs + gemm_inputs + (2 * h if model.dropout else 0)
+    replicated = norm_inputs + (0.0 if gathered_gemm_inputs else gemm_inputs) + (2 * h if model.dropout else 0)
+    whole_sequence = gemm_inputs if gathered_gemm_inputs else 0.0  # kept all-gathered: never divided by tp
     sharded = ACTIVATION_BYTES * qkv + gemm_input_bytes * out + dense_frac * (ACTIVATION_BYTES * gate + gemm_input_bytes) * f
     moe = moe_frac * moe_activation_bytes_per_token(model, tp, etp, gemm_input_bytes) if model.is_moe else 0.0
-    stored = replicated / seq_shard + sharded / np.asarray(tp, dtype=float) + moe
+    stored = replicated / seq_shard + sharded / np.asarray(tp, dtype=float) + moe + whole_sequence
     # The ``modules`` set (layernorm, mla_up_proj, moe_act) keeps the norms' inputs, MLA's latents
     # and the up projections' outputs, and drops what it reruns: the norm outputs (the QKV and MLP
     # GEMM inputs), MLA's per-head Q, K, V, and the routed experts' activation output.
@@ -91,7 +103,23 @@ def layer_activation_bytes_per_token(model: ModelSpec, tp, sp, recompute, gemm_i
         rerun = rerun + moe_frac * model.experts_per_token * gemm_input_bytes * model.expert_ffn_size / tp
     layer_input = ACTIVATION_BYTES * h / seq_shard
     recompute = np.asarray(recompute)
-    return np.select([recompute == 2, recompute == 3], [layer_input, stored - rerun], stored)
+    selective = stored if selective_saves == "attention_core" else \
+        alternate_matmul_bytes_per_token(model, tp, seq_shard) + moe
+    return np.select([recompute == 2, recompute == 3, recompute == 1], [layer_input, stored - rerun, selective], stored)
+
+
+def alternate_matmul_bytes_per_token(model: ModelSpec, tp, seq_shard):
+    """What torchtitan's op-level selective checkpointing keeps of a dense layer per token: the layer's
+    input (the checkpoint's argument) and the outputs its policy saves. The policy saves every aten.mm
+    output except every second one (counted per layer) and the attention kernel's output and
+    log-sum-exp, and recomputes the rest. The layer's matmuls run wq, wk, wv, wo, w1, w3, w2, so it
+    keeps Q (#1), V (#3), the gate projection w1 (#5) and the down projection w2 (#7, before the TP
+    reduce-scatter: full hidden width), all bf16; the log-sum-exp is 4 B per head."""
+    tp = np.asarray(tp, dtype=float)
+    dense_frac = model.num_dense_layers / model.num_layers  # MoE blocks keep what moe_activation_bytes says
+    attention = ACTIVATION_BYTES * (2 * model.q_width + model.kv_width) + 4.0 * model.num_heads
+    mlp = dense_frac * ACTIVATION_BYTES * (model.ffn_size / tp + model.hidden_size)
+    return ACTIVATION_BYTES * model.hidden_size / seq_shard + attention / tp + mlp
 
 
 def attention_scores_bytes_per_token(model: ModelSpec, seq_len: int, tp):
@@ -105,14 +133,6 @@ def expert_data_parallel(t: ConfigTable):
     """Size of the routed experts' data-parallel group: the tp·dp·cp ranks of a pipeline stage
     that hold the same expert shard (Megatron-core's expert_data_parallel_size)."""
     return t.tp * t.dp * t.cp // (t.ep * t.etp)
-
-
-def _in_flight(pp, vpp, num_microbatches):
-    """Micro-batches whose activations the first stage holds at the peak of 1F1B (interleaved: more)."""
-    pp = np.asarray(pp, dtype=float)
-    vpp = np.asarray(vpp, dtype=float)
-    base = np.minimum(pp, num_microbatches)
-    return base * np.where(vpp > 1, 1.0 + (pp - 1) / (pp * vpp), 1.0)
 
 
 def _gemm_input_bytes(precision: str) -> float:
@@ -133,7 +153,8 @@ def stored_layer_bytes(model: ModelSpec, work: Workload, t: ConfigTable):
     offloaded layer copies to the host and back."""
     tokens = t.mbs * work.seq_len / t.cp
     per_layer = tokens * layer_activation_bytes_per_token(model, t.tp, t.sp, t.recompute,
-                                                          _gemm_input_bytes(work.precision), t.etp)
+                                                          _gemm_input_bytes(work.precision), t.etp,
+                                                          work.selective_saves, work.saves_gathered_gemm_inputs)
     # Unfused attention also stores its score matrices unless recompute redoes the attention core.
     return per_layer + np.where(t.recompute == 0, _scores_bytes(model, work, t, tokens), 0.0)
 
@@ -146,58 +167,107 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
     """
     recipe = work.recipe
     tokens = t.mbs * work.seq_len / t.cp
-    gemm_input_bytes = _gemm_input_bytes(work.precision)
     per_layer = stored_layer_bytes(model, work, t) if per_layer is None else per_layer
-    scores = _scores_bytes(model, work, t, tokens)
     seq_shard = np.where(t.sp == 1, t.tp, 1)
+    pp1 = t.pp == 1
     # Offload runs with pp = 1 only, so one micro-batch is in flight and the first stage is the model.
-    resident_layers = layout.first_layers - t.offload
-    first_acts = (per_layer * resident_layers + tokens * ACTIVATION_BYTES * model.hidden_size / seq_shard) \
-        * _in_flight(t.pp, t.vpp, num_microbatches)
-    last_acts = per_layer * layout.last_layers  # the last stage holds one micro-batch in 1F1B
-    logits = LOGITS_BYTES * tokens * model.vocab_size / t.tp
-    # While one layer is recomputed in backward: its whole activations (full) and its scores (both).
-    recomputed_layer = tokens * layer_activation_bytes_per_token(model, t.tp, t.sp, np.zeros_like(t.recompute),
-                                                                 gemm_input_bytes, t.etp)
-    working_set = np.where(t.recompute == 2, recomputed_layer, 0.0) + np.where(np.isin(t.recompute, (1, 2)), scores, 0.0)
-    # All-gather CP holds the whole sequence's K, V (and dK, dV) of the layer in backward.
-    working_set = working_set + gathered_kv_bytes(model, tokens, t.tp, t.cp, t.cp_comm)
+    first_chunks = in_flight_chunks(t.pp, t.vpp, num_microbatches, last_rank=False)
+    last_chunks = in_flight_chunks(t.pp, t.vpp, num_microbatches, last_rank=True)
+    embedding_output = tokens * ACTIVATION_BYTES * model.hidden_size / seq_shard
+    first_acts = (per_layer * (layout.first_layers - t.offload) + t.vpp * embedding_output) * first_chunks / t.vpp
+    last_acts = per_layer * layout.last_layers * last_chunks / t.vpp
+    loss = work.loss_bytes_per_logit * tokens * model.vocab_size / t.tp
+    working_set = _working_set_bytes(model, work, t, tokens)
     # States shard over the data-parallel group including context parallel (Megatron's
     # dp-cp group, torchtitan's dp_shard x cp mesh): CP ranks hold the same weights.
     weights_frac, grads_frac, optim_frac = recipe.sharded_bytes_per_param(t.zero, t.dp * t.cp)
     # Routed experts shard over their own data-parallel group, edp = tp·dp·cp / (ep·etp).
     expert_fracs = recipe.sharded_bytes_per_param(t.zero, expert_data_parallel(t))
-    # Sharded weights are gathered a layer at a time (the gathered copy, the prefetched next one and
-    # its gradient); engines that gather per parameter tensor hold only the largest tensors.
-    unit_params = model.largest_layer_tensor_params() if recipe.gathers_per_tensor else model.layer_params()
-    gathered = np.where(t.zero >= recipe.weights_sharded_from_zero,
-                        unit_params / t.tp * (2 * recipe.param_gather_bytes + recipe.grad_bytes), 0.0)
+    # Gradients freed after every step exist at the first micro-batch's activation peak only when an
+    # earlier micro-batch's backward has run (accumulation or a pipeline schedule).
+    grads_held = np.where(work.frees_grads_between_steps & (num_microbatches <= 1) & pp1, 0.0, 1.0)
+    gathered = _gathered_bytes(model, work, t)
     # Reshard-after-backward only (FSDP SHARD_GRAD_OP): the whole stage stays gathered in compute.
-    stage_gathered = np.where((t.zero == 2) & (recipe.weights_sharded_from_zero == 2), 1.0, 0.0)
+    stage_gathered = np.where((t.zero == 2) & (recipe.weights_sharded_from_zero == 2), recipe.param_gather_bytes, 0.0)
+    root_gathered = np.where(work.fsdp_root_stays_gathered & (t.zero >= recipe.weights_sharded_from_zero),
+                             recipe.param_gather_bytes / t.tp, 0.0)
 
-    def stage_total(params, expert_params, acts, stage_logits):
-        states = params * (weights_frac + grads_frac + optim_frac) + expert_params * sum(expert_fracs)
-        transient = gathered + stage_gathered * params * recipe.param_gather_bytes + working_set
-        return states + acts + stage_logits + transient
+    def states(params, expert_params):
+        held = weights_frac + grads_held * grads_frac + optim_frac
+        return params * held + expert_params * (expert_fracs[0] + grads_held * expert_fracs[1] + expert_fracs[2])
 
-    pp1 = t.pp == 1
-    first_total = stage_total(layout.first_params, layout.first_expert_params, first_acts, np.where(pp1, logits, 0.0))
-    last_total = stage_total(layout.last_params, layout.last_expert_params, last_acts, logits)
+    def transient(params, root_params):
+        return gathered + stage_gathered * params + root_gathered * root_params + working_set
+
+    first_root = model.embedding_params() + np.where(pp1, model.output_params(), 0.0)
+    first_transient = transient(layout.first_params, first_root)
+    last_transient = transient(layout.last_params, model.output_params())
+    first_total = states(layout.first_params, layout.first_expert_params) + first_acts + first_transient \
+        + np.where(pp1, loss, 0.0)
+    last_total = np.where(pp1, first_total, states(layout.last_params, layout.last_expert_params) + last_acts
+                          + last_transient + loss)
     worst_last = (last_total > first_total) & ~pp1
     params = np.where(worst_last, layout.last_params, layout.first_params)
     experts = np.where(worst_last, layout.last_expert_params, layout.first_expert_params)
-    acts = np.where(worst_last, last_acts, first_acts)
-    used = np.maximum(first_total, np.where(pp1, 0.0, last_total))
-    reserve = FIXED_RESERVE_BYTES + ALLOCATOR_FRAGMENTATION_FRAC * used
+    allocated = np.maximum(first_total, last_total)
+    reserved = reserved_bytes(allocated, work.allocator)
+    outside = non_torch_bytes(t.tp, t.pp, t.dp, t.cp, t.ep)
+    middle_params = layout.middle_layers * model.shared_params_per_layer_mean() / t.tp
+    middle_experts = layout.middle_layers * model.routed_params_per_layer_mean() / (t.ep * t.etp)
     return MemoryBreakdown(
         weights_bytes=params * weights_frac + experts * expert_fracs[0],
-        grads_bytes=params * grads_frac + experts * expert_fracs[1],
+        grads_bytes=grads_held * (params * grads_frac + experts * expert_fracs[1]),
         optimizer_bytes=params * optim_frac + experts * expert_fracs[2],
-        activations_bytes=acts,
-        logits_bytes=np.where(worst_last | pp1, logits, 0.0),
-        transient_bytes=gathered + stage_gathered * params * recipe.param_gather_bytes + working_set,
+        activations_bytes=np.where(worst_last, last_acts, first_acts),
+        logits_bytes=np.where(worst_last | pp1, loss, 0.0),
+        transient_bytes=np.where(worst_last, last_transient, first_transient),
         host_bytes=per_layer * t.offload,
-        reserve_bytes=reserve,
-        peak_bytes=used + reserve,
+        allocated_bytes=allocated,
+        first_allocated_bytes=first_total,
+        last_allocated_bytes=last_total,
+        first_activations_bytes=first_acts,
+        middle_states_bytes=middle_params * (weights_frac + grads_frac + optim_frac)
+        + middle_experts * sum(expert_fracs),
+        reserved_bytes=reserved,
+        non_torch_bytes=outside,
+        reserve_bytes=reserved - allocated + outside,
+        peak_bytes=reserved + outside,
         worst_stage=worst_last.astype(np.int64),
     )
+
+
+def in_flight_chunks(pp, vpp, num_microbatches, last_rank: bool):
+    """Model chunks whose activations a pipeline rank holds at its peak. Megatron's interleaved
+    schedule runs (pp − r − 1)·2 + (vpp − 1)·pp warm-up forwards on rank r before its first backward,
+    so rank r holds that many chunks plus one, at most every chunk of the step (m·vpp); 1F1B holds
+    pp − r micro-batches, at most m. On the first rank this is Korthikanti et al.'s
+    p·(1 + (p − 1)/(p·v)) micro-batches' worth; the last rank holds one micro-batch without interleaving."""
+    pp = np.asarray(pp, dtype=float)
+    vpp = np.asarray(vpp, dtype=float)
+    m = np.asarray(num_microbatches, dtype=float)
+    rank = pp - 1 if last_rank else 0.0
+    interleaved = np.minimum((pp - rank - 1) * 2 + (vpp - 1) * pp + 1, m * vpp)
+    return np.where(vpp > 1, interleaved, np.minimum(pp - rank, m))
+
+
+def _working_set_bytes(model: ModelSpec, work: Workload, t: ConfigTable, tokens):
+    """Transient activations while one layer is recomputed in backward: its whole activations (full
+    recompute) and its score matrices (unfused attention under selective or full); all-gather CP holds the
+    whole sequence's K, V (and dK, dV) of the layer in backward."""
+    recomputed_layer = tokens * layer_activation_bytes_per_token(model, t.tp, t.sp, np.zeros_like(t.recompute),
+                                                                 _gemm_input_bytes(work.precision), t.etp,
+                                                                 gathered_gemm_inputs=work.saves_gathered_gemm_inputs)
+    # Its backward also holds the gradients of the MLP's widest activations (gate and up, bf16).
+    widest_grads = tokens * ACTIVATION_BYTES * (2 if model.gated_mlp else 1) * model.ffn_size / t.tp
+    scores = _scores_bytes(model, work, t, tokens)
+    working_set = np.where(t.recompute == 2, recomputed_layer + widest_grads, 0.0) + np.where(np.isin(t.recompute, (1, 2)), scores, 0.0)
+    return working_set + gathered_kv_bytes(model, tokens, t.tp, t.cp, t.cp_comm)
+
+
+def _gathered_bytes(model: ModelSpec, work: Workload, t: ConfigTable):
+    """Sharded weights gathered a layer at a time: the gathered copy, the prefetched next one and its
+    gradient; engines that gather per parameter tensor hold only the largest tensors."""
+    recipe = work.recipe
+    unit_params = model.largest_layer_tensor_params() if recipe.gathers_per_tensor else model.layer_params()
+    return np.where(t.zero >= recipe.weights_sharded_from_zero,
+                    unit_params / t.tp * (2 * recipe.param_gather_bytes + recipe.grad_bytes), 0.0)

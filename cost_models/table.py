@@ -106,6 +106,20 @@ class Workload:
     cp_gather_overlaps_local: bool = False
     """The all-gather context-parallel variant starts asynchronously under the local chunk's attention
     (PyTorch's ring attention, torchtitan) instead of blocking before it (Transformer Engine)."""
+    selective_saves: str = "attention_core"
+    """What selective recompute keeps: ``attention_core`` (Megatron: everything but the attention core's
+    tensors) or ``alternate_matmuls`` (torchtitan's op-level SAC: every other matmul output, the
+    attention output and the layer input)."""
+    loss_bytes_per_logit: float = 6.0
+    """Bytes per logit element the loss holds at its peak (planner.engines derives each engine's)."""
+    frees_grads_between_steps: bool = False
+    """Gradients are freed after each step, so the first micro-batch's peak holds none."""
+    saves_gathered_gemm_inputs: bool = False
+    """With sequence parallelism, GEMMs keep their all-gathered input (torchtitan) rather than the shard."""
+    fsdp_root_stays_gathered: bool = False
+    """Sharded embedding and output weights stay gathered through the loss (FSDP2's root)."""
+    allocator: str = "fused_kernels"
+    """Caching-allocator behaviour (cost_models.device_memory.FRAGMENTATION_FRAC): eager, compiled or fused_kernels."""
 
     def __post_init__(self) -> None:
         if self.expert_imbalance is not None and not self.expert_imbalance >= 1.0:

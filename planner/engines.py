@@ -15,6 +15,18 @@ from paraplan.cost_models.recipes import (
 from paraplan.errors import InputError
 
 EngineName = Literal["megatron", "deepspeed", "torchtitan"]
+SelectiveSaves = Literal["attention_core", "alternate_matmuls"]
+
+# Loss working sets, bytes per logit element at the loss's peak:
+# - Megatron's vocab-parallel cross entropy casts the bf16 logits to an fp32 buffer, turns it into the
+#   softmax in place and keeps it for backward, where the gradient is written into the same buffer and
+#   cast back to bf16 for the output layer: 4 (fp32 softmax) + 2 (bf16 gradient) = 6.
+# - PyTorch's F.cross_entropy on ``logits.float()`` (torchtitan, Hugging Face models under DeepSpeed) keeps
+#   the fp32 log-softmax (4); its backward allocates the fp32 gradient of that output (4) and the fp32
+#   gradient of its input (4) while the saved output is alive: 12.
+MEGATRON_LOSS_BYTES_PER_LOGIT = 6.0
+KORTHIKANTI_LOSS_BYTES_PER_LOGIT = 4.0
+EAGER_LOSS_BYTES_PER_LOGIT = 12.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,6 +75,26 @@ class EngineRules:
     ep_overlap: bool
     """Expert all-to-alls can run under another micro-batch's compute (needs ep > 1, no full recompute,
     and virtual stages when pp > 1)."""
+    selective_saves: SelectiveSaves
+    """What ``selective`` recompute keeps: Megatron drops the attention core's tensors (Korthikanti et al.
+    2022); torchtitan's op-level SAC keeps every other matmul output and the attention output."""
+    loss_bytes_per_logit: float
+    """Bytes per logit element (per token per vocabulary entry on one TP rank) the loss holds at its peak."""
+    frees_grads_between_steps: bool
+    """Gradients are freed after each optimizer step, so they are absent at the first micro-batch's
+    activation peak. torchtitan calls zero_grad(set_to_none=True), yet its measured peaks hold them: from 8
+    to 128 FSDP ranks (Llama 3.1 8B, same local batch) the reserved peak falls by 15.4 GiB, what 16 B of
+    states per parameter predict (14.0 GiB x the allocator's 1.1), not 12 B (10.5 GiB x 1.1)."""
+    saves_gathered_gemm_inputs: bool
+    """With sequence parallelism, each GEMM keeps its all-gathered (whole-sequence) input for the weight
+    gradient (DTensor's SequenceParallel + ColwiseParallel in torchtitan), instead of its sequence shard
+    gathered again in backward (Megatron-core)."""
+    eager_pytorch_model: bool
+    """The model's elementwise ops run as eager PyTorch kernels unless torch.compile fuses them (torchtitan);
+    else fused kernels with few temporaries (Megatron with Transformer Engine, Megatron-DeepSpeed)."""
+    fsdp_root_stays_gathered: bool
+    """With sharded weights, the root module (embedding, final norm, output layer) stays gathered from
+    its forward through its backward (FSDP2 never reshards the root after forward)."""
     source: str
     """Where these rules come from."""
 
@@ -76,6 +108,8 @@ ENGINES: dict[str, EngineRules] = {
         interleaved_needs_pp_multiple=True, attention_kernels=("fused", "flash", "unfused"),
         kernel_stack="transformer_engine", activation_offload=True, recompute_stops_early=False,
         expert_ranks_from=("tp", "dp", "cp"), etp_choices="divisors_of_tp", ep_overlap=True,
+        selective_saves="attention_core", loss_bytes_per_logit=MEGATRON_LOSS_BYTES_PER_LOGIT,
+        frees_grads_between_steps=False, saves_gathered_gemm_inputs=False, eager_pytorch_model=False, fsdp_root_stays_gathered=False,
         source=(
             "Megatron-LM core_v0.16 arguments: --use-distributed-optimizer, --use-megatron-fsdp, "
             "--cp-comm-type p2p|a2a|allgather|a2a+p2p with --hierarchical-context-parallel-sizes (Transformer "
@@ -99,6 +133,11 @@ ENGINES: dict[str, EngineRules] = {
         interleaved_needs_pp_multiple=False,
         attention_kernels=("flash", "unfused"), kernel_stack="pytorch", activation_offload=False,
         recompute_stops_early=False, expert_ranks_from=("dp",), etp_choices="one", ep_overlap=False,
+        # Korthikanti et al.'s 4·s·b·V/t (the fp32 softmax alone), paraplan's figure before issue 15: the 2021
+        # ZeRO-3 runs (Narayanan et al. Table 2, 529.6B at mbs 4 on 640 GPUs) ran within 2% of capacity and
+        # Megatron's 6 B would call them out of memory; no DeepSpeed memory measurement settles it.
+        selective_saves="attention_core", loss_bytes_per_logit=KORTHIKANTI_LOSS_BYTES_PER_LOGIT,
+        frees_grads_between_steps=False, saves_gathered_gemm_inputs=False, eager_pytorch_model=False, fsdp_root_stays_gathered=False,
         source=("DeepSpeed (ZeRO-3 costed as its 2021 releases ran it, see recipes.DEEPSPEED_MIXED): PipelineEngine "
                 "supports ZeRO-1 only; activation checkpointing is per layer (full); "
                 "deepspeed.checkpointing is reentrant and reruns the whole layer; attention is the model's own "
@@ -113,12 +152,15 @@ ENGINES: dict[str, EngineRules] = {
         interleaved_needs_pp_multiple=False, attention_kernels=("flash", "fused"),
         kernel_stack="pytorch", activation_offload=False, recompute_stops_early=True,
         expert_ranks_from=("dp", "cp"), etp_choices="one_or_tp", ep_overlap=False,
+        selective_saves="alternate_matmuls", loss_bytes_per_logit=EAGER_LOSS_BYTES_PER_LOGIT,
+        frees_grads_between_steps=False, saves_gathered_gemm_inputs=True, eager_pytorch_model=True, fsdp_root_stays_gathered=True,
         source=(
             "torchtitan 0.3: scaled_dot_product_attention (flash backend by default, cuDNN backend on request), "
             "FSDP2 (reshard_after_forward = ZeRO-3, never = ZeRO-2), DDP replicate, "
             "TP with SequenceParallel norms, Interleaved1F1B, context_parallel through PyTorch's ring attention "
             "(its default rotate method all-gathers K and V asynchronously under the local chunk's attention), "
             "activation_checkpoint mode none/selective/full through torch.utils.checkpoint with "
+            "(selective_ac_option 'op': its policy saves the outputs of every other aten.mm and of SDPA) "
             "use_reentrant=False (early stop on: recomputation ends at the last tensor backward needs), "
             "expert_parallel_degree borrowed from dp_shard·cp and expert_tensor_parallel_degree 1 or tp"
         ),

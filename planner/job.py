@@ -42,6 +42,13 @@ class TrainingJob:
     """MoE token dropping: each expert takes at most this many times its balanced share of tokens and is
     padded up to it (Megatron --moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity);
     None = dropless."""
+    compiled: bool = False
+    """torchtitan: the model runs under torch.compile (fused elementwise kernels, less allocator
+    fragmentation)."""
+    fused_kernels: bool = False
+    """A PyTorch model whose loss and memory-bound ops run as fused kernels (llm-foundry: flash-attn's
+    in-place cross entropy, ``fused_crossentropy``, and low-precision LayerNorm): the loss keeps
+    FUSED_LOSS_BYTES_PER_LOGIT and the allocator fragments like a fused-kernel stack."""
 
     def __post_init__(self) -> None:
         for label in ("seq_len", "global_batch"):
@@ -81,7 +88,25 @@ class TrainingJob:
                         recompute_stops_early=engine_rules(self.engine).recompute_stops_early,
                         flops_convention=self.flops_convention, expert_imbalance=self.expert_imbalance,
                         routing=self.routing, capacity_factor=self.capacity_factor,
-                        cp_gather_overlaps_local=engine_rules(self.engine).cp_gather_overlaps_local)
+                        cp_gather_overlaps_local=engine_rules(self.engine).cp_gather_overlaps_local,
+                        **_memory_behaviour(engine_rules(self.engine), self.compiled, self.fused_kernels))
+
+
+# A fused in-place cross entropy keeps the bf16 logits (2 B) and writes their gradient into the same
+# buffer; the bf16 gradient the output layer's backward reads is that buffer, plus 2 B of slack for the
+# fp32 row statistics and the copy the engine casts for the output GEMM: 4 B per logit element.
+FUSED_LOSS_BYTES_PER_LOGIT = 4.0
+
+
+def _memory_behaviour(rules, compiled: bool, fused_kernels: bool) -> dict:
+    """The engine's memory behaviour as the cost model's workload fields."""
+    eager = rules.eager_pytorch_model and not fused_kernels
+    allocator = ("compiled" if compiled else "eager") if eager else "fused_kernels"
+    loss = FUSED_LOSS_BYTES_PER_LOGIT if fused_kernels else rules.loss_bytes_per_logit
+    return {"selective_saves": rules.selective_saves, "loss_bytes_per_logit": loss,
+            "frees_grads_between_steps": rules.frees_grads_between_steps,
+            "saves_gathered_gemm_inputs": rules.saves_gathered_gemm_inputs,
+            "fsdp_root_stays_gathered": rules.fsdp_root_stays_gathered, "allocator": allocator}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -66,6 +66,8 @@ def estimate_at(est: EstimateTable, row: int) -> dict[str, Any]:
         "model_tflops_per_gpu": float(est.model_flops_per_s_per_gpu[row]) / 1e12,
         "num_microbatches": int(est.num_microbatches[row]),
         "peak_memory_bytes": float(memory.peak_bytes[row]),
+        "allocated_memory_bytes": float(memory.allocated_bytes[row]),
+        "reserved_memory_bytes": float(memory.reserved_bytes[row]),
         "peak_memory_stage": "last" if memory.worst_stage[row] else "first",
         "host_memory_bytes": float(memory.host_bytes[row]),
         "step_time_breakdown_s": {name: float(getattr(est, name)[row]) for name in _BREAKDOWN},

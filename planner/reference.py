@@ -115,7 +115,8 @@ def predict_row(row: pd.Series) -> Prediction:
     imbalance = row.get("expert_imbalance")
     job = TrainingJob(model=model, seq_len=int(row["seq_len"]), global_batch=int(row["global_batch"]),
                       precision=row["precision"], engine=row["engine"], attention=row["attention"],
-                      expert_imbalance=float(imbalance) if pd.notna(imbalance) else None)
+                      expert_imbalance=float(imbalance) if pd.notna(imbalance) else None,
+                      fused_kernels=str(row.get("kernels", "")) == "fused")
     fixed = _fixed_knobs(row)
     result = search(job, _cluster(row), fixed)
     measured = measured_tokens_per_s_per_gpu(row, model)

@@ -8,6 +8,8 @@ from typing import Literal
 
 import numpy as np
 
+from paraplan.cost_models.device_memory import usable_capacity_bytes
+
 from paraplan.cost_models.compute import ComputeRates
 from paraplan.cost_models.context_parallel import CP_COMM_CODES
 from paraplan.cost_models.estimate import EstimateTable, default_rates, estimate
@@ -127,7 +129,7 @@ def search(job: TrainingJob, cluster: ClusterSpec, fixed: dict[str, list[int]] |
     space = enumerate_space(job, cluster, engine_rules(job.engine), fixed, collapse_cp_comm=True)
     table, fallback, rejected = _fastest_cp_comm(job, cluster, space, rates, objective)
     est = _estimate(job, cluster, table, rates)
-    capacity = cluster.gpu.hbm_bytes * (1.0 - job.memory_headroom_frac)
+    capacity = usable_capacity_bytes(cluster.gpu.hbm_bytes) * (1.0 - job.memory_headroom_frac)
     # An all-gather row that does not fit falls back to its next fastest variant, whose memory is smaller.
     refit = np.flatnonzero((fallback >= 0) & (est.memory.peak_bytes > capacity))
     if len(refit):

@@ -13,21 +13,23 @@ import numpy as np
 from paraplan.cost_models.compute import analytical_rates
 from paraplan.cost_models.estimate import edge_times
 from paraplan.cost_models.layer import layer_times
-from paraplan.cost_models.memory import (
-    ALLOCATOR_FRAGMENTATION_FRAC,
-    FIXED_RESERVE_BYTES,
-    LOGITS_BYTES,
-    stored_layer_bytes,
+from paraplan.cost_models.device_memory import (
+    FRAGMENTATION_FRAC,
+    non_torch_bytes,
+    usable_capacity_bytes,
 )
+from paraplan.cost_models.memory import stored_layer_bytes
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.planner.job import ParallelConfig, TrainingJob, configs_to_table
 from paraplan.planner.placement.stage_partition import StageInstance
 
 
-def usable_bytes(cluster: ClusterSpec, headroom_frac: float) -> float:
-    """Memory a stage may fill: HBM less the headroom, the fixed reserve and the allocator's
-    fragmentation share (the same reserve memory_breakdown adds to its peak)."""
-    return (cluster.gpu.hbm_bytes * (1.0 - headroom_frac) - FIXED_RESERVE_BYTES) / (1.0 + ALLOCATOR_FRAGMENTATION_FRAC)
+def usable_bytes(cluster: ClusterSpec, headroom_frac: float, config: ParallelConfig, allocator: str) -> float:
+    """Live tensors a stage may hold: usable HBM less the headroom and what lives outside PyTorch,
+    over the allocator's fragmentation share (the same terms memory_breakdown adds to its peak)."""
+    outside = float(non_torch_bytes(config.tp, config.pp, config.dp, config.cp, config.ep))
+    capacity = float(usable_capacity_bytes(cluster.gpu.hbm_bytes)) * (1.0 - headroom_frac)
+    return (capacity - outside) / (1.0 + FRAGMENTATION_FRAC[allocator])
 
 
 def stage_instance(job: TrainingJob, config: ParallelConfig, clusters: list[ClusterSpec],
@@ -60,10 +62,11 @@ def stage_instance(job: TrainingJob, config: ParallelConfig, clusters: list[Clus
         layer_activation_bytes=np.where(is_moe, kinds["moe"][2], kinds["dense"][2]),
         first_extra_s=embed_s, last_extra_s=output_s + mtp_s,
         first_extra_bytes=model.embedding_params() / config.tp * per_param,
-        last_extra_bytes=last_bytes + LOGITS_BYTES * tokens * model.vocab_size / config.tp,
+        last_extra_bytes=last_bytes + job.workload().loss_bytes_per_logit * tokens * model.vocab_size / config.tp,
         # 1F1B (Narayanan et al. 2021, section 2.2): stage s holds pp − s micro-batches at its peak.
         in_flight=np.minimum(stages - np.arange(stages), m).astype(float),
-        capacity_bytes=np.array([usable_bytes(c, job.memory_headroom_frac) for c in clusters]),
+        capacity_bytes=np.array([usable_bytes(c, job.memory_headroom_frac, config, job.workload().allocator)
+                                 for c in clusters]),
         time_scale=scale,
     )
 

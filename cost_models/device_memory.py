@@ -1,0 +1,55 @@
+"""What a GPU's memory holds beyond the live tensors of training, and how much of it a job may use.
+
+Three numbers describe one GPU at its peak, and sources report different ones:
+- allocated: the live tensors (``torch.cuda.max_memory_allocated``; Megatron's ``mem-max-allocated-bytes``);
+- reserved: what PyTorch's caching allocator holds from the driver (``max_memory_reserved``; torchtitan's
+  ``memory:`` log line): the live tensors plus blocks cached for reuse that a request of another size
+  cannot use (fragmentation);
+- device: reserved plus what lives outside PyTorch's allocator (the CUDA context with its kernel images,
+  NCCL's communicator buffers). This is what runs out: the fit decision compares it with usable capacity.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from paraplan.hardware_profiles.units import BYTES_PER_GIB
+
+# The driver keeps part of HBM for itself: PyTorch's out-of-memory messages report "a total capacity of
+# 79.15 GiB" on an A100 80GB and 79.11 GiB on an H100 80GB (0.989 of the nominal 80), and 39.39 GiB on an
+# A100 40GB (0.985). torchtitan's 96 GB H100 benchmark says its GPUs have 95 GiB (0.99).
+DRIVER_VISIBLE_FRAC = 0.987
+
+# CUDA context with lazily loaded kernel images on Hopper/Ampere: about 0.5 GiB per process (nvidia-smi
+# shows 0.5-0.6 GiB for a process that only initialised CUDA and cuBLAS).
+CUDA_CONTEXT_BYTES = 0.5 * BYTES_PER_GIB
+# NCCL allocates per communicator, per channel and per peer connection, buffers of 4 MiB (Simple), 256 KiB
+# (LL128 on Hopper: 4.6 MiB) and 128 KiB (LL): with NCCL's default 16-32 channels a ring communicator holds
+# 2 peers x ~32 channels x ~4.5 MiB ~ 0.3 GiB. NVLS (NVLink SHARP) and P2P buffers add more on H100.
+NCCL_BYTES_PER_COMMUNICATOR = 0.3 * BYTES_PER_GIB
+
+# Caching-allocator overhead on top of the live peak, per engine behaviour. Fitted on the torchtitan rows of
+# memory_runs.csv (max_reserved over the predicted allocated peak, median over rows; the leave-one-out
+# figure is printed by bench/memory_accuracy.py). Eager PyTorch allocates every elementwise temporary of
+# the loss and the norms at its own size, so cached blocks of many sizes pile up; torch.compile fuses them
+# into few kernels with few, equal-sized buffers. Fused-kernel stacks (Megatron with Transformer Engine)
+# keep paraplan's earlier 7% margin, which no measured reserved figure here can check.
+FRAGMENTATION_FRAC = {"eager": 0.13, "compiled": 0.05, "fused_kernels": 0.07}
+
+
+def usable_capacity_bytes(hbm_bytes) -> np.ndarray:
+    """HBM the driver lets a process use (bytes)."""
+    return np.asarray(hbm_bytes, dtype=float) * DRIVER_VISIBLE_FRAC
+
+
+def non_torch_bytes(tp, pp, dp, cp, ep) -> np.ndarray:
+    """CUDA context and NCCL buffers: one communicator per parallel axis of size > 1 (the world
+    communicator torch.distributed always creates counts as one)."""
+    groups = sum(np.where(np.asarray(axis) > 1, 1.0, 0.0) for axis in (tp, pp, dp, cp, ep))
+    return CUDA_CONTEXT_BYTES + (1.0 + groups) * NCCL_BYTES_PER_COMMUNICATOR
+
+
+def reserved_bytes(allocated_bytes, allocator: str) -> np.ndarray:
+    """What the caching allocator holds when the live tensors peak at ``allocated_bytes``."""
+    return np.asarray(allocated_bytes, dtype=float) * (1.0 + FRAGMENTATION_FRAC[allocator])
+
