@@ -45,7 +45,7 @@ def megatron_program(plan: ExportPlan) -> Program:
         ArgGroup(name="MODEL_ARGS", comment=f"Model shape of {model.name} (from the plan)",
                  args=model_args(model, plan.seq_len) + moe_args(model, plan) + mla_args(model)),
         ArgGroup(name="BATCH_ARGS", comment="Batch and memory (from the plan)",
-                 args=batch_args(plan) + _RECOMPUTE[plan.config.recompute] + offload_args(plan)),
+                 args=batch_args(plan) + recompute_args(plan) + offload_args(plan)),
         ArgGroup(name="PRECISION_ARGS", comment=f"{plan.precision} GEMMs, {plan.attention} attention (from the plan)",
                  args=precision_args(plan)),
         ArgGroup(name="DATA_ARGS", comment="Data and tokenizer: NOT from the plan; mock data until you set yours",
@@ -95,12 +95,10 @@ def pipeline_split_args(plan: ExportPlan) -> list[Arg]:
     even = len(set(layers)) == 1
     edge_accounted = len(set(layers[1:-1])) <= 1 and layers[0] == layers[-1] == max(layers) - 1
     args: list[Arg] = []
-    if not even and c.vpp > 1 and not edge_accounted:
-        # Explicit edge chunks with virtual stages: Megatron's layout string, one '|'-separated
-        # chunk per virtual stage in model order (E embedding, t decoder layer, m MTP layer, L loss).
-        chunks = ["t" * n for n in layers]
-        chunks[0], chunks[-1] = "E" + chunks[0], chunks[-1] + "m" * plan.model.mtp_layers + "L"
-        return [("--pipeline-model-parallel-layout", "|".join(chunks))]
+    if not even and c.vpp > 1 and (not edge_accounted or min(layers) == 0):
+        # Explicit edge chunks, or an edge chunk with the embedding or the loss alone: the layout string
+        # says so literally instead of leaving it to --account-for-*'s arithmetic.
+        return [("--pipeline-model-parallel-layout", layout_string(layers, plan.model.mtp_layers))]
     if not even and c.vpp == 1:
         # One chunk per rank: name the first and last stage explicitly.
         args += [("--decoder-first-pipeline-num-layers", str(layers[0])),
@@ -112,6 +110,21 @@ def pipeline_split_args(plan: ExportPlan) -> list[Arg]:
     if c.vpp > 1:
         args.append(("--num-layers-per-virtual-pipeline-stage", str(max(layers))))
     return args
+
+
+def layout_string(layers: tuple[int, ...], mtp_layers: int) -> str:
+    """Megatron's --pipeline-model-parallel-layout: one '|'-separated chunk per virtual stage in model
+    order (E embedding, t decoder layer, m MTP layer, L loss); an edge chunk may be E or L alone. Runs of
+    equal middle chunks are written (t…t|)*n, which PipelineParallelLayerLayout.parse_str_to_list unrolls
+    (its own example: "Ettt|(tt|)*29,m|L")."""
+    middle: list[list[int]] = []
+    for count in layers[1:-1]:
+        if middle and middle[-1][0] == count:
+            middle[-1][1] += 1
+        else:
+            middle.append([count, 1])
+    runs = "".join(f"({'t' * count}|)*{repeat}" if repeat > 1 else f"{'t' * count}|" for count, repeat in middle)
+    return f"E{'t' * layers[0]}|{runs}{'t' * layers[-1]}{'m' * mtp_layers}L"
 
 
 def data_parallel_args(plan: ExportPlan) -> list[Arg]:
@@ -203,6 +216,21 @@ def mla_args(model: ModelSpec) -> tuple[Arg, ...]:
 def batch_args(plan: ExportPlan) -> tuple[Arg, ...]:
     """Micro-batch and global batch, in sequences."""
     return (("--micro-batch-size", str(plan.config.mbs)), ("--global-batch-size", str(plan.global_batch)))
+
+
+def recompute_args(plan: ExportPlan) -> tuple[Arg, ...]:
+    """Recompute as the plan priced it. ``modules`` is cost_models.table's cheap set (layernorm, mla_up_proj,
+    moe_act): selective granularity with exactly the modules the model has, since megatron-core 0.16.1's
+    TransformerConfig refuses mla_up_proj without MLA and moe_act without grouped GEMMs (which MoE exports
+    always turn on)."""
+    if plan.config.recompute != "modules":
+        return _RECOMPUTE[plan.config.recompute]
+    return (("--recompute-granularity", "selective"), ("--recompute-modules", recompute_modules(plan.model)))
+
+
+def recompute_modules(model: ModelSpec) -> tuple[str, ...]:
+    """Megatron's --recompute-modules names of the ``modules`` set that exist in ``model``."""
+    return ("layernorm",) + (("mla_up_proj",) if model.is_mla else ()) + (("moe_act",) if model.is_moe else ())
 
 
 def offload_args(plan: ExportPlan) -> tuple[Arg, ...]:

@@ -30,7 +30,9 @@ from paraplan.planner.plan import model_from_shape, model_shape
 def group_args(program, name: str) -> list[str]:
     """One argument group of a Program as flat strings."""
     group = next(g for g in program.groups if g.name == name)
-    return [word for flag, value in group.args for word in (flag, *([] if value is None else [str(value)]))]
+    def words(value) -> list[str]:
+        return [] if value is None else list(value) if isinstance(value, tuple) else [str(value)]
+    return [word for flag, value in group.args for word in (flag, *words(value))]
 
 
 # -- layout -----------------------------------------------------------------------------------
@@ -145,8 +147,32 @@ def test_megatron_uneven_first_last_and_edge_accounted_virtual_stages():
     plan = make_export_plan("deepseek-v3", pp=4, vpp=4, dp=8, ep=8, global_batch=64)
     args = group_args(megatron_program(plan), "PARALLEL_ARGS")
     layout = args[args.index("--pipeline-model-parallel-layout") + 1]
-    assert layout == "|".join(["Ettt"] + ["tttt"] * 14 + ["ttmL"])  # its MTP layer rides with the loss
+    assert layout == "Ettt|(tttt|)*14ttmL"  # 14 middle chunks of 4; its MTP layer rides with the loss
     assert "--num-layers-per-virtual-pipeline-stage" not in args
+
+
+def test_megatron_layout_puts_the_embedding_or_the_loss_alone_in_an_edge_chunk():
+    # llama-3.1-405b on pp 16 x vpp 8 (what the 16,384-GPU search picks): 126 + 2 over 128 chunks.
+    plan = make_export_plan("llama-3.1-405b", tp=8, pp=16, vpp=8, global_batch=32)
+    assert plan.stage_layers == (0,) + (1,) * 126 + (0,)
+    args = group_args(megatron_program(plan), "PARALLEL_ARGS")
+    assert args[args.index("--pipeline-model-parallel-layout") + 1] == "E|(t|)*126L"
+    assert "--account-for-embedding-in-pipeline-split" not in args
+    # DeepSeek-V3 on pp 16 x vpp 2: 30 chunks of 2, one of 1; the last chunk holds MTP and the loss.
+    plan = make_export_plan("deepseek-v3", pp=16, vpp=2, dp=8, ep=8, global_batch=128)
+    args = group_args(megatron_program(plan), "PARALLEL_ARGS")
+    assert args[args.index("--pipeline-model-parallel-layout") + 1] == "Et|(tt|)*30mL"
+
+
+def test_megatron_modules_recompute_names_the_modules_the_model_has():
+    def batch(model, **config):
+        return group_args(megatron_program(make_export_plan(model, recompute="modules", **config)), "BATCH_ARGS")
+    assert batch("llama-3.1-8b", tp=2, dp=4, sp=True)[4:] == [
+        "--recompute-granularity", "selective", "--recompute-modules", "layernorm"]
+    assert batch("mixtral-8x7b", dp=8, ep=8)[4:] == [
+        "--recompute-granularity", "selective", "--recompute-modules", "layernorm", "moe_act"]
+    assert batch("deepseek-v3", pp=4, dp=8, ep=8, global_batch=64)[4:] == [
+        "--recompute-granularity", "selective", "--recompute-modules", "layernorm", "mla_up_proj", "moe_act"]
 
 
 def test_megatron_moe_and_mla_flags():
