@@ -22,16 +22,9 @@ from paraplan.cost_models.model_spec import AttentionFlops
 from paraplan.cost_models.routing import read_routing_csv
 from paraplan.cost_models.table import RECOMPUTE_CODES
 from paraplan.errors import InputError
-from paraplan.hardware_profiles import (
-    ClusterSpec,
-    builtin_cluster_names,
-    cluster_from_file,
-    gpu_names,
-    load_cluster,
-    load_gpu,
-    quick_cluster,
-)
+from paraplan.hardware_profiles import Catalog, ClusterSpec, cluster_from_file, load_cluster, quick_cluster
 from paraplan.hardware_profiles.topology_file import is_topology_file
+from paraplan.hardware_profiles.user_file import resolve_catalog
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.plan import SCHEMA_VERSION, Plan, config_at, estimate_at, plan_to_json
 from paraplan.planner.memory_reference import confusion, load_memory_runs, predict_memory_all, summarize_memory
@@ -63,6 +56,10 @@ GpusOpt = Annotated[int | None, typer.Option(help="Total GPUs (quick cluster, or
                                              rich_help_panel=_CLUSTER)]
 PerNodeOpt = Annotated[int | None, typer.Option(help="GPUs per node with --gpu (default 8).",
                                                 rich_help_panel=_CLUSTER)]
+HardwareFileOpt = Annotated[Path | None, typer.Option(
+    "--hardware", help="Your own hardware file (gpus: and clusters: in the catalog's schema) beside the built-in "
+                       "catalog; default $PARAPLAN_HARDWARE. See README 'Your own hardware'.",
+    rich_help_panel=_CLUSTER)]
 SeqLenOpt = Annotated[int, typer.Option(help="Tokens per sequence.", rich_help_panel=_JOB)]
 BatchOpt = Annotated[int, typer.Option(help="Sequences per optimizer step.", rich_help_panel=_JOB)]
 EngineOpt = Annotated[str, typer.Option(help="megatron, deepspeed or torchtitan.", rich_help_panel=_JOB)]
@@ -154,22 +151,23 @@ def constraints(**flags: str | None) -> dict[str, list[int]]:
 
 
 def make_cluster(cluster: str | None, nodes: int | None, gpu: str | None, gpus: int | None,
-                 gpus_per_node: int | None) -> ClusterSpec:
-    """``--cluster NAME|FILE [--nodes N|--gpus N]`` or ``--gpu NAME --gpus N [--gpus-per-node 8]``."""
+                 gpus_per_node: int | None, catalog: Catalog | None = None) -> ClusterSpec:
+    """``--cluster NAME|FILE [--nodes N|--gpus N]`` or ``--gpu NAME --gpus N [--gpus-per-node 8]``; names are
+    looked up in ``catalog`` (default: the built-in one)."""
     if (cluster is None) == (gpu is None):
         raise InputError("give either --cluster NAME|FILE [--nodes N|--gpus N] or --gpu NAME --gpus N")
     if gpu is not None:
         if gpus is None or nodes is not None:
             raise InputError("--gpu needs --gpus N (total GPUs) and takes no --nodes")
-        return quick_cluster(gpu, gpus, 8 if gpus_per_node is None else gpus_per_node)
+        return quick_cluster(gpu, gpus, 8 if gpus_per_node is None else gpus_per_node, catalog=catalog)
     if gpus_per_node is not None:
         raise InputError("--gpus-per-node goes with --gpu; a --cluster fixes its own node size")
     if is_topology_file(Path(cluster)):
-        return place_cmd.search_cluster(Path(cluster), nodes, gpus)
+        return place_cmd.search_cluster(Path(cluster), nodes, gpus, catalog)
     looks_like_file = Path(cluster).suffix in (".yaml", ".yml") or "/" in cluster
     if Path(cluster).is_file() or looks_like_file:
-        return cluster_from_file(Path(cluster), num_nodes=nodes, num_gpus=gpus)
-    return load_cluster(cluster, num_nodes=nodes, num_gpus=gpus)
+        return cluster_from_file(Path(cluster), num_nodes=nodes, num_gpus=gpus, catalog=catalog)
+    return load_cluster(cluster, num_nodes=nodes, num_gpus=gpus, catalog=catalog)
 
 
 def make_job(model: str, seq_len: int, global_batch: int, precision: str, engine: str, convention: str,
@@ -218,7 +216,8 @@ def write_plans(path: Path | None, plans: list[Plan], cost_model: str, force: bo
 @user_errors
 def plan(
     model: ModelArg, seq_len: SeqLenOpt, global_batch: BatchOpt, cluster: ClusterOpt = None, nodes: NodesOpt = None,
-    gpu: GpuOpt = None, gpus: GpusOpt = None, gpus_per_node: PerNodeOpt = None, engine: EngineOpt = "megatron",
+    gpu: GpuOpt = None, gpus: GpusOpt = None, gpus_per_node: PerNodeOpt = None, hardware: HardwareFileOpt = None,
+    engine: EngineOpt = "megatron",
     attention: AttentionOpt = "auto", precision: PrecisionOpt = "bf16", flops_convention: ConventionOpt = "full",
     headroom: HeadroomOpt = 0.0, expert_imbalance: ImbalanceOpt = None, routing: RoutingOpt = None,
     capacity_factor: CapacityOpt = None,
@@ -239,7 +238,8 @@ def plan(
     cost_model: profile_cmd.CostModelOpt = "auto",
 ) -> None:
     """Search every parallel layout and show the fastest plans that fit."""
-    spec = make_cluster(cluster, nodes, gpu, gpus, gpus_per_node)
+    catalog = resolve_catalog(hardware)
+    spec = make_cluster(cluster, nodes, gpu, gpus, gpus_per_node, catalog)
     job = make_job(model, seq_len, global_batch, precision, engine, flops_convention, headroom, attention,
                    expert_imbalance, routing, capacity_factor)
     fixed = constraints(tp=tp, pp=pp, dp=dp, cp=cp, cp_comm=cp_comm, ep=ep, etp=etp, vpp=vpp, mbs=mbs, zero=zero,
@@ -262,9 +262,10 @@ def plan(
     render.plan_table(console, plans, capacity, title)
     render.why_best(console, plans, capacity, result.estimates.cost_model, objective)
     render.search_summary(console, result.rejected, result.considered, len(result.table), len(result.ranked))
+    render.hardware_origin(console, spec.gpu)
     documents = [plan_to_json(p, result.estimates.cost_model) for p in plans]
     if place or (cluster is not None and is_topology_file(Path(cluster))):
-        documents = place_cmd.refine(documents, cluster, spec)
+        documents = place_cmd.refine(documents, cluster, spec, catalog)
     if json_path is not None:
         render.write_json(json_path, {"schema_version": SCHEMA_VERSION, "plans": documents}, force)
     if export is not None:
@@ -281,7 +282,8 @@ app.command("place")(user_errors(place_cmd.place))
 def evaluate(
     model: ModelArg, seq_len: SeqLenOpt, global_batch: BatchOpt, tp: _axis_opt("Tensor parallel."),
     pp: _axis_opt("Pipeline parallel."), cluster: ClusterOpt = None, nodes: NodesOpt = None, gpu: GpuOpt = None,
-    gpus: GpusOpt = None, gpus_per_node: PerNodeOpt = None, engine: EngineOpt = "megatron",
+    gpus: GpusOpt = None, gpus_per_node: PerNodeOpt = None, hardware: HardwareFileOpt = None,
+    engine: EngineOpt = "megatron",
     attention: AttentionOpt = "auto", precision: PrecisionOpt = "bf16", flops_convention: ConventionOpt = "full",
     headroom: HeadroomOpt = 0.0, expert_imbalance: ImbalanceOpt = None, routing: RoutingOpt = None,
     capacity_factor: CapacityOpt = None,
@@ -295,7 +297,7 @@ def evaluate(
     json_path: JsonOpt = None, force: ForceOpt = False, cost_model: profile_cmd.CostModelOpt = "auto",
 ) -> None:
     """Predict step time, throughput and memory of one parallel configuration."""
-    spec = make_cluster(cluster, nodes, gpu, gpus, gpus_per_node)
+    spec = make_cluster(cluster, nodes, gpu, gpus, gpus_per_node, resolve_catalog(hardware))
     job = make_job(model, seq_len, global_batch, precision, engine, flops_convention, headroom, attention,
                    expert_imbalance, routing, capacity_factor)
     fixed = constraints(tp=tp, pp=pp, dp=dp, cp=cp, cp_comm=cp_comm, ep=ep, etp=etp, vpp=vpp, mbs=mbs, zero=zero,
@@ -321,7 +323,9 @@ def evaluate(
         raise InputError(f"{described} cp_comm={cp_comm} recompute={recompute} sp={sp} offload={offload} breaks a "
                          f"rule: {reason}")
     one = plan_at(job, spec, result, 0, rank=1)
-    render.evaluation(render.make_console(), one, capacity_bytes(job, spec), result.estimates.cost_model)
+    console = render.make_console()
+    render.evaluation(console, one, capacity_bytes(job, spec), result.estimates.cost_model)
+    render.hardware_origin(console, spec.gpu)
     write_plans(json_path, [one], result.estimates.cost_model, force)
 
 
@@ -351,23 +355,26 @@ def models_show(model: ModelArg,
 
 @hardware_app.command("list")
 @user_errors
-def hardware_list() -> None:
-    """Every built-in GPU and cluster type."""
-    clusters = [load_cluster(name, num_nodes=1) for name in builtin_cluster_names()]
-    render.hardware_lists(render.make_console(), [load_gpu(name) for name in gpu_names()], clusters)
+def hardware_list(hardware: HardwareFileOpt = None) -> None:
+    """Every GPU and cluster type: the built-in catalog and your hardware file's entries."""
+    catalog = resolve_catalog(hardware)
+    clusters = [catalog.cluster(name, num_nodes=1) for name in sorted(catalog.clusters)]
+    render.hardware_lists(render.make_console(), [catalog.gpus[name] for name in sorted(catalog.gpus)], clusters,
+                          catalog.cluster_origins)
 
 
 @hardware_app.command("show")
 @user_errors
-def hardware_show(name: Annotated[str, typer.Argument(help="A GPU or cluster name from 'hardware list'.")]) -> None:
+def hardware_show(name: Annotated[str, typer.Argument(help="A GPU or cluster name from 'hardware list'.")],
+                  hardware: HardwareFileOpt = None) -> None:
     """Every number of one GPU or cluster type, with its source."""
-    console = render.make_console()
-    if name in gpu_names():
-        render.gpu_detail(console, load_gpu(name))
-    elif name in builtin_cluster_names():
-        render.cluster_detail(console, load_cluster(name, num_nodes=1))
+    console, catalog = render.make_console(), resolve_catalog(hardware)
+    if name in catalog.gpus:
+        render.gpu_detail(console, catalog.gpus[name])
+    elif name in catalog.clusters:
+        render.cluster_detail(console, catalog.cluster(name, num_nodes=1), catalog.cluster_origins[name])
     else:
-        known = gpu_names() + builtin_cluster_names()
+        known = sorted(catalog.gpus) + sorted(catalog.clusters)
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.4)
         hint = f"; did you mean {' or '.join(close)}?" if close else ""
         raise InputError(f"unknown GPU or cluster {name!r}{hint} (known: {', '.join(known)})")

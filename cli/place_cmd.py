@@ -11,10 +11,11 @@ from rich.table import Table
 from paraplan.cli import render
 from paraplan.errors import InputError
 from paraplan.exporters.plan_input import read_plan_file
-from paraplan.hardware_profiles import ClusterSpec
+from paraplan.hardware_profiles import Catalog, ClusterSpec
 from paraplan.hardware_profiles.topology import Topology, uniform_topology
 from paraplan.hardware_profiles.topology_file import is_topology_file, load_topology, topology_from_file
 from paraplan.hardware_profiles.units import BYTES_PER_GB
+from paraplan.hardware_profiles.user_file import HARDWARE_ENV, resolve_catalog
 from paraplan.planner.placement.apply import mixed_plan, partition_plan, place_plan
 from paraplan.planner.placement.expert_input import (
     DEFAULT_TOKENS_PER_LAYER,
@@ -116,10 +117,15 @@ def place(
     stages: Annotated[bool, typer.Option(help="Also partition layers over pipeline stages (pp > 1, vpp = 1).",
                                          rich_help_panel=_PLACE)] = True,
     time_limit: TimeLimitOpt = 10.0, json_path: JsonOpt = None, force: ForceOpt = False,
+    hardware: Annotated[Path | None, typer.Option(
+        "--hardware", help="Your hardware file (default $PARAPLAN_HARDWARE); needed when the plan's GPU or the "
+                           "--cluster comes from one.", rich_help_panel=_PLACE)] = None,
 ) -> None:
     """Choose which host runs each node of a plan so the predicted step time is lowest."""
     document = read_plan_file(plan_file, rank).document
-    topology = load_topology(cluster, nodes, bandwidth_matrix)
+    catalog = resolve_catalog(hardware)
+    check_plan_gpu(document, catalog, plan_file)
+    topology = load_topology(cluster, nodes, bandwidth_matrix, catalog)
     config = solver_config(time_limit)
     if json_path is not None:
         render.check_writable(json_path, force)
@@ -154,19 +160,28 @@ PLAN_PLACE_TIME_LIMIT_S = 5.0
 """Solver time per plan and optimizer for 'paraplan plan --place' (the top plans are refined in turn)."""
 
 
-def search_cluster(path: Path, nodes: int | None, gpus: int | None) -> ClusterSpec:
+def check_plan_gpu(document: dict, catalog: Catalog, plan_file: Path) -> None:
+    """A plan made with a user GPU can be placed only with that GPU's numbers: say where to get them."""
+    gpu = document["cluster"]["gpu"]
+    origin = document["provenance"].get("hardware", {}).get("origin")
+    if gpu not in catalog.gpus and origin not in (None, "built-in"):
+        raise InputError(f"{plan_file} was planned on GPU {gpu!r} from the user hardware file {origin}; pass "
+                         f"--hardware {origin} (or set ${HARDWARE_ENV}) so placement can price it")
+
+
+def search_cluster(path: Path, nodes: int | None, gpus: int | None, catalog: Catalog | None = None) -> ClusterSpec:
     """What 'paraplan plan' searches on for a topology file: its weakest GPU type on every node."""
     if nodes is not None or gpus is not None:
         raise InputError(f"{path} lists its own nodes; drop --nodes/--gpus")
-    topology = topology_from_file(path)
+    topology = topology_from_file(path, catalog=catalog)
     return topology.nominal_cluster(node=topology.weakest_node())
 
 
-def refine(documents: list[dict], cluster: str | None, spec: ClusterSpec) -> list[dict]:
+def refine(documents: list[dict], cluster: str | None, spec: ClusterSpec, catalog: Catalog | None = None) -> list[dict]:
     """'paraplan plan --place' (or a mixed-GPU topology): place ranks and partition stages of each plan,
     or choose stage GPU types on a mixed cluster; print one row per plan."""
     try:
-        topology = topology_from_file(Path(cluster)) if cluster and is_topology_file(Path(cluster)) \
+        topology = topology_from_file(Path(cluster), catalog=catalog) if cluster and is_topology_file(Path(cluster)) \
             else uniform_topology(spec)
     except ValueError as exc:
         raise InputError(str(exc)) from None

@@ -24,6 +24,7 @@ from rich.table import Table
 from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec, GPUSpec
+from paraplan.hardware_profiles.specs import BUILTIN
 from paraplan.hardware_profiles.units import (
     BYTES_PER_GB,
     BYTES_PER_GIB,
@@ -31,6 +32,7 @@ from paraplan.hardware_profiles.units import (
     FLOPS_PER_TFLOP,
     SECONDS_PER_US,
 )
+from paraplan.hardware_profiles.user_file import origin_text
 from paraplan.planner.plan import Plan
 
 PARAMS_PER_BILLION = 1e9  # a count, not a unit: "8.03 B parameters"
@@ -332,25 +334,38 @@ def _tflops(gpu: GPUSpec, dtype: str) -> str:
     return "—" if peak is None else f"{peak / FLOPS_PER_TFLOP:g}"
 
 
-def hardware_lists(console: Console, gpus: list[GPUSpec], clusters: list[ClusterSpec]) -> None:
-    """The GPU catalog, then the cluster types."""
+def _origin_cell(origin: str) -> str:
+    return origin if origin == BUILTIN else f"user: {origin}"
+
+
+def hardware_lists(console: Console, gpus: list[GPUSpec], clusters: list[ClusterSpec],
+                   cluster_origins: dict[str, str] | None = None) -> None:
+    """The GPU catalog, then the cluster types; user entries say which file they come from."""
     table = Table(title="GPUs: dense tensor-core TFLOP/s per dtype, HBM, links (one direction)",
                   title_justify="left")
-    for header in ("name", "bf16", "fp8", "fp4", "HBM GiB", "HBM TB/s", "NVLink GB/s", "NIC GB/s"):
-        table.add_column(header, justify="left" if header == "name" else "right")
+    for header in ("name", "bf16", "fp8", "fp4", "HBM GiB", "HBM TB/s", "NVLink GB/s", "NIC GB/s", "from"):
+        table.add_column(header, justify="left" if header in ("name", "from") else "right")
     for g in gpus:
         table.add_row(g.name, _tflops(g, "bf16"), _tflops(g, "fp8"), _tflops(g, "fp4"), f"{g.hbm_bytes / BYTES_PER_GIB:g}",
                       f"{g.hbm_bytes_per_s / BYTES_PER_TB:g}", f"{g.nvlink_bytes_per_s / BYTES_PER_GB:g}",
-                      f"{g.nic_bytes_per_s / BYTES_PER_GB:g}")
+                      f"{g.nic_bytes_per_s / BYTES_PER_GB:g}", escape(_origin_cell(g.origin)))
     print_table(console, table)
     nodes = Table(title="cluster types (size them with --nodes or --gpus)", title_justify="left")
-    for header in ("name", "GPU", "GPUs/node", "NVLink domain", "NIC GB/s per GPU", "latency µs inter/intra"):
-        nodes.add_column(header, justify="left" if header in ("name", "GPU") else "right")
+    for header in ("name", "GPU", "GPUs/node", "NVLink domain", "NIC GB/s per GPU", "latency µs inter/intra", "from"):
+        nodes.add_column(header, justify="left" if header in ("name", "GPU", "from") else "right")
+    origins = cluster_origins or {}
     for c in clusters:
         nodes.add_row(c.name, c.gpu.name, str(c.gpus_per_node), str(c.nvlink_domain_gpus),
                       f"{c.nic_bytes_per_s_per_gpu / BYTES_PER_GB:g}",
-                      f"{c.inter_node_latency_s / SECONDS_PER_US:g} / {c.intra_domain_latency_s / SECONDS_PER_US:g}")
+                      f"{c.inter_node_latency_s / SECONDS_PER_US:g} / {c.intra_domain_latency_s / SECONDS_PER_US:g}",
+                      escape(_origin_cell(origins.get(c.name, BUILTIN))))
     print_table(console, nodes)
+
+
+def hardware_origin(console: Console, gpu: GPUSpec) -> None:
+    """For a GPU from a user hardware file: one line saying so and whose efficiency constants it borrows."""
+    if gpu.origin != BUILTIN:
+        console.print(escape(origin_text(gpu)), soft_wrap=True)
 
 
 def _sourced_table(title: str) -> Table:
@@ -363,7 +378,8 @@ def _sourced_table(title: str) -> Table:
 
 def gpu_detail(console: Console, g: GPUSpec) -> None:
     """Every datasheet number of one GPU with its citation, then the calibrated efficiencies."""
-    table = _sourced_table(f"{g.name}: {g.display_name} ({g.vendor} {g.architecture})")
+    table = _sourced_table(f"{g.name}: {g.display_name} ({g.vendor} {g.architecture})"
+                           + ("" if g.origin == BUILTIN else f" — user entry from {g.origin}"))
     peaks = "\n".join(f"{d} {p / FLOPS_PER_TFLOP:g}" for d, p in g.peak_flops_per_s.items())
     table.add_row("dense TFLOP/s", peaks, escape(g.sources.get("dense_tflops", "")))
     table.add_row("HBM", f"{g.hbm_bytes / BYTES_PER_GIB:g} GiB\n{g.hbm_bytes_per_s / BYTES_PER_TB:g} TB/s",
@@ -382,14 +398,16 @@ def gpu_detail(console: Console, g: GPUSpec) -> None:
         f"GEMM half-rate dim {eff.gemm_half_dim:g}",
         f"HBM {eff.hbm_frac:g}", f"NVLink {eff.nvlink_frac:g}", f"NIC {eff.nic_frac:g}",
         f"host link {eff.host_link_frac:g}", f"kernel overhead {eff.kernel_overhead_s / SECONDS_PER_US:g} µs"])
-    table.add_row("achieved fraction of peak", fractions, escape(eff.source))
+    borrowed = "" if g.origin == BUILTIN else f"{origin_text(g)}. "
+    table.add_row("achieved fraction of peak", fractions, escape(borrowed + eff.source))
     console.print(table)
 
 
-def cluster_detail(console: Console, c: ClusterSpec) -> None:
+def cluster_detail(console: Console, c: ClusterSpec, origin_file: str = BUILTIN) -> None:
     """The node and fabric numbers of one cluster type, then its GPU."""
-    origin = f"clusters.yaml:{c.name}"
-    table = _sourced_table(f"{c.name}: {c.gpus_per_node} x {c.gpu.name} per node (size it with --nodes or --gpus)")
+    origin = f"clusters.yaml:{c.name}" if origin_file == BUILTIN else f"user entry: {origin_file} clusters.{c.name}"
+    table = _sourced_table(f"{c.name}: {c.gpus_per_node} x {c.gpu.name} per node (size it with --nodes or --gpus)"
+                           + ("" if origin_file == BUILTIN else f" — user entry from {origin_file}"))
     for label, value in (
         ("GPUs per node", str(c.gpus_per_node)), ("NVLink domain GPUs", str(c.nvlink_domain_gpus)),
         ("NIC GB/s per GPU (one direction)", f"{c.nic_bytes_per_s_per_gpu / BYTES_PER_GB:g}"),

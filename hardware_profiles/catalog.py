@@ -1,4 +1,5 @@
-"""The built-in hardware catalog (gpus.yaml, clusters.yaml, efficiency.yaml) and user cluster files.
+"""The hardware catalog (gpus.yaml, clusters.yaml, efficiency.yaml), user cluster files, and the
+:class:`Catalog` that merges a user hardware file (see user_file.py) beside the built-in entries.
 
 YAML keys carry their units (``hbm_gib``, ``nic_gb_per_s``); this module converts to SI once.
 """
@@ -6,7 +7,7 @@ YAML keys carry their units (``hbm_gib``, ``nic_gb_per_s``); this module convert
 from __future__ import annotations
 
 import difflib
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import units
 from paraplan.hardware_profiles.specs import (
+    BUILTIN,
     DTYPES,
     FLASH_FAMILY_KERNELS,
     KERNEL_STACKS,
@@ -28,16 +30,29 @@ from paraplan.hardware_profiles.yaml_schema import (
     parse_yaml,
     positive_int,
     positive_number,
+    text,
 )
 
 _GPU_KEYS = ("display_name", "vendor", "architecture", "dense_tflops", "hbm_gib", "hbm_tb_per_s",
              "nvlink_gb_per_s", "nic_gb_per_s", "host_link_gb_per_s", "host_memory_gib", "sources")
 _GPU_SOURCES = ("dense_tflops", "hbm", "nvlink", "nic", "host")
+# Plausibility ceilings, about 10x above the largest part in gpus.yaml (GB300: 15,000 dense fp4 TFLOP/s,
+# 279 GiB, 8 TB/s, 900 GB/s NVLink, 100 GB/s NIC): a value beyond them is a unit slip (MB/s for GB/s,
+# sparse for dense, a node's total for a GPU's), not a GPU.
+_GPU_CEILINGS = {"dense_tflops": 200_000.0, "hbm_gib": 4096.0, "hbm_tb_per_s": 100.0, "nvlink_gb_per_s": 20_000.0,
+                 "nic_gb_per_s": 2000.0, "host_link_gb_per_s": 10_000.0, "host_memory_gib": 65_536.0,
+                 "price_usd_per_gpu_hour": 1000.0}
 _CLUSTER_KEYS = ("gpu", "gpus_per_node", "nvlink_domain_gpus", "nic_gb_per_s_per_gpu",
                  "inter_node_latency_us", "intra_domain_latency_us")
 _CLUSTER_OPTIONAL = ("display_name", "oversubscription", "host_memory_gib_per_gpu", "sources")
+_MAX_GPUS_PER_NODE = 1024
+_MAX_DOMAIN_GPUS = 100_000
+_MAX_LATENCY_US = 10_000.0  # 10 ms per message is a misconfigured fabric, not a latency
+_MAX_OVERSUBSCRIPTION = 1000.0
 _EFFICIENCY_KEYS = ("gemm_peak_frac", "stack_gemm_peak_frac", "gemm_half_dim", "attention_peak_frac", "hbm_frac",
                     "nvlink_frac", "nic_frac", "host_link_frac", "kernel_overhead_us", "source")
+DEFAULT_EFFICIENCY = "defaults"
+"""``efficiency_from`` of a GPU that uses efficiency.yaml's defaults."""
 
 # Fabric latencies for the quick form (--gpu NAME --gpus N): typical NCCL small-message
 # latencies, the same values the built-in DGX clusters use (see clusters.yaml for sources).
@@ -45,15 +60,46 @@ _QUICK_INTER_NODE_LATENCY_US = 5.0
 _QUICK_INTRA_DOMAIN_LATENCY_US = 2.0
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Catalog:
+    """The GPUs and cluster types a command may name: the built-in catalog, plus a user hardware file's."""
+
+    gpus: dict[str, GPUSpec]
+    """Every GPU by catalog name."""
+    clusters: dict[str, dict[str, Any]]
+    """Every cluster type's validated entry (the clusters.yaml keys) by name; sized when loaded."""
+    cluster_origins: dict[str, str]
+    """Where each cluster type comes from: ``built-in`` or the user hardware file's path."""
+    user_file: str | None = None
+    """The user hardware file merged in, if any."""
+
+    def gpu(self, name: str) -> GPUSpec:
+        """The GPU called ``name``; InputError with the closest names if unknown."""
+        if name not in self.gpus:
+            raise _unknown_name("GPU", name, sorted(self.gpus), self.user_file)
+        return self.gpus[name]
+
+    def cluster(self, name: str, *, num_nodes: int | None = None, num_gpus: int | None = None) -> ClusterSpec:
+        """The cluster type called ``name`` sized by node count or GPU count."""
+        if name not in self.clusters:
+            raise _unknown_name("cluster", name, sorted(self.clusters), self.user_file)
+        entry, origin = self.clusters[name], self.cluster_origins[name]
+        nodes = _node_count(name, int(entry["gpus_per_node"]), num_nodes, num_gpus)
+        where = f"clusters.yaml:{name}" if origin == BUILTIN else f"{origin}: clusters.{name}"
+        return cluster_from_entry(name, entry, where, nodes, self)
+
+
 def _package_yaml(file_name: str) -> dict[str, Any]:
     text = resources.files("paraplan.hardware_profiles").joinpath(file_name).read_text()
     return parse_yaml(text, file_name)
 
 
-def _unknown_name(kind: str, name: str, known: list[str]) -> InputError:
+def _unknown_name(kind: str, name: str, known: list[str], user_file: str | None = None) -> InputError:
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.4)
     hint = f"; did you mean {' or '.join(close)}?" if close else ""
-    return InputError(f"unknown {kind} {name!r}{hint} (known: {', '.join(known)})")
+    where = f"the built-in catalog and {user_file}" if user_file else \
+        "the built-in catalog; add your own with --hardware FILE or $PARAPLAN_HARDWARE"
+    return InputError(f"unknown {kind} {name!r}{hint} (known in {where}: {', '.join(known)})")
 
 
 def _efficiency(entry: dict[str, Any], where: str) -> EfficiencySpec:
@@ -82,8 +128,14 @@ def _efficiency(entry: dict[str, Any], where: str) -> EfficiencySpec:
 
 
 @cache
+def _efficiency_file() -> dict[str, Any]:
+    return check_keys(_package_yaml("efficiency.yaml"), "efficiency.yaml", ("schema_version", "defaults", "gpus"),
+                      ("architecture_bases",))
+
+
+@cache
 def _efficiencies() -> dict[str, EfficiencySpec]:
-    data = check_keys(_package_yaml("efficiency.yaml"), "efficiency.yaml", ("schema_version", "defaults", "gpus"))
+    data = _efficiency_file()
     defaults = data["defaults"]
     table = {"*": _efficiency(defaults, "efficiency.yaml:defaults")}
     for name, override in data["gpus"].items():
@@ -95,40 +147,67 @@ def _efficiencies() -> dict[str, EfficiencySpec]:
     return table
 
 
-def _gpu(name: str, entry: dict[str, Any]) -> GPUSpec:
-    where = f"gpus.yaml:{name}"
-    check_keys(entry, where, _GPU_KEYS, ("price_usd_per_gpu_hour",))
+def architecture_bases() -> dict[str, str]:
+    """Architecture -> the built-in GPU whose efficiency constants a user GPU of it borrows by default."""
+    return dict(_efficiency_file().get("architecture_bases", {}))
+
+
+def efficiency_of(name: str) -> tuple[EfficiencySpec, str]:
+    """The efficiency constants the built-in GPU ``name`` uses and whose they are (its name or ``defaults``)."""
+    table = _efficiencies()
+    return (table[name], name) if name in table else (table["*"], DEFAULT_EFFICIENCY)
+
+
+def default_efficiency() -> EfficiencySpec:
+    """efficiency.yaml's defaults."""
+    return _efficiencies()["*"]
+
+
+def gpu_from_entry(name: str, entry: dict[str, Any], where: str, *, efficiency: EfficiencySpec,
+                   efficiency_from: str, origin: str = BUILTIN, extra_keys: tuple[str, ...] = ()) -> GPUSpec:
+    """A GPUSpec from one gpus.yaml-style entry (keys with units), converted to SI; InputError naming
+    ``where`` and the key for anything missing, unknown, of the wrong type or out of range."""
+    check_keys(entry, where, _GPU_KEYS, ("price_usd_per_gpu_hour", *extra_keys))
     peaks = check_keys(entry["dense_tflops"], f"{where}.dense_tflops", ("bf16", "fp16"), ("fp8", "fp4", "tf32"))
     need_sources = _GPU_SOURCES + (("price",) if "price_usd_per_gpu_hour" in entry else ())
     sources = check_keys(entry["sources"], f"{where}.sources", need_sources, ("price",))
     price = entry.get("price_usd_per_gpu_hour")
-    efficiency = _efficiencies()
+
+    def number(key: str, scale: float) -> float:
+        return positive_number(entry[key], f"{where}.{key}", _GPU_CEILINGS[key]) * scale
+
     return GPUSpec(
         name=name,
-        display_name=str(entry["display_name"]),
-        vendor=str(entry["vendor"]),
-        architecture=str(entry["architecture"]),
+        display_name=text(entry["display_name"], f"{where}.display_name"),
+        vendor=text(entry["vendor"], f"{where}.vendor"),
+        architecture=text(entry["architecture"], f"{where}.architecture"),
         peak_flops_per_s={
-            d: positive_number(v, f"{where}.dense_tflops.{d}") * units.FLOPS_PER_TFLOP for d, v in peaks.items()
+            str(d): positive_number(v, f"{where}.dense_tflops.{d}", _GPU_CEILINGS["dense_tflops"])
+            * units.FLOPS_PER_TFLOP for d, v in peaks.items()
         },
-        hbm_bytes=positive_number(entry["hbm_gib"], f"{where}.hbm_gib") * units.BYTES_PER_GIB,
-        hbm_bytes_per_s=positive_number(entry["hbm_tb_per_s"], f"{where}.hbm_tb_per_s") * units.BYTES_PER_TB,
-        nvlink_bytes_per_s=positive_number(entry["nvlink_gb_per_s"], f"{where}.nvlink_gb_per_s")
-        * units.BYTES_PER_GB,
-        nic_bytes_per_s=positive_number(entry["nic_gb_per_s"], f"{where}.nic_gb_per_s") * units.BYTES_PER_GB,
-        host_link_bytes_per_s=positive_number(entry["host_link_gb_per_s"], f"{where}.host_link_gb_per_s")
-        * units.BYTES_PER_GB,
-        host_memory_bytes=positive_number(entry["host_memory_gib"], f"{where}.host_memory_gib") * units.BYTES_PER_GIB,
-        price_usd_per_gpu_hour=None if price is None else positive_number(price, f"{where}.price_usd_per_gpu_hour"),
-        efficiency=efficiency.get(name, efficiency["*"]),
-        sources={k: str(v) for k, v in sources.items()},
+        hbm_bytes=number("hbm_gib", units.BYTES_PER_GIB),
+        hbm_bytes_per_s=number("hbm_tb_per_s", units.BYTES_PER_TB),
+        nvlink_bytes_per_s=number("nvlink_gb_per_s", units.BYTES_PER_GB),
+        nic_bytes_per_s=number("nic_gb_per_s", units.BYTES_PER_GB),
+        host_link_bytes_per_s=number("host_link_gb_per_s", units.BYTES_PER_GB),
+        host_memory_bytes=number("host_memory_gib", units.BYTES_PER_GIB),
+        price_usd_per_gpu_hour=None if price is None else number("price_usd_per_gpu_hour", 1.0),
+        efficiency=efficiency,
+        efficiency_from=efficiency_from,
+        sources={str(k): text(v, f"{where}.sources.{k}") for k, v in sources.items()},
+        origin=origin,
     )
 
 
 @cache
 def _gpu_table() -> dict[str, GPUSpec]:
     data = check_keys(_package_yaml("gpus.yaml"), "gpus.yaml", ("schema_version", "gpus"))
-    return {name: _gpu(name, entry) for name, entry in data["gpus"].items()}
+    table = {}
+    for name, entry in data["gpus"].items():
+        efficiency, efficiency_from = efficiency_of(name)
+        table[name] = gpu_from_entry(name, entry, f"gpus.yaml:{name}", efficiency=efficiency,
+                                     efficiency_from=efficiency_from)
+    return table
 
 
 @cache
@@ -137,17 +216,21 @@ def _cluster_entries() -> dict[str, dict[str, Any]]:
     return dict(data["clusters"])
 
 
-def gpu_names() -> list[str]:
-    """Catalog names of every built-in GPU."""
-    return sorted(_gpu_table())
+@cache
+def builtin_catalog() -> Catalog:
+    """The catalog shipped with paraplan (gpus.yaml, clusters.yaml, efficiency.yaml)."""
+    clusters = _cluster_entries()
+    return Catalog(gpus=_gpu_table(), clusters=clusters, cluster_origins=dict.fromkeys(clusters, BUILTIN))
 
 
-def load_gpu(name: str) -> GPUSpec:
-    """The built-in GPU called ``name``; InputError with the closest names if unknown."""
-    table = _gpu_table()
-    if name not in table:
-        raise _unknown_name("GPU", name, sorted(table))
-    return table[name]
+def gpu_names(catalog: Catalog | None = None) -> list[str]:
+    """Catalog names of every GPU (built-in only unless a ``catalog`` with user entries is given)."""
+    return sorted((catalog or builtin_catalog()).gpus)
+
+
+def load_gpu(name: str, catalog: Catalog | None = None) -> GPUSpec:
+    """The GPU called ``name``; InputError with the closest names if unknown."""
+    return (catalog or builtin_catalog()).gpu(name)
 
 
 def builtin_cluster_names() -> list[str]:
@@ -155,29 +238,47 @@ def builtin_cluster_names() -> list[str]:
     return sorted(_cluster_entries())
 
 
-def _cluster(name: str, entry: dict[str, Any], where: str, num_nodes: int) -> ClusterSpec:
+def cluster_names(catalog: Catalog | None = None) -> list[str]:
+    """Names of every cluster type of ``catalog`` (default: the built-in ones)."""
+    return sorted((catalog or builtin_catalog()).clusters)
+
+
+def cluster_from_entry(name: str, entry: dict[str, Any], where: str, num_nodes: int,
+                       catalog: Catalog | None = None) -> ClusterSpec:
+    """A ClusterSpec from one clusters.yaml-style entry; its ``gpu`` is looked up in ``catalog``."""
     check_keys(entry, where, _CLUSTER_KEYS, _CLUSTER_OPTIONAL)
-    gpu = load_gpu(str(entry["gpu"]))
+    gpu_name = text(entry["gpu"], f"{where}.gpu")
+    try:
+        gpu = load_gpu(gpu_name, catalog)
+    except InputError as exc:
+        raise InputError(f"{where}.gpu: {exc}") from None
+    if "display_name" in entry:
+        text(entry["display_name"], f"{where}.display_name")
     try:
         return ClusterSpec(
             name=name,
             gpu=gpu,
             num_nodes=num_nodes,
-            gpus_per_node=positive_int(entry["gpus_per_node"], f"{where}.gpus_per_node"),
-            nvlink_domain_gpus=positive_int(entry["nvlink_domain_gpus"], f"{where}.nvlink_domain_gpus"),
-            nic_bytes_per_s_per_gpu=positive_number(entry["nic_gb_per_s_per_gpu"], f"{where}.nic_gb_per_s_per_gpu")
-            * units.BYTES_PER_GB,
-            inter_node_latency_s=positive_number(entry["inter_node_latency_us"], f"{where}.inter_node_latency_us")
-            * units.SECONDS_PER_US,
+            gpus_per_node=positive_int(entry["gpus_per_node"], f"{where}.gpus_per_node", _MAX_GPUS_PER_NODE),
+            nvlink_domain_gpus=positive_int(entry["nvlink_domain_gpus"], f"{where}.nvlink_domain_gpus",
+                                            _MAX_DOMAIN_GPUS),
+            nic_bytes_per_s_per_gpu=positive_number(entry["nic_gb_per_s_per_gpu"], f"{where}.nic_gb_per_s_per_gpu",
+                                                    _GPU_CEILINGS["nic_gb_per_s"]) * units.BYTES_PER_GB,
+            inter_node_latency_s=positive_number(entry["inter_node_latency_us"], f"{where}.inter_node_latency_us",
+                                                 _MAX_LATENCY_US) * units.SECONDS_PER_US,
             intra_domain_latency_s=positive_number(
-                entry["intra_domain_latency_us"], f"{where}.intra_domain_latency_us"
+                entry["intra_domain_latency_us"], f"{where}.intra_domain_latency_us", _MAX_LATENCY_US
             ) * units.SECONDS_PER_US,
-            oversubscription=positive_number(entry.get("oversubscription", 1.0), f"{where}.oversubscription"),
+            oversubscription=positive_number(entry.get("oversubscription", 1.0), f"{where}.oversubscription",
+                                             _MAX_OVERSUBSCRIPTION),
             host_memory_bytes_per_gpu=None if "host_memory_gib_per_gpu" not in entry else positive_number(
-                entry["host_memory_gib_per_gpu"], f"{where}.host_memory_gib_per_gpu") * units.BYTES_PER_GIB,
+                entry["host_memory_gib_per_gpu"], f"{where}.host_memory_gib_per_gpu", _GPU_CEILINGS["host_memory_gib"]
+            ) * units.BYTES_PER_GIB,
         )
     except ValueError as exc:
-        raise InputError(str(exc)) from None
+        if isinstance(exc, InputError):
+            raise
+        raise InputError(f"{where}: {exc}") from None
 
 
 def _node_count(where: str, gpus_per_node: int, num_nodes: int | None, num_gpus: int | None) -> int:
@@ -196,19 +297,16 @@ def _node_count(where: str, gpus_per_node: int, num_nodes: int | None, num_gpus:
     return positive_int(num_nodes, f"{where}: --nodes")
 
 
-def load_cluster(name: str, *, num_nodes: int | None = None, num_gpus: int | None = None) -> ClusterSpec:
-    """A built-in cluster type sized by node count or GPU count."""
-    entries = _cluster_entries()
-    if name not in entries:
-        raise _unknown_name("cluster", name, sorted(entries))
-    entry = entries[name]
-    nodes = _node_count(name, int(entry["gpus_per_node"]), num_nodes, num_gpus)
-    return _cluster(name, entry, f"clusters.yaml:{name}", nodes)
+def load_cluster(name: str, *, num_nodes: int | None = None, num_gpus: int | None = None,
+                 catalog: Catalog | None = None) -> ClusterSpec:
+    """A cluster type of ``catalog`` (default: built-in) sized by node count or GPU count."""
+    return (catalog or builtin_catalog()).cluster(name, num_nodes=num_nodes, num_gpus=num_gpus)
 
 
-def quick_cluster(gpu_name: str, num_gpus: int, gpus_per_node: int = 8) -> ClusterSpec:
+def quick_cluster(gpu_name: str, num_gpus: int, gpus_per_node: int = 8, *,
+                  catalog: Catalog | None = None) -> ClusterSpec:
     """The ``--gpu NAME --gpus N [--gpus-per-node 8]`` form: one NVLink domain per node."""
-    gpu = load_gpu(gpu_name)
+    gpu = load_gpu(gpu_name, catalog)
     positive_int(gpus_per_node, "--gpus-per-node")
     per_node = min(gpus_per_node, num_gpus)
     nodes = _node_count(f"{gpu_name}x{num_gpus}", per_node, None, num_gpus)
@@ -224,20 +322,21 @@ def quick_cluster(gpu_name: str, num_gpus: int, gpus_per_node: int = 8) -> Clust
     )
 
 
-def cluster_from_file(path: Path, *, num_nodes: int | None = None, num_gpus: int | None = None) -> ClusterSpec:
+def cluster_from_file(path: Path, *, num_nodes: int | None = None, num_gpus: int | None = None,
+                      catalog: Catalog | None = None) -> ClusterSpec:
     """A user cluster file: the keys of a clusters.yaml entry plus an optional ``num_nodes``."""
     try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise InputError(f"cannot read cluster file {path}: {exc.strerror}") from None
-    entry = parse_yaml(text, str(path))
+        text_ = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read cluster file {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    entry = parse_yaml(text_, str(path))
     file_nodes = entry.pop("num_nodes", None)
     entry.pop("name", None)
     if num_nodes is None and num_gpus is None and file_nodes is not None:
         num_nodes = positive_int(file_nodes, f"{path}: num_nodes")
     nodes = _node_count(str(path), positive_int(entry.get("gpus_per_node", 0) or 0, f"{path}: gpus_per_node")
                         if "gpus_per_node" in entry else 1, num_nodes, num_gpus)
-    return _cluster(Path(path).stem, entry, str(path), nodes)
+    return cluster_from_entry(Path(path).stem, entry, str(path), nodes, catalog)
 
 
 def with_nic(cluster: ClusterSpec, nic_bytes_per_s_per_gpu: float) -> ClusterSpec:

@@ -16,6 +16,8 @@ KERNEL_STACKS = ("transformer_engine", "pytorch")
 PyTorch-native modules (torchtitan, DeepSpeed, llm-foundry), whose fp8 path casts unfused."""
 FLASH_FAMILY_KERNELS = ("fused", "flash")
 """Kernels whose speed is a calibrated fraction of peak; ``unfused`` is costed from GEMMs and HBM."""
+BUILTIN = "built-in"
+"""The ``origin`` of catalog entries shipped with paraplan (as opposed to a user hardware file's path)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,6 +83,11 @@ class GPUSpec:
     """Achieved fractions of the datasheet (see :class:`EfficiencySpec`)."""
     sources: dict[str, str] = field(default_factory=dict)
     """Citation per datasheet number."""
+    origin: str = BUILTIN
+    """Where the entry comes from: ``built-in`` (gpus.yaml) or the path of the user hardware file."""
+    efficiency_from: str = "defaults"
+    """Whose constants ``efficiency`` holds: a built-in GPU's name (its efficiency.yaml entry) or
+    ``defaults`` (efficiency.yaml's defaults)."""
 
     def __post_init__(self) -> None:
         for dtype, peak in self.peak_flops_per_s.items():

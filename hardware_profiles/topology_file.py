@@ -27,7 +27,7 @@ import numpy as np
 
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import units
-from paraplan.hardware_profiles.catalog import cluster_from_file, load_cluster, load_gpu
+from paraplan.hardware_profiles.catalog import Catalog, cluster_from_file, load_cluster, load_gpu
 from paraplan.hardware_profiles.topology import NodeSpec, Topology, uniform_topology
 from paraplan.hardware_profiles.yaml_schema import check_keys, parse_yaml, positive_int, positive_number
 
@@ -48,16 +48,17 @@ def is_topology_file(path: Path) -> bool:
         return False
 
 
-def load_topology(cluster: str, num_nodes: int | None = None, matrix: Path | None = None) -> Topology:
-    """A topology file, or the uniform topology of a cluster file or built-in cluster; ``matrix``
-    (a bandwidth CSV) replaces the file's own."""
+def load_topology(cluster: str, num_nodes: int | None = None, matrix: Path | None = None,
+                  catalog: Catalog | None = None) -> Topology:
+    """A topology file, or the uniform topology of a cluster file or a cluster type of ``catalog``
+    (default: built-in); ``matrix`` (a bandwidth CSV) replaces the file's own."""
     if is_topology_file(Path(cluster)):
         if num_nodes is not None:
             raise InputError(f"{cluster} lists its own nodes; drop --nodes")
-        return topology_from_file(Path(cluster), matrix)
+        return topology_from_file(Path(cluster), matrix, catalog)
     looks_like_file = Path(cluster).suffix in (".yaml", ".yml") or "/" in cluster
-    spec = cluster_from_file(Path(cluster), num_nodes=num_nodes) if Path(cluster).is_file() or looks_like_file \
-        else load_cluster(cluster, num_nodes=num_nodes)
+    spec = cluster_from_file(Path(cluster), num_nodes=num_nodes, catalog=catalog) \
+        if Path(cluster).is_file() or looks_like_file else load_cluster(cluster, num_nodes=num_nodes, catalog=catalog)
     try:
         topology = uniform_topology(spec)
     except ValueError as exc:
@@ -65,8 +66,8 @@ def load_topology(cluster: str, num_nodes: int | None = None, matrix: Path | Non
     return topology if matrix is None else _with_matrix(topology, matrix)
 
 
-def topology_from_file(path: Path, matrix: Path | None = None) -> Topology:
-    """Read and validate a topology YAML file."""
+def topology_from_file(path: Path, matrix: Path | None = None, catalog: Catalog | None = None) -> Topology:
+    """Read and validate a topology YAML file; its GPU names are looked up in ``catalog`` (default: built-in)."""
     try:
         entry = check_keys(parse_yaml(path.read_text(), str(path)), str(path), _TOP_KEYS, _TOP_OPTIONAL)
     except OSError as exc:
@@ -80,7 +81,7 @@ def topology_from_file(path: Path, matrix: Path | None = None) -> Topology:
         raise InputError(f"{path}: node_groups must be a non-empty list of node groups")
     nodes: list[NodeSpec] = []
     for index, group in enumerate(groups):
-        nodes += _group_nodes(group, f"{path}: node_groups[{index}]", len(nodes), len(over))
+        nodes += _group_nodes(group, f"{path}: node_groups[{index}]", len(nodes), len(over), catalog)
     try:
         topology = Topology(
             name=str(entry.get("name", path.stem)), nodes=tuple(nodes), leaf_oversubscription=over,
@@ -104,7 +105,7 @@ def _oversubscription(leaf: Any, where: str) -> float:
     return value
 
 
-def _group_nodes(group: Any, where: str, first: int, num_leaves: int) -> list[NodeSpec]:
+def _group_nodes(group: Any, where: str, first: int, num_leaves: int, catalog: Catalog | None) -> list[NodeSpec]:
     check_keys(group, where, _GROUP_KEYS, _GROUP_OPTIONAL)
     count = positive_int(group["num_nodes"], f"{where}.num_nodes")
     leaf = group.get("leaf", 0)
@@ -113,7 +114,7 @@ def _group_nodes(group: Any, where: str, first: int, num_leaves: int) -> list[No
     hosts = group.get("hosts", [f"node{first + i}" for i in range(count)])
     if not isinstance(hosts, list) or len(hosts) != count or not all(isinstance(h, str) and h for h in hosts):
         raise InputError(f"{where}.hosts must list {count} host names, one per node")
-    gpu = load_gpu(str(group["gpu"]))
+    gpu = load_gpu(str(group["gpu"]), catalog)
     per_node = positive_int(group["gpus_per_node"], f"{where}.gpus_per_node")
     nic = positive_number(group["nic_gb_per_s_per_gpu"], f"{where}.nic_gb_per_s_per_gpu") * units.BYTES_PER_GB
     return [NodeSpec(host=h, gpu=gpu, gpus_per_node=per_node, nic_bytes_per_s_per_gpu=nic, leaf=leaf) for h in hosts]

@@ -95,7 +95,10 @@ def plan_to_json(plan: Plan, cost_model: str) -> dict[str, Any]:
         "placement": {"rank_order": RANK_ORDER, "rank_map": None,
                       "stage_layers": stage_layers(job.model.num_layers, plan.config.pp, plan.config.vpp)},
         "provenance": {"paraplan_version": paraplan.__version__, "cost_model": cost_model,
-                       "calibration": "hardware_profiles/efficiency.yaml"},
+                       "calibration": "hardware_profiles/efficiency.yaml",
+                       # A user GPU's numbers live in the user's file, its efficiency is borrowed: say both.
+                       "hardware": {"gpu": cluster.gpu.name, "origin": cluster.gpu.origin,
+                                    "efficiency_from": cluster.gpu.efficiency_from}},
     }
     validate_instance(document, plan_schema())
     return document
