@@ -286,3 +286,15 @@ def test_hardware_list_marks_user_entries(hardware_file: Path):
     result = runner.invoke(app, ["hardware", "show", "site-h20", "--hardware", str(hardware_file)])
     assert result.exit_code == 0, result.output
     assert f"user entry from {hardware_file}" in result.stdout
+
+
+def test_readme_example_file_loads(tmp_path: Path):
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("### Your own hardware", 1)[1]
+    example = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "site.yaml"
+    path.write_text(example)
+    catalog = load_user_catalog(path)
+    gpu = catalog.gpu("h100-sxm-site")
+    assert gpu.hbm_bytes == 80 * 2**30 and gpu.nic_bytes_per_s == 25e9 and gpu.efficiency_from == "h100-sxm"
+    assert catalog.cluster("site-h100", num_nodes=4).num_gpus == 32
