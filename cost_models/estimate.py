@@ -101,7 +101,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTa
     m = work.global_batch / (t.dp * t.mbs)
     tokens = t.mbs * work.seq_len / t.cp
     lt = layer_times(model, work, t, rates, cluster)
-    layout = stage_layout(model, t.tp, t.pp, t.vpp, t.ep * t.etp)
+    layout = stage_layout(model, t.tp, t.pp, t.vpp, t.ep * t.etp, work.pipeline_split)
     embed_s, output_s = edge_times(model, t, tokens, rates)
 
     layer_compute = lt.forward_compute_s + lt.backward_compute_s + lt.recompute_s

@@ -1,14 +1,4 @@
-"""How layers and parameters fall on pipeline stages.
-
-Even split when pp·vpp divides the layers; otherwise Megatron's layout that counts the
-embedding and the loss as one layer each (``account_for_embedding/loss_in_pipeline_split``):
-(L + 2) / pp per stage, one fewer on the first and on the last stage. When neither divides,
-Megatron still takes explicit edge stages (``--decoder-first/last-pipeline-num-layers`` without
-virtual stages, ``--pipeline-model-parallel-layout`` with them): paraplan gives each middle chunk
-of the pp·vpp chunks c = ⌈(L + 2) / (pp·vpp)⌉ layers and the first and last chunk the remainder
-L − (pp·vpp − 2)·c, the first taking the larger half (the last also runs the output layer and the
-loss). When (L + 2) divides this is exactly the edge-accounted split.
-"""
+"""How layers and parameters fall on pipeline stages, under each engine's own split (pipeline_splits.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +7,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from paraplan.cost_models.model_spec import ModelSpec
+from paraplan.cost_models.pipeline_splits import (  # noqa: F401 (Megatron's split rules, re-exported)
+    edge_accounted_split,
+    even_split,
+    rank_layers,
+    uneven_edge_chunks,
+    uneven_edge_layers,
+    uneven_edge_split,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,56 +34,17 @@ class StageLayout:
     """Routed-expert parameters on one GPU of the last stage (already divided by ep·etp)."""
 
 
-def even_split(num_layers: int, pp, vpp):
-    """True where pp·vpp divides the layers."""
-    return num_layers % (np.asarray(pp) * np.asarray(vpp)) == 0
-
-
-def edge_accounted_split(num_layers: int, pp, vpp):
-    """True where (layers + 2) splits evenly over pp·vpp chunks (embedding and loss count as layers)."""
-    return (num_layers + 2) % (np.asarray(pp) * np.asarray(vpp)) == 0
-
-
-def uneven_edge_chunks(num_layers: int, pp, vpp):
-    """(first chunk, middle chunk, last chunk) layers of the explicit-edge split over pp·vpp chunks."""
-    chunks = np.asarray(pp) * np.asarray(vpp)
-    middle = -(-(num_layers + 2) // chunks)
-    remainder = num_layers - np.maximum(chunks - 2, 0) * middle
-    return -(-remainder // 2), middle, remainder // 2
-
-
-def uneven_edge_split(num_layers: int, pp, vpp):
-    """True where the explicit-edge split exists: pp ≥ 2; without virtual stages both edge stages
-    hold a layer (Megatron's first/last-stage flags), with them an edge chunk may hold only the
-    embedding or the loss (--pipeline-model-parallel-layout)."""
-    first, _, last = uneven_edge_chunks(num_layers, pp, vpp)
-    vpp = np.asarray(vpp)
-    smallest = np.where(vpp == 1, 1, 0)
-    return (np.asarray(pp) >= 2) & (last >= smallest) & (first >= smallest)
-
-
-def uneven_edge_layers(num_layers: int, pp, vpp=1):
-    """(first, middle, last) decoder layers per pipeline rank of the explicit-edge split: rank 0
-    holds the first chunk and vpp − 1 middle chunks, the last rank the last chunk and vpp − 1."""
-    first, middle, last = uneven_edge_chunks(num_layers, pp, vpp)
-    others = (np.asarray(vpp) - 1) * middle
-    return first + others, np.asarray(vpp) * middle, last + others
-
-
-def stage_layout(model: ModelSpec, tp, pp, vpp, expert_shards=1) -> StageLayout:
-    """Layers and per-GPU parameters by stage (vectorized). Routed experts are split over
+def stage_layout(model: ModelSpec, tp, pp, vpp, expert_shards=1, split: str = "megatron") -> StageLayout:
+    """Layers and per-GPU parameters by stage (vectorized) under the engine's ``split``
+    (pipeline_splits.PIPELINE_SPLITS); the middle stage is the middle rank with the most layers, which
+    decides time and memory. Routed experts are split over
     ``expert_shards`` = ep·etp GPUs, everything else over tp. MoE and dense layers are spread
     evenly (each stage holds the layer mean), which is exact for models whose layers are all
     MoE and close for DeepSeek-V3 (3 dense of 61, with about the FLOPs of an MoE layer)."""
     layers = model.num_layers
     pp = np.asarray(pp)
-    even = even_split(layers, pp, vpp)
-    edge_accounted = ~even & edge_accounted_split(layers, pp, vpp)
-    uneven_first, uneven_middle, uneven_last = uneven_edge_layers(layers, pp, vpp)
-    per_stage = np.select([even, edge_accounted], [layers / pp, (layers + 2) / pp], uneven_middle)
+    first, per_stage, last = rank_layers(split, layers, pp, vpp)
     single = pp == 1
-    first = np.select([single, even, edge_accounted], [layers, per_stage, per_stage - 1], uneven_first)
-    last = np.select([single, even, edge_accounted], [layers, per_stage, per_stage - 1], uneven_last)
     layer_params = model.shared_params_per_layer_mean()
     expert_params = model.routed_params_per_layer_mean()
     # With pp > 1 and tied embeddings the last stage keeps its own copy of the word embedding.

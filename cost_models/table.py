@@ -120,6 +120,8 @@ class Workload:
     """Sharded embedding and output weights stay gathered through the loss (FSDP2's root)."""
     allocator: str = "fused_kernels"
     """Caching-allocator behaviour (cost_models.device_memory.FRAGMENTATION_FRAC): eager, compiled or fused_kernels."""
+    pipeline_split: str = "megatron"
+    """How the engine cuts the layers into pipeline chunks (pipeline_splits.PIPELINE_SPLITS)."""
 
     def __post_init__(self) -> None:
         if self.expert_imbalance is not None and not self.expert_imbalance >= 1.0:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from paraplan.cost_models.pipeline_splits import split_exists
 from paraplan.errors import InputError
 from paraplan.exporters.plan_input import ExportPlan
 from paraplan.exporters.program import (
@@ -23,6 +24,7 @@ from paraplan.exporters.program import (
     bash_program_words,
     comment_block,
 )
+from paraplan.planner.layout import stage_layers
 
 DS_CONFIG = "ds_config.json"
 HOSTFILE = "hostfile"
@@ -78,9 +80,7 @@ def deepspeed_program(plan: ExportPlan) -> Program:
     c = plan.config
     notes = ["read --deepspeed_config with deepspeed.add_config_arguments(parser) and pass it to deepspeed.initialize"]
     if c.pp > 1:
-        notes.append(f"build the model as deepspeed.pipe.PipelineModule(num_stages={c.pp})")
-        if len(set(plan.stage_layers)) > 1:  # PipelineModule's partition_method takes no layer counts
-            notes.append(f"cut the pipeline so stage s holds {list(plan.stage_layers)}[s] decoder layers")
+        notes += pipeline_notes(plan)
     if c.tp > 1:
         notes.append(f"let AutoTP shard it {c.tp} ways (ds_config tensor_parallel.autotp_size; a Hugging Face model)")
     if c.recompute == "full":
@@ -94,6 +94,29 @@ def deepspeed_program(plan: ExportPlan) -> Program:
                    entry_comment="your DeepSpeed training script (set TRAIN_SCRIPT)", groups=(group,),
                    config_files=(OutputFile(name=DS_CONFIG, text=json.dumps(ds_config(plan), indent=2) + "\n"),),
                    notes=tuple(notes))
+
+
+def pipeline_module(plan: ExportPlan) -> dict[str, Any] | None:
+    """PipelineModule arguments that reproduce stage_layers: the layer specs [embedding, L decoder layers,
+    norm + head] cut by partition_method="uniform" (partition_uniform over L + 2 specs); None where the plan
+    holds another split (a stage partition), which no partition_method takes as layer counts."""
+    num_layers = plan.model.num_layers
+    uniform = stage_layers(num_layers, plan.config.pp, 1, "deepspeed_uniform") if split_exists(
+        "deepspeed_uniform", num_layers, plan.config.pp, 1) else None
+    if uniform != list(plan.stage_layers):
+        return None
+    return {"num_stages": plan.config.pp, "partition_method": "uniform", "num_layer_specs": num_layers + 2}
+
+
+def pipeline_notes(plan: ExportPlan) -> list[str]:
+    """How the model code must build its PipelineModule for the plan's layers per stage."""
+    module = pipeline_module(plan)
+    if module is None:
+        return [(f"build the model as deepspeed.pipe.PipelineModule(num_stages={plan.config.pp}) and cut the "
+                 f"pipeline so stage s holds {list(plan.stage_layers)}[s] decoder layers")]
+    return [(f"build the model as deepspeed.pipe.PipelineModule(layers=[embedding, the {plan.model.num_layers} "
+             f"decoder layers, final norm + output head as one spec], num_stages={module['num_stages']}, "
+             f"partition_method='uniform'): its stages hold {list(plan.stage_layers)} decoder layers")]
 
 
 def hostfile(plan: ExportPlan) -> OutputFile:

@@ -15,6 +15,7 @@ from typing import Any
 from paraplan.cost_models.hf_config import load_model
 from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.errors import InputError
+from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import ParallelConfig
 from paraplan.planner.json_schema import validate_instance
 from paraplan.planner.layout import RANK_ORDER, edge_stage_split, rank_map, stage_layers
@@ -115,7 +116,7 @@ def plan_from_document(plan: dict[str, Any]) -> ExportPlan:
         precision=job["precision"], engine=job["engine"], attention=job["attention"],
         num_nodes=cluster["num_gpus"] // per_node, gpus_per_node=per_node, domain_gpus=cluster["nvlink_domain_gpus"],
         num_microbatches=job["global_batch"] // (config.mbs * config.dp),
-        stage_layers=tuple(_stage_layers(plan, model, config)), ranks=tuple(_ranks(plan, config, per_node)),
+        stage_layers=tuple(_stage_layers(plan, model, config, job["engine"])), ranks=tuple(_ranks(plan, config, per_node)),
         hosts=tuple(_hosts(plan, cluster["num_gpus"] // per_node)), capacity_factor=job.get("capacity_factor"))
 
 
@@ -128,9 +129,9 @@ def _model_of(section: dict[str, Any]) -> ModelSpec:
         raise InputError(f"the plan has no model shape (written before paraplan stored it) and {exc}") from None
 
 
-def _stage_layers(plan: dict[str, Any], model: ModelSpec, config: ParallelConfig) -> list[int]:
+def _stage_layers(plan: dict[str, Any], model: ModelSpec, config: ParallelConfig, engine: str) -> list[int]:
     try:
-        layout = stage_layers(model.num_layers, config.pp, config.vpp)
+        layout = stage_layers(model.num_layers, config.pp, config.vpp, engine_rules(engine).pipeline_split)
     except ValueError as exc:
         raise InputError(f"plan placement: {exc}") from None
     stored = plan["placement"]["stage_layers"]

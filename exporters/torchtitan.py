@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Literal
 
+from paraplan.cost_models.pipeline_splits import edge_weights, weighted_chunk, weighted_split_exists
 from paraplan.errors import InputError
 from paraplan.exporters.plan_input import ExportPlan
 from paraplan.exporters.program import Arg, ArgGroup, ConfigPath, OutputFile, Program
@@ -49,19 +50,41 @@ def parallelism(plan: ExportPlan, version: TorchtitanVersion) -> dict[str, int |
 
 
 def pipeline_fields(plan: ExportPlan) -> dict[str, int | str]:
-    """Schedule, layers per virtual stage and the embedding/loss weights that reproduce stage_layers."""
-    layers = plan.stage_layers
-    # torchtitan splits num_layers + first_less + last_less evenly over pp·vpp stages: every middle
-    # stage holds layers_per_stage, the edges that many less (1 and 1 = Megatron's edge-accounted split).
-    per = max(layers)
-    if any(count != per for count in layers[1:-1]):
-        raise InputError(f"torchtitan cannot express stage layers {list(layers)}: its middle stages must hold the most "
-                         "layers; export for Megatron or re-run the partition")
-    return {"pipeline_parallel_schedule": "1F1B" if plan.config.vpp == 1 else "Interleaved1F1B",
-            "pipeline_parallel_layers_per_stage": per,
-            "pipeline_parallel_first_stage_less_layers": per - layers[0],
-            "pipeline_parallel_last_stage_less_layers": per - layers[-1],
+    """Schedule, layers per virtual stage and the embedding/loss weights that reproduce stage_layers
+    through torchtitan's own split (cost_models/pipeline_splits.py)."""
+    layers, vpp = plan.stage_layers, plan.config.vpp
+    first_weight, last_weight = split_weights(layers, plan.model.num_layers)
+    fields: dict[str, int | str] = {"pipeline_parallel_schedule": "1F1B" if vpp == 1 else "Interleaved1F1B"}
+    size = stage_size(plan.model.num_layers + first_weight + last_weight, len(layers))
+    if size is not None:
+        fields["pipeline_parallel_layers_per_stage"] = size
+    elif vpp > 2:  # without it torchtitan runs pp (1F1B) or 2·pp (Interleaved1F1B) stages
+        raise InputError(f"torchtitan cannot run {len(layers)} stages of {list(layers)} layers: no "
+                         "pipeline_parallel_layers_per_stage gives that many; re-plan with --engine torchtitan")
+    return {**fields, "pipeline_parallel_first_stage_less_layers": first_weight,
+            "pipeline_parallel_last_stage_less_layers": last_weight,
             "pipeline_parallel_microbatch_size": plan.config.mbs}
+
+
+def split_weights(layers: tuple[int, ...], num_layers: int) -> tuple[int, int]:
+    """(first_stage_less_layers, last_stage_less_layers) under which torchtitan's split gives ``layers``:
+    its own choice for the job (pipeline_splits.edge_weights), or, for a partition that moved layers off
+    the edges, the largest chunk less each edge chunk."""
+    stages = len(layers)
+    own = tuple(int(w) for w in edge_weights("torchtitan", num_layers, stages, 1))
+    for first, last in (own, (max(layers) - layers[0], max(layers) - layers[-1])):
+        if weighted_split_exists(num_layers, stages, first, last) and [
+                int(weighted_chunk(num_layers, stages, first, last, k)) for k in range(stages)] == list(layers):
+            return first, last
+    raise InputError(f"torchtitan cannot express stage layers {list(layers)}: its split gives the first stages one "
+                     "layer more and takes whole layers off the edges; export for Megatron or re-run the partition")
+
+
+def stage_size(effective_layers: int, stages: int) -> int | None:
+    """pipeline_parallel_layers_per_stage from which torchtitan derives exactly ``stages`` (⌈E / size⌉),
+    or None where no size does."""
+    size = -(-effective_layers // stages)
+    return size if -(-effective_layers // size) == stages else None
 
 
 def training(plan: ExportPlan) -> dict[str, int]:

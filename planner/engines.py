@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from paraplan.cost_models.pipeline_splits import PipelineSplit
 from paraplan.cost_models.recipes import (
     DEEPSPEED_MIXED,
     FSDP2_MIXED,
@@ -54,10 +55,11 @@ class EngineRules:
     """Sequence-parallel settings allowed when tp > 1 (torchtitan always shards norms: only 1)."""
     recompute_modes: tuple[str, ...]
     """Activation recomputation modes."""
-    edge_accounted_stages: bool
-    """Stages may hold one layer fewer on the first and last stage (embedding and loss count as layers)."""
-    uneven_edge_stages: bool
-    """Without virtual stages, the first and last stage may take any layer count (the rest split evenly)."""
+    pipeline_split: PipelineSplit
+    """How the engine itself cuts the layers into pipeline chunks (cost_models.pipeline_splits): Megatron's
+    even / edge-accounted / explicit-edge split, torchtitan's weighted split, DeepSpeed's uniform partition."""
+    empty_edge_chunks: bool
+    """The first or last chunk may hold the embedding or the loss alone, no decoder layer."""
     interleaved_needs_pp_multiple: bool
     """Interleaving requires the micro-batch count to be a multiple of pp."""
     attention_kernels: tuple[str, ...]
@@ -104,7 +106,7 @@ ENGINES: dict[str, EngineRules] = {
         name="megatron", recipe=MEGATRON_MIXED, low_precision_recipe=MEGATRON_LOW_PRECISION, zero_stages=(0, 1, 3), max_zero_with_pp=1,
         supports_cp=True, cp_comm_types=("p2p", "a2a", "allgather", "a2a+p2p"), cp_gather_overlaps_local=False,
         supports_interleaved=True, sp_modes_with_tp=(0, 1),
-        recompute_modes=("none", "selective", "full", "modules"), edge_accounted_stages=True, uneven_edge_stages=True,
+        recompute_modes=("none", "selective", "full", "modules"), pipeline_split="megatron", empty_edge_chunks=True,
         interleaved_needs_pp_multiple=True, attention_kernels=("fused", "flash", "unfused"),
         kernel_stack="transformer_engine", activation_offload=True, recompute_stops_early=False,
         expert_ranks_from=("tp", "dp", "cp"), etp_choices="divisors_of_tp", ep_overlap=True,
@@ -129,7 +131,7 @@ ENGINES: dict[str, EngineRules] = {
         name="deepspeed", recipe=DEEPSPEED_MIXED, low_precision_recipe=DEEPSPEED_MIXED, zero_stages=(0, 1, 2, 3), max_zero_with_pp=1,
         supports_cp=False, cp_comm_types=(), cp_gather_overlaps_local=False, supports_interleaved=False,
         sp_modes_with_tp=(0,),
-        recompute_modes=("none", "full"), edge_accounted_stages=False, uneven_edge_stages=False,
+        recompute_modes=("none", "full"), pipeline_split="deepspeed_uniform", empty_edge_chunks=True,
         interleaved_needs_pp_multiple=False,
         attention_kernels=("flash", "unfused"), kernel_stack="pytorch", activation_offload=False,
         recompute_stops_early=False, expert_ranks_from=("dp",), etp_choices="one", ep_overlap=False,
@@ -142,13 +144,14 @@ ENGINES: dict[str, EngineRules] = {
                 "supports ZeRO-1 only; activation checkpointing is per layer (full); "
                 "deepspeed.checkpointing is reentrant and reruns the whole layer; attention is the model's own "
                 "(flash-attn 2 / SDPA, or the unfused reference path); DeepSpeed-MoE forms expert-parallel groups "
-                "inside data parallel (ep_size divides dp)"),
+                "inside data parallel (ep_size divides dp); PipelineModule(partition_method='uniform') cuts the layer "
+                "specs with runtime/utils.partition_uniform (0.19.8); a stage may hold the embedding spec alone"),
     ),
     "torchtitan": EngineRules(
         name="torchtitan", recipe=FSDP2_MIXED, low_precision_recipe=FSDP2_MIXED, zero_stages=(0, 2, 3), max_zero_with_pp=3,
         supports_cp=True, cp_comm_types=("allgather",), cp_gather_overlaps_local=True, supports_interleaved=True,
         sp_modes_with_tp=(1,),
-        recompute_modes=("none", "selective", "full"), edge_accounted_stages=False, uneven_edge_stages=False,
+        recompute_modes=("none", "selective", "full"), pipeline_split="torchtitan", empty_edge_chunks=True,
         interleaved_needs_pp_multiple=False, attention_kernels=("flash", "fused"),
         kernel_stack="pytorch", activation_offload=False, recompute_stops_early=True,
         expert_ranks_from=("dp", "cp"), etp_choices="one_or_tp", ep_overlap=False,
@@ -162,7 +165,9 @@ ENGINES: dict[str, EngineRules] = {
             "activation_checkpoint mode none/selective/full through torch.utils.checkpoint with "
             "(selective_ac_option 'op': its policy saves the outputs of every other aten.mm and of SDPA) "
             "use_reentrant=False (early stop on: recomputation ends at the last tensor backward needs), "
-            "expert_parallel_degree borrowed from dp_shard·cp and expert_tensor_parallel_degree 1 or tp"
+            "expert_parallel_degree borrowed from dp_shard·cp and expert_tensor_parallel_degree 1 or tp, "
+            "pipeline stages from _generate_llm_fqn_per_model_part with pipeline_parallel_first/last_stage_less_layers "
+            "(a weight equal to the layers per stage leaves the embedding or the output alone on its stage)"
         ),
     ),
 }

@@ -89,6 +89,7 @@ class TrainingJob:
                         flops_convention=self.flops_convention, expert_imbalance=self.expert_imbalance,
                         routing=self.routing, capacity_factor=self.capacity_factor,
                         cp_gather_overlaps_local=engine_rules(self.engine).cp_gather_overlaps_local,
+                        pipeline_split=engine_rules(self.engine).pipeline_split,
                         **_memory_behaviour(engine_rules(self.engine), self.compiled, self.fused_kernels))
 
 

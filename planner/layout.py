@@ -13,7 +13,13 @@ block of num_experts / ep experts starting at e · num_experts / ep.
 
 from __future__ import annotations
 
-from paraplan.cost_models.stages import uneven_edge_chunks, uneven_edge_split
+from paraplan.cost_models.pipeline_splits import (
+    edge_weights,
+    split_exists,
+    uneven_edge_chunks,
+    uneven_edge_split,
+    weighted_chunk,
+)
 
 RANK_ORDER = "tp-cp-dp-pp"
 EXPERT_RANK_ORDER = "tp-ep-dp-pp"
@@ -38,14 +44,22 @@ def axis_groups(rows: list[dict[str, int]], axis: str) -> list[list[int]]:
     return sorted((sorted(group) for group in groups.values()), key=lambda group: group[0])
 
 
-def stage_layers(num_layers: int, pp: int, vpp: int) -> list[int]:
-    """Decoder layers of each model chunk in model order; chunk k runs on pipeline rank k mod pp.
+def stage_layers(num_layers: int, pp: int, vpp: int, split: str = "megatron") -> list[int]:
+    """Decoder layers of each model chunk in model order under the engine's ``split``; chunk k runs on
+    pipeline rank k mod pp (cost_models/pipeline_splits.py). ValueError where the split does not exist."""
+    if split != "megatron":
+        if not split_exists(split, num_layers, pp, vpp):
+            raise ValueError(f"{split} cannot split {num_layers} layers over pp·vpp = {pp * vpp} chunks")
+        first_weight, last_weight = (int(w) for w in edge_weights(split, num_layers, pp, vpp))
+        return [int(weighted_chunk(num_layers, pp * vpp, first_weight, last_weight, k)) for k in range(pp * vpp)]
+    return megatron_stage_layers(num_layers, pp, vpp)
 
-    An even split when pp·vpp divides the layers; otherwise Megatron's split that counts the
+
+def megatron_stage_layers(num_layers: int, pp: int, vpp: int) -> list[int]:
+    """An even split when pp·vpp divides the layers; otherwise Megatron's split that counts the
     embedding and the loss as one layer each (--account-for-embedding/loss-in-pipeline-split),
-    which leaves one layer fewer on the first and on the last chunk; failing both, with one chunk
-    per stage, explicit first and last stages (cost_models/stages.py).
-    """
+    which leaves one layer fewer on the first and on the last chunk; failing both, explicit first
+    and last chunks."""
     chunks = pp * vpp
     if num_layers % chunks == 0:
         return [num_layers // chunks] * chunks

@@ -16,6 +16,7 @@ from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.cost_models.table import RECOMPUTE_NAMES, ConfigTable
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
+from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import ParallelConfig, TrainingJob
 from paraplan.planner.json_schema import validate_instance
 from paraplan.planner.layout import RANK_ORDER, stage_layers
@@ -93,7 +94,8 @@ def plan_to_json(plan: Plan, cost_model: str) -> dict[str, Any]:
         "fits": plan.fits,
         # rank_map null = the default order RANK_ORDER; 'paraplan export --format json' writes it out.
         "placement": {"rank_order": RANK_ORDER, "rank_map": None,
-                      "stage_layers": stage_layers(job.model.num_layers, plan.config.pp, plan.config.vpp)},
+                      "stage_layers": stage_layers(job.model.num_layers, plan.config.pp, plan.config.vpp,
+                                                   engine_rules(job.engine).pipeline_split)},
         "provenance": {"paraplan_version": paraplan.__version__, "cost_model": cost_model,
                        "calibration": "hardware_profiles/efficiency.yaml",
                        # A user GPU's numbers live in the user's file, its efficiency is borrowed: say both.

@@ -17,7 +17,7 @@ from itertools import product
 import numpy as np
 
 from paraplan.cost_models.context_parallel import CP_COMM_CODES, heads_split_over, hierarchical_inner_size
-from paraplan.cost_models.stages import edge_accounted_split, even_split, uneven_edge_split
+from paraplan.cost_models.pipeline_splits import edge_chunks, split_exists
 from paraplan.cost_models.table import RECOMPUTE_CODES, ConfigTable
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.planner.engines import EngineRules
@@ -32,8 +32,8 @@ OFFLOAD_STEPS = 16
 # Micro-batches beyond this many tokens do not raise GEMM efficiency further; the free search
 # stops there (a fixed --mbs may exceed it).
 MAX_FREE_MICROBATCH_TOKENS = 131_072
-# Engines with explicit edge stages (Megatron's layout string) can interleave any number of chunks;
-# a free search also tries 2..8, the range NVIDIA's MoE recipes use (DeepSeek-V3: 2, 4, 8).
+# Engines with uneven splits (Megatron's layout string, torchtitan's weighted split) can interleave any
+# number of chunks; a free search also tries 2..8, the range NVIDIA's MoE recipes use (DeepSeek-V3: 2, 4, 8).
 MAX_FREE_LAYOUT_VPP = 8
 
 
@@ -63,8 +63,7 @@ def offload_choices(num_layers: int) -> list[int]:
 
 def _free_values(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules) -> dict[str, list[int]]:
     n, layers = cluster.num_gpus, job.model.num_layers
-    chunks = sorted(set(divisors(layers) + (divisors(layers + 2) if engine.edge_accounted_stages else [])
-                        + (list(range(2, MAX_FREE_LAYOUT_VPP + 1)) if engine.uneven_edge_stages else [])))
+    chunks = sorted(set(divisors(layers) + divisors(layers + 2) + list(range(1, MAX_FREE_LAYOUT_VPP + 1))))
     return {
         "tp": divisors(n), "pp": divisors(n), "cp": divisors(n), "dp": divisors(n), "vpp": chunks,
         "cp_comm": [CP_COMM_CODES[name] for name in engine.cp_comm_types] or [CP_COMM_CODES["p2p"]],
@@ -111,15 +110,13 @@ def _cp_comm_reasons(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules
 def _shape_reasons(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules, tp, pp, cp, cp_comm, ep,
                    etp) -> list[tuple]:
     model, n = job.model, cluster.num_gpus
-    layers_ok = even_split(model.num_layers, pp, 1) | (
-        engine.edge_accounted_stages & edge_accounted_split(model.num_layers, pp, 1)) | (
-        engine.uneven_edge_stages & uneven_edge_split(model.num_layers, pp, 1))
+    layers_ok = split_exists(engine.pipeline_split, model.num_layers, pp, 1)
     dp = np.where(n % (tp * pp * cp) == 0, n // (tp * pp * cp), 0)
     return [
         (n % (tp * pp * cp) != 0, "tp·pp·cp does not divide the GPU count"),
         (tp > cluster.domain_gpus, "tp spans more than one NVLink domain"),
         ((model.num_heads % tp != 0) | (model.num_kv_heads % tp != 0), "tp does not divide the attention/KV heads"),
-        (~layers_ok, "pp does not divide the layers"),
+        (~layers_ok, f"{engine.name} cannot split the layers over pp stages"),
         ((cp > 1) & (job.seq_len % (2 * cp) != 0), "cp does not divide seq_len/2 (load-balanced causal ring)"),
         ((cp > 1) & (not engine.supports_cp), f"{engine.name} has no context parallelism"),
         ((cp > 1) & (job.attention_kernel == "unfused"),
@@ -138,9 +135,11 @@ def _detail_rules(job: TrainingJob, engine: EngineRules) -> list[Rule]:
     full = RECOMPUTE_CODES["full"]
 
     def chunks_ok(t):
-        pp, vpp = t["pp"], t["vpp"]
-        return even_split(layers, pp, vpp) | (engine.edge_accounted_stages & edge_accounted_split(layers, pp, vpp)) | (
-            engine.uneven_edge_stages & uneven_edge_split(layers, pp, vpp))
+        return split_exists(engine.pipeline_split, layers, t["pp"], t["vpp"])
+
+    def empty_edge(t):
+        first, last = edge_chunks(engine.pipeline_split, layers, t["pp"], t["vpp"])
+        return (t["pp"] > 1) & ((first == 0) | (last == 0))
 
     def micro_batches(t):
         per_step = t["dp"] * t["mbs"]
@@ -150,7 +149,9 @@ def _detail_rules(job: TrainingJob, engine: EngineRules) -> list[Rule]:
         (("vpp",), lambda t: (t["vpp"] > 1) & (t["pp"] == 1), "vpp > 1 needs pp > 1"),
         (("vpp",), lambda t: (t["vpp"] > 1) & (not engine.supports_interleaved),
          f"{engine.name} has no interleaved schedule"),
-        (("vpp",), lambda t: (t["vpp"] > 1) & ~chunks_ok(t), "layers per stage not divisible by vpp"),
+        (("vpp",), lambda t: (t["vpp"] > 1) & ~chunks_ok(t), f"{engine.name} cannot split the layers over pp·vpp chunks"),
+        (("vpp",), lambda t: empty_edge(t) & (not engine.empty_edge_chunks),
+         f"{engine.name} cannot run an edge chunk without a decoder layer"),
         (("mbs",), lambda t: job.global_batch % (t["dp"] * t["mbs"]) != 0, "global batch not divisible by dp·mbs"),
         (("vpp", "mbs"), lambda t: (t["vpp"] > 1) & engine.interleaved_needs_pp_multiple
          & (micro_batches(t) % t["pp"] != 0), "interleaved schedule needs micro-batches divisible by pp"),

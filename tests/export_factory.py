@@ -19,6 +19,7 @@ from paraplan.cost_models.hf_config import load_model
 from paraplan.exporters.formats import ExportOptions, export_files
 from paraplan.exporters.plan_input import ExportPlan, plan_from_document
 from paraplan.exporters.program import OutputFile
+from paraplan.planner.engines import engine_rules
 from paraplan.planner.json_schema import validate_instance
 from paraplan.planner.layout import stage_layers
 from paraplan.planner.plan import SCHEMA_VERSION, model_shape, plan_schema
@@ -54,7 +55,8 @@ def make_plan_document(model: str = "llama-3.1-8b", *, engine: str = "megatron",
                      "step_time_breakdown_s": {"compute_s": 1.2}, "memory_breakdown_bytes": {"weights_bytes": 1e10}},
         "fits": True,
         "placement": {"rank_order": "tp-cp-dp-pp", "rank_map": None,
-                      "stage_layers": stage_layers(spec.num_layers, merged["pp"], merged["vpp"])},
+                      "stage_layers": stage_layers(spec.num_layers, merged["pp"], merged["vpp"],
+                                                   engine_rules(engine).pipeline_split)},
         "provenance": {"paraplan_version": "0.1.0", "cost_model": "test", "calibration": "test"},
     }
     validate_instance(document, plan_schema())

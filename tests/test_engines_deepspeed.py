@@ -8,6 +8,7 @@ pp ranks hold the same samples), so the config is checked at the plan's dp out o
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 from unittest import mock
 
@@ -104,3 +105,45 @@ def test_deepspeed_launcher_parses_the_emitted_command_and_hostfile(tmp_path):
     assert list(pool.items()) == [("node-0", 8), ("node-1", 8)]
     config = deepspeed_accepts(args.user_args[-1], plan)
     assert config.train_batch_size == json.loads(Path(args.user_args[-1]).read_text())["train_batch_size"]
+
+
+# -- pipeline split: DeepSpeed's own partition of the layer specs the export asks for -----------------
+SPLITS = {  # (model, shape override, pp) -> decoder layers per stage, derived by hand from partition_uniform
+    "llama405b-126-on-pp8": ("llama-3.1-405b", None, 8, [15] + [16] * 6 + [15]),  # 128 specs / 8 = 16 each
+    "bloom-70-on-pp12": ("llama-2-7b", {"num_layers": 70}, 12, [5] + [6] * 10 + [5]),  # BLOOM's depth: 72 / 12
+    "deepseek-v3-61-on-pp4": ("deepseek-v3", None, 4, [15, 16, 16, 14]),  # 63 specs: 16, 16, 16, 15
+    "llama8b-32-on-pp4": ("llama-3.1-8b", None, 4, [8, 9, 8, 7]),  # 34 specs: 9, 9, 8, 8
+}
+
+
+class StandInModule:
+    """What PipelineModule._partition_layers reads of its module: specs, stage count, topology, rank."""
+
+    def __init__(self, specs: list, num_stages: int) -> None:
+        self._layer_specs, self.num_stages, self.global_rank = specs, num_stages, 1  # rank 1: no printout
+        self._topo = mock.Mock(get_coord=lambda rank: mock.Mock(pipe=0))
+        self.bounds = None
+
+    def _set_bounds(self, start, stop):
+        self.bounds = (start, stop)
+
+
+@pytest.mark.parametrize("name", list(SPLITS))
+def test_deepspeed_partitions_the_layers_as_the_plan_priced(name):
+    from deepspeed.runtime.pipe.module import PipelineModule
+
+    from paraplan.exporters.deepspeed import pipeline_module
+
+    model, shape, pp, by_hand = SPLITS[name]
+    plan = make_export_plan(model, engine="deepspeed", shape=shape, pp=pp, dp=1, zero=1, global_batch=2 * pp,
+                            gpus_per_node=pp)
+    assert list(plan.stage_layers) == by_hand
+    module = pipeline_module(plan)
+    specs = ["embedding"] + ["decoder"] * plan.model.num_layers + ["head"]
+    assert len(specs) == module["num_layer_specs"]
+    stand_in = StandInModule(specs, module["num_stages"])
+    PipelineModule._partition_layers(stand_in, method=module["partition_method"])  # DeepSpeed's own code
+    parts = stand_in.parts
+    assert [specs[a:b].count("decoder") for a, b in pairwise(parts)] == by_hand
+    script = files_of(plan, "deepspeed")["deepspeed_launch.sh"].text
+    assert f"num_stages={pp}, partition_method='uniform'" in script

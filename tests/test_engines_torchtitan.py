@@ -128,14 +128,14 @@ print(json.dumps({"file": torchtitan.__file__, "dp_shard": dims.dp_shard, "dp_re
 """
 
 
-def run_torchtitan_0_2(toml: Path, world_size: int) -> subprocess.CompletedProcess:
+def run_torchtitan_0_2(toml: Path, world_size: int, script: str = CHECK_0_2) -> subprocess.CompletedProcess:
     target = os.environ.get("PARAPLAN_TORCHTITAN_0_2")
     if not target:
         if os.environ.get("PARAPLAN_REQUIRE_ENGINES") == "1":
             pytest.fail("PARAPLAN_REQUIRE_ENGINES=1 but PARAPLAN_TORCHTITAN_0_2 names no torchtitan 0.2 install")
         pytest.skip("set PARAPLAN_TORCHTITAN_0_2 to a 'pip install --no-deps --target DIR torchtitan==0.2.2' folder")
     env = {**os.environ, "PYTHONPATH": target}
-    return subprocess.run([sys.executable, "-c", CHECK_0_2, str(toml), str(world_size)], check=False, env=env,
+    return subprocess.run([sys.executable, "-c", script, str(toml), str(world_size)], check=False, env=env,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -161,3 +161,77 @@ def test_torchtitan_0_2_rejects_a_misspelt_key(tmp_path):
     toml.write_text(text.replace("tensor_parallel_degree", "tensor_parallel_size"))
     result = run_torchtitan_0_2(toml, plan.num_gpus)
     assert result.returncode != 0 and "tensor_parallel_size" in result.stderr
+
+
+# -- pipeline split: torchtitan's own split functions on the emitted settings -------------------------
+SPLITS = {  # name -> (model, shape override, pp, vpp, decoder layers per stage derived by hand)
+    # 126 + 1 + 1 over 8: 16 each, the embedding and the output weigh one layer.
+    "llama405b-126-on-pp8": ("llama-3.1-405b", None, 8, 1, [15] + [16] * 6 + [15]),
+    # 128 / 12 = 10 rest 8: the first 8 stages take 11, then the weights come off the edges.
+    "llama405b-126-on-pp12": ("llama-3.1-405b", None, 12, 1, [10] + [11] * 7 + [10, 10, 10, 9]),
+    "bloom-70-on-pp12": ("llama-2-7b", {"num_layers": 70}, 12, 1, [5] + [6] * 10 + [5]),  # 72 / 12
+    "deepseek-v3-61-on-pp4": ("deepseek-v3", None, 4, 1, [15, 16, 16, 14]),  # 63 / 4 = 15 rest 3
+    # 63 / 16 = 3 rest 15 over pp 4 x vpp 4 (needs layers_per_stage 4: ⌈63 / 4⌉ = 16 stages).
+    "deepseek-v3-61-on-pp4-vpp4": ("deepseek-v3", None, 4, 4, [3] + [4] * 14 + [2]),
+    # 128 / 128 = 1: the first stage holds the embedding alone, the last the output alone.
+    "llama405b-126-on-pp16-vpp8": ("llama-3.1-405b", None, 16, 8, [0] + [1] * 126 + [0]),
+    "llama8b-32-on-pp4-even": ("llama-3.1-8b", None, 4, 1, [8, 8, 8, 8]),  # weights 0: the even split
+}
+
+
+def split_plan(name: str) -> ExportPlan:
+    model, shape, pp, vpp, _ = SPLITS[name]
+    return make_export_plan(model, engine="torchtitan", shape=shape, pp=pp, vpp=vpp, dp=1, zero=0,
+                            global_batch=2 * pp, gpus_per_node=pp)
+
+
+def split_argv(plan: ExportPlan, tmp_path: Path) -> list[str]:
+    """The emitted 0.3 command line (the llama3_8b registry entry stands in for the model: the split reads
+    only the parallelism fields and the layer count, which the test gives torchtitan itself)."""
+    script = tmp_path / "torchtitan_launch.sh"
+    script.write_text(files_of(plan, "torchtitan", torchtitan_model="llama3:llama3_8b")["torchtitan_launch.sh"].text)
+    argv = captured_argv(script, "torchrun", tmp_path, env={"NODE_RANK": "0", "MASTER_ADDR": "head"})
+    return argv[argv.index("-m") + 2:]
+
+
+@pytest.mark.parametrize("name", list(SPLITS))
+def test_torchtitan_0_3_splits_uneven_layer_counts_as_the_plan_priced(name, tmp_path):
+    from types import SimpleNamespace
+
+    plan, by_hand = split_plan(name), SPLITS[name][-1]
+    assert list(plan.stage_layers) == by_hand
+    config = ConfigManager().parse_args(split_argv(plan, tmp_path))
+    dims = ParallelDims.from_config(config.parallelism, plan.num_gpus)
+    model = SimpleNamespace(layers=[None] * plan.model.num_layers)
+    stages, layers, first, last = pipeline_parallel._get_pipeline_metadata(dims, config.parallelism, model)
+    parts = pipeline_parallel._generate_llm_fqn_per_model_part(stages, layers, first, last)
+    assert [sum(name.startswith("layers.") for name in part) for part in parts] == by_hand
+    assert ("tok_embeddings" in parts[0], "lm_head" in parts[-1]) == (True, True)
+
+
+SPLIT_0_2 = """
+import json, math, sys
+from torchtitan.config import ConfigManager
+from torchtitan.distributed.pipeline_parallel import generate_llm_fqn_per_model_part
+p = ConfigManager().parse_args(["--job.config_file", sys.argv[1]]).parallelism
+num_layers = int(sys.argv[3])
+first, last, size = (p.pipeline_parallel_first_stage_less_layers, p.pipeline_parallel_last_stage_less_layers,
+                     p.pipeline_parallel_layers_per_stage)
+# pipeline_llm (0.2.2): ceil((layers + weights) / layers_per_stage) stages, else pp x (1 or 2) by schedule.
+single = p.pipeline_parallel_schedule == "1F1B"
+stages = math.ceil((num_layers + first + last) / size) if size else p.pipeline_parallel_degree * (1 if single else 2)
+parts = generate_llm_fqn_per_model_part(stages, num_layers, first, last)
+print(json.dumps([sum(m.startswith("layers.") for m in part) for part in parts]))
+"""
+
+
+@pytest.mark.parametrize("name", ["llama405b-126-on-pp8", "bloom-70-on-pp12", "deepseek-v3-61-on-pp4-vpp4"])
+def test_torchtitan_0_2_splits_uneven_layer_counts_as_the_plan_priced(name, tmp_path):
+    plan = split_plan(name)
+    toml = tmp_path / "torchtitan.toml"
+    toml.write_text(files_of(plan, "torchtitan", torchtitan_version="0.2",
+                             torchtitan_model="llama3:8B")["torchtitan.toml"].text)
+    result = run_torchtitan_0_2(toml, plan.num_gpus, f"import sys; sys.argv.append('{plan.model.num_layers}')\n"
+                                + SPLIT_0_2)  # the layer count: argv[3]
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == SPLITS[name][-1]

@@ -44,7 +44,7 @@ def _rows(table):
 # ZeRO-1 only, no CP, no interleaving, no SP; torchtitan always shards norms with TP (SP on).
 HAND_RULES = {
     "megatron": {
-        "edge": True,
+        "edge": "megatron",
         "cp": True,
         "cp_comm": {"p2p": 0, "a2a": 1, "allgather": 2, "a2a+p2p": 3},
         "interleaved": True,
@@ -53,7 +53,7 @@ HAND_RULES = {
         "max_zero_pp": 1,
     },
     "deepspeed": {
-        "edge": False,
+        "edge": "uniform",  # partition_uniform over [embedding, layers, head]: ⌊(L + 2) / pp⌋ ≥ 1
         "cp": False,
         "cp_comm": {"p2p": 0},
         "interleaved": False,
@@ -62,7 +62,7 @@ HAND_RULES = {
         "max_zero_pp": 1,
     },
     "torchtitan": {
-        "edge": False,
+        "edge": "weighted",  # embedding and output weigh 0 (even split) or 1 layer
         "cp": True,
         "cp_comm": {"allgather": 2},
         "interleaved": True,
@@ -116,13 +116,20 @@ def _valid_by_hand(row, job, cluster, rules) -> bool:
     model, n, layers = job.model, cluster.num_gpus, job.model.num_layers
 
     def splits(chunks):
-        return layers % chunks == 0 or (rules["edge"] and (layers + 2) % chunks == 0)
+        if rules["edge"] == "uniform":
+            return (layers + 2) // chunks >= 1
+        if rules["edge"] == "weighted":
+            weight = 0 if layers % chunks == 0 else 1
+            effective = layers + 2 * weight
+            per_stage = -(-effective // chunks)  # layers_per_stage must give back exactly `chunks` stages
+            return effective // chunks >= max(1, weight) and (chunks <= 2 * pp or -(-effective // per_stage) == chunks)
+        return layers % chunks == 0 or ((layers + 2) % chunks == 0 and (layers + 2) // chunks > 1)
 
     def explicit_edges(stages, chunks_per_stage=1):  # Megatron first/last-stage flags or layout string
         chunks = stages * chunks_per_stage
         middle = -(-(layers + 2) // chunks)
         remainder = layers - (chunks - 2) * middle
-        return rules["edge"] and stages >= 2 and remainder >= (2 if chunks_per_stage == 1 else 0)
+        return rules["edge"] == "megatron" and stages >= 2 and remainder >= (2 if chunks_per_stage == 1 else 0)
 
     if tp * pp * dp * cp != n or tp > cluster.domain_gpus:
         return False
@@ -151,8 +158,7 @@ def _valid_by_hand(row, job, cluster, rules) -> bool:
 def _brute_force(job, cluster):
     engine = engine_rules(job.engine)
     n, layers = cluster.num_gpus, job.model.num_layers
-    vpps = sorted(set(divisors(layers)) | (set(divisors(layers + 2)) | set(range(2, 9)) if HAND_RULES[job.engine]["edge"]
-                                           else set()))
+    vpps = sorted(set(divisors(layers)) | set(divisors(layers + 2)) | set(range(2, 9)))
     mbss = [d for d in divisors(job.global_batch) if d * job.seq_len <= MAX_FREE_MICROBATCH_TOKENS] or [1]
     zeros = list(engine.zero_stages)
     recomputes = [RECOMPUTE_CODES[mode] for mode in engine.recompute_modes]
@@ -417,8 +423,7 @@ def test_explicit_edge_stages_by_hand():
         stage_layers(61, 32, 1)  # 31 middle stages of 2 leave -1 for the edges
     model = load_model("deepseek-v3")
     cluster = load_cluster("dgx-h100", num_gpus=256)
-    for engine, expected in (("megatron", True), ("torchtitan", False)):
-        space = enumerate_space(_job(model, engine=engine), cluster, engine_rules(engine),
-                                {"pp": [16], "tp": [1], "cp": [1], "ep": [8], "etp": [1], "mbs": [1]})
-        assert (len(space.table) > 0) == expected
-        assert set(space.table.vpp) <= {1}  # 61 layers: 16 x 2 chunks leave -1 for the edges
+    space = enumerate_space(_job(model, engine="megatron"), cluster, engine_rules("megatron"),
+                            {"pp": [16], "tp": [1], "cp": [1], "ep": [8], "etp": [1], "mbs": [1]})
+    assert len(space.table) > 0
+    assert set(space.table.vpp) <= {1}  # 61 layers: 16 x 2 chunks leave -1 for the edges
