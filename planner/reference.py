@@ -21,13 +21,13 @@ from paraplan.cost_models.context_parallel import CP_COMM_CODES
 from paraplan.cost_models.hf_config import load_model
 from paraplan.cost_models.table import RECOMPUTE_CODES
 from paraplan.errors import InputError
-from paraplan.hardware_profiles import load_cluster, quick_cluster
+from paraplan.hardware_profiles import ClusterSpec, load_cluster, quick_cluster
 from paraplan.hardware_profiles.catalog import with_nic
 from paraplan.hardware_profiles.units import BYTES_PER_S_PER_GBIT_S, FLOPS_PER_TFLOP
 from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.plan import config_at
-from paraplan.planner.search import search
+from paraplan.planner.search import SearchResult, search
 
 KNOBS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "ep_overlap", "offload")
 REQUIRED = ("id", "source", "model", "gpu", "num_gpus", "seq_len", "global_batch", "precision", "engine", "attention",
@@ -109,8 +109,8 @@ def _cluster(row: pd.Series):
     return with_nic(cluster, float(nic) * BYTES_PER_S_PER_GBIT_S) if pd.notna(nic) else cluster
 
 
-def predict_row(row: pd.Series) -> Prediction:
-    """Predict one reference run through the planner's search."""
+def search_row(row: pd.Series) -> tuple[TrainingJob, ClusterSpec, SearchResult, dict[str, list[int]]]:
+    """The job, cluster and search of one reference run, its published knobs fixed (and those knobs)."""
     model = load_model(row["model"])
     imbalance = row.get("expert_imbalance")
     job = TrainingJob(model=model, seq_len=int(row["seq_len"]), global_batch=int(row["global_batch"]),
@@ -118,7 +118,14 @@ def predict_row(row: pd.Series) -> Prediction:
                       expert_imbalance=float(imbalance) if pd.notna(imbalance) else None,
                       fused_kernels=str(row.get("kernels", "")) == "fused")
     fixed = _fixed_knobs(row)
-    result = search(job, _cluster(row), fixed)
+    cluster = _cluster(row)
+    return job, cluster, search(job, cluster, fixed), fixed
+
+
+def predict_row(row: pd.Series) -> Prediction:
+    """Predict one reference run through the planner's search."""
+    job, _, result, fixed = search_row(row)
+    model = job.model
     measured = measured_tokens_per_s_per_gpu(row, model)
     if len(result.ranked) == 0:
         return Prediction(row["id"], row["source"], measured, float("nan"), "infeasible", model.is_moe)
