@@ -26,8 +26,8 @@ from paraplan.hardware_profiles import Catalog, ClusterSpec, cluster_from_file, 
 from paraplan.hardware_profiles.topology_file import is_topology_file
 from paraplan.hardware_profiles.user_file import resolve_catalog
 from paraplan.planner.job import TrainingJob
-from paraplan.planner.plan import SCHEMA_VERSION, Plan, config_at, estimate_at, plan_to_json
 from paraplan.planner.memory_reference import confusion, load_memory_runs, predict_memory_all, summarize_memory
+from paraplan.planner.plan import SCHEMA_VERSION, Plan, config_at, estimate_at, plan_to_json
 from paraplan.planner.reference import load_reference_runs, predict_all, summarize
 from paraplan.planner.search import SearchResult, explain_no_fit, search
 

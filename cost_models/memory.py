@@ -174,7 +174,7 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
     first_chunks = in_flight_chunks(t.pp, t.vpp, num_microbatches, last_rank=False)
     last_chunks = in_flight_chunks(t.pp, t.vpp, num_microbatches, last_rank=True)
     embedding_output = tokens * ACTIVATION_BYTES * model.hidden_size / seq_shard
-    first_acts = (per_layer * (layout.first_layers - t.offload) + t.vpp * embedding_output) * first_chunks / t.vpp
+    first_acts = (per_layer * (layout.first_layers - t.offload) + embedding_output) * first_chunks / t.vpp
     last_acts = per_layer * layout.last_layers * last_chunks / t.vpp
     loss = work.loss_bytes_per_logit * tokens * model.vocab_size / t.tp
     working_set = _working_set_bytes(model, work, t, tokens)
@@ -257,10 +257,8 @@ def _working_set_bytes(model: ModelSpec, work: Workload, t: ConfigTable, tokens)
     recomputed_layer = tokens * layer_activation_bytes_per_token(model, t.tp, t.sp, np.zeros_like(t.recompute),
                                                                  _gemm_input_bytes(work.precision), t.etp,
                                                                  gathered_gemm_inputs=work.saves_gathered_gemm_inputs)
-    # Its backward also holds the gradients of the MLP's widest activations (gate and up, bf16).
-    widest_grads = tokens * ACTIVATION_BYTES * (2 if model.gated_mlp else 1) * model.ffn_size / t.tp
     scores = _scores_bytes(model, work, t, tokens)
-    working_set = np.where(t.recompute == 2, recomputed_layer + widest_grads, 0.0) + np.where(np.isin(t.recompute, (1, 2)), scores, 0.0)
+    working_set = np.where(t.recompute == 2, recomputed_layer, 0.0) + np.where(np.isin(t.recompute, (1, 2)), scores, 0.0)
     return working_set + gathered_kv_bytes(model, tokens, t.tp, t.cp, t.cp_comm)
 
 

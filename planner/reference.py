@@ -109,14 +109,18 @@ def _cluster(row: pd.Series):
     return with_nic(cluster, float(nic) * BYTES_PER_S_PER_GBIT_S) if pd.notna(nic) else cluster
 
 
+def reference_job(row: pd.Series) -> TrainingJob:
+    """The training job of one reference run (model, sequence, batch, precision, engine, kernels)."""
+    imbalance = row.get("expert_imbalance")
+    return TrainingJob(model=load_model(row["model"]), seq_len=int(row["seq_len"]),
+                       global_batch=int(row["global_batch"]), precision=row["precision"], engine=row["engine"],
+                       attention=row["attention"], expert_imbalance=float(imbalance) if pd.notna(imbalance) else None,
+                       fused_kernels=str(row.get("kernels", "")) == "fused")
+
+
 def search_row(row: pd.Series) -> tuple[TrainingJob, ClusterSpec, SearchResult, dict[str, list[int]]]:
     """The job, cluster and search of one reference run, its published knobs fixed (and those knobs)."""
-    model = load_model(row["model"])
-    imbalance = row.get("expert_imbalance")
-    job = TrainingJob(model=model, seq_len=int(row["seq_len"]), global_batch=int(row["global_batch"]),
-                      precision=row["precision"], engine=row["engine"], attention=row["attention"],
-                      expert_imbalance=float(imbalance) if pd.notna(imbalance) else None,
-                      fused_kernels=str(row.get("kernels", "")) == "fused")
+    job = reference_job(row)
     fixed = _fixed_knobs(row)
     cluster = _cluster(row)
     return job, cluster, search(job, cluster, fixed), fixed

@@ -8,10 +8,9 @@ from typing import Literal
 
 import numpy as np
 
-from paraplan.cost_models.device_memory import usable_capacity_bytes
-
 from paraplan.cost_models.compute import ComputeRates
 from paraplan.cost_models.context_parallel import CP_COMM_CODES
+from paraplan.cost_models.device_memory import usable_capacity_bytes
 from paraplan.cost_models.estimate import EstimateTable, default_rates, estimate
 from paraplan.cost_models.layer import cp_comm_variants_per_layer_s
 from paraplan.cost_models.learned.step_calibration import apply_step_factor

@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 
 from paraplan.cost_models.hf_config import load_model
-from paraplan.planner.job import TrainingJob
-from paraplan.planner.reference import _cluster, load_reference_runs, predict_all, predict_row
+from paraplan.planner.reference import _cluster, load_reference_runs, predict_all, predict_row, reference_job
 from paraplan.planner.search import search
 
 
@@ -119,11 +118,7 @@ def test_search_finds_plan_at_least_as_fast_as_published(run_id):
     runs = load_reference_runs()
     row = runs[runs.id == run_id].iloc[0]
     published = predict_row(row)
-    imbalance = row["expert_imbalance"]
-    job = TrainingJob(model=load_model(row["model"]), seq_len=int(row["seq_len"]),
-                      global_batch=int(row["global_batch"]), precision=row["precision"], engine=row["engine"],
-                      attention=row["attention"], expert_imbalance=None if np.isnan(imbalance) else float(imbalance))
-    result = search(job, _cluster(row))
+    result = search(reference_job(row), _cluster(row))  # the published job, every knob free
     assert len(result.ranked) > 0
     best = result.estimates.tokens_per_s_per_gpu[result.ranked[0]]
     assert best >= published.predicted_tokens_per_s_per_gpu * (1 - 1e-9)

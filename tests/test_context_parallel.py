@@ -194,6 +194,7 @@ def test_all_gather_rows_that_do_not_fit_fall_back_to_the_next_fastest_variant(l
     """All-gather holds one layer's whole-sequence K, V and dK, dV in backward (2·cp local K, V). With
     the capacity set between a layout's p2p and all-gather peaks, the search must keep that layout
     with p2p rather than reject it; per layout, it matches the best fitting row of the full space."""
+    from paraplan.cost_models.device_memory import usable_capacity_bytes
     from paraplan.cost_models.estimate import estimate
     from paraplan.planner.search import search
 
@@ -211,7 +212,7 @@ def test_all_gather_rows_that_do_not_fit_fall_back_to_the_next_fastest_variant(l
     mbs4 = (t.mbs == 4)
     capacity = 0.5 * (est.memory.peak_bytes[mbs4 & (t.cp_comm == P2P)] + est.memory.peak_bytes[mbs4 & (t.cp_comm == GATHER)])
     squeezed = TrainingJob(model=llama8b, seq_len=16384, global_batch=64,
-                           memory_headroom_frac=float(1.0 - capacity[0] / h100x32.gpu.hbm_bytes))
+                           memory_headroom_frac=float(1.0 - capacity[0] / usable_capacity_bytes(h100x32.gpu.hbm_bytes)))
     fits = est.memory.peak_bytes <= capacity[0]
     result = search(squeezed, h100x32, fixed)
     r = result.table

@@ -11,13 +11,13 @@ import dataclasses
 import numpy as np
 
 from paraplan.cost_models.compute import analytical_rates
-from paraplan.cost_models.estimate import edge_times
-from paraplan.cost_models.layer import layer_times
 from paraplan.cost_models.device_memory import (
     FRAGMENTATION_FRAC,
     non_torch_bytes,
     usable_capacity_bytes,
 )
+from paraplan.cost_models.estimate import edge_times
+from paraplan.cost_models.layer import layer_times
 from paraplan.cost_models.memory import stored_layer_bytes
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.planner.job import ParallelConfig, TrainingJob, configs_to_table
