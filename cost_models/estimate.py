@@ -21,7 +21,7 @@ from paraplan.cost_models.compute import ComputeRates, analytical_rates, gemm_ti
 from paraplan.cost_models.device_memory import usable_capacity_bytes
 from paraplan.cost_models.dp_sync import dp_exposed_s
 from paraplan.cost_models.layer import ACTIVATION_BYTES, layer_times
-from paraplan.cost_models.memory import MemoryBreakdown, expert_data_parallel, memory_breakdown, stored_layer_bytes
+from paraplan.cost_models.memory import MemoryBreakdown, expert_data_parallel, memory_breakdown, stored_layer_bytes, trimmed_to_capacity
 from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.cost_models.stages import stage_layout
 from paraplan.cost_models.table import ConfigTable, Workload
@@ -156,7 +156,8 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTa
     recompute_per_token = _recompute_flops_per_token(model, work, t)
     peak = cluster.gpu.peak(work.precision)
     per_gpu_flops = flops_per_token * tokens_per_s / num_gpus
-    memory = memory_breakdown(model, work, t, layout, m, layer_bytes)
+    memory = trimmed_to_capacity(memory_breakdown(model, work, t, layout, m, layer_bytes),
+                                 usable_capacity_bytes(cluster.gpu.hbm_bytes))
     return EstimateTable(
         step_time_s=step, compute_s=compute_total, tp_comm_s=tp_total, cp_comm_s=cp_total, ep_comm_s=ep_total,
         pp_comm_s=pp_comm,
@@ -164,7 +165,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTa
         tokens_per_s=tokens_per_s, tokens_per_s_per_gpu=tokens_per_s / num_gpus,
         model_flops_per_s_per_gpu=per_gpu_flops, mfu=per_gpu_flops / peak,
         hfu=(flops_per_token + recompute_per_token) * tokens_per_s / num_gpus / peak,
-        memory=memory, fits=(memory.peak_bytes <= usable_capacity_bytes(cluster.gpu.hbm_bytes))
+        memory=memory, fits=(memory.required_bytes <= usable_capacity_bytes(cluster.gpu.hbm_bytes))
         & (memory.host_bytes <= cluster.host_memory_per_gpu),
         cost_model="; ".join(filter(None, (rates.source, cluster.collective_source))),
     )

@@ -16,7 +16,7 @@ the whole sequence's K, V and dK, dV of the layer in backward to the transient w
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -59,8 +59,13 @@ class MemoryBreakdown:
     reserve_bytes: np.ndarray
     """Everything beyond the live tensors: allocator cache and fragmentation plus non_torch_bytes."""
     peak_bytes: np.ndarray
-    """Device memory in use at the peak: reserved plus non-PyTorch; the fit decision compares it with
-    usable capacity (device_memory.usable_capacity_bytes)."""
+    """Device memory in use at the peak: reserved plus non-PyTorch (capped at usable capacity by
+    cost_models.estimate where the allocator would have to trim its cache to run)."""
+    required_bytes: np.ndarray
+    """What must fit in usable capacity for the step to run: the device peak, or less where the caching
+    allocator, failing an allocation, releases its cached blocks and retries (PyTorch's
+    ``release_cached_blocks``): then the live tensors, non-PyTorch memory, and one largest tensor's worth
+    of contiguous space the retry may still not find between live blocks."""
     worst_stage: np.ndarray
     """0 = first stage, 1 = last stage."""
 
@@ -192,9 +197,13 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
     root_gathered = np.where(work.fsdp_root_stays_gathered & (t.zero >= recipe.weights_sharded_from_zero),
                              recipe.param_gather_bytes / t.tp, 0.0)
 
-    def states(params, expert_params):
-        held = weights_frac + grads_held * grads_frac + optim_frac
-        return params * held + expert_params * (expert_fracs[0] + grads_held * expert_fracs[1] + expert_fracs[2])
+    def states(params, expert_params, grads=grads_held):
+        held = weights_frac + grads * grads_frac + optim_frac
+        return params * held + expert_params * (expert_fracs[0] + grads * expert_fracs[1] + expert_fracs[2])
+
+    def late_grads(params, expert_params):
+        """Gradients created after the activation peak (absent at it)."""
+        return (1.0 - grads_held) * (params * grads_frac + expert_params * expert_fracs[1])
 
     def transient(params, root_params):
         return gathered + stage_gathered * params + root_gathered * root_params + working_set
@@ -209,14 +218,23 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
     worst_last = (last_total > first_total) & ~pp1
     params = np.where(worst_last, layout.last_params, layout.first_params)
     experts = np.where(worst_last, layout.last_expert_params, layout.first_expert_params)
-    allocated = np.maximum(first_total, last_total)
-    reserved = reserved_bytes(allocated, work.allocator)
+    activation_peak = np.maximum(first_total, last_total)
+    # The optimizer step holds every state at once, gradients included, and no activations: it is the
+    # peak where gradients are freed between steps and activations are small.
+    step_peak = states(params, experts, grads=1.0)
+    allocated = np.maximum(activation_peak, step_peak)
+    # Gradients created after the activation peak find the allocator's cached blocks cut to activation
+    # sizes and take new segments: reserved holds them on top of the activation peak's blocks (the H100
+    # probe, bench/gpu_memory_probe.py: max_reserved exceeds the fragmented activation peak by about the
+    # gradient bytes; torchtitan's 8 -> 128 rank rows fall by 16 B per parameter, not 12).
+    reserved = np.maximum(reserved_bytes(activation_peak, work.allocator) + late_grads(params, experts),
+                          reserved_bytes(step_peak, work.allocator))
     outside = non_torch_bytes(t.tp, t.pp, t.dp, t.cp, t.ep)
     middle_params = layout.middle_layers * model.shared_params_per_layer_mean() / t.tp
     middle_experts = layout.middle_layers * model.routed_params_per_layer_mean() / (t.ep * t.etp)
     return MemoryBreakdown(
         weights_bytes=params * weights_frac + experts * expert_fracs[0],
-        grads_bytes=grads_held * (params * grads_frac + experts * expert_fracs[1]),
+        grads_bytes=np.where(allocated > activation_peak, 1.0, grads_held) * (params * grads_frac + experts * expert_fracs[1]),
         optimizer_bytes=params * optim_frac + experts * expert_fracs[2],
         activations_bytes=np.where(worst_last, last_acts, first_acts),
         logits_bytes=np.where(worst_last | pp1, loss, 0.0),
@@ -232,6 +250,7 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
         non_torch_bytes=outside,
         reserve_bytes=reserved - allocated + outside,
         peak_bytes=reserved + outside,
+        required_bytes=np.minimum(reserved + outside, allocated + _largest_tensor_bytes(model, work, t, tokens) + outside),
         worst_stage=worst_last.astype(np.int64),
     )
 
@@ -262,6 +281,12 @@ def _working_set_bytes(model: ModelSpec, work: Workload, t: ConfigTable, tokens)
     return working_set + gathered_kv_bytes(model, tokens, t.tp, t.cp, t.cp_comm)
 
 
+def _largest_tensor_bytes(model: ModelSpec, work: Workload, t: ConfigTable, tokens):
+    """The largest single tensor of the step: the logits in fp32 (the loss's upcast copy or its
+    gradient), or in bf16 where a fused loss never upcasts them (loss_bytes_per_logit below 4)."""
+    return tokens * model.vocab_size / t.tp * np.minimum(4.0, work.loss_bytes_per_logit / 2)
+
+
 def _gathered_bytes(model: ModelSpec, work: Workload, t: ConfigTable):
     """Sharded weights gathered a layer at a time: the gathered copy, the prefetched next one and its
     gradient; engines that gather per parameter tensor hold only the largest tensors."""
@@ -269,3 +294,13 @@ def _gathered_bytes(model: ModelSpec, work: Workload, t: ConfigTable):
     unit_params = model.largest_layer_tensor_params() if recipe.gathers_per_tensor else model.layer_params()
     return np.where(t.zero >= recipe.weights_sharded_from_zero,
                     unit_params / t.tp * (2 * recipe.param_gather_bytes + recipe.grad_bytes), 0.0)
+
+
+def trimmed_to_capacity(memory: MemoryBreakdown, usable_bytes) -> MemoryBreakdown:
+    """The breakdown as the device would show it: where the fragmented peak would pass usable capacity
+    but what must fit does fit, the allocator trims its cache and holds the capacity instead (the H100
+    probe's near-capacity rows report max_reserved within 0.3 GiB of capacity less non-PyTorch memory)."""
+    trimmed = (memory.peak_bytes > usable_bytes) & (memory.required_bytes <= usable_bytes)
+    reserved = np.where(trimmed, usable_bytes - memory.non_torch_bytes, memory.reserved_bytes)
+    return replace(memory, reserved_bytes=reserved, peak_bytes=reserved + memory.non_torch_bytes,
+                   reserve_bytes=reserved - memory.allocated_bytes + memory.non_torch_bytes)

@@ -156,7 +156,7 @@ ENGINES: dict[str, EngineRules] = {
         kernel_stack="pytorch", activation_offload=False, recompute_stops_early=True,
         expert_ranks_from=("dp", "cp"), etp_choices="one_or_tp", ep_overlap=False,
         selective_saves="alternate_matmuls", loss_bytes_per_logit=EAGER_LOSS_BYTES_PER_LOGIT,
-        frees_grads_between_steps=False, saves_gathered_gemm_inputs=True, eager_pytorch_model=True, fsdp_root_stays_gathered=True,
+        frees_grads_between_steps=True, saves_gathered_gemm_inputs=True, eager_pytorch_model=True, fsdp_root_stays_gathered=True,
         source=(
             "torchtitan 0.3: scaled_dot_product_attention (flash backend by default, cuDNN backend on request), "
             "FSDP2 (reshard_after_forward = ZeRO-3, never = ZeRO-2), DDP replicate, "

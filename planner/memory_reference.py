@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from paraplan.cost_models.device_memory import FRAGMENTATION_FRAC
 from paraplan.cost_models.estimate import estimate
 from paraplan.cost_models.hf_config import load_model
 from paraplan.cost_models.model_spec import ModelSpec
@@ -137,7 +138,7 @@ def predict_memory_row(row: pd.Series) -> MemoryPrediction:
     predicted = {
         "reserved": mem.reserved_bytes, "allocated": _stage_allocated(mem, stage),
         "activations": mem.first_activations_bytes, "states": mem.middle_states_bytes,
-        "fits": mem.peak_bytes, "oom": mem.peak_bytes,
+        "fits": mem.required_bytes, "oom": mem.required_bytes,
     }.get(metric, np.full(1, np.nan))
     return MemoryPrediction(row["id"], row["source"], metric, measured, float(predicted[0]), bool(est.fits[0]))
 
@@ -180,16 +181,24 @@ def confusion(predictions: list[MemoryPrediction]) -> dict[str, int]:
 
 def leave_one_out_reserved(frame: pd.DataFrame) -> dict[str, float]:
     """Signed error of every scored max_reserved row when the allocator's fragmentation fraction for its
-    mode (eager or compiled) is refitted on the other rows only: the median of measured reserved over
-    predicted allocated, times the row's predicted allocated."""
+    mode (eager or compiled) is refitted on the other rows only. Reserved is (1 + f) x the live peak plus
+    the gradients created after it; the refit takes the median of (measured - those gradients) over the
+    predicted live peak."""
     rows = [row for _, row in frame.iterrows()
             if not row["scope"] and metric_of(str(row["memory_metric"])) == "reserved"]
-    ratio = {row["id"]: float(row["measured_memory_gib"]) * BYTES_PER_GIB / _predicted_allocated(row) for row in rows}
+    allocated = {row["id"]: _predicted_allocated(row) for row in rows}
+    late = {}
+    for row in rows:
+        mode = "compiled" if int(row["compile"]) else "eager"
+        late[row["id"]] = predict_memory_row(row).predicted_bytes - (1 + FRAGMENTATION_FRAC[mode]) * allocated[row["id"]]
+    ratio = {row["id"]: (float(row["measured_memory_gib"]) * BYTES_PER_GIB - late[row["id"]]) / allocated[row["id"]]
+             for row in rows}
     errors = {}
     for row in rows:
         same_mode = [ratio[r["id"]] for r in rows if r["id"] != row["id"] and r["compile"] == row["compile"]]
         if same_mode:
-            errors[row["id"]] = float(np.median(same_mode)) / ratio[row["id"]] - 1.0
+            predicted = float(np.median(same_mode)) * allocated[row["id"]] + late[row["id"]]
+            errors[row["id"]] = predicted / (float(row["measured_memory_gib"]) * BYTES_PER_GIB) - 1.0
     return errors
 
 

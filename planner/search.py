@@ -130,13 +130,13 @@ def search(job: TrainingJob, cluster: ClusterSpec, fixed: dict[str, list[int]] |
     est = _estimate(job, cluster, table, rates)
     capacity = usable_capacity_bytes(cluster.gpu.hbm_bytes) * (1.0 - job.memory_headroom_frac)
     # An all-gather row that does not fit falls back to its next fastest variant, whose memory is smaller.
-    refit = np.flatnonzero((fallback >= 0) & (est.memory.peak_bytes > capacity))
+    refit = np.flatnonzero((fallback >= 0) & (est.memory.required_bytes > capacity))
     if len(refit):
         cp_comm = table.cp_comm.copy()
         cp_comm[refit] = fallback[refit]
         table = dataclasses.replace(table, cp_comm=cp_comm)
         est = _splice(est, refit, _estimate(job, cluster, table.take(refit), rates))
-    fits_gpu = est.memory.peak_bytes <= capacity
+    fits_gpu = est.memory.required_bytes <= capacity
     fits_host = est.memory.host_bytes <= cluster.host_memory_per_gpu
     fits = fits_gpu & fits_host
     for reason, failed in ((MEMORY_REASON, ~fits_gpu), (HOST_MEMORY_REASON, fits_gpu & ~fits_host)):
@@ -147,7 +147,7 @@ def search(job: TrainingJob, cluster: ClusterSpec, fixed: dict[str, list[int]] |
     fitting = np.flatnonzero(fits)
     ranked = fitting[np.lexsort(tuple(getattr(table, axis)[fitting] for axis in reversed(TIE_BREAK))
                                 + (np.round(key[fitting], 12),))]
-    smallest = float(est.memory.peak_bytes.min()) if len(table) else float("nan")
+    smallest = float(est.memory.required_bytes.min()) if len(table) else float("nan")
     return SearchResult(table=table, estimates=est, ranked=ranked, rejected=rejected,
                         considered=space.considered, smallest_memory_bytes=smallest)
 

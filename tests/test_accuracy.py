@@ -39,8 +39,10 @@ _MOSAIC = lambda r: r.source.str.startswith("Mosaic")
 _NARAYANAN = lambda r: r.source.str.startswith("Narayanan")
 GUARDS = [
     ("NeMo dense, all GPUs", _NEMO, 0.05, 0.25),
+    # Max: nemo_bridge_0226 (GB300, 4,520 tokens/s/GPU) against four runs of the same configuration at
+    # 5,003-5,248; the prediction (5,304, offload 10 layers) sits 1.2% above their median (5,243).
     ("NeMo Llama 3 70B Megatron-FSDP on GB200/GB300 (activation offload)",
-     lambda r: _NEMO(r) & (r.model == "llama-3.1-70b") & (r.zero == 3), 0.04, 0.17),
+     lambda r: _NEMO(r) & (r.model == "llama-3.1-70b") & (r.zero == 3), 0.04, 0.18),
     ("NeMo B200 fp8", lambda r: _NEMO(r) & (r.gpu == "b200"), 0.03, 0.07),
     ("NeMo H100 fp8", lambda r: _NEMO(r) & (r.gpu == "h100-sxm"), 0.04, 0.09),
     # Mosaic maxima: three small-batch FSDP rows that their neighbours do not explain (mpt-70b on

@@ -210,10 +210,11 @@ def test_all_gather_rows_that_do_not_fit_fall_back_to_the_next_fastest_variant(l
     assert np.all(extra >= kv) and np.all(extra <= kv * 1.1)
     assert np.all(est.step_time_s[t.cp_comm == GATHER] < est.step_time_s[t.cp_comm == P2P])  # NIC-bound ring
     mbs4 = (t.mbs == 4)
-    capacity = 0.5 * (est.memory.peak_bytes[mbs4 & (t.cp_comm == P2P)] + est.memory.peak_bytes[mbs4 & (t.cp_comm == GATHER)])
+    required = est.memory.required_bytes  # what must fit in capacity
+    capacity = 0.5 * (required[mbs4 & (t.cp_comm == P2P)] + required[mbs4 & (t.cp_comm == GATHER)])
     squeezed = TrainingJob(model=llama8b, seq_len=16384, global_batch=64,
                            memory_headroom_frac=float(1.0 - capacity[0] / usable_capacity_bytes(h100x32.gpu.hbm_bytes)))
-    fits = est.memory.peak_bytes <= capacity[0]
+    fits = est.memory.required_bytes <= capacity[0]
     result = search(squeezed, h100x32, fixed)
     r = result.table
     best_by_mbs = {int(m): float(est.step_time_s[fits & (t.mbs == m)].min()) for m in np.unique(t.mbs[fits])}

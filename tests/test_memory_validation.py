@@ -42,13 +42,17 @@ def test_device_memory_is_reserved_plus_context_and_nccl():
     model = load_model("llama-3.1-8b")
     job = TrainingJob(model=model, seq_len=8192, global_batch=16, engine="torchtitan")
     config = ParallelConfig(tp=1, pp=1, dp=8, mbs=2, zero=3, recompute="selective")
-    mem = estimate(model, quick_cluster("h100-sxm", 8), job.workload(), configs_to_table([config])).memory
-    assert float(mem.reserved_bytes[0]) == pytest.approx(float(mem.allocated_bytes[0]) * (1 + FRAGMENTATION_FRAC["eager"]))
+    # torchtitan's own benchmark GPU (96 GB): on an 80 GB H100 the cache would be trimmed to capacity.
+    mem = estimate(model, quick_cluster("h100-sxm-96gb", 8), job.workload(), configs_to_table([config])).memory
+    # The fragmented activation peak plus the fp32 gradient shards created after it (4 B / param / 8 ranks).
+    late_grads = 4 * model.total_params() / 8
+    assert float(mem.reserved_bytes[0]) == pytest.approx(
+        float(mem.allocated_bytes[0]) * (1 + FRAGMENTATION_FRAC["eager"]) + late_grads)
     # One data-parallel communicator beside the world one: 0.5 GiB context + 2 x 0.3 GiB NCCL.
     assert float(non_torch_bytes(1, 1, 8, 1, 1)) == pytest.approx(1.1 * 2**30)
     assert float(mem.peak_bytes[0]) == pytest.approx(float(mem.reserved_bytes[0]) + 1.1 * 2**30)
     compiled = TrainingJob(model=model, seq_len=8192, global_batch=16, engine="torchtitan", compiled=True)
-    mem_c = estimate(model, quick_cluster("h100-sxm", 8), compiled.workload(), configs_to_table([config])).memory
+    mem_c = estimate(model, quick_cluster("h100-sxm-96gb", 8), compiled.workload(), configs_to_table([config])).memory
     assert float(mem_c.allocated_bytes[0]) == float(mem.allocated_bytes[0])  # compile changes the cache only
     assert float(mem_c.reserved_bytes[0]) < float(mem.reserved_bytes[0])
     assert float(reserved_bytes(100.0, "compiled")) == pytest.approx(105.0)
