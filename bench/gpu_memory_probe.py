@@ -35,7 +35,8 @@ import time
 GIB = 1024**3
 
 # Model shapes: Llama 3.2 1B and 3B as torchtitan builds them (untied output projection: torchtitan's
-# Llama 3 model has no weight tying), and a 4-layer slice of Llama 3.1 8B (same per-layer shapes).
+# Llama 3 model has no weight tying), an 8-layer slice of Llama 3.1 8B (same per-layer shapes), and a
+# tiny shape for checking the probe itself on CPU (`--one` with "device": "cpu").
 SHAPES = {
     "tiny": {"dim": 256, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "ffn_dim_multiplier": 1.0},
     "llama3-1b": {"dim": 2048, "n_layers": 16, "n_heads": 32, "n_kv_heads": 8, "ffn_dim_multiplier": 1.5},
