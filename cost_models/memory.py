@@ -1,4 +1,4 @@
-"""Peak memory per GPU on the first and last pipeline stages, itemised in bytes.
+"""Peak memory per GPU on the first, the busiest middle and the last pipeline stage, itemised in bytes.
 
 Activations follow Korthikanti et al. 2022 (arXiv 2205.05198, section 4.1), generalised to GQA,
 gated MLPs, FFN != 4h, optional dropout and fused (flash) attention. Bytes per token per layer:
@@ -67,7 +67,7 @@ class MemoryBreakdown:
     ``release_cached_blocks``): then the live tensors, non-PyTorch memory, and one largest tensor's worth
     of contiguous space the retry may still not find between live blocks."""
     worst_stage: np.ndarray
-    """0 = first stage, 1 = last stage."""
+    """0 = first stage, 1 = last stage, 2 = the busiest middle rank (rank 1)."""
 
 
 def _attention_stored_widths(model: ModelSpec) -> tuple[int, int, int]:
@@ -215,10 +215,22 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
         + np.where(pp1, loss, 0.0)
     last_total = np.where(pp1, first_total, states(layout.last_params, layout.last_expert_params) + last_acts
                           + last_transient + loss)
-    worst_last = (last_total > first_total) & ~pp1
-    params = np.where(worst_last, layout.last_params, layout.first_params)
-    experts = np.where(worst_last, layout.last_expert_params, layout.first_expert_params)
-    activation_peak = np.maximum(first_total, last_total)
+    # The busiest middle rank: rank 1, which holds the most layers of any middle rank (every engine's split
+    # gives extra layers to the first chunks) and the most in-flight micro-batches (pp - 1) among them.
+    middle_params = layout.middle_layers * model.shared_params_per_layer_mean() / t.tp
+    middle_experts = layout.middle_layers * model.routed_params_per_layer_mean() / (t.ep * t.etp)
+    middle_acts = per_layer * layout.middle_layers * in_flight_chunks_at(t.pp, t.vpp, num_microbatches, 1) / t.vpp
+    middle_transient = transient(middle_params, 0.0)
+    has_middle = t.pp >= 3
+    middle_total = np.where(has_middle, states(middle_params, middle_experts) + middle_acts + middle_transient, 0.0)
+    # Worst stage: 0 first, 1 last, 2 the busiest middle rank (ties go to the earlier label).
+    worst = np.argmax(np.stack([first_total, np.where(pp1, 0.0, last_total), middle_total]), axis=0)
+    pick = lambda first, last, middle: np.choose(worst, [np.broadcast_to(first, worst.shape),
+                                                         np.broadcast_to(last, worst.shape),
+                                                         np.broadcast_to(middle, worst.shape)])
+    params = pick(layout.first_params, layout.last_params, middle_params)
+    experts = pick(layout.first_expert_params, layout.last_expert_params, middle_experts)
+    activation_peak = np.maximum(np.maximum(first_total, last_total), middle_total)
     # The optimizer step holds every state at once, gradients included, and no activations: it is the
     # peak where gradients are freed between steps and activations are small.
     step_peak = states(params, experts, grads=1.0)
@@ -230,15 +242,16 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
     reserved = np.maximum(reserved_bytes(activation_peak, work.allocator) + late_grads(params, experts),
                           reserved_bytes(step_peak, work.allocator))
     outside = non_torch_bytes(t.tp, t.pp, t.dp, t.cp, t.ep)
-    middle_params = layout.middle_layers * model.shared_params_per_layer_mean() / t.tp
-    middle_experts = layout.middle_layers * model.routed_params_per_layer_mean() / (t.ep * t.etp)
+    holds_loss = pp1 | (worst == 1)
+    largest = np.where(holds_loss, _largest_logits_bytes(model, work, t, tokens),
+                       _largest_layer_tensor_bytes(model, t, tokens))
     return MemoryBreakdown(
         weights_bytes=params * weights_frac + experts * expert_fracs[0],
         grads_bytes=np.where(allocated > activation_peak, 1.0, grads_held) * (params * grads_frac + experts * expert_fracs[1]),
         optimizer_bytes=params * optim_frac + experts * expert_fracs[2],
-        activations_bytes=np.where(worst_last, last_acts, first_acts),
-        logits_bytes=np.where(worst_last | pp1, loss, 0.0),
-        transient_bytes=np.where(worst_last, last_transient, first_transient),
+        activations_bytes=pick(first_acts, last_acts, middle_acts),
+        logits_bytes=np.where(holds_loss, loss, 0.0),
+        transient_bytes=pick(first_transient, last_transient, middle_transient),
         host_bytes=per_layer * t.offload,
         allocated_bytes=allocated,
         first_allocated_bytes=first_total,
@@ -250,12 +263,17 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
         non_torch_bytes=outside,
         reserve_bytes=reserved - allocated + outside,
         peak_bytes=reserved + outside,
-        required_bytes=np.minimum(reserved + outside, allocated + _largest_tensor_bytes(model, work, t, tokens) + outside),
-        worst_stage=worst_last.astype(np.int64),
+        required_bytes=np.minimum(reserved + outside, allocated + largest + outside),
+        worst_stage=worst.astype(np.int64),
     )
 
 
 def in_flight_chunks(pp, vpp, num_microbatches, last_rank: bool):
+    """:func:`in_flight_chunks_at` of the first or the last pipeline rank."""
+    return in_flight_chunks_at(pp, vpp, num_microbatches, np.asarray(pp) - 1 if last_rank else 0)
+
+
+def in_flight_chunks_at(pp, vpp, num_microbatches, rank):
     """Model chunks whose activations a pipeline rank holds at its peak. Megatron's interleaved
     schedule runs (pp − r − 1)·2 + (vpp − 1)·pp warm-up forwards on rank r before its first backward,
     so rank r holds that many chunks plus one, at most every chunk of the step (m·vpp); 1F1B holds
@@ -264,7 +282,7 @@ def in_flight_chunks(pp, vpp, num_microbatches, last_rank: bool):
     pp = np.asarray(pp, dtype=float)
     vpp = np.asarray(vpp, dtype=float)
     m = np.asarray(num_microbatches, dtype=float)
-    rank = pp - 1 if last_rank else 0.0
+    rank = np.minimum(np.asarray(rank, dtype=float), pp - 1)
     interleaved = np.minimum((pp - rank - 1) * 2 + (vpp - 1) * pp + 1, m * vpp)
     return np.where(vpp > 1, interleaved, np.minimum(pp - rank, m))
 
@@ -281,10 +299,16 @@ def _working_set_bytes(model: ModelSpec, work: Workload, t: ConfigTable, tokens)
     return working_set + gathered_kv_bytes(model, tokens, t.tp, t.cp, t.cp_comm)
 
 
-def _largest_tensor_bytes(model: ModelSpec, work: Workload, t: ConfigTable, tokens):
-    """The largest single tensor of the step: the logits in fp32 (the loss's upcast copy or its
-    gradient), or in bf16 where a fused loss never upcasts them (loss_bytes_per_logit below 4)."""
+def _largest_logits_bytes(model: ModelSpec, work: Workload, t: ConfigTable, tokens):
+    """The largest single tensor of a stage that runs the loss: the logits in fp32 (the loss's upcast copy
+    or its gradient), or in bf16 where a fused loss never upcasts them (loss_bytes_per_logit below 4)."""
     return tokens * model.vocab_size / t.tp * np.minimum(4.0, work.loss_bytes_per_logit / 2)
+
+
+def _largest_layer_tensor_bytes(model: ModelSpec, t: ConfigTable, tokens):
+    """The largest single tensor of a stage without the loss: the MLP's up-projection output in bf16
+    (gate and up together for gated MLPs), sharded by TP."""
+    return tokens * model.ffn_size * (2 if model.gated_mlp else 1) * ACTIVATION_BYTES / t.tp
 
 
 def _gathered_bytes(model: ModelSpec, work: Workload, t: ConfigTable):

@@ -69,7 +69,7 @@ def estimate_at(est: EstimateTable, row: int) -> dict[str, Any]:
         "peak_memory_bytes": float(memory.peak_bytes[row]),
         "allocated_memory_bytes": float(memory.allocated_bytes[row]),
         "reserved_memory_bytes": float(memory.reserved_bytes[row]),
-        "peak_memory_stage": "last" if memory.worst_stage[row] else "first",
+        "peak_memory_stage": ("first", "last", "middle")[int(memory.worst_stage[row])],
         "host_memory_bytes": float(memory.host_bytes[row]),
         "step_time_breakdown_s": {name: float(getattr(est, name)[row]) for name in _BREAKDOWN},
         "memory_breakdown_bytes": {name: float(np.asarray(getattr(memory, name))[row]) for name in _MEMORY},

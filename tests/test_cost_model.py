@@ -24,7 +24,9 @@ from paraplan.cost_models.hf_config import load_model
 from paraplan.cost_models.memory import (
     MemoryBreakdown,
     attention_scores_bytes_per_token,
+    in_flight_chunks_at,
     layer_activation_bytes_per_token,
+    stored_layer_bytes,
 )
 from paraplan.cost_models.recipes import DEEPSPEED_MIXED, FSDP2_MIXED, MEGATRON_MIXED
 from paraplan.cost_models.stages import stage_layout
@@ -224,6 +226,22 @@ def test_recipe_bytes_per_param_follow_the_zero_paper():
     # FSDP2 shards everything from stage 2 (reshard-after-forward off) on.
     assert float(FSDP2_MIXED.state_bytes_per_param(2, dp)) == 16 / dp
     np.testing.assert_array_equal(MEGATRON_MIXED.state_bytes_per_param(np.array([0, 1]), np.array([4, 4])), [18.0, 9.0])
+
+
+def test_busiest_middle_rank_can_be_the_peak(cluster):
+    # 46 layers on pp 8: Megatron's edge-accounted split gives 5 layers to the first and last stage and 6 to
+    # each middle one. Under 1F1B rank 1 holds 7 micro-batches of 6 layers (42 layer-micro-batches), rank 0
+    # holds 8 of 5 (40) plus the embedding output: with a small vocabulary the middle rank peaks.
+    model = make_model(num_layers=46, vocab_size=1024)
+    table = make_table(pp=8, tp=1, dp=1, mbs=1, recompute=0)
+    est = run(model, cluster, table, global_batch=64)
+    mem = est.memory
+    assert int(mem.worst_stage[0]) == 2
+    per_layer = float(stored_layer_bytes(model, work(global_batch=64), table)[0])
+    assert float(mem.activations_bytes[0]) == pytest.approx(6 * 7 * per_layer, rel=1e-12)
+    assert float(mem.allocated_bytes[0]) > float(mem.first_allocated_bytes[0])
+    assert float(in_flight_chunks_at(8, 1, 64, 1)) == 7
+    assert float(in_flight_chunks_at(8, 3, 64, 1)) == (8 - 1 - 1) * 2 + (3 - 1) * 8 + 1
 
 
 def test_first_stage_holds_min_p_m_microbatches(gpt, cluster):

@@ -130,7 +130,7 @@ def test_unknown_key(plan, schema):
         (("job", "engine"), "colossal", "$.job.engine"),
         (("config", "recompute"), "some", "$.config.recompute"),
         (("config", "zero"), 4, "$.config.zero"),
-        (("estimate", "peak_memory_stage"), "middle", "$.estimate.peak_memory_stage"),
+        (("estimate", "peak_memory_stage"), "second", "$.estimate.peak_memory_stage"),
     ],
 )
 def test_enum_violation(plan, schema, path, value, expected_path):
