@@ -21,7 +21,13 @@ from paraplan.cost_models.compute import ComputeRates, analytical_rates, gemm_ti
 from paraplan.cost_models.device_memory import usable_capacity_bytes
 from paraplan.cost_models.dp_sync import dp_exposed_s
 from paraplan.cost_models.layer import ACTIVATION_BYTES, layer_times
-from paraplan.cost_models.memory import MemoryBreakdown, expert_data_parallel, memory_breakdown, stored_layer_bytes, trimmed_to_capacity
+from paraplan.cost_models.memory import (
+    MemoryBreakdown,
+    expert_data_parallel,
+    memory_breakdown,
+    stored_layer_bytes,
+    trimmed_to_capacity,
+)
 from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.cost_models.stages import stage_layout
 from paraplan.cost_models.table import ConfigTable, Workload

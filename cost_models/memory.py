@@ -194,6 +194,11 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
     gathered = _gathered_bytes(model, work, t)
     # Reshard-after-backward only (FSDP SHARD_GRAD_OP): the whole stage stays gathered in compute.
     stage_gathered = np.where((t.zero == 2) & (recipe.weights_sharded_from_zero == 2), recipe.param_gather_bytes, 0.0)
+    # Pipelined FSDP2 (torchtitan): after the first micro-batch's backward the stage's weights stay gathered
+    # (ZeRO-3 too) and its gradients accumulate unsharded in fp32 (the recipe's gradient bytes).
+    pipelined_fsdp = work.pipeline_fsdp_unsharded & ~pp1 & (t.zero >= recipe.weights_sharded_from_zero) \
+        & (np.asarray(num_microbatches) > 1)
+    stage_gathered = np.where(pipelined_fsdp, recipe.param_gather_bytes + recipe.grad_bytes, stage_gathered)
     root_gathered = np.where(work.fsdp_root_stays_gathered & (t.zero >= recipe.weights_sharded_from_zero),
                              recipe.param_gather_bytes / t.tp, 0.0)
 

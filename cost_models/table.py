@@ -118,6 +118,8 @@ class Workload:
     """With sequence parallelism, GEMMs keep their all-gathered input (torchtitan) rather than the shard."""
     fsdp_root_stays_gathered: bool = False
     """Sharded embedding and output weights stay gathered through the loss (FSDP2's root)."""
+    pipeline_fsdp_unsharded: bool = False
+    """Pipelined FSDP2: the stage stays gathered and its gradients accumulate unsharded (EngineRules)."""
     allocator: str = "fused_kernels"
     """Caching-allocator behaviour (cost_models.device_memory.FRAGMENTATION_FRAC): eager, compiled or fused_kernels."""
     pipeline_split: str = "megatron"

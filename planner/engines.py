@@ -95,6 +95,11 @@ class EngineRules:
     """The model's elementwise ops run as eager PyTorch kernels unless torch.compile fuses them (torchtitan);
     else fused kernels with few temporaries (Megatron with Transformer Engine, Megatron-DeepSpeed)."""
     fsdp_root_stays_gathered: bool
+    pipeline_fsdp_unsharded: bool
+    """Under a pipeline schedule, sharded weights stay gathered for the whole step and gradients accumulate
+    unsharded, in the reduce dtype, until the last micro-batch: torch.distributed.pipelining's
+    ``backward_maybe_with_nosync`` runs every backward but the last with FSDP2's
+    ``set_requires_gradient_sync(False)`` and ``set_reshard_after_backward(False)``."""
     """With sharded weights, the root module (embedding, final norm, output layer) stays gathered from
     its forward through its backward (FSDP2 never reshards the root after forward)."""
     source: str
@@ -111,7 +116,7 @@ ENGINES: dict[str, EngineRules] = {
         kernel_stack="transformer_engine", activation_offload=True, recompute_stops_early=False,
         expert_ranks_from=("tp", "dp", "cp"), etp_choices="divisors_of_tp", ep_overlap=True,
         selective_saves="attention_core", loss_bytes_per_logit=MEGATRON_LOSS_BYTES_PER_LOGIT,
-        frees_grads_between_steps=False, saves_gathered_gemm_inputs=False, eager_pytorch_model=False, fsdp_root_stays_gathered=False,
+        frees_grads_between_steps=False, saves_gathered_gemm_inputs=False, eager_pytorch_model=False, fsdp_root_stays_gathered=False, pipeline_fsdp_unsharded=False,
         source=(
             "Megatron-LM core_v0.16 arguments: --use-distributed-optimizer, --use-megatron-fsdp, "
             "--cp-comm-type p2p|a2a|allgather|a2a+p2p with --hierarchical-context-parallel-sizes (Transformer "
@@ -139,7 +144,7 @@ ENGINES: dict[str, EngineRules] = {
         # ZeRO-3 runs (Narayanan et al. Table 2, 529.6B at mbs 4 on 640 GPUs) ran within 2% of capacity and
         # Megatron's 6 B would call them out of memory; no DeepSpeed memory measurement settles it.
         selective_saves="attention_core", loss_bytes_per_logit=KORTHIKANTI_LOSS_BYTES_PER_LOGIT,
-        frees_grads_between_steps=False, saves_gathered_gemm_inputs=False, eager_pytorch_model=False, fsdp_root_stays_gathered=False,
+        frees_grads_between_steps=False, saves_gathered_gemm_inputs=False, eager_pytorch_model=False, fsdp_root_stays_gathered=False, pipeline_fsdp_unsharded=False,
         source=("DeepSpeed (ZeRO-3 costed as its 2021 releases ran it, see recipes.DEEPSPEED_MIXED): PipelineEngine "
                 "supports ZeRO-1 only; activation checkpointing is per layer (full); "
                 "deepspeed.checkpointing is reentrant and reruns the whole layer; attention is the model's own "
@@ -156,7 +161,7 @@ ENGINES: dict[str, EngineRules] = {
         kernel_stack="pytorch", activation_offload=False, recompute_stops_early=True,
         expert_ranks_from=("dp", "cp"), etp_choices="one_or_tp", ep_overlap=False,
         selective_saves="alternate_matmuls", loss_bytes_per_logit=EAGER_LOSS_BYTES_PER_LOGIT,
-        frees_grads_between_steps=True, saves_gathered_gemm_inputs=True, eager_pytorch_model=True, fsdp_root_stays_gathered=True,
+        frees_grads_between_steps=True, saves_gathered_gemm_inputs=True, eager_pytorch_model=True, fsdp_root_stays_gathered=True, pipeline_fsdp_unsharded=True,
         source=(
             "torchtitan 0.3: scaled_dot_product_attention (flash backend by default, cuDNN backend on request), "
             "FSDP2 (reshard_after_forward = ZeRO-3, never = ZeRO-2), DDP replicate, "

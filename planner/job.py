@@ -113,7 +113,8 @@ def _memory_behaviour(rules, compiled: bool, fused_kernels: bool, compiled_loss:
     return {"selective_saves": rules.selective_saves, "loss_bytes_per_logit": loss,
             "frees_grads_between_steps": rules.frees_grads_between_steps,
             "saves_gathered_gemm_inputs": rules.saves_gathered_gemm_inputs,
-            "fsdp_root_stays_gathered": rules.fsdp_root_stays_gathered, "allocator": allocator}
+            "fsdp_root_stays_gathered": rules.fsdp_root_stays_gathered,
+            "pipeline_fsdp_unsharded": rules.pipeline_fsdp_unsharded, "allocator": allocator}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -9,6 +9,11 @@ layouts the source leaves unstated), the reason it is out of scope. Each measure
 with the matching prediction, never pooled across kinds: ``max_reserved`` with what the caching
 allocator holds, ``max_allocated`` with live tensors, component values with the component, and
 fit/OOM labels with the fit decision.
+
+Readings that are paraplan's, not the source's: torchtitan's pipelined FSDP rows (tt24-13..18) run
+torchtitan's default reshard policy under PP (never reshard after forward: paraplan's ZeRO-2 for
+torchtitan) with its default micro-batch count then, one per pipeline stage (8: micro-batch 4 for the
+local batch of 32, 1 for the local batch of 8).
 """
 
 from __future__ import annotations

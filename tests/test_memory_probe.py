@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from paraplan.cost_models.device_memory import FRAGMENTATION_FRAC
@@ -110,3 +111,30 @@ def test_allocator_trims_to_capacity_only_where_the_live_set_fits():
     _, big = _estimate(4, "full")  # 1B, 4 x 8192 tokens: 15.7 GiB of fp32 logits find no room
     assert big.memory.required_bytes[0] > usable and not big.fits[0]
     assert big.memory.peak_bytes[0] > usable  # not trimmed: reported as it would be
+
+
+def test_pipelined_fsdp_keeps_the_stage_gathered_and_its_gradients_unsharded():
+    # torch.distributed.pipelining runs every backward but the last without gradient sync or resharding:
+    # from the second micro-batch on, a stage holds its bf16 weights gathered (2 B) and fp32 gradients
+    # unsharded (4 B) per parameter of its TP shard, on top of a one-micro-batch step.
+    from paraplan.cost_models.hf_config import load_model
+
+    model = load_model("llama-3.1-8b")
+    cluster = quick_cluster("h100-sxm", 8)
+    config = ParallelConfig(tp=1, pp=4, dp=2, cp=1, vpp=1, mbs=1, zero=3, recompute="full", sp=False,
+                            cp_comm="allgather")
+
+    def first_stage(batch):
+        job = TrainingJob(model=model, seq_len=4096, global_batch=batch, precision="bf16", engine="torchtitan",
+                          attention="flash")
+        est = estimate(model, cluster, job.workload(), configs_to_table([config]))
+        return est.memory, est.num_microbatches[0]
+
+    one, m1 = first_stage(2)  # one micro-batch per data-parallel rank
+    many, m8 = first_stage(16)
+    assert (m1, m8) == (1, 8)
+    from paraplan.cost_models.stages import stage_layout
+
+    layout = stage_layout(model, np.array([1]), np.array([4]), np.array([1]), split="torchtitan")
+    assert (int(one.worst_stage[0]), int(many.worst_stage[0])) == (1, 1)  # the last stage (output and loss)
+    assert many.transient_bytes[0] - one.transient_bytes[0] == pytest.approx(6 * layout.last_params[0], rel=1e-12)

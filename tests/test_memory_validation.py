@@ -85,10 +85,24 @@ def test_no_row_beyond_12_percent(metric):
     assert max(abs(e) for e in errors.values()) <= 0.12, errors
 
 
+# Reserved rows beyond 12%, each with its reason (test_no_reserved_row_beyond_12_percent is a strict xfail):
+# tt24-11/12 (Llama 3.1 70B, FSDP 32 x TP 8, local batch 16, full AC, float8 + compile): -21%, -16%; the
+# TP-sharded loss-parallel working set and async-TP buffers are not modelled. tt24-13 (405B, TP 8 x PP 8 x
+# FSDP 8, 1F1B): -13%, its micro-batch count is assumed (8). tt24-18 (the same at CP 8, 262k tokens): -15%;
+# what grows with the context-parallel degree at a fixed local sequence (75.3 -> 84.9 GiB from CP 1 to 8) is
+# not modelled.
+KNOWN_RESERVED_MISSES = {"tt24-11", "tt24-12", "tt24-13", "tt24-18"}
+
+
 @needs_shared
-@pytest.mark.xfail(strict=True, reason="tt24-11/12 (Llama 3.1 70B, FSDP 32 x TP 8, local batch 16, full AC, "
-                   "float8 + compile): predicted 57.0 GiB reserved against 71.9 and 67.6 measured (-21%, -16%); the "
-                   "TP-sharded loss-parallel working set and async-TP buffers are not modelled")
+def test_reserved_rows_beyond_12_percent_are_only_the_known_ones():
+    beyond = {p.run_id for p in _predictions() if not p.out_of_scope and p.metric == "reserved"
+              and abs(p.error_frac) > 0.12}
+    assert beyond == KNOWN_RESERVED_MISSES
+
+
+@needs_shared
+@pytest.mark.xfail(strict=True, reason=f"{sorted(KNOWN_RESERVED_MISSES)} miss by more than 12% (see above)")
 def test_no_reserved_row_beyond_12_percent():
     errors = [p.error_frac for p in _predictions() if not p.out_of_scope and p.metric == "reserved"]
     assert max(abs(e) for e in errors) <= 0.12
