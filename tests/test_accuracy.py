@@ -115,6 +115,7 @@ def _sample_ids():
     return [i for i in nemo_and_megatron + mosaic if i not in KNOWN_INFEASIBLE]
 
 
+@pytest.mark.slow  # a full search per reference row: minutes (CI runs it: `pytest -m slow`)
 @pytest.mark.parametrize("run_id", _sample_ids())
 def test_search_finds_plan_at_least_as_fast_as_published(run_id):
     runs = load_reference_runs()

@@ -189,6 +189,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow  # brute force over the whole space of each case (CI runs it: `pytest -m slow`)
 @pytest.mark.parametrize("cluster_name, nodes, engine, model_name", CASES)
 def test_space_equals_brute_force(cluster_name, nodes, engine, model_name):
     cluster = load_cluster(cluster_name, num_nodes=nodes)
