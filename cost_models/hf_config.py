@@ -19,6 +19,7 @@ from typing import Any
 
 from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.errors import InputError
+from paraplan.limits import MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB, MAX_WIDTH
 
 DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox", "mpt")
 MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss")
@@ -51,10 +52,20 @@ def _get(config: dict[str, Any], field: str, origin: str, default: Any = None) -
     return default
 
 
+# The most each config.json field may say (paraplan.limits gives the reasons); other widths: MAX_WIDTH.
+_FIELD_MAX = {"num_hidden_layers": MAX_LAYERS, "num_attention_heads": MAX_HEADS, "num_key_value_heads": MAX_HEADS,
+              "vocab_size": MAX_VOCAB, "num_experts": MAX_EXPERTS, "num_experts_per_tok": MAX_EXPERTS,
+              "n_shared_experts": MAX_EXPERTS, "max_position_embeddings": MAX_SEQ_LEN,
+              "decoder_sparse_step": MAX_LAYERS, "moe_layer_freq": MAX_LAYERS}
+
+
 def _int(value: Any, field: str, origin: str) -> int:
     if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0
             or int(value) != value):
         raise InputError(f"{origin}: {field} must be a positive integer, got {value!r}")
+    most = _FIELD_MAX.get(field, MAX_WIDTH)
+    if value > most:
+        raise InputError(f"{origin}: {field} = {int(value):,} is implausibly large (at most {most:,})")
     return int(value)
 
 

@@ -32,6 +32,7 @@ from paraplan.hardware_profiles.yaml_schema import (
     positive_number,
     text,
 )
+from paraplan.limits import MAX_GPUS, MAX_GPUS_PER_NODE
 
 _GPU_KEYS = ("display_name", "vendor", "architecture", "dense_tflops", "hbm_gib", "hbm_tb_per_s",
              "nvlink_gb_per_s", "nic_gb_per_s", "host_link_gb_per_s", "host_memory_gib", "sources")
@@ -285,7 +286,7 @@ def _node_count(where: str, gpus_per_node: int, num_nodes: int | None, num_gpus:
     if num_nodes is not None and num_gpus is not None:
         raise InputError(f"{where}: give the node count or the GPU count, not both")
     if num_gpus is not None:
-        positive_int(num_gpus, f"{where}: --gpus")
+        positive_int(num_gpus, f"{where}: --gpus", MAX_GPUS)
         if num_gpus % gpus_per_node:
             raise InputError(
                 f"{where}: {num_gpus} GPUs is not a whole number of {gpus_per_node}-GPU nodes; "
@@ -294,7 +295,7 @@ def _node_count(where: str, gpus_per_node: int, num_nodes: int | None, num_gpus:
         return num_gpus // gpus_per_node
     if num_nodes is None:
         raise InputError(f"{where}: say how big the cluster is with --nodes N or --gpus N")
-    return positive_int(num_nodes, f"{where}: --nodes")
+    return positive_int(num_nodes, f"{where}: --nodes", MAX_GPUS // gpus_per_node)
 
 
 def load_cluster(name: str, *, num_nodes: int | None = None, num_gpus: int | None = None,
@@ -307,7 +308,7 @@ def quick_cluster(gpu_name: str, num_gpus: int, gpus_per_node: int = 8, *,
                   catalog: Catalog | None = None) -> ClusterSpec:
     """The ``--gpu NAME --gpus N [--gpus-per-node 8]`` form: one NVLink domain per node."""
     gpu = load_gpu(gpu_name, catalog)
-    positive_int(gpus_per_node, "--gpus-per-node")
+    positive_int(gpus_per_node, "--gpus-per-node", MAX_GPUS_PER_NODE)
     per_node = min(gpus_per_node, num_gpus)
     nodes = _node_count(f"{gpu_name}x{num_gpus}", per_node, None, num_gpus)
     return ClusterSpec(

@@ -30,6 +30,7 @@ from paraplan.hardware_profiles import units
 from paraplan.hardware_profiles.catalog import Catalog, cluster_from_file, load_cluster, load_gpu
 from paraplan.hardware_profiles.topology import NodeSpec, Topology, uniform_topology
 from paraplan.hardware_profiles.yaml_schema import check_keys, parse_yaml, positive_int, positive_number
+from paraplan.limits import MAX_GPUS, MAX_GPUS_PER_NODE
 
 _TOP_KEYS = ("inter_node_latency_us", "intra_domain_latency_us", "node_groups")
 _TOP_OPTIONAL = ("name", "display_name", "leaves", "bandwidth_matrix", "sources")
@@ -107,7 +108,7 @@ def _oversubscription(leaf: Any, where: str) -> float:
 
 def _group_nodes(group: Any, where: str, first: int, num_leaves: int, catalog: Catalog | None) -> list[NodeSpec]:
     check_keys(group, where, _GROUP_KEYS, _GROUP_OPTIONAL)
-    count = positive_int(group["num_nodes"], f"{where}.num_nodes")
+    count = positive_int(group["num_nodes"], f"{where}.num_nodes", MAX_GPUS)
     leaf = group.get("leaf", 0)
     if isinstance(leaf, bool) or not isinstance(leaf, int) or not 0 <= leaf < num_leaves:
         raise InputError(f"{where}.leaf must be an index into leaves (0 to {num_leaves - 1}), got {leaf!r}")
@@ -115,7 +116,7 @@ def _group_nodes(group: Any, where: str, first: int, num_leaves: int, catalog: C
     if not isinstance(hosts, list) or len(hosts) != count or not all(isinstance(h, str) and h for h in hosts):
         raise InputError(f"{where}.hosts must list {count} host names, one per node")
     gpu = load_gpu(str(group["gpu"]), catalog)
-    per_node = positive_int(group["gpus_per_node"], f"{where}.gpus_per_node")
+    per_node = positive_int(group["gpus_per_node"], f"{where}.gpus_per_node", MAX_GPUS_PER_NODE)
     nic = positive_number(group["nic_gb_per_s_per_gpu"], f"{where}.nic_gb_per_s_per_gpu") * units.BYTES_PER_GB
     return [NodeSpec(host=h, gpu=gpu, gpus_per_node=per_node, nic_bytes_per_s_per_gpu=nic, leaf=leaf) for h in hosts]
 

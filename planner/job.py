@@ -8,6 +8,7 @@ from paraplan.cost_models.context_parallel import CP_COMM_CODES
 from paraplan.cost_models.model_spec import AttentionFlops, ModelSpec
 from paraplan.cost_models.routing import RoutingStats
 from paraplan.cost_models.table import RECOMPUTE_CODES, ConfigTable, Workload
+from paraplan.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from paraplan.planner.engines import engine_rules, recipe_for
 
 PRECISIONS = ("bf16", "fp8", "fp4")
@@ -56,10 +57,12 @@ class TrainingJob:
     FUSED_LOSS_BYTES_PER_LOGIT and the allocator fragments like a fused-kernel stack."""
 
     def __post_init__(self) -> None:
-        for label in ("seq_len", "global_batch"):
+        for label, most in (("seq_len", MAX_SEQ_LEN), ("global_batch", MAX_GLOBAL_BATCH)):
             value = getattr(self, label)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{label.replace('_', '-')} must be a positive integer, got {value!r}")
+            if value > most:
+                raise ValueError(f"{label.replace('_', '-')} {value:,} is implausibly large (at most {most:,})")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.flops_convention not in ("full", "causal"):

@@ -107,13 +107,32 @@ def _cp_comm_reasons(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules
     ]
 
 
+DIVIDES_RULE = "tp·pp·cp does not divide the GPU count"
+
+
+def _dividing_shape_grid(values: dict[str, list[int]], num_gpus: int) -> tuple[np.ndarray, int]:
+    """(rows of tp, pp, cp, cp_comm, ep, etp whose tp·pp·cp divides the GPU count; how many rows the full
+    product of the axis values has). Without context parallelism the communication type is moot: one row
+    per shape, coded p2p."""
+    comms, experts = values["cp_comm"], len(values["ep"]) * len(values["etp"])
+    rows_per_cp = {cp: (len(comms) if cp > 1 else 1) * experts for cp in values["cp"]}
+    total_rows = len(values["tp"]) * len(values["pp"]) * sum(rows_per_cp.values())
+    triples = [(tp, pp, cp) for tp in values["tp"] if num_gpus % tp == 0
+               for pp in values["pp"] if (num_gpus // tp) % pp == 0
+               for cp in values["cp"] if (num_gpus // (tp * pp)) % cp == 0]
+    rows = [(tp, pp, cp, comm if cp > 1 else CP_COMM_CODES["p2p"], ep, etp)
+            for tp, pp, cp in triples for comm in (comms if cp > 1 else comms[:1])
+            for ep, etp in product(values["ep"], values["etp"])]
+    return np.array(rows, dtype=np.int64).reshape(-1, 6), total_rows
+
+
 def _shape_reasons(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules, tp, pp, cp, cp_comm, ep,
                    etp) -> list[tuple]:
     model, n = job.model, cluster.num_gpus
     layers_ok = split_exists(engine.pipeline_split, model.num_layers, pp, 1)
     dp = np.where(n % (tp * pp * cp) == 0, n // (tp * pp * cp), 0)
     return [
-        (n % (tp * pp * cp) != 0, "tp·pp·cp does not divide the GPU count"),
+        (n % (tp * pp * cp) != 0, DIVIDES_RULE),
         (tp > cluster.domain_gpus, "tp spans more than one NVLink domain"),
         ((model.num_heads % tp != 0) | (model.num_kv_heads % tp != 0), "tp does not divide the attention/KV heads"),
         (~layers_ok, f"{engine.name} cannot split the layers over pp stages"),
@@ -274,13 +293,13 @@ def enumerate_space(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules,
     if extra_offload:
         values["offload"] = [0]
     per_shape = int(np.prod([len(values[a]) for a in DETAIL_AXES]))
-    shape_axes = ("tp", "pp", "cp", "cp_comm", "ep", "etp")
-    grid = np.array(list(product(*(values[a] for a in shape_axes))), dtype=np.int64).reshape(-1, len(shape_axes))
-    # Without context parallelism the communication type is moot: one row per shape, coded p2p.
-    grid = grid[(grid[:, 2] > 1) | (grid[:, 3] == values["cp_comm"][0])]
-    grid[:, 3] = np.where(grid[:, 2] > 1, grid[:, 3], CP_COMM_CODES["p2p"])
+    grid, total_rows = _dividing_shape_grid(values, cluster.num_gpus)
     tp, pp, cp, cp_comm, ep, etp = grid.T
+    # Shapes whose tp·pp·cp does not divide the GPU count (the first rule) are counted, never built: a GPU
+    # count with many divisors (720,720 has 240) made 55 million rows of them and took 8 GB.
     counts: dict[str, int] = {}
+    if total_rows > len(grid):
+        counts[DIVIDES_RULE] = (total_rows - len(grid)) * per_shape
     reasons = _shape_reasons(job, cluster, engine, tp, pp, cp, cp_comm, ep, etp)
     code = _first_reason(reasons, len(grid))
     dp = np.where(code == -1, cluster.num_gpus // (tp * pp * cp), 0)
@@ -295,7 +314,7 @@ def enumerate_space(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules,
         shapes = _collapse_cp_comm(shapes)
     rules = _detail_rules(job, engine)
     columns = _detail_pass(shapes, values, rules, counts)
-    considered = len(grid) * per_shape
+    considered = total_rows * per_shape
     if extra_offload:
         variants = _offload_variants(columns, extra_offload, rules, counts)
         offloadable = (columns["pp"] == 1) & (columns["recompute"] == 0)

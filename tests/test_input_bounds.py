@@ -3,11 +3,16 @@ take super-linear time or unbounded memory."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from conftest import assert_bad_input
+from typer.testing import CliRunner
 
+from paraplan.cli.app import app
 from paraplan.cost_models.ingest.megatron_log import fields_of, parse_megatron_log
+from paraplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LAYERS, MAX_SEQ_LEN
 
 
 def test_megatron_fields_split_like_megatron_prints_them():
@@ -32,3 +37,65 @@ def test_memory_line_with_padding(count):
     text = f"[Rank 0] (after 10 iterations) memory (MB) | allocated: 100.0 |{' ' * count}| max allocated: 200.0\n"
     parsed = parse_megatron_log(Path("log.txt"), text)
     assert parsed.measurements[0].params == {"allocated_bytes": 100 * 2**20, "max_allocated_bytes": 200 * 2**20}
+
+
+# -- sizes a user controls: refused with one line before any work --------------------------------------
+JOB = ["--seq-len", "4096", "--global-batch", "8"]
+
+
+def _run(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--gpu", "h100-sxm", "--gpus", str(10**9), *JOB], f"at most {MAX_GPUS}"),
+    (["--gpu", "h100-sxm", "--gpus", "8", "--gpus-per-node", "100000", *JOB], "at most 1024"),
+    (["--cluster", "dgx-h100", "--nodes", str(10**8), *JOB], f"at most {MAX_GPUS // 8}"),
+    (["--gpu", "h100-sxm", "--gpus", "8", "--seq-len", str(10**11), "--global-batch", "8"], f"at most {MAX_SEQ_LEN:,}"),
+    (["--gpu", "h100-sxm", "--gpus", "8", "--seq-len", "4096", "--global-batch", str(10**12)],
+     f"at most {MAX_GLOBAL_BATCH:,}"),
+])
+def test_huge_cluster_and_job_sizes_are_refused(args, needle):
+    assert_bad_input(_run("plan", "llama-3.1-8b", *args), needle)
+
+
+def test_huge_layer_count_in_config_json_is_refused(tmp_path):
+    config = json.loads(Path(__file__).parent.parent.joinpath("data/models/llama-3.1-8b/config.json").read_text())
+    config["num_hidden_layers"] = 10**10
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert_bad_input(_run("models", "show", str(path)), "num_hidden_layers", f"at most {MAX_LAYERS:,}")
+
+
+def test_huge_ngpus_in_nccl_tests_json_is_refused(tmp_path):
+    path = tmp_path / "n.json"
+    path.write_text(json.dumps({"config": {"ngpus": 10**8}, "results": []}))  # 61 bytes that asked for 10^8 dicts
+    result = _run("ingest", str(path), "--kind", "nccl-tests-json", "--hardware", "h100-sxm",
+                  "--store", str(tmp_path / "s.db"))
+    assert_bad_input(result, "config.ngpus", f"at most {MAX_GPUS:,}")
+
+
+def test_topology_file_with_a_billion_nodes_is_refused(tmp_path):
+    from paraplan.errors import InputError
+    from paraplan.hardware_profiles.topology_file import load_topology
+
+    path = tmp_path / "topo.yaml"
+    path.write_text("inter_node_latency_us: 5.0\nintra_domain_latency_us: 2.0\n"
+                    "node_groups:\n  - {gpu: h100-sxm, num_nodes: 1000000000, gpus_per_node: 8, "
+                    "nic_gb_per_s_per_gpu: 50}\n")
+    with pytest.raises(InputError, match=f"num_nodes.*at most {MAX_GPUS}"):
+        load_topology(str(path))
+
+
+def test_a_gpu_count_with_many_divisors_builds_only_dividing_shapes():
+    # 720,720 GPUs (240 divisors): the full tp x pp x cp product has 240^3 = 13.8 million shapes; only the
+    # ordered triples whose product divides the count are built, prod C(e+3, 3) over the prime exponents e of
+    # 2^4·3^2·5·7·11·13 = 35·10·4^4 = 89,600; the rest are counted.
+    from paraplan.planner.space import _dividing_shape_grid, divisors
+
+    n = 720_720
+    values = {"tp": divisors(n), "pp": divisors(n), "cp": divisors(n), "cp_comm": [0], "ep": [1], "etp": [1]}
+    grid, total = _dividing_shape_grid(values, n)
+    assert len(divisors(n)) == 240 and total == 240**3
+    assert len(grid) == 35 * 10 * 4**4
+    assert all(n % (tp * pp * cp) == 0 for tp, pp, cp, *_ in grid)

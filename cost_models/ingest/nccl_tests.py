@@ -17,6 +17,7 @@ from paraplan.cost_models.ingest.hardware_names import catalog_name
 from paraplan.cost_models.ingest.records import Measurement, Parsed, bad_line, json_list, positive_number
 from paraplan.errors import InputError
 from paraplan.hardware_profiles.units import SECONDS_PER_US
+from paraplan.limits import MAX_GPUS
 
 # nccl-tests binary stem -> paraplan collective name (collectives.py's names).
 COLLECTIVES = {"all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
@@ -103,6 +104,8 @@ def _json_document(path: Path, text: str) -> tuple[dict, list, list]:
     devices = config.get("devices") if isinstance(config.get("devices"), list) else []
     ngpus = config.get("ngpus")
     if not devices and isinstance(ngpus, int) and not isinstance(ngpus, bool) and ngpus > 0:
+        if ngpus > MAX_GPUS:
+            raise InputError(f"{path}: config.ngpus = {ngpus:,} is implausibly large (at most {MAX_GPUS:,})")
         devices = [{} for _ in range(ngpus)]
     if not devices:
         raise InputError(f"{path}: config.devices or config.ngpus must give the group size")
