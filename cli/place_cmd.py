@@ -146,6 +146,12 @@ def place(
     console.print(f"step time: default order {render.seconds(placed.baseline_step_s)} s -> placed "
                   f"{render.seconds(placed.placed_step_s)} s ({render.percent(gain)} % faster); solver {s.status}, "
                   f"gap {render.percent(s.gap_frac)} %, {s.wall_s:.2f} s")
+    if placed.candidates < topology.num_nodes:
+        console.print(f"chose among {placed.candidates} of {topology.num_nodes} nodes: "
+                      + ("the default order's and up to one per logical node of each leaf/NIC/GPU class, which "
+                         "holds an optimal placement" if placed.exact_pool else
+                         "the default order's and the best-connected by measured bandwidth (not proven optimal "
+                         "over the whole topology)"))
     if staged is not None:
         split, placed_document = staged
         console.print(f"layers per stage: even {list(split.baseline_layers)} slowest stage "

@@ -9,6 +9,7 @@ oversubscription), so the collectives' α–β model prices it unchanged. Each n
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,6 +98,12 @@ class Topology:
         nvlink = [node.gpu.nvlink_bytes_per_s * node.gpu.efficiency.nvlink_frac for node in self.nodes]
         link[np.arange(n), np.arange(n)] = nvlink
         return link
+
+    def subset(self, indices) -> Topology:
+        """The topology of the nodes at ``indices`` (in that order), with their measured links."""
+        indices = list(indices)
+        measured = None if self.measured_bytes_per_s is None else self.measured_bytes_per_s[np.ix_(indices, indices)]
+        return dataclasses.replace(self, nodes=tuple(self.nodes[i] for i in indices), measured_bytes_per_s=measured)
 
     def weakest_node(self) -> NodeSpec:
         """The node type with the least HBM, then the lowest 16-bit peak: what every plan must fit and keep up with."""

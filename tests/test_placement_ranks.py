@@ -133,3 +133,37 @@ def test_expert_all_to_all_is_an_axis_of_its_own():
     assert (0, 1) not in pairs
     assert placed.placed_step_s < placed.baseline_step_s
     assert cost_of(instance, placed.node_of_slot) == brute_force(instance)[1]
+
+
+def test_candidate_pool_holds_the_optimum_of_the_whole_topology(monkeypatch):
+    # 22 nodes in 2 leaves (1:4 uplinks) with 25 and 50 GB/s NICs; the plan needs 4 nodes. Without measured
+    # links nodes of one (leaf, NIC) class are interchangeable, so the pool keeps the default order's 4 and
+    # at most 4 of each class: the brute-force optimum over the pool equals the one over all 22 nodes.
+    from paraplan.planner.placement import rank_instance as module
+
+    nics = [25.0, 50.0, 25.0, 50.0, 50.0, 50.0, 25.0, 50.0, 50.0, 25.0, 50.0] * 2
+    leaves = [0, 1, 1, 0, 0, 1, 0, 1, 0, 1, 1] * 2
+    topo = topology(nics, leaves, (1.0, 4.0))
+    document = make_plan_document(tp=8, dp=2, pp=2, global_batch=64)
+    pooled = rank_instance(document, topo)
+    assert pooled.exact_pool and pooled.num_nodes < topo.num_nodes
+    assert pooled.nodes[:4] == (0, 1, 2, 3)  # the default order comes first
+    monkeypatch.setattr(module, "candidate_nodes", lambda t, slots: (tuple(range(t.num_nodes)), True))
+    full = rank_instance(document, topo)
+    assert full.num_nodes == 22
+    assert brute_force(pooled)[1] == brute_force(full)[1]
+    placed = place_ranks(pooled, FAST)
+    assert placed.candidates == pooled.num_nodes
+    # The answer names physical nodes: its cost over the whole topology is the optimum.
+    assert cost_of(full, placed.node_of_slot) == brute_force(full)[1]
+
+
+def test_measured_links_cap_the_pool():
+    from paraplan.planner.placement.rank_instance import MEASURED_POOL_NODES, candidate_nodes
+
+    n = MEASURED_POOL_NODES + 36
+    measured = np.full((n, n), 20e9)
+    measured[:, 70] = measured[70, :] = 40e9  # node 70 is the best connected
+    pool, exact = candidate_nodes(topology([50.0] * n, measured=measured), 4)
+    assert not exact and len(pool) == MEASURED_POOL_NODES
+    assert pool[:4] == (0, 1, 2, 3) and pool[4] == 70

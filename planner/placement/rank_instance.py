@@ -46,12 +46,47 @@ def slot_edges(*, tp: int, cp: int, dp: int, pp: int, vpp: int, gpus_per_node: i
     return edges
 
 
+MEASURED_POOL_NODES = 64
+"""With a measured bandwidth matrix no two nodes are interchangeable: the pool keeps the default order's
+nodes and then the best-connected nodes (median measured bus bandwidth to the others) up to this many,
+which bounds the CP-SAT model at 64 x 64 node pairs per edge. The output says so."""
+
+
+def candidate_nodes(topology: Topology, slots: int) -> tuple[tuple[int, ...], bool]:
+    """(topology node indices the placement chooses from, whether that pool is exact).
+
+    The default order's nodes (0 .. slots − 1) come first, so the identity order means the same hosts.
+    Without measured links a node's every link follows from its (leaf, NIC, GPU) class, and nodes of one
+    class are interchangeable: at most ``slots`` of each class can be used, so the pool of the first
+    ``slots`` of every class holds an optimal placement (exact). With measured links: see
+    MEASURED_POOL_NODES (not exact)."""
+    default = list(range(slots))
+    if topology.measured_bytes_per_s is None:
+        taken: dict[tuple, int] = {}
+        pool = []
+        for index, node in enumerate(topology.nodes):
+            key = (node.leaf, node.nic_bytes_per_s_per_gpu, node.gpu.name)
+            if index < slots or taken.get(key, 0) < slots:
+                taken[key] = taken.get(key, 0) + 1
+                pool.append(index)
+        return tuple(pool), True
+    if topology.num_nodes <= MEASURED_POOL_NODES:
+        return tuple(range(topology.num_nodes)), True
+    link = topology.link_bytes_per_s()
+    score = np.nanmedian(np.where(np.eye(topology.num_nodes, dtype=bool), np.nan, link), axis=1)
+    ranked = [int(i) for i in np.argsort(-np.nan_to_num(score), kind="stable") if i >= slots]
+    return tuple(default + ranked[:max(MEASURED_POOL_NODES - slots, slots)]), False
+
+
 def rank_instance(document: dict[str, Any], topology: Topology) -> RankInstance:
-    """Price the plan's axes at every distinct link speed of ``topology``; InputError if it cannot host the plan."""
+    """Price the plan's axes at every distinct link speed of ``topology`` over its candidate nodes
+    (candidate_nodes); InputError if it cannot host the plan."""
     job, config = job_of_plan(document)
     per_node = document["cluster"]["gpus_per_node"]
     slots = config.num_gpus // per_node
     _check_fits(topology, per_node, slots, document["cluster"]["gpu"])
+    pool, exact = candidate_nodes(topology, slots)
+    topology = topology.subset(pool)
     edges = slot_edges(tp=config.tp, cp=config.cp, dp=config.dp, pp=config.pp, vpp=config.vpp,
                        gpus_per_node=per_node, ep=config.ep, etp=config.etp)
     link = topology.link_bytes_per_s()
@@ -66,7 +101,8 @@ def rank_instance(document: dict[str, Any], topology: Topology) -> RankInstance:
         pair_cost[axis] = table
     reference = priced[speeds[-1]]
     constant = reference.step_time_s - sum(reference.axis_s[axis] for axis in edges)
-    return RankInstance(num_slots=slots, edges=edges, pair_cost=pair_cost, constant_s=constant)
+    return RankInstance(num_slots=slots, edges=edges, pair_cost=pair_cost, constant_s=constant, nodes=pool,
+                        exact_pool=exact)
 
 
 def _check_fits(topology: Topology, per_node: int, slots: int, gpu: str) -> None:

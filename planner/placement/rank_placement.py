@@ -39,6 +39,10 @@ class RankInstance:
     """Per axis with edges, (nodes, nodes) integer cost in TIME_QUANTUM_S of its slowest link being (p, q)."""
     constant_s: float
     """Step time outside the placement-dependent terms, seconds."""
+    nodes: tuple[int, ...] | None = None
+    """Topology index of each instance node (rank_instance.candidate_nodes); None = the same numbering."""
+    exact_pool: bool = True
+    """Whether the candidate nodes are known to hold an optimal placement of the whole topology."""
 
     @property
     def num_nodes(self) -> int:
@@ -58,6 +62,10 @@ class RankPlacement:
     """Predicted step time with ``node_of_slot``, seconds."""
     stats: SolveStats
     """Objective and bound in seconds of placement-dependent step time."""
+    candidates: int = 0
+    """Physical nodes the solver chose from (the candidate pool)."""
+    exact_pool: bool = True
+    """Whether that pool holds an optimal placement of the whole topology."""
 
 
 def cost_of(instance: RankInstance, node_of_slot) -> int:
@@ -153,5 +161,7 @@ def place_ranks(instance: RankInstance, config: SolverConfig) -> RankPlacement:
                            bound=min(objective, solver.best_objective_bound) * TIME_QUANTUM_S, wall_s=solver.wall_time)
     if cost_of(instance, order) >= cost_of(instance, identity):
         order = identity  # no gain: keep the scheduler's order rather than an equal-cost shuffle
-    return RankPlacement(node_of_slot=order, baseline_step_s=step_s(instance, identity),
-                         placed_step_s=step_s(instance, order), stats=stats)
+    physical = order if instance.nodes is None else tuple(instance.nodes[n] for n in order)
+    return RankPlacement(node_of_slot=physical, baseline_step_s=step_s(instance, identity),
+                         placed_step_s=step_s(instance, order), stats=stats,
+                         candidates=instance.num_nodes, exact_pool=instance.exact_pool)
