@@ -265,7 +265,7 @@ def plan(
     render.hardware_origin(console, spec.gpu)
     documents = [plan_to_json(p, result.estimates.cost_model) for p in plans]
     if place or (cluster is not None and is_topology_file(Path(cluster))):
-        documents = place_cmd.refine(documents, cluster, spec, catalog)
+        documents = place_cmd.refine(documents, cluster, spec, catalog, objective)
     if json_path is not None:
         render.write_json(json_path, {"schema_version": SCHEMA_VERSION, "plans": documents}, force)
     if export is not None:

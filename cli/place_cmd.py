@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Annotated
 
@@ -176,16 +177,20 @@ def check_plan_gpu(document: dict, catalog: Catalog, plan_file: Path) -> None:
 
 
 def search_cluster(path: Path, nodes: int | None, gpus: int | None, catalog: Catalog | None = None) -> ClusterSpec:
-    """What 'paraplan plan' searches on for a topology file: its weakest GPU type on every node."""
+    """What 'paraplan plan' searches on for a topology file: its weakest GPU type on every node and its slowest
+    inter-node link on every link (a plan uses every node, so its rings cross the slowest link somewhere;
+    placement then finds where, and re-ranks the top plans by the placed step time)."""
     if nodes is not None or gpus is not None:
         raise InputError(f"{path} lists its own nodes; drop --nodes/--gpus")
     topology = topology_from_file(path, catalog=catalog)
-    return topology.nominal_cluster(node=topology.weakest_node())
+    return topology.nominal_cluster(topology.slowest_link_bytes_per_s(), node=topology.weakest_node())
 
 
-def refine(documents: list[dict], cluster: str | None, spec: ClusterSpec, catalog: Catalog | None = None) -> list[dict]:
+def refine(documents: list[dict], cluster: str | None, spec: ClusterSpec, catalog: Catalog | None = None,
+           objective: str = "throughput") -> list[dict]:
     """'paraplan plan --place' (or a mixed-GPU topology): place ranks and partition stages of each plan,
-    or choose stage GPU types on a mixed cluster; print one row per plan."""
+    or choose stage GPU types on a mixed cluster; print one row per plan. Ranked by throughput, the plans
+    come back in the order of their placed step time (placement_reranked)."""
     try:
         topology = topology_from_file(Path(cluster), catalog=catalog) if cluster and is_topology_file(Path(cluster)) \
             else uniform_topology(spec)
@@ -202,7 +207,32 @@ def refine(documents: list[dict], cluster: str | None, spec: ClusterSpec, catalo
             refined.append(out)
             table.add_row(str(document["rank"]), render.seconds(document["estimate"]["step_time_s"]), *row)
     render.print_table(render.make_console(), table)
-    return refined
+    if objective != "throughput":
+        return refined
+    reranked = placement_reranked(refined)
+    moves = [f"#{d['placement']['search_rank']} -> #{d['rank']}" for d in reranked
+             if d["placement"].get("search_rank", d["rank"]) != d["rank"]]
+    if moves:
+        render.make_console().print("re-ranked by the placed step time: " + ", ".join(moves)
+                                    + " (the JSON and the export take the new #1)")
+    return reranked
+
+
+def placement_reranked(documents: list[dict]) -> list[dict]:
+    """The documents ordered by their placed step time (``rank_placement.step_time_s_after``), each with its
+    new ``rank`` and its search rank in ``placement.search_rank``; unchanged when a plan has no placed time
+    (mixed-GPU refinement prices the pipeline only)."""
+    placed = [d["placement"].get("rank_placement", {}).get("step_time_s_after") for d in documents]
+    if any(step is None for step in placed):
+        return documents
+    order = sorted(range(len(documents)), key=lambda i: (placed[i], documents[i]["rank"]))
+    out = []
+    for new_rank, index in enumerate(order, start=1):
+        document = copy.deepcopy(documents[index])
+        document["placement"]["search_rank"] = document["rank"]
+        document["rank"] = new_rank
+        out.append(document)
+    return out
 
 
 def _refine_one(document: dict, topology: Topology, config: SolverConfig) -> tuple[dict, list[str]]:
@@ -213,7 +243,7 @@ def _refine_one(document: dict, topology: Topology, config: SolverConfig) -> tup
             return document, ["-", "-", f"not placed: {exc}"]
         fast = "-" if mixed.fast_only_step_s is None else render.seconds(mixed.fast_only_step_s)
         types = "/".join(gpu.split("-")[0] for gpu in mixed.stage_types)
-        return out, ["-", str(list(mixed.stage_layers)),
+        return out, ["-", layers_text(mixed.stage_layers),
                      (f"stages on {types} ({mixed.stats.status}); pipeline time per step: placed "
                       f"{render.seconds(mixed.step_s)} s, naive split {render.seconds(mixed.naive_step_s)} s, "
                       f"{mixed.fast_only_type} only {fast} s")]
@@ -226,4 +256,17 @@ def _refine_one(document: dict, topology: Topology, config: SolverConfig) -> tup
         layers = list(split.stage_layers)
         note += (f"; slowest stage {render.seconds(split.baseline_slowest_s)} -> {render.seconds(split.slowest_s)} s "
                  f"per micro-batch ({split.stats.status})")
-    return out, [render.seconds(placed.placed_step_s), str(layers), note]
+    return out, [render.seconds(placed.placed_step_s), layers_text(layers), note]
+
+
+def layers_text(layers) -> str:
+    """Layers per chunk, runs of equal counts written once: [4, 4, 4, 3] -> '4 x3, 3'."""
+    if layers is None:
+        return "-"
+    runs: list[list[int]] = []
+    for count in layers:
+        if runs and runs[-1][0] == count:
+            runs[-1][1] += 1
+        else:
+            runs.append([count, 1])
+    return ", ".join(f"{count} x{times}" if times > 1 else str(count) for count, times in runs)

@@ -99,6 +99,21 @@ class Topology:
         link[np.arange(n), np.arange(n)] = nvlink
         return link
 
+    def slowest_link_bytes_per_s(self) -> float:
+        """The slowest inter-node per-GPU bus bandwidth (link_bytes_per_s off the diagonal), without building
+        the (nodes, nodes) matrix: the slowest NIC × nic_frac, divided by the worst uplink oversubscription
+        when the nodes span more than one leaf; the slowest measured pair where a matrix is given."""
+        if self.num_nodes == 1:
+            node = self.nodes[0]
+            return node.nic_bytes_per_s_per_gpu * node.gpu.efficiency.nic_frac
+        if self.measured_bytes_per_s is not None:
+            link = self.link_bytes_per_s()
+            return float(link[~np.eye(self.num_nodes, dtype=bool)].min())
+        nic = min(node.nic_bytes_per_s_per_gpu * node.gpu.efficiency.nic_frac for node in self.nodes)
+        leaves = {node.leaf for node in self.nodes}
+        over = max(self.leaf_oversubscription[leaf] for leaf in leaves) if len(leaves) > 1 else 1.0
+        return nic / over
+
     def subset(self, indices) -> Topology:
         """The topology of the nodes at ``indices`` (in that order), with their measured links."""
         indices = list(indices)

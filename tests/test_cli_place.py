@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from conftest import assert_bad_input
 from export_factory import make_plan_document, write_plan_file
 from typer.testing import CliRunner
@@ -225,3 +226,53 @@ def test_multi_node_nvlink_domains_are_refused_in_one_line(tmp_path: Path):
                      "either --cluster")
     result = invoke(*PLAN_8B[:-4], "--cluster", "gb200-nvl72", "--nodes", "4", "--place", "--top", "1")
     assert_bad_input(result, "one NVLink domain per node")
+
+
+def test_placement_reranks_by_the_placed_step_time():
+    from paraplan.cli.place_cmd import placement_reranked
+
+    def doc(rank, placed):
+        document = make_plan_document(tp=8, dp=2, pp=2, global_batch=64)
+        document["rank"] = rank
+        document["placement"]["rank_placement"] = {"step_time_s_after": placed}
+        return document
+
+    out = placement_reranked([doc(1, 54.5), doc(2, 20.6), doc(3, 30.0)])  # the issue's #1 placed at 54.5 s
+    assert [(d["rank"], d["placement"]["search_rank"]) for d in out] == [(1, 2), (2, 3), (3, 1)]
+    mixed = [doc(1, 54.5), make_plan_document(tp=8, dp=2, pp=2, global_batch=64)]  # no placed time: unchanged
+    assert placement_reranked(mixed) is mixed
+
+
+TOPOLOGY_TWO_LEAVES = """inter_node_latency_us: 5.0
+intra_domain_latency_us: 2.0
+leaves:
+  - {oversubscription: 1.0}
+  - {oversubscription: 4.0}
+node_groups:
+  - {gpu: h100-sxm, num_nodes: 4, gpus_per_node: 8, nic_gb_per_s_per_gpu: 50, leaf: 0, hosts: [a0, a1, a2, a3]}
+  - {gpu: h100-sxm, num_nodes: 4, gpus_per_node: 8, nic_gb_per_s_per_gpu: 12.5, leaf: 1, hosts: [b0, b1, b2, b3]}
+"""
+
+
+def test_plan_on_a_topology_searches_at_its_slowest_link_and_placement_agrees(tmp_path: Path):
+    from paraplan.cli.place_cmd import search_cluster
+    from paraplan.hardware_profiles import load_gpu
+
+    path = tmp_path / "topo.yaml"
+    path.write_text(TOPOLOGY_TWO_LEAVES)
+    spec = search_cluster(path, None, None)
+    nic_frac = load_gpu("h100-sxm").efficiency.nic_frac
+    # The slowest link: the 12.5 GB/s NIC across the 4:1 leaf uplink; the spec stores the line rate.
+    assert spec.nic_bytes_per_s_per_gpu * nic_frac == 12.5e9 * nic_frac / 4.0
+    out = tmp_path / "plans.json"
+    result = invoke("plan", "llama-3.1-70b", "--cluster", str(path), "--seq-len", "8192", "--global-batch", "256",
+                    "--top", "3", "--json", str(out))
+    assert result.exit_code == 0, result.output
+    plans = json.loads(out.read_text())["plans"]
+    # Priced at the slowest link, the search's step time is what placement finds (before: 31.4 s searched,
+    # 216 s placed); the plans come back in placed order.
+    for plan in plans:
+        assert plan["placement"]["rank_placement"]["step_time_s_after"] == \
+            pytest.approx(plan["estimate"]["step_time_s"], rel=0.02)
+    placed = [p["placement"]["rank_placement"]["step_time_s_after"] for p in plans]
+    assert placed == sorted(placed) and [p["rank"] for p in plans] == [1, 2, 3]
