@@ -155,8 +155,16 @@ def search(job: TrainingJob, cluster: ClusterSpec, fixed: dict[str, list[int]] |
 def explain_no_fit(result: SearchResult, cluster: ClusterSpec) -> str:
     """One sentence on why nothing fits."""
     if len(result.table) == 0:
-        top = max(result.rejected.items(), key=lambda item: item[1])[0] if result.rejected else "no candidates"
-        return f"no configuration satisfies the engine rules and your constraints (most common reason: {top})"
+        if not result.rejected:
+            return "no configuration satisfies the engine rules and your constraints (no candidates)"
+        # Rules run in order and each candidate counts against the first it breaks, so the last rule that
+        # removed any is the one the furthest candidates met: the one that removed the user's constraint
+        # (most candidates fall to tp·pp·cp not dividing the GPU count, which explains nothing).
+        last, removed = list(result.rejected.items())[-1]
+        top = max(result.rejected.items(), key=lambda item: item[1])[0]
+        most = "" if top == last else f"; most candidates fell earlier, to: {top}"
+        return (f"no configuration satisfies the engine rules and your constraints: the last {removed:,} "
+                f"candidates fell to: {last}{most}")
     need = result.smallest_memory_bytes / BYTES_PER_GIB
     have = cluster.gpu.hbm_bytes / BYTES_PER_GIB
     return (f"no configuration fits: the smallest memory need is {need:.1f} GiB per GPU but "

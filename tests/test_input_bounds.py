@@ -99,3 +99,20 @@ def test_a_gpu_count_with_many_divisors_builds_only_dividing_shapes():
     assert len(divisors(n)) == 240 and total == 240**3
     assert len(grid) == 35 * 10 * 4**4
     assert all(n % (tp * pp * cp) == 0 for tp, pp, cp, *_ in grid)
+
+
+# -- messages name the rule that removed the user's constraint ---------------------------------------
+@pytest.mark.parametrize("model, flags, rule", [
+    ("mixtral-8x7b", ["--ep", "3"], "ep does not divide the routed experts"),
+    ("mixtral-8x7b", ["--vpp", "7"], "cannot split the layers over pp·vpp chunks"),
+    ("mixtral-8x7b", ["--mbs", "3"], "global batch not divisible by dp·mbs"),
+    ("mixtral-8x7b", ["--offload", "20", "--pp", "2"], "activation offload needs pp = 1"),
+    ("llama-3.1-8b", ["--attention", "unfused", "--cp", "2"], "cp > 1 needs a flash-family attention kernel"),
+    ("llama-3.1-8b", ["--global-batch", "2", "--tp", "1", "--pp", "1", "--cp", "1"], "global batch not divisible"),
+])
+def test_no_plan_message_names_the_rule_that_removed_the_constraint(model, flags, rule):
+    args = ["plan", model, "--gpu", "h100-sxm", "--gpus", "16", "--seq-len", "4096"]
+    if "--global-batch" not in flags:
+        args += ["--global-batch", "64"]
+    line = assert_bad_input(_run(*args, *flags), rule)
+    assert rule in line.split("; most candidates")[0]  # named as the rule the last candidates fell to
