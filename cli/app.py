@@ -21,7 +21,7 @@ from paraplan.cost_models.hf_config import load_model, preset_names
 from paraplan.cost_models.model_spec import AttentionFlops
 from paraplan.cost_models.routing import read_routing_csv
 from paraplan.cost_models.table import RECOMPUTE_CODES
-from paraplan.errors import InputError
+from paraplan.errors import INTERNAL_ERROR_EXIT_CODE, REPORT_REQUEST, InputError, InternalError
 from paraplan.hardware_profiles import Catalog, ClusterSpec, cluster_from_file, load_cluster, quick_cluster
 from paraplan.hardware_profiles.topology_file import is_topology_file
 from paraplan.hardware_profiles.user_file import resolve_catalog
@@ -104,6 +104,10 @@ def user_errors(command: Callable) -> Callable:
         except InputError as exc:
             typer.echo(f"error: {' '.join(str(exc).split())}", err=True)
             raise typer.Exit(2) from None
+        except InternalError as exc:
+            typer.echo(f"internal error (a paraplan defect, not your input): {' '.join(str(exc).split())}; "
+                       f"{REPORT_REQUEST}", err=True)
+            raise typer.Exit(INTERNAL_ERROR_EXIT_CODE) from None
     return wrapper
 
 

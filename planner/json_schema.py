@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from paraplan.errors import InputError
+from paraplan.errors import InputError, InternalError
 
 _TYPES = {
     "object": dict, "array": list, "string": str, "boolean": bool, "null": type(None),
@@ -66,6 +66,14 @@ def _errors(value: Any, schema: dict[str, Any], path: str) -> list[str]:
 def schema_errors(value: Any, schema: dict[str, Any]) -> list[str]:
     """Every violation of ``schema`` by ``value``, as readable paths."""
     return _errors(value, schema, "$")
+
+
+def validate_own(value: Any, schema: dict[str, Any]) -> None:
+    """Check a plan paraplan itself built: a failure is paraplan's defect (InternalError), not the user's."""
+    try:
+        validate_instance(value, schema, origin="the plan paraplan built")
+    except InputError as exc:
+        raise InternalError(str(exc)) from None
 
 
 def validate_instance(value: Any, schema: dict[str, Any], origin: str = "plan") -> None:

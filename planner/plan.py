@@ -18,7 +18,7 @@ from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import ParallelConfig, TrainingJob
-from paraplan.planner.json_schema import validate_instance
+from paraplan.planner.json_schema import validate_own
 from paraplan.planner.layout import RANK_ORDER, stage_layers
 
 SCHEMA_VERSION = 1
@@ -102,7 +102,7 @@ def plan_to_json(plan: Plan, cost_model: str) -> dict[str, Any]:
                        "hardware": {"gpu": cluster.gpu.name, "origin": cluster.gpu.origin,
                                     "efficiency_from": cluster.gpu.efficiency_from}},
     }
-    validate_instance(document, plan_schema())
+    validate_own(document, plan_schema())
     return document
 
 

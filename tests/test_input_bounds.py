@@ -116,3 +116,17 @@ def test_no_plan_message_names_the_rule_that_removed_the_constraint(model, flags
         args += ["--global-batch", "64"]
     line = assert_bad_input(_run(*args, *flags), rule)
     assert rule in line.split("; most candidates")[0]  # named as the rule the last candidates fell to
+
+
+def test_a_plan_failing_its_own_schema_is_an_internal_error_not_bad_input(monkeypatch, tmp_path):
+    from paraplan.errors import INTERNAL_ERROR_EXIT_CODE
+    from paraplan.planner import plan as plan_module
+
+    real = plan_module.plan_schema()
+    broken = {**real, "required": [*real["required"], "a_field_no_plan_has"]}
+    monkeypatch.setattr(plan_module, "plan_schema", lambda: broken)
+    result = _run("plan", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "8", *JOB, "--json", str(tmp_path / "p.json"))
+    assert result.exit_code == INTERNAL_ERROR_EXIT_CODE == 70
+    assert "internal error (a paraplan defect, not your input)" in result.stderr
+    assert "please report it" in result.stderr and "Traceback" not in result.output
+    assert not (tmp_path / "p.json").exists()  # nothing half-written

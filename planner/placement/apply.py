@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 from paraplan.hardware_profiles.topology import Topology
-from paraplan.planner.json_schema import validate_instance
+from paraplan.planner.json_schema import validate_own
 from paraplan.planner.layout import edge_stage_split, rank_map
 from paraplan.planner.placement.mixed_gpus import MixedPipeline, mixed_pipeline, stage_blocks
 from paraplan.planner.placement.plan_costs import job_of_plan
@@ -39,7 +39,7 @@ def with_rank_placement(document: dict[str, Any], topology: Topology, placed: Ra
         "step_time_s_after": placed.placed_step_s, "status": stats.status, "objective_s": stats.objective,
         "bound_s": stats.bound, "gap_frac": stats.gap_frac, "wall_s": stats.wall_s,
         "time_limit_s": config.time_limit_s}
-    validate_instance(out, plan_schema())
+    validate_own(out, plan_schema())
     return out
 
 
@@ -59,7 +59,7 @@ def partition_plan(document: dict[str, Any], topology: Topology,
         "stage_layers": list(result.stage_layers), "slowest_stage_s_even": result.baseline_slowest_s,
         "slowest_stage_s_placed": result.slowest_s, "status": result.stats.status,
         "gap_frac": result.stats.gap_frac}
-    validate_instance(out, plan_schema())
+    validate_own(out, plan_schema())
     return result, out
 
 
@@ -82,6 +82,6 @@ def mixed_plan(document: dict[str, Any], topology: Topology,
         "step_time_s": result.step_s, "naive_step_time_s": result.naive_step_s,
         "fast_only_step_time_s": result.fast_only_step_s, "status": result.stats.status,
         "gap_frac": result.stats.gap_frac}
-    validate_instance(out, plan_schema())
+    validate_own(out, plan_schema())
     return result, out
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from paraplan.cost_models.routing import RoutingStats, parse_skew, read_routing_csv, zipf_routing
 from paraplan.errors import InputError
-from paraplan.planner.json_schema import validate_instance
+from paraplan.planner.json_schema import validate_own
 from paraplan.planner.placement.expert_placement import ExpertInstance, ExpertPlacement
 from paraplan.planner.placement.solver import SolverConfig
 from paraplan.planner.plan import plan_schema
@@ -118,7 +118,7 @@ def with_expert_placement(plan: dict[str, Any], expert_map: dict[str, Any]) -> d
         "source": expert_map["source"], "ep": expert_map["ep"], "replicas": expert_map["replicas"],
         "layers": [layer["ranks"] for layer in expert_map["layers"]],
         "token_share": [layer["token_share"] for layer in expert_map["layers"]]}
-    validate_instance(out, plan_schema())
+    validate_own(out, plan_schema())
     return out
 
 
