@@ -260,7 +260,7 @@ def plan(
         raise InputError(explain_no_fit(result, spec))
     plans = [plan_at(job, spec, result, int(row), rank) for rank, row in enumerate(result.ranked[:top], start=1)]
     console, capacity = render.make_console(), capacity_bytes(job, spec)
-    title = (f"{job.model.name} on {spec.name} ({spec.num_gpus} x {spec.gpu.name}), seq {job.seq_len}, "
+    title = (f"{job.model.name} on {spec.name} ({render.cluster_size(spec)}), seq {job.seq_len}, "
              f"batch {job.global_batch}, {job.precision}, {job.engine}, {job.attention_kernel} attention; "
              f"best {len(plans)} by {objective}")
     render.plan_table(console, plans, capacity, title)

@@ -224,6 +224,12 @@ def _allocator_rows(e: dict) -> list[tuple[str, str]]:
             ("  allocator holds (max reserved) GiB", gib(e["reserved_memory_bytes"]))]
 
 
+def cluster_size(cluster) -> str:
+    """'8 nodes x 4 = 32 x gb200': what --nodes N resolves to, said in GPUs."""
+    nodes = f"{cluster.num_nodes} node{'s' if cluster.num_nodes != 1 else ''} x {cluster.gpus_per_node}"
+    return f"{nodes} = {cluster.num_gpus} x {cluster.gpu.name}"
+
+
 def evaluation(console: Console, plan: Plan, capacity_bytes: float, cost_model: str) -> None:
     """Everything the cost model says about one configuration."""
     e = plan.estimate
@@ -244,7 +250,7 @@ def evaluation(console: Console, plan: Plan, capacity_bytes: float, cost_model: 
         rows.insert(-1, ("offloaded to host GiB", f"{gib(e['host_memory_bytes'])} of {gib(host_capacity)}"))
     for label, value in rows:
         summary.add_row(label, value)
-    title = f"{plan.job.model.name} on {plan.cluster.name}: {config_text(_axes(plan))}"
+    title = f"{plan.job.model.name} on {plan.cluster.name} ({cluster_size(plan.cluster)}): {config_text(_axes(plan))}"
     body = Group(summary, "", _breakdowns(console, e, capacity_bytes), f"cost model: {escape(cost_model)}")
     console.print(Panel(body, title=escape(title), title_align="left", expand=False))
     if not plan.fits and e["peak_memory_bytes"] > capacity_bytes:

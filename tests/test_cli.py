@@ -168,7 +168,7 @@ def test_plan_from_a_cluster_file(tmp_path: Path):
     path.write_text(CLUSTER_FILE + "num_nodes: 2\n")
     result = invoke("plan", "llama-3.1-8b", "--cluster", str(path), "--seq-len", "4096", "--global-batch", "64")
     assert result.exit_code == 0, result.output
-    assert "mylab (16 x h100-sxm)" in result.stdout
+    assert "mylab (2 nodes x 8 = 16 x h100-sxm)" in " ".join(result.stdout.split())
 
 
 @pytest.mark.parametrize("text, needle", [

@@ -130,3 +130,10 @@ def test_a_plan_failing_its_own_schema_is_an_internal_error_not_bad_input(monkey
     assert "internal error (a paraplan defect, not your input)" in result.stderr
     assert "please report it" in result.stderr and "Traceback" not in result.output
     assert not (tmp_path / "p.json").exists()  # nothing half-written
+
+
+def test_the_plan_header_says_how_many_gpus_the_nodes_are():
+    # gb200-nvl72 nodes are 4-GPU trays: --nodes 8 is 32 GPUs, and the header says so.
+    result = _run("plan", "llama-3.1-8b", "--cluster", "gb200-nvl72", "--nodes", "8", *JOB, "--top", "1")
+    assert result.exit_code == 0, result.output
+    assert "8 nodes x 4 = 32 x gb200" in " ".join(result.stdout.split())
