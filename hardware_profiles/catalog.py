@@ -15,6 +15,7 @@ from typing import Any
 
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import units
+from paraplan.hardware_profiles.device_names import device_candidates, device_match, looks_like_device_name
 from paraplan.hardware_profiles.specs import (
     BUILTIN,
     DTYPES,
@@ -75,7 +76,19 @@ class Catalog:
     """The user hardware file merged in, if any."""
 
     def gpu(self, name: str) -> GPUSpec:
-        """The GPU called ``name``; InputError with the closest names if unknown."""
+        """The GPU called ``name`` (a catalog name, or the product name a driver prints: "NVIDIA H100 80GB
+        HBM3"); InputError with the closest names if unknown, or the candidates if ambiguous."""
+        if name not in self.gpus and looks_like_device_name(name):
+            matched, resolved = device_match(name)
+            if resolved in self.gpus:
+                return self.gpus[resolved]
+            if matched:
+                raise InputError(f"GPU {name!r} is a product the catalog does not hold ({', '.join(sorted(self.gpus))}); "
+                                 "describe it in a hardware file (--hardware FILE, see README 'Your own hardware')")
+            candidates = [c for c in device_candidates(name) if c in self.gpus]
+            if candidates:
+                raise InputError(f"GPU {name!r} could be any of {', '.join(candidates)}; give the catalog name "
+                                 "(the product string with its memory size or form factor also works)")
         if name not in self.gpus:
             raise _unknown_name("GPU", name, sorted(self.gpus), self.user_file)
         return self.gpus[name]

@@ -137,3 +137,25 @@ def test_the_plan_header_says_how_many_gpus_the_nodes_are():
     result = _run("plan", "llama-3.1-8b", "--cluster", "gb200-nvl72", "--nodes", "8", *JOB, "--top", "1")
     assert result.exit_code == 0, result.output
     assert "8 nodes x 4 = 32 x gb200" in " ".join(result.stdout.split())
+
+
+# -- GPU names as nvidia-smi and torch print them ----------------------------------------------------
+@pytest.mark.parametrize("device, name", [
+    ("NVIDIA H100 80GB HBM3", "h100-sxm"), ("NVIDIA H100 PCIe", "h100-pcie"), ("NVIDIA H100 NVL", "h100-nvl"),
+    ("NVIDIA A100-SXM4-80GB", "a100-sxm-80gb"), ("NVIDIA A100-SXM4-40GB", "a100-sxm-40gb"),
+    ("NVIDIA H200", "h200-sxm"), ("NVIDIA GB200", "gb200"), ("NVIDIA B200", "b200"), ("NVIDIA H800", "h800-sxm"),
+    ("NVIDIA H20", "h20"), ("NVIDIA GH200 96GB HBM3", "gh200-96gb"), ("NVIDIA L40S", "l40s"),
+    ("AMD Instinct MI300X", "mi300x"), ("AMD Instinct MI325X", "mi325x"),
+])
+def test_driver_product_names_resolve_to_catalog_gpus(device, name):
+    from paraplan.hardware_profiles import load_gpu
+
+    assert load_gpu(device).name == name
+
+
+def test_ambiguous_and_absent_products_are_refused_by_name():
+    line = assert_bad_input(_run("plan", "llama-3.1-8b", "--gpu", "NVIDIA H100", "--gpus", "8", *JOB),
+                            "could be any of h100-sxm, h100-sxm-96gb, h100-pcie, h100-nvl")
+    assert "NVIDIA H100" in line
+    assert_bad_input(_run("plan", "llama-3.1-8b", "--gpu", "NVIDIA A100 80GB PCIe", "--gpus", "8", *JOB),
+                     "a product the catalog does not hold", "--hardware")
