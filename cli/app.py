@@ -235,11 +235,12 @@ def plan(
     cp_comm: _axis_opt(_CP_COMM_HELP) = None,
     ep: _axis_opt("Expert parallel (MoE models).") = None, etp: _axis_opt("Expert tensor parallel (MoE).") = None,
     vpp: _axis_opt("Virtual pipeline stages.") = None, mbs: _axis_opt("Micro-batch size.") = None,
-    zero: _axis_opt("ZeRO stages 0-3.") = None, recompute: _axis_opt("none, selective, full (comma list).") = None,
+    zero: _axis_opt("ZeRO stages 0-3.") = None, recompute: _axis_opt("none, selective, full, modules (comma list; modules = Megatron's "
+                                                     "--recompute-modules).") = None,
     sp: _axis_opt("Sequence parallel: on, off or both.") = None,
     offload: _axis_opt("Layers whose activations go to host memory (Megatron --cpu-offloading-num-layers; "
                        "pp = 1, no recompute).") = None,
-    cost_model: profile_cmd.CostModelOpt = "auto",
+    cost_model: profile_cmd.CostModelOpt = "auto", store: profile_cmd.StoreOpt = None,
 ) -> None:
     """Search every parallel layout and show the fastest plans that fit."""
     catalog = resolve_catalog(hardware)
@@ -253,7 +254,7 @@ def plan(
     if json_path is not None:
         render.check_writable(json_path, force)
     export_cmd.check_plan_export(export, out, job.engine, force)
-    rates, spec = profile_cmd.rates_for(cost_model, spec, job), profile_cmd.cluster_for(cost_model, spec)
+    rates, spec = profile_cmd.rates_for(cost_model, spec, job, store), profile_cmd.cluster_for(cost_model, spec, store)
     with render.working(render.make_console(stderr=True), "searching parallel layouts"):
         result = search(job, spec, fixed, objective, rates)
     if len(result.ranked) == 0:
@@ -295,10 +296,11 @@ def evaluate(
     cp_comm: _axis_opt(_CP_COMM_HELP) = "p2p",
     ep: _axis_opt("Expert parallel (MoE models).") = "1", etp: _axis_opt("Expert tensor parallel (MoE).") = "1",
     vpp: _axis_opt("Virtual pipeline stages.") = "1", mbs: _axis_opt("Micro-batch size.") = "1",
-    zero: _axis_opt("ZeRO stage 0-3.") = "0", recompute: _axis_opt("none, selective or full.") = "none",
+    zero: _axis_opt("ZeRO stage 0-3.") = "0", recompute: _axis_opt("none, selective, full or modules (Megatron's --recompute-modules).") = "none",
     sp: _axis_opt("Sequence parallel: on or off.") = "off",
     offload: _axis_opt("Layers whose activations go to host memory (pp = 1, no recompute).") = "0",
     json_path: JsonOpt = None, force: ForceOpt = False, cost_model: profile_cmd.CostModelOpt = "auto",
+    store: profile_cmd.StoreOpt = None,
 ) -> None:
     """Predict step time, throughput and memory of one parallel configuration."""
     spec = make_cluster(cluster, nodes, gpu, gpus, gpus_per_node, resolve_catalog(hardware))
@@ -318,8 +320,8 @@ def evaluate(
                          f"match the {spec.num_gpus} GPUs of {spec.name}; choose degrees whose product is the GPU count")
     if json_path is not None:
         render.check_writable(json_path, force)
-    spec = profile_cmd.cluster_for(cost_model, spec)
-    result = search(job, spec, fixed, rates=profile_cmd.rates_for(cost_model, spec, job))
+    spec = profile_cmd.cluster_for(cost_model, spec, store)
+    result = search(job, spec, fixed, rates=profile_cmd.rates_for(cost_model, spec, job, store))
     if len(result.table) == 0:
         reason = max(result.rejected, key=result.rejected.get)
         described = render.config_text({a: fixed[a][0] for a in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs",

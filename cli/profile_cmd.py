@@ -24,7 +24,7 @@ StoreOpt = Annotated[Path | None, typer.Option(
 HardwareOpt = Annotated[str | None, typer.Option(help="GPU catalog name (see 'paraplan hardware list').")]
 CostModelOpt = Annotated[str, typer.Option(
     "--cost-model", help=f"{', '.join(COST_MODELS)}: auto uses a learned model where 'paraplan learn' saved one "
-                         "for the GPU (store: $PARAPLAN_STORE or the default).")]
+                         "for the GPU (store: --store, $PARAPLAN_STORE or the default).")]
 
 
 def store_path(store: Path | None) -> Path:
@@ -32,16 +32,16 @@ def store_path(store: Path | None) -> Path:
     return store if store is not None else default_store_path()
 
 
-def rates_for(cost_model: str, cluster: ClusterSpec, job: TrainingJob) -> ComputeRates:
-    """The compute rates ``plan`` and ``evaluate`` should cost with."""
+def rates_for(cost_model: str, cluster: ClusterSpec, job: TrainingJob, store: Path | None = None) -> ComputeRates:
+    """The compute rates ``plan`` and ``evaluate`` should cost with (learned ones from ``store``)."""
     work = job.workload()
     return compute_rates(cost_model, cluster.gpu, work.precision, work.attention, work.kernel_stack,
-                         default_store_path())
+                         store_path(store))
 
 
-def cluster_for(cost_model: str, cluster: ClusterSpec) -> ClusterSpec:
+def cluster_for(cost_model: str, cluster: ClusterSpec, store: Path | None = None) -> ClusterSpec:
     """The cluster ``plan`` and ``evaluate`` should cost with: its learned collective models attached."""
-    return learned_cluster(cost_model, cluster, default_store_path())
+    return learned_cluster(cost_model, cluster, store_path(store))
 
 
 def ingest(

@@ -85,3 +85,21 @@ def test_learn_then_plan_uses_learned_model(store, tmp_path):
     assert plan_a["provenance"]["cost_model"].startswith("analytical roofline")
     assert plan_l["provenance"]["cost_model"].startswith("GEMMs: learned")
     assert plan_l["estimate"]["step_time_s"] != plan_a["estimate"]["step_time_s"]
+
+
+def test_plan_and_evaluate_read_the_store_given_by_flag(tmp_path, monkeypatch):
+    # The learned model lives in a store named by --store, not the environment's: plan and evaluate take
+    # --store like ingest, learn and profiles do.
+    need_vidur()
+    other = tmp_path / "elsewhere.sqlite"
+    monkeypatch.setenv("PARAPLAN_STORE", str(tmp_path / "empty.sqlite"))
+    assert runner.invoke(app, ["ingest", str(PHI2_H100), str(H100_ALL_REDUCE), "--store", str(other)]).exit_code == 0
+    assert runner.invoke(app, ["learn", "--hardware", "h100-sxm", "--store", str(other)]).exit_code == 0
+    by_flag = runner.invoke(app, [*EVALUATE, "--store", str(other)])
+    by_env = runner.invoke(app, EVALUATE)
+    assert by_flag.exit_code == 0 and by_env.exit_code == 0, by_flag.output
+    assert "GEMMs: learned (h100-sxm gemm-16bit" in " ".join(by_flag.output.split())
+    assert "GEMMs: learned" not in " ".join(by_env.output.split())
+    plan = runner.invoke(app, ["plan", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len", "2048",
+                               "--global-batch", "16", "--top", "1", "--store", str(other)])
+    assert plan.exit_code == 0 and "GEMMs: learned" in " ".join(plan.output.split())

@@ -159,3 +159,13 @@ def test_ambiguous_and_absent_products_are_refused_by_name():
     assert "NVIDIA H100" in line
     assert_bad_input(_run("plan", "llama-3.1-8b", "--gpu", "NVIDIA A100 80GB PCIe", "--gpus", "8", *JOB),
                      "a product the catalog does not hold", "--hardware")
+
+
+@pytest.mark.parametrize("command", ["plan", "evaluate"])
+def test_help_lists_every_recompute_kind_and_the_store(command):
+    from paraplan.cost_models.table import RECOMPUTE_CODES
+
+    text = " ".join(_run(command, "--help").stdout.split())
+    for kind in RECOMPUTE_CODES:
+        assert kind in text
+    assert "--store" in text
