@@ -169,3 +169,19 @@ def test_help_lists_every_recompute_kind_and_the_store(command):
     for kind in RECOMPUTE_CODES:
         assert kind in text
     assert "--store" in text
+
+
+def test_a_megatron_log_trimmed_with_grep_is_read_as_a_megatron_log(tmp_path):
+    from paraplan.cost_models.ingest.detect import detect_kind
+
+    lines = [f" [2024-06-01 12:00:{i:02d}] iteration       {i}/     100 | consumed samples: {512 * i} | "
+             f"elapsed time per iteration (ms): 1234.5 | learning rate: 3.0E-04 | global batch size:   512 |"
+             for i in range(1, 4)]
+    text = "\n".join(lines).lstrip() + "\n"  # `grep iteration log | sed 's/^ *//'`: starts with '['
+    assert text.startswith("[")
+    assert detect_kind(tmp_path / "trimmed.log", text) == "megatron-log"
+    path = tmp_path / "trimmed.log"
+    path.write_text(text)
+    result = _run("ingest", str(path), "--hardware", "h100-sxm", "--store", str(tmp_path / "s.db"))
+    assert result.exit_code == 0, result.output
+    assert detect_kind(tmp_path / "p.json", '[{"kind": "gemm"}]') == "paraplan-json"  # JSON stays JSON
