@@ -67,6 +67,32 @@ def _torch():
     return torch
 
 
+def resolve_device(wanted: str) -> str:
+    """``auto``, ``cuda`` or ``cpu`` as the device the profile will run on (imports PyTorch)."""
+    return _device(_torch(), wanted)
+
+
+def calibration_flops_per_s(device: str, shape: tuple[int, int, int]) -> float:
+    """bf16 FLOP/s of one GEMM of ``shape`` (one warm-up, the best of three): the rate the run-time estimate
+    extrapolates from (on CPU bf16 runs at well under 1 GFLOP/s, three orders below a GPU)."""
+    torch = _torch()
+    m, n, k = shape
+    with torch.no_grad():
+        a = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+        b = torch.randn(k, n, device=device, dtype=torch.bfloat16)
+        seconds = min(median_seconds(torch, device, lambda: a @ b, 1, 1) for _ in range(3))
+    return 2.0 * m * n * k / seconds
+
+
+def estimated_seconds(settings: ProfileSettings, flops_per_s: float) -> float:
+    """Run time of ``settings`` at ``flops_per_s``: every GEMM and attention pass, warm-up runs included
+    (attention forward 4·b·h·s²·d FLOPs, backward 2.5x that; copies and collectives are small beside them)."""
+    runs = settings.warmup + settings.repeats
+    gemm = sum(2.0 * m * n * k for m, n, k in settings.gemm_shapes)
+    attention = sum(4.0 * b * h * s * s * d * 3.5 for b, h, s, d in settings.attention_shapes)
+    return (gemm + attention) * runs / flops_per_s
+
+
 def _device(torch, wanted: str) -> str:
     if wanted == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda asked for, but PyTorch sees no CUDA GPU; use --device cpu or auto")
@@ -97,9 +123,11 @@ def _row(kind: str, name: str, seconds: float, params: dict) -> dict:
     return {"kind": kind, "name": name, "model": "", "time_s": seconds, "params": params}
 
 
-def _gemms(torch, device: str, settings: ProfileSettings) -> list[dict]:
+def _gemms(torch, device: str, settings: ProfileSettings, progress=None) -> list[dict]:
     rows = []
     for m, n, k in settings.gemm_shapes:
+        if progress is not None:
+            progress(f"GEMM {m}x{n}x{k}")
         a = torch.randn(m, k, device=device, dtype=torch.bfloat16)
         b = torch.randn(k, n, device=device, dtype=torch.bfloat16)
         seconds = median_seconds(torch, device, lambda a=a, b=b: a @ b, settings.warmup, settings.repeats)
@@ -123,9 +151,11 @@ def _fp8_gemm(torch, device: str, settings: ProfileSettings, a, b) -> list[dict]
     return [_row("gemm", "scaled_mm", seconds, {"m": m, "n": b.shape[1], "k": k, "dtype": "fp8"})]
 
 
-def _attention(torch, device: str, settings: ProfileSettings) -> list[dict]:
+def _attention(torch, device: str, settings: ProfileSettings, progress=None) -> list[dict]:
     rows = []
     for batch, heads, seq, dim in settings.attention_shapes:
+        if progress is not None:
+            progress(f"attention s={seq} h={heads}")
         params = {"batch": batch, "heads": heads, "kv_heads": heads, "seq_len": seq, "head_dim": dim}
         forward, backward = _attention_times(torch, device, settings, (batch, heads, seq, dim))
         rows += [_row("attention", "sdpa", forward, {**params, "pass": "forward"}),
@@ -201,14 +231,15 @@ def _driver_version() -> str:
         return "unknown"
 
 
-def run_profile(settings: ProfileSettings) -> dict:
-    """Time everything in ``settings``; a paraplan-profile JSON document (``ingest`` reads it)."""
+def run_profile(settings: ProfileSettings, progress: Callable[[str], None] | None = None) -> dict:
+    """Time everything in ``settings``; a paraplan-profile JSON document (``ingest`` reads it). ``progress`` is
+    called with a short label after each measured point."""
     torch = _torch()
     device = _device(torch, settings.device)
     name = torch.cuda.get_device_name() if device == "cuda" else CPU
     hardware = catalog_name(name) if device == "cuda" else CPU
     with torch.no_grad():
-        rows = _gemms(torch, device, settings) + _copies(torch, device, settings)
-    rows += _attention(torch, device, settings) + _collectives(torch, device, settings)
+        rows = _gemms(torch, device, settings, progress) + _copies(torch, device, settings)
+    rows += _attention(torch, device, settings, progress) + _collectives(torch, device, settings)
     return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "hardware": hardware, "device": device,
             "device_name": name, "software": _software(torch, device), "measurements": rows}

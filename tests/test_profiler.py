@@ -83,3 +83,41 @@ def test_collectives_under_torchrun_gloo(tmp_path):
     rows = [m for m in json.loads(out.read_text())["measurements"] if m["kind"] == "collective"]
     assert [r["name"] for r in rows] == ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"]
     assert all(r["params"]["group_size"] == 2 and r["params"]["size_bytes"] == 4096 and r["time_s"] > 0 for r in rows)
+
+
+def test_run_time_estimate_counts_every_run_of_every_shape():
+    from paraplan.cost_models.profiler import ProfileSettings, estimated_seconds
+
+    settings = ProfileSettings(gemm_shapes=((16, 512, 4096), (64, 512, 4096)), attention_shapes=((1, 4, 256, 128),),
+                               warmup=1, repeats=3)
+    gemm = 2 * 16 * 512 * 4096 + 2 * 64 * 512 * 4096
+    attention = 4 * 1 * 4 * 256 * 256 * 128 * 3.5
+    assert estimated_seconds(settings, 1e9) == pytest.approx((gemm + attention) * 4 / 1e9, rel=1e-12)
+
+
+def test_cpu_defaults_are_cpu_sized():
+    # At the 0.37 GFLOP/s bf16 this machine's CPU runs, the CPU defaults take seconds, the GPU ones hours.
+    from paraplan.cli.profile_cmd import DEVICE_DEFAULTS
+    from paraplan.cost_models.hf_config import load_model
+    from paraplan.cost_models.profiler import ProfileSettings, estimated_seconds, model_gemm_shapes
+
+    def seconds(defaults):
+        spec = load_model("llama-3.1-8b")
+        tps = tuple(int(t) for t in defaults["tp"].split(","))
+        settings = ProfileSettings(
+            gemm_shapes=model_gemm_shapes(spec, tuple(int(t) for t in defaults["tokens"].split(",")), tps),
+            attention_shapes=tuple((1, spec.num_heads // t, int(s), spec.head_dim)
+                                   for s in defaults["seq_len"].split(",") for t in tps),
+            warmup=defaults["warmup"], repeats=defaults["repeats"])
+        return estimated_seconds(settings, 0.37e9)
+
+    assert seconds(DEVICE_DEFAULTS["cpu"]) < 60
+    assert seconds(DEVICE_DEFAULTS["cuda"]) > 3600  # what --device cpu ran before: over 10 minutes, silent
+
+
+def test_cli_profile_on_cpu_says_its_estimate_first(tmp_path):
+    pytest.importorskip("torch", reason="paraplan profile needs PyTorch (the [profile] extra)")
+    result = CliRunner().invoke(app, ["profile", "--device", "cpu", "--tokens", "4", "--tp", "8", "--seq-len", "64",
+                                 "--copy-mib", "1", "--repeats", "1", "--warmup", "0", "-o", str(tmp_path / "p.json")])
+    assert result.exit_code == 0, result.output
+    assert "estimated run time about" in " ".join(result.stderr.split())
