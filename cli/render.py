@@ -266,7 +266,7 @@ def model_list(console: Console, models: list[ModelSpec]) -> None:
     """One row per preset."""
     table = Table(title="model presets", title_justify="left")
     for header in ("preset", "model_type", "params B", "active B", "layers", "hidden", "heads/kv", "experts"):
-        table.add_column(header, justify="left" if header in ("preset", "model_type") else "right")
+        table.add_column(header, justify="left" if header in ("preset", "model_type") else "right", overflow="fold")
     for m in models:
         experts = f"{m.experts_per_token} of {m.num_experts}" if m.is_moe else "—"
         table.add_row(m.name, m.model_type, f"{m.total_params() / PARAMS_PER_BILLION:.2f}",
@@ -350,7 +350,7 @@ def hardware_lists(console: Console, gpus: list[GPUSpec], clusters: list[Cluster
     table = Table(title="GPUs: dense tensor-core TFLOP/s per dtype, HBM, links (one direction)",
                   title_justify="left")
     for header in ("name", "bf16", "fp8", "fp4", "HBM GiB", "HBM TB/s", "NVLink GB/s", "NIC GB/s", "from"):
-        table.add_column(header, justify="left" if header in ("name", "from") else "right")
+        table.add_column(header, justify="left" if header in ("name", "from") else "right", overflow="fold")
     for g in gpus:
         table.add_row(g.name, _tflops(g, "bf16"), _tflops(g, "fp8"), _tflops(g, "fp4"), f"{g.hbm_bytes / BYTES_PER_GIB:g}",
                       f"{g.hbm_bytes_per_s / BYTES_PER_TB:g}", f"{g.nvlink_bytes_per_s / BYTES_PER_GB:g}",
@@ -358,7 +358,7 @@ def hardware_lists(console: Console, gpus: list[GPUSpec], clusters: list[Cluster
     print_table(console, table)
     nodes = Table(title="cluster types (size them with --nodes or --gpus)", title_justify="left")
     for header in ("name", "GPU", "GPUs/node", "NVLink domain", "NIC GB/s per GPU", "latency µs inter/intra", "from"):
-        nodes.add_column(header, justify="left" if header in ("name", "GPU", "from") else "right")
+        nodes.add_column(header, justify="left" if header in ("name", "GPU", "from") else "right", overflow="fold")
     origins = cluster_origins or {}
     for c in clusters:
         nodes.add_row(c.name, c.gpu.name, str(c.gpus_per_node), str(c.nvlink_domain_gpus),
@@ -378,7 +378,7 @@ def _sourced_table(title: str) -> Table:
     table = Table(title=escape(title), title_justify="left", show_lines=True)
     table.add_column("quantity")
     table.add_column("value")
-    table.add_column("source", ratio=1)
+    table.add_column("source", ratio=1, overflow="fold")
     return table
 
 
@@ -443,7 +443,7 @@ def validation(console: Console, rows: list[dict[str, Any]], summaries: dict[str
     print_table(console, table)
     summary = Table(title="error summary (|predicted / measured - 1|)", title_justify="left")
     for header in ("source", "rows", "median |error| %", "max |error| %", "infeasible"):
-        summary.add_column(header, justify="left" if header == "source" else "right")
+        summary.add_column(header, justify="left" if header == "source" else "right", overflow="fold")
     for source, s in summaries.items():
         summary.add_row(escape(source), str(s["rows"]), percent(s["median_abs_error_frac"]),
                         percent(s["max_abs_error_frac"]), str(s["infeasible"]))

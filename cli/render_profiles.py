@@ -14,12 +14,15 @@ from paraplan.cli.render import count, percent
 from paraplan.cost_models.learned.learn import LearnedTarget
 from paraplan.cost_models.store import IngestResult
 
+# Every column folds rather than ends in an ellipsis: the end of a path or a name is what tells rows apart
+# (rich truncates the end by default).
+
 
 def ingest_results(console: Console, results: list[IngestResult], store: Path) -> None:
     """One row per file: format, hardware, rows added."""
     table = Table(title=f"ingested into {escape(str(store))}", box=box.SIMPLE_HEAD)
     for column in ("file", "format", "hardware", "rows added"):
-        table.add_column(column, justify="right" if column == "rows added" else "left")
+        table.add_column(column, justify="right" if column == "rows added" else "left", overflow="fold")
     for item in results:
         added = "0 (already stored)" if item.already_present else count(item.rows_added)
         table.add_row(escape(item.path), item.kind, item.hardware, added)
@@ -30,7 +33,7 @@ def store_summary(console: Console, summary: pd.DataFrame, title: str) -> None:
     """Per hardware and kind: rows, distinct ops, files."""
     table = Table(title=escape(title), box=box.SIMPLE_HEAD)
     for column in ("hardware", "kind", "rows", "ops", "files"):
-        table.add_column(column, justify="left" if column in ("hardware", "kind") else "right")
+        table.add_column(column, justify="left" if column in ("hardware", "kind") else "right", overflow="fold")
     for row in summary.itertuples():
         table.add_row(row.hardware, row.kind, count(row.rows), str(row.names), str(row.files))
     console.print(table if len(summary) else f"{escape(title)}: empty")
@@ -41,7 +44,7 @@ def hardware_detail(console: Console, hardware: str, summary: pd.DataFrame, file
     store_summary(console, summary, f"measurements on {hardware}")
     table = Table(title=f"files measured on {hardware}", box=box.SIMPLE_HEAD)
     for column in ("file", "format", "rows", "sha256", "software"):
-        table.add_column(column, justify="right" if column == "rows" else "left")
+        table.add_column(column, justify="right" if column == "rows" else "left", overflow="fold")
     for row in files.itertuples():
         table.add_row(escape(row.path), row.kind, count(row.num_rows), row.sha256[:12], escape(row.software))
     console.print(table)
@@ -52,7 +55,8 @@ def learn_report(console: Console, learned: dict[str, list[LearnedTarget]]) -> N
     table = Table(title="held-out error: learned vs analytical (same rows)", box=box.SIMPLE_HEAD)
     for column in ("hardware", "model", "held out", "rows", "learned MAPE %", "learned worst %",
                    "analytical MAPE %", "analytical worst %"):
-        table.add_column(column, justify="left" if column in ("hardware", "model", "held out") else "right")
+        table.add_column(column, justify="left" if column in ("hardware", "model", "held out") else "right",
+                         overflow="fold")
     for hardware, targets in learned.items():
         for target in targets:
             for score in target.scores:

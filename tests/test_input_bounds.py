@@ -185,3 +185,17 @@ def test_a_megatron_log_trimmed_with_grep_is_read_as_a_megatron_log(tmp_path):
     result = _run("ingest", str(path), "--hardware", "h100-sxm", "--store", str(tmp_path / "s.db"))
     assert result.exit_code == 0, result.output
     assert detect_kind(tmp_path / "p.json", '[{"kind": "gemm"}]') == "paraplan-json"  # JSON stays JSON
+
+
+def test_tables_keep_the_end_of_long_paths(tmp_path):
+    # Two files whose paths differ only at their end, longer than the 80-column console: both ends shown.
+    deep = tmp_path / ("a_rather_long_directory_name_" * 4)
+    deep.mkdir()
+    line = " iteration        1/      10 | elapsed time per iteration (ms): 1000.0 |\n"
+    for name in ("run_alpha.log", "run_omega.log"):
+        (deep / name).write_text(line.replace("1000.0", "1000.0" if name == "run_alpha.log" else "2000.0"))
+    result = _run("ingest", str(deep / "run_alpha.log"), str(deep / "run_omega.log"), "--hardware", "h100-sxm",
+                  "--store", str(tmp_path / "s.db"))
+    assert result.exit_code == 0, result.output
+    joined = "".join(result.stdout.split())
+    assert "run_alpha.log" in joined and "run_omega.log" in joined and "…" not in result.stdout
