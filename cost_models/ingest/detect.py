@@ -7,20 +7,24 @@ from pathlib import Path
 
 from paraplan.errors import InputError
 
-_MEGATRON_ITERATION = re.compile(r"iteration\s+\d+/\s*\d+ \|")
 FORMATS = ("paraplan-csv", "paraplan-json", "vidur", "nccl-tests", "nccl-tests-json", "torch-trace",
            "megatron-log", "routing")
+
+
+# How a JSON document opens: an object, or an array whose first element is a JSON value. A log line that
+# starts with a bracketed prefix ('[2024-04-06 02:59:36] iteration ...', '[host:0]: ...', '[Rank 0] ...')
+# is not one: 'grep iteration train.log' keeps only such lines and was read as JSON.
+_JSON_OPENING = re.compile(r'\{|\[\s*($|[{\["\]]|-?\d+(\.\d+)?([eE][+-]?\d+)?\s*[,\]]|(true|false|null)\s*[,\]])')
+# mpirun --tag-output prefixes '[1,0]<stdout>:', which opens like a JSON array: a Megatron line still wins.
+_MEGATRON_ITERATION = re.compile(r"iteration\s+\d+/\s*\d+ \|")
+_MEGATRON_LINE = re.compile(_MEGATRON_ITERATION.pattern + r"|memory \(MB\)\s*\|")
 
 
 def detect_kind(path: Path, text: str) -> str:
     """The format of ``text`` (read from ``path``); InputError when nothing matches."""
     head = text[:4096]
     first = head.split("\n", 1)[0].strip()
-    # A Megatron log trimmed with grep starts with its '[2024-06-01 12:00:00] iteration ...' timestamp: the
-    # bracket is not JSON's.
-    if first.startswith("[") and _MEGATRON_ITERATION.search(first):
-        return "megatron-log"
-    if first.startswith(("{", "[")):
+    if _JSON_OPENING.match(first) and not _MEGATRON_LINE.search(first):
         return _json_kind(text)
     if first.replace(" ", "") == "layer,expert,next_expert,tokens":
         return "routing"
@@ -29,10 +33,12 @@ def detect_kind(path: Path, text: str) -> str:
         return "paraplan-csv"
     if "time_stats." in first:
         return "vidur"
-    if re.search(r"out-of-place|nThread \d+ nGpus|busbw|all_reduce_perf|NCCL version", head):
-        return "nccl-tests"
+    # Megatron before nccl-tests: a Megatron log run with NCCL_DEBUG=INFO prints 'NCCL version' near its top,
+    # and nccl-tests never print an iteration line.
     if _MEGATRON_ITERATION.search(text[:200000]):
         return "megatron-log"
+    if re.search(r"out-of-place|nThread \d+ nGpus|busbw|all_reduce_perf|NCCL version", head):
+        return "nccl-tests"
     raise InputError(f"{path}: line 1: cannot tell the format; pass --kind with one of {', '.join(FORMATS)}")
 
 
