@@ -8,6 +8,7 @@ import difflib
 import functools
 import math
 import re
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, get_args
@@ -96,7 +97,9 @@ def _axis_opt(text: str) -> Any:
 
 # -- parsing helpers --------------------------------------------------------------------------
 def user_errors(command: Callable) -> Callable:
-    """Turn InputError into one stderr line and exit code 2; let everything else through."""
+    """InputError: one ``error:`` line on stderr and exit code 2. Any other exception is a defect in paraplan:
+    its traceback, then one ``internal error`` line asking for a report, and exit code 70 (EX_SOFTWARE), so
+    neither the user nor a script takes a bug for a mistake in the command."""
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -107,6 +110,13 @@ def user_errors(command: Callable) -> Callable:
         except InternalError as exc:
             typer.echo(f"internal error (a paraplan defect, not your input): {' '.join(str(exc).split())}; "
                        f"{REPORT_REQUEST}", err=True)
+            raise typer.Exit(INTERNAL_ERROR_EXIT_CODE) from None
+        except (typer.Exit, typer.Abort, typer.BadParameter):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the one place every other defect is reported as one
+            typer.echo("".join(traceback.format_exception(exc)).rstrip(), err=True)
+            what = " ".join(f"{type(exc).__name__}: {exc}".split())
+            typer.echo(f"internal error (a paraplan defect, not your input): {what}; {REPORT_REQUEST}", err=True)
             raise typer.Exit(INTERNAL_ERROR_EXIT_CODE) from None
     return wrapper
 

@@ -1,10 +1,10 @@
-"""The one exception type for bad user input.
+"""The exceptions the CLI turns into messages: bad user input, and paraplan's own defects.
 
 Every layer raises :class:`InputError` with a sentence that says what is wrong and what would be
 right; the CLI prints that sentence on one line and exits with code 2. :class:`InternalError` is a
 defect paraplan caught in its own output (a plan it wrote fails its own schema): the CLI says so, asks
-for a report and exits with INTERNAL_ERROR_EXIT_CODE. Anything else escaping to the CLI is a bug too
-(Python's traceback, exit code 1).
+for a report and exits with INTERNAL_ERROR_EXIT_CODE; any other exception reaching the CLI is a defect
+too and is reported the same way, after its traceback.
 """
 
 INTERNAL_ERROR_EXIT_CODE = 70

@@ -232,14 +232,16 @@ def test_plan_that_fits_nowhere_says_how_much_memory_it_needs():
     assert "fits" in line
 
 
-def test_an_unexpected_exception_is_a_bug_with_exit_code_1(monkeypatch):
+def test_an_unexpected_exception_is_a_bug_with_exit_code_70(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(cli_app, "search", broken)
     result = invoke("plan", *QUICK_8B)
-    assert result.exit_code == 1 and isinstance(result.exception, RuntimeError)
-    assert "error: " not in result.stderr
+    assert result.exit_code == 70  # EX_SOFTWARE: a defect in paraplan, not bad input (2)
+    last = result.stderr.splitlines()[-1]
+    assert last.startswith("internal error (a paraplan defect, not your input): RuntimeError: boom; please report")
+    assert "Traceback" in result.stderr and "\nerror: " not in result.stderr
 
 
 def test_precision_the_gpu_lacks_is_bad_input():
