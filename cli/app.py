@@ -24,6 +24,7 @@ from paraplan.cost_models.routing import read_routing_csv
 from paraplan.cost_models.table import RECOMPUTE_CODES
 from paraplan.errors import INTERNAL_ERROR_EXIT_CODE, REPORT_REQUEST, InputError, InternalError
 from paraplan.hardware_profiles import Catalog, ClusterSpec, cluster_from_file, load_cluster, quick_cluster
+from paraplan.hardware_profiles.device_names import looks_like_device_name
 from paraplan.hardware_profiles.topology_file import is_topology_file
 from paraplan.hardware_profiles.user_file import resolve_catalog
 from paraplan.planner.job import TrainingJob
@@ -385,8 +386,8 @@ def hardware_show(name: Annotated[str, typer.Argument(help="A GPU or cluster nam
                   hardware: HardwareFileOpt = None) -> None:
     """Every number of one GPU or cluster type, with its source."""
     console, catalog = render.make_console(), resolve_catalog(hardware)
-    if name in catalog.gpus:
-        render.gpu_detail(console, catalog.gpus[name])
+    if name in catalog.gpus or (name not in catalog.clusters and looks_like_device_name(name)):
+        render.gpu_detail(console, catalog.gpu(name))  # a driver's product name resolves (or is refused) here
     elif name in catalog.clusters:
         render.cluster_detail(console, catalog.cluster(name, num_nodes=1), catalog.cluster_origins[name])
     else:

@@ -199,3 +199,13 @@ def test_tables_keep_the_end_of_long_paths(tmp_path):
     assert result.exit_code == 0, result.output
     joined = "".join(result.stdout.split())
     assert "run_alpha.log" in joined and "run_omega.log" in joined and "…" not in result.stdout
+
+
+def test_hardware_show_and_ingest_take_driver_product_names(tmp_path):
+    shown = _run("hardware", "show", "NVIDIA H100 80GB HBM3")
+    assert shown.exit_code == 0 and shown.stdout.startswith("h100-sxm")
+    from paraplan.cost_models.ingest.hardware_names import check_hardware
+
+    assert check_hardware("NVIDIA H100 80GB HBM3", "file.json") == "h100-sxm"
+    with pytest.raises(Exception, match="unknown hardware"):
+        check_hardware("NVIDIA H100", "file.json")  # ambiguous: not silently one of four

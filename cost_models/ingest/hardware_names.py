@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import gpu_names
-from paraplan.hardware_profiles.device_names import catalog_name
+from paraplan.hardware_profiles.device_names import catalog_name, looks_like_device_name
 
 CPU = "cpu"
 ANY = "any"  # not tied to a GPU: MoE routing statistics depend on the model and data only
@@ -18,5 +18,7 @@ def check_hardware(name: str, path: object) -> str:
     known = gpu_names()
     if name in (CPU, ANY) or name in known:
         return name
+    if looks_like_device_name(name) and catalog_name(name) in known:  # 'NVIDIA H100 80GB HBM3'
+        return catalog_name(name)
     raise InputError(f"{path}: unknown hardware {name!r}; use a GPU name from 'paraplan hardware list' "
                      f"({', '.join(known)}), cpu or any")
