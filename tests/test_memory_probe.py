@@ -60,9 +60,10 @@ def test_same_tokens_same_memory_with_flash_attention():
         assert long.allocated_gib == pytest.approx(short.allocated_gib, rel=1e-3)  # measured: same too
 
 
-def _estimate(batch: int, recompute: str):
-    model = probe_model("llama3-1b")
-    job = TrainingJob(model=model, seq_len=8192, global_batch=batch, precision="bf16", engine="torchtitan",
+def _estimate(batch: int, recompute: str, shape: str = "llama3-1b", seq_len: int = 8192):
+    """torchtitan on one H100, FSDP over one rank: (model, estimate)."""
+    model = probe_model(shape)
+    job = TrainingJob(model=model, seq_len=seq_len, global_batch=batch, precision="bf16", engine="torchtitan",
                       attention="flash")
     config = ParallelConfig(tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=batch, zero=3, recompute=recompute, sp=False,
                             cp_comm="allgather")
@@ -81,12 +82,8 @@ def test_gradients_are_absent_at_the_activation_peak_and_cached_after_it():
 
 
 def test_optimizer_step_is_the_peak_when_activations_are_small():
-    model = probe_model("llama3-1b")
-    job = TrainingJob(model=model, seq_len=128, global_batch=1, precision="bf16", engine="torchtitan",
-                      attention="flash")
-    config = ParallelConfig(tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=1, zero=3, recompute="full", sp=False,
-                            cp_comm="allgather")
-    mem = estimate(model, quick_cluster("h100-sxm", 1), job.workload(), configs_to_table([config])).memory
+    model, est = _estimate(1, "full", seq_len=128)
+    mem = est.memory
     # 16 B per parameter (fp32 weights, gradients, two Adam moments) and nothing else live.
     assert mem.allocated_bytes[0] == 16 * model.total_params()
     assert mem.grads_bytes[0] == 4 * model.total_params()
@@ -97,12 +94,8 @@ def test_allocator_trims_to_capacity_only_where_the_live_set_fits():
     from paraplan.cost_models.memory import reserved_bytes
 
     usable = float(usable_capacity_bytes(quick_cluster("h100-sxm", 1).gpu.hbm_bytes))
-    model = probe_model("llama3-3b")
-    job = TrainingJob(model=model, seq_len=8192, global_batch=1, precision="bf16", engine="torchtitan",
-                      attention="flash")
-    config = ParallelConfig(tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=1, zero=3, recompute="selective", sp=False,
-                            cp_comm="allgather")
-    mem = estimate(model, quick_cluster("h100-sxm", 1), job.workload(), configs_to_table([config])).memory
+    model, est = _estimate(1, "selective", shape="llama3-3b")
+    mem = est.memory
     late_grads = 4 * model.total_params()  # fp32 gradients created after the activation peak
     untrimmed = reserved_bytes(mem.allocated_bytes, "eager")[0] + late_grads + mem.non_torch_bytes[0]
     assert untrimmed > usable  # the fragmented peak would not fit ...
