@@ -91,6 +91,19 @@ def offload_exposed_s(layer_bytes, offload_layers, forward_s, backward_s, cluste
     return offload_layers * (np.maximum(copy_s - forward_s, 0.0) + np.maximum(copy_s - backward_s, 0.0))
 
 
+def interleaved_p2p_exposed_s(hop_s, vpp, stage_forward_s, stage_backward_s):
+    """Per micro-batch: the pipeline sends of an interleaved schedule that compute does not hide.
+
+    A rank sends an activation after each of its vpp forward chunks and a gradient after each of its vpp
+    backward chunks: vpp times the sends of 1F1B. Megatron posts them asynchronously
+    (``overlap_p2p_comm``, on by default with virtual stages) and torchtitan's interleaved schedules do
+    too, so each hop runs under the rank's next chunk; only what is longer than one chunk's compute
+    (the stage's forward or backward over vpp) waits. Deep interleaving of thin chunks over a slow link
+    pays here."""
+    chunk_forward, chunk_backward = stage_forward_s / vpp, stage_backward_s / vpp
+    return vpp * (np.maximum(hop_s - chunk_forward, 0.0) + np.maximum(hop_s - chunk_backward, 0.0))
+
+
 def _pick(condition, when_true, when_false):
     return np.where(condition, when_true, when_false)
 
@@ -128,9 +141,10 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTa
                                 layout.middle_layers)
 
     hop = p2p_time_s(tokens * model.hidden_size * ACTIVATION_BYTES / t.tp, t.pp, t.tp * t.cp * t.dp, cluster)
-    # Megatron overlaps p2p with compute in the interleaved schedule (overlap_p2p_comm); 1F1B
-    # waits for a send and a receive per micro-batch. The fill crosses pp - 1 boundaries twice.
-    steady_p2p = _pick(t.vpp > 1, 0.0, 2.0 * hop) * m
+    interleaved = interleaved_p2p_exposed_s(hop, t.vpp, critical_layers * lt.forward_compute_s,
+                                            critical_layers * (lt.backward_compute_s + lt.recompute_s))
+    # 1F1B waits for a send and a receive per micro-batch. The fill crosses pp - 1 boundaries twice.
+    steady_p2p = _pick(t.vpp > 1, interleaved, 2.0 * hop) * m
     pp_comm = _pick(single, 0.0, steady_p2p + 2.0 * (t.pp - 1) * hop)
     bubble = (total - slowest) / t.vpp
 

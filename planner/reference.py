@@ -141,6 +141,49 @@ def predict_row(row: pd.Series) -> Prediction:
                       float(result.estimates.tokens_per_s_per_gpu[best]), chosen, model.is_moe)
 
 
+LAYOUT_AXES = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "sp")
+"""What the published-layout check lets the search choose; the rest stays as the source ran it."""
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutGap:
+    """A reference run's published layout against the best layout the search finds for the same job."""
+
+    run_id: str
+    moe: bool
+    published_step_s: float
+    best_step_s: float
+    best: str
+    """The search's best layout, e.g. 'tp2 pp4 dp8 cp1 ep1 vpp5 mbs1'."""
+
+    @property
+    def ratio(self) -> float:
+        """Predicted step of the published layout over the best one's (1 = the search agrees)."""
+        return self.published_step_s / self.best_step_s
+
+
+def published_layout_gap(row: pd.Series, cache: dict | None = None) -> LayoutGap | None:
+    """How far the search ranks a run's published layout from its best, holding the memory and sharding
+    knobs (ZeRO, recompute, offload, expert overlap) at those of the published plan, so the comparison is
+    between layouts (tp, pp, dp, cp, ep, etp, vpp, mbs, sp) a user of that stack would pick among. None
+    where the published configuration does not fit. ``cache`` shares free searches between rows of one job."""
+    job, cluster, result, fixed = search_row(row)
+    if len(result.ranked) == 0:
+        return None
+    chosen = int(result.ranked[0])
+    kept = {axis: [int(getattr(result.table, axis)[chosen])] for axis in ("zero", "recompute", "offload", "ep_overlap")}
+    kept["cp_comm"] = fixed["cp_comm"]
+    key = (repr(job), repr(cluster), tuple(sorted((k, tuple(v)) for k, v in kept.items())))
+    cache = {} if cache is None else cache
+    if key not in cache:
+        cache[key] = search(job, cluster, kept)
+    free = cache[key]
+    best = int(free.ranked[0])
+    layout = " ".join(f"{axis}{int(getattr(free.table, axis)[best])}" for axis in LAYOUT_AXES[:-1])
+    return LayoutGap(row["id"], job.model.is_moe, float(result.estimates.step_time_s[chosen]),
+                     float(free.estimates.step_time_s[best]), layout)
+
+
 def predict_all(frame: pd.DataFrame) -> list[Prediction]:
     """Predict every row."""
     return [predict_row(row) for _, row in frame.iterrows()]

@@ -19,7 +19,7 @@ from paraplan.cost_models.compute import (
     gemm_time_s,
     memory_bound_time_s,
 )
-from paraplan.cost_models.estimate import EstimateTable, estimate
+from paraplan.cost_models.estimate import EstimateTable, estimate, interleaved_p2p_exposed_s
 from paraplan.cost_models.hf_config import load_model
 from paraplan.cost_models.memory import (
     MemoryBreakdown,
@@ -32,6 +32,7 @@ from paraplan.cost_models.recipes import DEEPSPEED_MIXED, FSDP2_MIXED, MEGATRON_
 from paraplan.cost_models.stages import stage_layout
 from paraplan.cost_models.table import Workload
 from paraplan.hardware_profiles import load_cluster
+from paraplan.hardware_profiles.catalog import with_nic
 from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.space import enumerate_space
@@ -152,6 +153,28 @@ def test_pp1_has_no_bubble_and_no_p2p(gpt, cluster):
     est = run(gpt, cluster, make_table(pp=[1, 1, 2, 4], tp=[1, 4, 1, 2], dp=[4, 2, 1, 1]))
     assert np.all(est.bubble_s[:2] == 0.0) and np.all(est.pp_comm_s[:2] == 0.0)
     assert np.all(est.bubble_s[2:] > 0) and np.all(est.pp_comm_s[2:] > 0)
+
+
+def test_interleaved_sends_wait_only_beyond_one_chunk_of_compute():
+    # Hand values: a 2 ms hop; a stage of 4 ms forward and 8 ms backward over 4 chunks gives 1 ms and 2 ms
+    # per chunk, so each forward send waits 1 ms and each backward send 0: 4 x (1 + 0) = 4 ms per micro-batch.
+    assert interleaved_p2p_exposed_s(2e-3, 4, 4e-3, 8e-3) == pytest.approx(4e-3)
+    # A hop shorter than every chunk hides completely; twice the chunks, twice the sends.
+    assert interleaved_p2p_exposed_s(0.5e-3, 4, 4e-3, 8e-3) == 0.0
+    assert interleaved_p2p_exposed_s(5e-3, 4, 4e-3, 8e-3) == pytest.approx(4 * (4e-3 + 3e-3))
+    assert interleaved_p2p_exposed_s(5e-3, 8, 4e-3, 8e-3) == pytest.approx(8 * (4.5e-3 + 4e-3))
+
+
+def test_interleaving_thin_chunks_over_a_slow_link_pays_for_its_sends(gpt, cluster):
+    # pp = 4 over 4 nodes (dp = 8 inside each): every pipeline hop crosses the network. On the cluster's own
+    # NICs a chunk's compute hides its sends, so the pipeline's p2p is the fill alone, whatever vpp is.
+    table = make_table(pp=4, dp=8, vpp=[2, 3, 6])
+    fast = run(gpt, cluster, table)
+    assert fast.pp_comm_s[0] == pytest.approx(fast.pp_comm_s[1]) == pytest.approx(fast.pp_comm_s[2])
+    # At 0.1 GB/s per GPU the hop outlasts even a 4-layer chunk: the steady sends add up, more with more chunks.
+    slow = run(gpt, with_nic(cluster, 0.1e9), table)
+    assert slow.pp_comm_s[0] > fast.pp_comm_s[0]
+    assert slow.pp_comm_s[0] < slow.pp_comm_s[1] < slow.pp_comm_s[2]
 
 
 def test_cp1_has_no_cp_traffic(gpt, cluster):
