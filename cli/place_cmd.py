@@ -31,7 +31,7 @@ from paraplan.planner.placement.solver import SolverConfig
 from paraplan.planner.plan import SCHEMA_VERSION
 
 _PLACE = "Placement"
-TimeLimitOpt = Annotated[float, typer.Option(help="Seconds per solve (per layer and phase for experts).",
+TimeLimitOpt = Annotated[float, typer.Option(help="Seconds per placement, building the model included (per layer for experts).",
                                              rich_help_panel=_PLACE)]
 JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the result as JSON to this file.")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite an existing --json file.")]

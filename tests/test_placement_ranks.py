@@ -12,7 +12,7 @@ from paraplan.planner.placement import rank_placement
 from paraplan.planner.placement.plan_costs import axis_times, job_of_plan
 from paraplan.planner.placement.rank_instance import rank_instance, slot_edges
 from paraplan.planner.placement.rank_placement import brute_force, cost_of, place_ranks
-from paraplan.planner.placement.solver import SolverConfig
+from paraplan.planner.placement.solver import MIN_SOLVE_S, SolverConfig
 
 # Small instances solve in well under a second; the limit only caps a loaded CI machine, where a short
 # limit turned a proven optimum into "feasible".
@@ -167,3 +167,17 @@ def test_measured_links_cap_the_pool():
     pool, exact = candidate_nodes(topology([50.0] * n, measured=measured), 4)
     assert not exact and len(pool) == MEASURED_POOL_NODES
     assert pool[:4] == (0, 1, 2, 3) and pool[4] == 70
+
+
+def test_the_time_limit_covers_model_building_too():
+    # started() fixes the deadline where the call begins; what building the model spends is gone from the solve.
+    config = SolverConfig(time_limit_s=10.0).started(now=100.0)
+    assert config.deadline == 110.0
+    assert config.remaining_s(now=103.5) == 6.5
+    # An inner call keeps the outer deadline, and a call past its deadline still returns its warm start.
+    assert config.started(now=105.0).deadline == 110.0
+    assert config.remaining_s(now=200.0) == MIN_SOLVE_S
+    # Parts share what is left: 4 s left over 2 parts gives the next part 2 s.
+    assert config.share(2, now=106.0).remaining_s(now=106.0) == 2.0
+    # Without a start the limit is the solver's own (a caller that never began a call).
+    assert SolverConfig(time_limit_s=3.0).remaining_s() == 3.0

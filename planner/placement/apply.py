@@ -21,7 +21,9 @@ from paraplan.planner.plan import plan_schema
 
 def place_plan(document: dict[str, Any], topology: Topology,
                config: SolverConfig) -> tuple[RankPlacement, dict[str, Any]]:
-    """Rank placement of one plan on ``topology``: the answer and the plan document that carries it."""
+    """Rank placement of one plan on ``topology``: the answer and the plan document that carries it. The time
+    limit covers building the instance (its candidate pool and link costs) as well as the solve."""
+    config = config.started()
     placed = place_ranks(rank_instance(document, topology), config)
     return placed, with_rank_placement(document, topology, placed, config)
 
@@ -47,6 +49,7 @@ def partition_plan(document: dict[str, Any], topology: Topology,
                    config: SolverConfig) -> tuple[StagePartition, dict[str, Any]] | None:
     """Uneven layers per stage for a pipelined plan (one chunk per rank) on the topology's GPU type,
     restricted to splits Megatron and torchtitan express (equal middle stages); None without pp > 1."""
+    config = config.started()
     job, parallel = job_of_plan(document)
     if parallel.pp < 2 or parallel.vpp > 1:
         return None

@@ -15,6 +15,8 @@ Baseline: Megatron's contiguous layout. Heuristic (hint and fallback): ``expert_
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -233,10 +235,12 @@ def solve_traffic(load: np.ndarray, cost: np.ndarray, max_load_cap: int, start: 
 
 
 def place_experts(instance: ExpertInstance, config: SolverConfig) -> ExpertPlacement:
-    """Solve every layer in order; costs are reported in token-routings."""
+    """Solve every layer in order; costs are reported in token-routings. Each layer's two phases together
+    stay within ``config.time_limit_s``, model building included."""
     load, coact, ep, q = instance.load, instance.coactivation, instance.ep, instance.quantum_tokens
     shares, load_stats, traffic_stats = [], [], []
     for layer in range(load.shape[0]):
+        config = dataclasses.replace(config, deadline=None).started()
         share, stats = solve_load(load[layer], ep, instance.replicas, config)
         traffic = None
         if coact is not None and layer > 0 and instance.replicas == 0:

@@ -27,7 +27,8 @@ from paraplan.planner.placement.stage_costs import stage_instance
 from paraplan.planner.placement.stage_partition import baseline_split, fits, partition, stage_times
 
 MIN_ORDER_LIMIT_S = 0.5
-"""Least time one type order's MILP gets, seconds (CBC needs a few tenths to start and presolve)."""
+"""Least time one type order's MILP gets, seconds (CBC needs a few tenths to start and presolve): with more
+orders than the limit has half-seconds, the call may run orders x MIN_ORDER_LIMIT_S."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,9 +91,12 @@ def mixed_pipeline(job: TrainingJob, config: ParallelConfig, topology: Topology,
     bounds, statuses = [], []
     orders = sorted(set(itertools.permutations([g for g, k in blocks.items() for _ in range(k)])))
     # The time limit covers the whole answer: each order gets its share.
-    each = dataclasses.replace(solver, time_limit_s=max(MIN_ORDER_LIMIT_S, solver.time_limit_s / len(orders)))
-    for order in orders:
+    solver = solver.started()
+    for done, order in enumerate(orders):
         instance = stage_instance(job, config, [clusters[g] for g in order], reference)
+        each = solver.share(len(orders) - done)
+        if each.remaining_s() < MIN_ORDER_LIMIT_S:
+            each = dataclasses.replace(each, deadline=None, time_limit_s=MIN_ORDER_LIMIT_S).started()
         result = partition(instance, each)
         bounds.append(result.stats.bound)
         statuses.append(result.stats.status)

@@ -144,6 +144,7 @@ def _axis_max(model: cp_model.CpModel, axis: str, edges, cost: np.ndarray, x, no
 
 def place_ranks(instance: RankInstance, config: SolverConfig) -> RankPlacement:
     """Solve the host order; fall back to the swap-descent order when the solver finds nothing in time."""
+    config = config.started()
     identity = tuple(range(instance.num_slots))
     heuristic = swap_descent(instance, identity)
     model, x = _build(instance)

@@ -6,10 +6,15 @@ An optimizer takes an instance (integer cost tables scaled by a named quantum), 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from ortools.sat.python import cp_model
+
+# A solve whose model building used up the whole limit still gets this long to return its warm start (the
+# baseline hint) as a feasible answer rather than nothing; a hundredth of the smallest limit the CLI offers.
+MIN_SOLVE_S = 0.01
 
 Status = Literal["optimal", "feasible", "heuristic"]
 """optimal: proven within the gap; feasible: a solver answer without proof; heuristic: the solver
@@ -21,13 +26,17 @@ class SolverConfig:
     """How long and how hard a solver may work."""
 
     time_limit_s: float = 10.0
-    """Wall-clock limit of one solve, seconds (a decomposed problem gives this to each part)."""
+    """Wall-clock limit of one whole call (building the model and solving it), seconds; a decomposed
+    problem shares it among its parts."""
     relative_gap_frac: float = 0.0
     """Stop when (objective − bound) / objective is at most this (0 = prove optimality)."""
     num_workers: int = 1
     """Solver threads (1 keeps runs deterministic for a given seed)."""
     seed: int = 0
     """Random seed of the solver's search."""
+    deadline: float | None = None
+    """``time.monotonic()`` by which the call must end; set by :meth:`started` where the call begins, so the
+    time spent building the model counts against ``time_limit_s``."""
 
     def __post_init__(self) -> None:
         if not self.time_limit_s > 0:
@@ -36,6 +45,24 @@ class SolverConfig:
             raise ValueError(f"relative gap must be in [0, 1), got {self.relative_gap_frac}")
         if self.num_workers < 1:
             raise ValueError(f"solver workers must be >= 1, got {self.num_workers}")
+
+    def started(self, now: float | None = None) -> SolverConfig:
+        """This config with its deadline set, where a call begins (kept when an outer call already set it)."""
+        if self.deadline is not None:
+            return self
+        return replace(self, deadline=(time.monotonic() if now is None else now) + self.time_limit_s)
+
+    def share(self, parts: int, now: float | None = None) -> SolverConfig:
+        """A config for one of ``parts`` parts still to solve: an equal share of the time left."""
+        now = time.monotonic() if now is None else now
+        whole = self.started(now)
+        return replace(whole, deadline=now + whole.remaining_s(now) / max(parts, 1))
+
+    def remaining_s(self, now: float | None = None) -> float:
+        """Seconds the solver may still run: the limit less what the call has spent (at least MIN_SOLVE_S)."""
+        if self.deadline is None:
+            return self.time_limit_s
+        return max(MIN_SOLVE_S, self.deadline - (time.monotonic() if now is None else now))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,7 +95,7 @@ def run_cp_sat(model: cp_model.CpModel, config: SolverConfig, *,
     need it ask.
     """
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = config.time_limit_s
+    solver.parameters.max_time_in_seconds = config.remaining_s()
     solver.parameters.relative_gap_limit = config.relative_gap_frac
     solver.parameters.num_workers = config.num_workers
     solver.parameters.random_seed = config.seed

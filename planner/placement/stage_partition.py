@@ -162,13 +162,14 @@ def _milp(instance: StageInstance, relax: bool):
 
 def partition(instance: StageInstance, config: SolverConfig) -> StagePartition:
     """Solve the MILP; the baseline is the warm start and the answer when CBC finds nothing in time."""
+    config = config.started()
     base = baseline_split(instance.num_layers, instance.num_stages)
     base_slowest = float(stage_times(instance, base).max())
     problem, before = _milp(instance, relax=False)
     starts = np.repeat(np.arange(instance.num_stages), base)
     for (l, s), var in before.items():
         var.setInitialValue(int(starts[l] <= s))
-    solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=config.time_limit_s, gapRel=config.relative_gap_frac or None,
+    solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=config.remaining_s(), gapRel=config.relative_gap_frac or None,
                                threads=config.num_workers, warmStart=fits(instance, base),
                                options=[f"randomSeed {config.seed + 1}"])
     problem.solve(solver)
