@@ -16,15 +16,7 @@ import time
 
 import numpy as np
 
-from paraplan.planner.reference import load_reference_runs, published_layout_gap
-
-LAYOUT_COLUMNS = ("model", "gpu", "cluster", "num_gpus", "nic_gbps_per_gpu", "seq_len", "global_batch", "precision",
-                  "engine", "attention", "kernels", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute")
-
-
-def distinct_published(frame):
-    """One row per published configuration (repeated measurements of it are the same question)."""
-    return frame.drop_duplicates(subset=[c for c in LAYOUT_COLUMNS if c in frame.columns])
+from paraplan.planner.reference import distinct_published, load_reference_runs, published_layout_gap
 
 
 def main() -> None:

@@ -141,6 +141,16 @@ def predict_row(row: pd.Series) -> Prediction:
                       float(result.estimates.tokens_per_s_per_gpu[best]), chosen, model.is_moe)
 
 
+PUBLISHED_CONFIG_COLUMNS = ("model", "gpu", "cluster", "num_gpus", "nic_gbps_per_gpu", "seq_len", "global_batch",
+                            "precision", "engine", "attention", "kernels", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs",
+                            "zero", "recompute")
+
+
+def distinct_published(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per published configuration (repeated measurements of it ask the same question)."""
+    return frame.drop_duplicates(subset=[c for c in PUBLISHED_CONFIG_COLUMNS if c in frame.columns])
+
+
 LAYOUT_AXES = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "sp")
 """What the published-layout check lets the search choose; the rest stays as the source ran it."""
 

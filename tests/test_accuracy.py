@@ -17,6 +17,7 @@ import pytest
 from paraplan.cost_models.hf_config import load_model
 from paraplan.planner.reference import (
     _cluster,
+    distinct_published,
     load_reference_runs,
     predict_all,
     predict_row,
@@ -136,12 +137,9 @@ def test_search_finds_plan_at_least_as_fast_as_published(run_id):
 
 @cache
 def _layout_gaps():
-    runs = load_reference_runs()
-    distinct = runs.drop_duplicates(subset=["model", "gpu", "cluster", "num_gpus", "nic_gbps_per_gpu", "seq_len",
-                                            "global_batch", "precision", "engine", "attention", "kernels", "tp", "pp",
-                                            "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute"])
     cache_ = {}
-    return [gap for _, row in distinct.iterrows() if (gap := published_layout_gap(row, cache_)) is not None]
+    return [gap for _, row in distinct_published(load_reference_runs()).iterrows()
+            if (gap := published_layout_gap(row, cache_)) is not None]
 
 
 # The Narayanan et al. 2021 Table 2 ZeRO-3 rows are the paper's baseline without model parallelism, shown to

@@ -15,8 +15,6 @@ Baseline: Megatron's contiguous layout. Heuristic (hint and fallback): ``expert_
 
 from __future__ import annotations
 
-import dataclasses
-
 from dataclasses import dataclass
 
 import numpy as np
@@ -240,7 +238,7 @@ def place_experts(instance: ExpertInstance, config: SolverConfig) -> ExpertPlace
     load, coact, ep, q = instance.load, instance.coactivation, instance.ep, instance.quantum_tokens
     shares, load_stats, traffic_stats = [], [], []
     for layer in range(load.shape[0]):
-        config = dataclasses.replace(config, deadline=None).started()
+        config = config.restarted()
         share, stats = solve_load(load[layer], ep, instance.replicas, config)
         traffic = None
         if coact is not None and layer > 0 and instance.replicas == 0:

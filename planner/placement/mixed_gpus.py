@@ -96,7 +96,7 @@ def mixed_pipeline(job: TrainingJob, config: ParallelConfig, topology: Topology,
         instance = stage_instance(job, config, [clusters[g] for g in order], reference)
         each = solver.share(len(orders) - done)
         if each.remaining_s() < MIN_ORDER_LIMIT_S:
-            each = dataclasses.replace(each, deadline=None, time_limit_s=MIN_ORDER_LIMIT_S).started()
+            each = each.restarted(MIN_ORDER_LIMIT_S)
         result = partition(instance, each)
         bounds.append(result.stats.bound)
         statuses.append(result.stats.status)

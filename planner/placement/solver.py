@@ -13,7 +13,7 @@ from typing import Literal
 from ortools.sat.python import cp_model
 
 # A solve whose model building used up the whole limit still gets this long to return its warm start (the
-# baseline hint) as a feasible answer rather than nothing; a hundredth of the smallest limit the CLI offers.
+# baseline hint) as a feasible answer rather than nothing.
 MIN_SOLVE_S = 0.01
 
 Status = Literal["optimal", "feasible", "heuristic"]
@@ -51,6 +51,10 @@ class SolverConfig:
         if self.deadline is not None:
             return self
         return replace(self, deadline=(time.monotonic() if now is None else now) + self.time_limit_s)
+
+    def restarted(self, time_limit_s: float | None = None, now: float | None = None) -> SolverConfig:
+        """A config for a new call of its own (``time_limit_s``, default this one's), timed from ``now``."""
+        return replace(self, deadline=None, time_limit_s=time_limit_s or self.time_limit_s).started(now)
 
     def share(self, parts: int, now: float | None = None) -> SolverConfig:
         """A config for one of ``parts`` parts still to solve: an equal share of the time left."""
