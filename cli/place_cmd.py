@@ -6,6 +6,7 @@ import copy
 from pathlib import Path
 from typing import Annotated
 
+import numpy as np
 import typer
 from rich.table import Table
 
@@ -27,8 +28,10 @@ from paraplan.planner.placement.expert_input import (
     with_expert_placement,
 )
 from paraplan.planner.placement.expert_placement import make_instance, place_experts
+from paraplan.planner.placement.mixed_gpus import stage_blocks
 from paraplan.planner.placement.solver import SolverConfig
-from paraplan.planner.plan import SCHEMA_VERSION
+from paraplan.planner.plan import SCHEMA_VERSION, config_at
+from paraplan.planner.search import SearchResult
 
 _PLACE = "Placement"
 TimeLimitOpt = Annotated[float, typer.Option(help="Seconds per placement, building the model included (per layer for experts).",
@@ -165,6 +168,9 @@ def place(
 
 PLAN_PLACE_TIME_LIMIT_S = 5.0
 """Solver time per plan and optimizer for 'paraplan plan --place' (the top plans are refined in turn)."""
+MAX_TYPED_PIPELINE_SCAN = 100_000
+"""Ranked plans scanned for typed-pipeline candidates on a mixed cluster (a vectorised mask; bounds the work
+on searches that rank millions of plans)."""
 
 
 def check_plan_gpu(document: dict, catalog: Catalog, plan_file: Path) -> None:
@@ -187,10 +193,10 @@ def search_cluster(path: Path, nodes: int | None, gpus: int | None, catalog: Cat
 
 
 def refine(documents: list[dict], cluster: str | None, spec: ClusterSpec, catalog: Catalog | None = None,
-           objective: str = "throughput") -> list[dict]:
+           objective: str = "throughput", keep: int | None = None) -> list[dict]:
     """'paraplan plan --place' (or a mixed-GPU topology): place ranks and partition stages of each plan,
     or choose stage GPU types on a mixed cluster; print one row per plan. Ranked by throughput, the plans
-    come back in the order of their placed step time (placement_reranked)."""
+    come back in the order of their placed step time (placement_reranked), the first ``keep`` of them."""
     try:
         topology = topology_from_file(Path(cluster), catalog=catalog) if cluster and is_topology_file(Path(cluster)) \
             else uniform_topology(spec)
@@ -209,7 +215,7 @@ def refine(documents: list[dict], cluster: str | None, spec: ClusterSpec, catalo
     render.print_table(render.make_console(), table)
     if objective != "throughput":
         return refined
-    reranked = placement_reranked(refined)
+    reranked = placement_reranked(refined, on_mixed=len(topology.gpu_types) > 1)[:keep]
     moves = [f"#{d['placement']['search_rank']} -> #{d['rank']}" for d in reranked
              if d["placement"].get("search_rank", d["rank"]) != d["rank"]]
     if moves:
@@ -218,11 +224,51 @@ def refine(documents: list[dict], cluster: str | None, spec: ClusterSpec, catalo
     return reranked
 
 
-def placement_reranked(documents: list[dict]) -> list[dict]:
-    """The documents ordered by their placed step time (``rank_placement.step_time_s_after``), each with its
-    new ``rank`` and its search rank in ``placement.search_rank``; unchanged when a plan has no placed time
-    (mixed-GPU refinement prices the pipeline only)."""
-    placed = [d["placement"].get("rank_placement", {}).get("step_time_s_after") for d in documents]
+def typed_pipeline_rows(cluster: str | None, catalog: Catalog | None, result: SearchResult, skip: int,
+                        limit: int) -> list[tuple[int, int]]:
+    """(search rank, table row) of the best ``limit`` plans after the first ``skip`` that a typed pipeline
+    can run on a mixed-GPU topology file (pp >= 2, one chunk per rank, stages of whole nodes that every type
+    holds a whole number of); none on any other cluster. The search prefers layouts no typed pipeline can
+    run (pp = 1, vpp > 1): these run beside its top plans so placement compares whole steps of both."""
+    if not cluster or not is_topology_file(Path(cluster)):
+        return []
+    try:
+        topology = topology_from_file(Path(cluster), catalog=catalog)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    if len(topology.gpu_types) < 2:
+        return []
+    ranked = np.asarray(result.ranked)[skip:skip + MAX_TYPED_PIPELINE_SCAN]
+    positions = np.flatnonzero((result.table.pp[ranked] >= 2) & (result.table.vpp[ranked] == 1))
+    rows = []
+    for position in positions:
+        row = int(ranked[position])
+        try:
+            stage_blocks(topology, config_at(result.table, row))
+        except InputError:
+            continue
+        rows.append((skip + int(position) + 1, row))
+        if len(rows) == limit:
+            break
+    return rows
+
+
+def placed_step_s(document: dict, on_mixed: bool) -> float | None:
+    """The plan's step after placement: its placed hosts' (``rank_placement``) or its typed pipeline's
+    whole step (``mixed_gpus``). On a mixed cluster a plan no typed pipeline runs keeps the search's step:
+    every GPU waits for the weakest type, the type the search priced it on. None where nothing placed it."""
+    placement = document["placement"]
+    if "rank_placement" in placement:
+        return placement["rank_placement"]["step_time_s_after"]
+    if "placed_step_time_s" in placement.get("mixed_gpus", {}):
+        return placement["mixed_gpus"]["placed_step_time_s"]
+    return document["estimate"]["step_time_s"] if on_mixed else None
+
+
+def placement_reranked(documents: list[dict], on_mixed: bool = False) -> list[dict]:
+    """The documents ordered by their placed step time (``placed_step_s``), each with its new ``rank`` and
+    its search rank in ``placement.search_rank``; unchanged when a plan has no placed time."""
+    placed = [placed_step_s(d, on_mixed) for d in documents]
     if any(step is None for step in placed):
         return documents
     order = sorted(range(len(documents)), key=lambda i: (placed[i], documents[i]["rank"]))
@@ -240,10 +286,14 @@ def _refine_one(document: dict, topology: Topology, config: SolverConfig) -> tup
         try:
             mixed, out = mixed_plan(document, topology, config)
         except InputError as exc:
-            return document, ["-", "-", f"not placed: {exc}"]
+            parallel = document["config"]
+            why = f"pp = {parallel['pp']}, vpp = {parallel['vpp']}; a typed pipeline needs pp >= 2, vpp = 1" \
+                if parallel["pp"] < 2 or parallel["vpp"] > 1 else str(exc)
+            return document, [render.seconds(document["estimate"]["step_time_s"]), "-",
+                              f"every GPU at the {topology.weakest_node().gpu.name} pace, as searched ({why})"]
         fast = "-" if mixed.fast_only_step_s is None else render.seconds(mixed.fast_only_step_s)
         types = "/".join(gpu.split("-")[0] for gpu in mixed.stage_types)
-        return out, ["-", layers_text(mixed.stage_layers),
+        return out, [render.seconds(out["placement"]["mixed_gpus"]["placed_step_time_s"]), layers_text(mixed.stage_layers),
                      (f"stages on {types} ({mixed.stats.status}); pipeline time per step: placed "
                       f"{render.seconds(mixed.step_s)} s, naive split {render.seconds(mixed.naive_step_s)} s, "
                       f"{mixed.fast_only_type} only {fast} s")]

@@ -95,9 +95,11 @@ def pipeline_split_args(plan: ExportPlan) -> list[Arg]:
     even = len(set(layers)) == 1
     edge_accounted = len(set(layers[1:-1])) <= 1 and layers[0] == layers[-1] == max(layers) - 1
     args: list[Arg] = []
-    if not even and c.vpp > 1 and (not edge_accounted or min(layers) == 0):
-        # Explicit edge chunks, or an edge chunk with the embedding or the loss alone: the layout string
-        # says so literally instead of leaving it to --account-for-*'s arithmetic.
+    unequal_middle = len(set(layers[1:-1])) > 1
+    if not even and ((c.vpp > 1 and (not edge_accounted or min(layers) == 0)) or (c.vpp == 1 and unequal_middle)):
+        # Explicit edge chunks, an edge chunk with the embedding or the loss alone, or middle stages of
+        # different sizes (a typed pipeline on mixed GPUs): the layout string says so literally instead of
+        # leaving it to --account-for-*'s arithmetic or the first/last-stage flags.
         return [("--pipeline-model-parallel-layout", layout_string(layers, plan.model.mtp_layers))]
     if not even and c.vpp == 1:
         # One chunk per rank: name the first and last stage explicitly.

@@ -18,7 +18,7 @@ from paraplan.errors import InputError
 from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import ParallelConfig
 from paraplan.planner.json_schema import validate_instance
-from paraplan.planner.layout import RANK_ORDER, edge_stage_split, rank_map, stage_layers
+from paraplan.planner.layout import RANK_ORDER, rank_map, stage_layers, stage_split
 from paraplan.planner.plan import SCHEMA_VERSION, model_from_shape, plan_schema
 
 
@@ -135,12 +135,13 @@ def _stage_layers(plan: dict[str, Any], model: ModelSpec, config: ParallelConfig
     except ValueError as exc:
         raise InputError(f"plan placement: {exc}") from None
     stored = plan["placement"]["stage_layers"]
-    if stored is not None and stored != layout and edge_stage_split(stored, model.num_layers, config.pp, config.vpp):
-        return stored  # uneven first/last stages from the stage partition
+    if stored is not None and stored != layout and stage_split(stored, model.num_layers, config.pp, config.vpp):
+        return stored  # a stage partition's (or a typed pipeline's) layers per stage
     if stored is not None and stored != layout:
-        # The launch formats express an even split or Megatron's edge-accounted one, nothing else yet.
-        raise InputError(f"plan placement.stage_layers {stored} is not the split the launch formats can express "
-                         f"for {model.num_layers} layers over pp·vpp = {config.pp * config.vpp} chunks ({layout})")
+        # With virtual stages the launch formats express the engine's own split only.
+        raise InputError(f"plan placement.stage_layers {stored} is not a split the launch formats can express "
+                         f"for {model.num_layers} layers over pp·vpp = {config.pp * config.vpp} chunks: one chunk "
+                         f"per rank with at least one layer each, or the engine's own split {layout}")
     return layout
 
 

@@ -8,6 +8,7 @@ ParallelismConfig / TrainingConfig (0.3.0) and ``config/job_config.py`` (0.2.2).
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Literal
 
@@ -27,10 +28,10 @@ FLAVORS_0_2 = {"llama-3.1-8b": ("llama3", "8B"), "llama-3.1-70b": ("llama3", "70
                "llama-3.1-405b": ("llama3", "405B")}
 
 
-def parallelism(plan: ExportPlan, version: TorchtitanVersion) -> dict[str, int | str | bool]:
+def parallelism(plan: ExportPlan, version: TorchtitanVersion) -> dict[str, int | str | bool | list[list[str]]]:
     """[parallelism] fields: ZeRO as FSDP2 sharding or replication, TP (+SP), PP split, CP, EP."""
     c = plan.config
-    fields: dict[str, int | str | bool] = {"data_parallel_replicate_degree": c.dp if c.zero == 0 else 1,
+    fields: dict[str, int | str | bool | list[list[str]]] = {"data_parallel_replicate_degree": c.dp if c.zero == 0 else 1,
                                            "data_parallel_shard_degree": 1 if c.zero == 0 else c.dp}
     if c.zero in (2, 3):
         # ZeRO-3 reshards after every forward; ZeRO-2 keeps gathered weights until backward.
@@ -40,7 +41,7 @@ def parallelism(plan: ExportPlan, version: TorchtitanVersion) -> dict[str, int |
         fields["enable_sequence_parallel"] = c.sp
     fields["pipeline_parallel_degree"] = c.pp
     if c.pp > 1:
-        fields.update(pipeline_fields(plan))
+        fields.update(pipeline_fields(plan, version))
     fields["context_parallel_degree"] = c.cp
     if plan.model.is_moe:
         fields["expert_parallel_degree"] = c.ep
@@ -49,12 +50,20 @@ def parallelism(plan: ExportPlan, version: TorchtitanVersion) -> dict[str, int |
     return fields
 
 
-def pipeline_fields(plan: ExportPlan) -> dict[str, int | str]:
+def pipeline_fields(plan: ExportPlan, version: TorchtitanVersion) -> dict[str, int | str | list[list[str]]]:
     """Schedule, layers per virtual stage and the embedding/loss weights that reproduce stage_layers
-    through torchtitan's own split (cost_models/pipeline_splits.py)."""
+    through torchtitan's own split (cost_models/pipeline_splits.py); a one-chunk-per-rank split that split
+    cannot give is written module by module (module_fqns_per_model_part)."""
     layers, vpp = plan.stage_layers, plan.config.vpp
-    first_weight, last_weight = split_weights(layers, plan.model.num_layers)
-    fields: dict[str, int | str] = {"pipeline_parallel_schedule": "1F1B" if vpp == 1 else "Interleaved1F1B"}
+    fields: dict[str, int | str | list[list[str]]] = {
+        "pipeline_parallel_schedule": "1F1B" if vpp == 1 else "Interleaved1F1B"}
+    try:
+        first_weight, last_weight = split_weights(layers, plan.model.num_layers)
+    except InputError:
+        if vpp > 1:
+            raise
+        return {**fields, "module_fqns_per_model_part": module_fqns(layers, version),
+                "pipeline_parallel_microbatch_size": plan.config.mbs}
     size = stage_size(plan.model.num_layers + first_weight + last_weight, len(layers))
     if size is not None:
         fields["pipeline_parallel_layers_per_stage"] = size
@@ -64,6 +73,16 @@ def pipeline_fields(plan: ExportPlan) -> dict[str, int | str]:
     return {**fields, "pipeline_parallel_first_stage_less_layers": first_weight,
             "pipeline_parallel_last_stage_less_layers": last_weight,
             "pipeline_parallel_microbatch_size": plan.config.mbs}
+
+
+def module_fqns(layers: tuple[int, ...], version: TorchtitanVersion) -> list[list[str]]:
+    """The modules of each pipeline stage: the embedding on the first, the final norm and the output head
+    on the last (named ``lm_head`` in 0.3's common decoder, ``output`` in 0.2's models)."""
+    bounds = [0, *itertools.accumulate(layers)]
+    stages = [[f"layers.{i}" for i in range(bounds[s], bounds[s + 1])] for s in range(len(layers))]
+    stages[0].insert(0, "tok_embeddings")
+    stages[-1] += ["norm", "lm_head" if version == "0.3" else "output"]
+    return stages
 
 
 def split_weights(layers: tuple[int, ...], num_layers: int) -> tuple[int, int]:
@@ -139,7 +158,9 @@ def overrides(plan: ExportPlan, module: str, config: str) -> tuple[ArgGroup, ...
     def dotted(section: str, fields: dict) -> tuple[Arg, ...]:
         args: list[Arg] = []
         for name, value in fields.items():
-            if isinstance(value, bool):
+            if isinstance(value, list):  # tyro reads list[list[str]] as one comma-joined token per inner list
+                args.append((f"--{section}.{name}", tuple(",".join(inner) for inner in value)))
+            elif isinstance(value, bool):
                 args.append((f"--{section}.{name}" if value else f"--{section}.no_{name}", None))
             else:
                 args.append((f"--{section}.{name}", str(value)))
@@ -177,8 +198,8 @@ def toml_text(plan: ExportPlan, name: str, flavor: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def toml_value(value: int | str | bool | list[str]) -> str:
-    """A TOML scalar or string list (JSON string escapes are valid TOML basic strings)."""
+def toml_value(value: int | str | bool | list) -> str:
+    """A TOML scalar or (nested) string list (JSON string escapes and arrays are valid TOML)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):

@@ -74,11 +74,11 @@ def megatron_stage_layers(num_layers: int, pp: int, vpp: int) -> list[int]:
     raise ValueError(f"{num_layers} layers split neither evenly nor edge-accounted over pp·vpp = {chunks} chunks")
 
 
-def edge_stage_split(layers: list[int] | tuple[int, ...], num_layers: int, pp: int, vpp: int) -> bool:
-    """Whether an uneven split is one Megatron's --decoder-first/last-pipeline-num-layers express: one
-    chunk per rank, every layer placed, at least one per stage, the middle stages equal."""
-    return (vpp == 1 and len(layers) == pp >= 2 and sum(layers) == num_layers and min(layers) >= 1
-            and len(set(layers[1:-1])) <= 1)
+def stage_split(layers: list[int] | tuple[int, ...], num_layers: int, pp: int, vpp: int) -> bool:
+    """Whether ``layers`` is a split every launch format expresses literally: one chunk per rank, every
+    layer placed, at least one per stage (Megatron's --pipeline-model-parallel-layout, torchtitan's
+    module_fqns_per_model_part, DeepSpeed's hand-cut PipelineModule)."""
+    return vpp == 1 and len(layers) == pp >= 2 and sum(layers) == num_layers and min(layers) >= 1
 
 
 def expert_map(*, num_experts: int, moe_layers: list[int], ep: int, etp: int, world_size: int,

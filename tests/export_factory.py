@@ -32,8 +32,9 @@ ATTENTION = {"megatron": "fused", "deepspeed": "flash", "torchtitan": "flash"}
 def make_plan_document(model: str = "llama-3.1-8b", *, engine: str = "megatron", gpus_per_node: int = 8,
                        seq_len: int = 4096, global_batch: int = 64, precision: str = "bf16", rank: int = 1,
                        shape: dict[str, Any] | None = None, capacity_factor: float | None = None,
-                       **config: Any) -> dict[str, Any]:
-    """One schema-valid plan; the world size is tp·pp·dp·cp of ``config``; ``shape`` overrides model fields."""
+                       split: list[int] | None = None, **config: Any) -> dict[str, Any]:
+    """One schema-valid plan; the world size is tp·pp·dp·cp of ``config``; ``shape`` overrides model fields;
+    ``split`` replaces the engine's layers per stage (as a stage partition or a typed pipeline writes them)."""
     spec = load_model(model)
     if shape:
         spec = dataclasses.replace(spec, **shape)
@@ -55,8 +56,8 @@ def make_plan_document(model: str = "llama-3.1-8b", *, engine: str = "megatron",
                      "step_time_breakdown_s": {"compute_s": 1.2}, "memory_breakdown_bytes": {"weights_bytes": 1e10}},
         "fits": True,
         "placement": {"rank_order": "tp-cp-dp-pp", "rank_map": None,
-                      "stage_layers": stage_layers(spec.num_layers, merged["pp"], merged["vpp"],
-                                                   engine_rules(engine).pipeline_split)},
+                      "stage_layers": split or stage_layers(spec.num_layers, merged["pp"], merged["vpp"],
+                                                            engine_rules(engine).pipeline_split)},
         "provenance": {"paraplan_version": "0.1.0", "cost_model": "test", "calibration": "test"},
     }
     validate_instance(document, plan_schema())

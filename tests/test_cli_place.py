@@ -183,6 +183,37 @@ def test_plan_on_a_mixed_cluster_types_the_stages(tmp_path: Path):
     assert_bad_input(invoke(*PLAN_8B, "--pp", "2", "--cluster", str(topology), "--nodes", "4"), "drop --nodes")
 
 
+def test_plan_on_a_mixed_cluster_ranks_typed_pipelines_by_their_whole_step(tmp_path: Path):
+    """The search prefers pp = 1 on the weakest type, which no typed pipeline runs; the best pipelined plans are
+    refined beside them and every plan is ranked by its whole placed step (issue 20)."""
+    topology = tmp_path / "mixed.yaml"
+    topology.write_text(MIXED)
+    out, launch = tmp_path / "plans.json", tmp_path / "launch"
+    result = invoke("plan", "llama-3.1-8b", "--seq-len", "4096", "--global-batch", "128", "--top", "3",
+                    "--cluster", str(topology), "--json", str(out), "--export", "megatron", "-o", str(launch))
+    assert result.exit_code == 0, result.output
+    plans = json.loads(out.read_text())["plans"]
+    assert [p["rank"] for p in plans] == [1, 2, 3]
+    assert "as searched (pp = 1" in result.stdout  # the search's own top plans: every GPU at the A100 pace
+    best = plans[0]
+    mixed = best["placement"]["mixed_gpus"]
+    assert best["placement"]["search_rank"] > 3 and best["config"]["pp"] >= 2 and best["config"]["vpp"] == 1
+    # The whole step: the search's step with its all-A100 pipeline part replaced by the typed one.
+    assert mixed["placed_step_time_s"] == pytest.approx(best["estimate"]["step_time_s"]
+                                                        - mixed["weakest_only_step_time_s"] + mixed["step_time_s"])
+    assert mixed["weakest_type"] == "a100-sxm-80gb" and mixed["step_time_s"] < mixed["weakest_only_step_time_s"]
+    # It beats every plan the search ranked first on the weakest type: 2.81 s against 4.61 s when written.
+    assert mixed["placed_step_time_s"] < 0.7 * min(p["estimate"]["step_time_s"] for p in plans)
+    placed = [p["placement"].get("mixed_gpus", {}).get("placed_step_time_s", p["estimate"]["step_time_s"])
+              for p in plans]
+    assert placed == sorted(placed)
+    # The export launches the typed split the plan was priced with, not the even one.
+    assert best["placement"]["stage_layers"] == mixed["stage_layers"] != [16, 16]
+    script = (launch / "megatron_launch.sh").read_text()
+    assert f"layers per pipeline chunk {mixed['stage_layers']}" in script
+    assert f"--decoder-first-pipeline-num-layers {mixed['stage_layers'][0]}" in script
+
+
 def test_plan_place_on_a_uniform_cluster(tmp_path: Path):
     out = tmp_path / "plans.json"
     result = invoke(*PLAN_8B, "--pp", "4", "--cluster", "dgx-h100", "--nodes", "4", "--place", "--json", str(out))

@@ -279,6 +279,8 @@ PLANS = {
     # DeepSeek-V3's 61 layers over pp 16 x vpp 2: 32 chunks of 2, the last holds MTP and the loss alone.
     "deepseek-v3-pp16-vpp2-loss-only": {"model": "deepseek-v3", "pp": 16, "vpp": 2, "dp": 8, "ep": 8, "zero": 1,
                                         "global_batch": 128},
+    # A typed pipeline on mixed GPUs: middle stages of different sizes, written as a layout string.
+    "llama8b-pp4-typed-split": {"model": "llama-3.1-8b", "pp": 4, "dp": 2, "split": [7, 9, 10, 6]},
     "deepseek-v3-pp4-vpp4-ep-overlap": {"model": "deepseek-v3", "pp": 4, "vpp": 4, "dp": 8, "ep": 8, "zero": 1,
                                         "global_batch": 64, "ep_overlap": True},
 }
@@ -343,7 +345,7 @@ def test_megatron_core_builds_the_emitted_configuration(name):
 
 @pytest.mark.parametrize("name", ["deepseek-v3-mla-pp3-uneven", "deepseek-v3-mla-pp3-vpp3-edges",
                                   "deepseek-v3-pp4-vpp4-layout", "llama405b-pp16-vpp8-empty-edges",
-                                  "deepseek-v3-pp16-vpp2-loss-only",
+                                  "deepseek-v3-pp16-vpp2-loss-only", "llama8b-pp4-typed-split",
                                   "llama70b-tp8-pp4-vpp5-cp2-sp-zero1-full"])
 def test_megatron_splits_layers_as_the_plan_says(name):
     """Megatron-core's own layer count per (pipeline rank, virtual stage) equals the plan's stage_layers."""

@@ -23,6 +23,7 @@ from paraplan.exporters.plan_input import ExportPlan
 pytestmark = pytest.mark.engines
 engine_module("torchtitan")
 
+import torch
 from torchtitan.config import ConfigManager
 from torchtitan.distributed import pipeline_parallel
 from torchtitan.distributed.parallel_dims import ParallelDims
@@ -36,6 +37,8 @@ PLANS = {
                                  "global_batch": 64},
     "llama70b-zero2-tp4-pp4-1f1b-full": {"model": "llama-3.1-70b", "tp": 4, "pp": 4, "dp": 2, "sp": True, "zero": 2,
                                          "global_batch": 32, "recompute": "full"},
+    # A typed pipeline on mixed GPUs: a split torchtitan's weighted split cannot give, written module by module.
+    "llama8b-pp4-typed-split": {"model": "llama-3.1-8b", "pp": 4, "dp": 2, "zero": 1, "split": [5, 11, 9, 7]},
 }
 
 
@@ -85,7 +88,14 @@ def test_torchtitan_0_3_splits_layers_as_the_plan_says(name, tmp_path):
     dims = ParallelDims.from_config(config.parallelism, plan.num_gpus)
     stages, layers, first, last = pipeline_parallel._get_pipeline_metadata(dims, config.parallelism,
                                                                            config.model_spec.model)
-    parts = pipeline_parallel._generate_llm_fqn_per_model_part(stages, layers, first, last)
+    parts = config.parallelism.module_fqns_per_model_part or \
+        pipeline_parallel._generate_llm_fqn_per_model_part(stages, layers, first, last)
+    if config.parallelism.module_fqns_per_model_part:  # every name is a module of the model torchtitan builds
+        with torch.device("meta"):
+            model = config.model_spec.model.build()
+        assert {name.split(".")[0] for part in parts for name in part} == {n for n, _ in model.named_children()}
+        assert [name for part in parts for name in part if name.startswith("layers.")] == \
+            [f"layers.{i}" for i in range(plan.model.num_layers)]
     assert [sum(name.startswith("layers.") for name in part) for part in parts] == list(plan.stage_layers)
     for rank in range(plan.config.pp):  # chunk k runs on pipeline rank k mod pp
         mapping = pipeline_parallel._get_pp_rank_to_stage_indices_mapping(
@@ -235,3 +245,21 @@ def test_torchtitan_0_2_splits_uneven_layer_counts_as_the_plan_priced(name, tmp_
                                 + SPLIT_0_2)  # the layer count: argv[3]
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout.strip().splitlines()[-1]) == SPLITS[name][-1]
+
+
+FQNS_0_2 = """
+import json, sys
+from torchtitan.config import ConfigManager
+print(json.dumps(ConfigManager().parse_args(["--job.config_file", sys.argv[1]]).parallelism.module_fqns_per_model_part))
+"""
+
+
+def test_torchtitan_0_2_reads_a_typed_split_module_by_module(tmp_path):
+    plan = plan_named("llama8b-pp4-typed-split")
+    toml = tmp_path / "torchtitan.toml"
+    toml.write_text(files_of(plan, "torchtitan", torchtitan_version="0.2")["torchtitan.toml"].text)
+    result = run_torchtitan_0_2(toml, plan.num_gpus, FQNS_0_2)
+    assert result.returncode == 0, result.stderr[-2000:]
+    parts = json.loads(result.stdout.strip().splitlines()[-1])
+    assert [sum(m.startswith("layers.") for m in part) for part in parts] == list(plan.stage_layers)
+    assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "output"]  # 0.2's llama3 head

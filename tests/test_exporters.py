@@ -22,6 +22,7 @@ from paraplan.exporters.formats import ExportOptions, export_files, output_names
 from paraplan.exporters.megatron import layer_pattern, megatron_program, vocab_divisor
 from paraplan.exporters.plan_input import plan_from_document
 from paraplan.exporters.program import OutputFile
+from paraplan.exporters.torchtitan import parallelism as torchtitan_parallelism
 from paraplan.exporters.torchtitan import torchtitan_program
 from paraplan.planner.layout import axis_groups, expert_map, rank_map, stage_layers
 from paraplan.planner.plan import model_from_shape, model_shape
@@ -90,12 +91,34 @@ def test_plan_input_derives_nodes_microbatches_and_checks_the_world_size():
         plan_from_document(document)
 
 
-def test_a_stage_split_the_launchers_cannot_express_is_refused():
+def test_any_one_chunk_per_rank_split_is_kept_and_other_splits_are_refused():
     document = make_plan_document("llama-3.1-8b", pp=4, dp=2)
     assert plan_from_document(document).stage_layers == (8, 8, 8, 8)
-    document["placement"]["stage_layers"] = [7, 9, 8, 8]
-    with pytest.raises(InputError, match=r"stage_layers \[7, 9, 8, 8\] is not the split"):
-        plan_from_document(document)
+    document["placement"]["stage_layers"] = [7, 9, 10, 6]  # a typed pipeline's split: unequal middle stages
+    assert plan_from_document(document).stage_layers == (7, 9, 10, 6)
+    for wrong in ([7, 9, 8, 9], [0, 12, 10, 10]):  # 33 layers; an empty stage
+        document["placement"]["stage_layers"] = wrong
+        with pytest.raises(InputError, match=r"is not a split the launch formats can express"):
+            plan_from_document(document)
+    interleaved = make_plan_document("llama-3.1-8b", pp=2, vpp=2, dp=2)
+    interleaved["placement"]["stage_layers"] = [7, 9, 8, 8]  # virtual stages keep the engine's own split
+    with pytest.raises(InputError, match=r"the engine's own split \[8, 8, 8, 8\]"):
+        plan_from_document(interleaved)
+
+
+def test_unequal_middle_stages_export_literally():
+    split = [7, 9, 10, 6]
+    megatron = make_export_plan("llama-3.1-8b", pp=4, dp=2, split=split)
+    args = group_args(megatron_program(megatron), "PARALLEL_ARGS")
+    assert args[args.index("--pipeline-model-parallel-layout") + 1] == "E" + "t" * 7 + "|" + "t" * 9 + "|" \
+        + "t" * 10 + "|" + "t" * 6 + "L"
+    assert "--decoder-first-pipeline-num-layers" not in args
+    titan = make_export_plan("llama-3.1-8b", engine="torchtitan", pp=4, dp=2, split=split)
+    parts = {version: torchtitan_parallelism(titan, version)["module_fqns_per_model_part"] for version in ("0.3", "0.2")}
+    assert [sum(m.startswith("layers.") for m in part) for part in parts["0.3"]] == split
+    assert parts["0.3"][0][:2] == ["tok_embeddings", "layers.0"] and parts["0.3"][-1][-3:] == ["layers.31", "norm", "lm_head"]
+    assert parts["0.2"][-1][-1] == "output" and parts["0.2"][:-1] == parts["0.3"][:-1]
+    assert "pipeline_parallel_first_stage_less_layers" not in torchtitan_parallelism(titan, "0.3")
 
 
 def test_a_custom_rank_map_is_refused_not_ignored():

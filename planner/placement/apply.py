@@ -8,8 +8,8 @@ from typing import Any
 
 from paraplan.hardware_profiles.topology import Topology
 from paraplan.planner.json_schema import validate_own
-from paraplan.planner.layout import edge_stage_split, rank_map
-from paraplan.planner.placement.mixed_gpus import MixedPipeline, mixed_pipeline, stage_blocks
+from paraplan.planner.layout import rank_map
+from paraplan.planner.placement.mixed_gpus import MixedPipeline, mixed_pipeline, stage_blocks, whole_step_s
 from paraplan.planner.placement.plan_costs import job_of_plan
 from paraplan.planner.placement.rank_instance import rank_instance
 from paraplan.planner.placement.rank_placement import RankPlacement, place_ranks
@@ -71,19 +71,22 @@ def mixed_plan(document: dict[str, Any], topology: Topology,
     """A plan on a cluster of several GPU types: stage types and layers, the host order that puts each
     stage on its type's nodes, and the comparisons; InputError when the types cannot hold whole stages."""
     job, parallel = job_of_plan(document)
-    result = mixed_pipeline(job, parallel, topology, config)
+    searched = document["placement"].get("stage_layers")
+    result = mixed_pipeline(job, parallel, topology, config, tuple(searched) if searched else None)
     stage_blocks(topology, parallel)  # validated by mixed_pipeline; each stage fills whole nodes
     block_nodes = parallel.tp * parallel.cp * parallel.dp // topology.nodes[0].gpus_per_node
     free = {gpu: [n.host for n in topology.nodes if n.gpu.name == gpu] for gpu in topology.gpu_types}
     hosts = [free[gpu].pop(0) for gpu in result.stage_types for _ in range(block_nodes)]
     out = copy.deepcopy(document)
     out["placement"]["host_order"] = hosts
-    if edge_stage_split(result.stage_layers, sum(result.stage_layers), parallel.pp, parallel.vpp):
-        out["placement"]["stage_layers"] = list(result.stage_layers)
+    out["placement"]["stage_layers"] = list(result.stage_layers)  # one chunk per rank: every format expresses it
     out["placement"]["mixed_gpus"] = {
         "stage_types": list(result.stage_types), "stage_layers": list(result.stage_layers),
         "step_time_s": result.step_s, "naive_step_time_s": result.naive_step_s,
-        "fast_only_step_time_s": result.fast_only_step_s, "status": result.stats.status,
+        "fast_only_step_time_s": result.fast_only_step_s, "weakest_type": result.weakest_type,
+        "weakest_only_step_time_s": result.weakest_only_step_s,
+        "placed_step_time_s": whole_step_s(document["estimate"]["step_time_s"], result),
+        "status": result.stats.status,
         "gap_frac": result.stats.gap_frac}
     validate_own(out, plan_schema())
     return result, out

@@ -11,6 +11,12 @@ nodes only, fewer data-parallel replicas, more micro-batches each).
 Step time per pipeline: 1F1B with m micro-batches and stage times t_s, m·max t + (Σ t − max t)
 (Narayanan et al. 2021, section 2.2; the formula cost_models.estimate uses); data-parallel and
 optimizer time are not part of this comparison.
+
+The whole step of a typed pipeline (``whole_step_s``): the search priced the plan with every stage on the
+weakest type; the typed pipeline changes only the pipeline part, so the whole step is the search's step
+plus the typed pipeline's time less the same pipeline's time on the weakest type (both from one stage
+model, so the difference carries no bias of its own). Data-parallel and optimizer time stay as the search
+priced them, on the weakest type and the slowest link: a bound, not a refinement.
 """
 
 from __future__ import annotations
@@ -49,8 +55,17 @@ class MixedPipeline:
     """The faster GPU type."""
     fast_only_step_s: float | None
     """The faster type's nodes alone at the same tp, pp, cp (None when they cannot hold one replica)."""
+    weakest_type: str
+    """The type the search priced every stage on (``Topology.weakest_node``)."""
+    weakest_only_step_s: float
+    """Every stage on the weakest type with the searched split: the pipeline part of the search's step."""
     stats: SolveStats
     """Slowest-stage objective and bound over all type orders, seconds."""
+
+
+def whole_step_s(searched_step_s: float, mixed: MixedPipeline) -> float:
+    """The plan's step on its typed pipeline: the search's step with its pipeline part replaced."""
+    return searched_step_s - mixed.weakest_only_step_s + mixed.step_s
 
 
 def pipeline_step_s(stage_s, microbatches: float) -> float:
@@ -76,9 +91,10 @@ def stage_blocks(topology: Topology, config: ParallelConfig) -> dict[str, int]:
     return {gpu: n // block_nodes for gpu, n in counts.items()}
 
 
-def mixed_pipeline(job: TrainingJob, config: ParallelConfig, topology: Topology,
-                   solver: SolverConfig) -> MixedPipeline:
-    """Best type order and split; InputError when the types cannot hold whole stages."""
+def mixed_pipeline(job: TrainingJob, config: ParallelConfig, topology: Topology, solver: SolverConfig,
+                   searched_split: tuple[int, ...] | None = None) -> MixedPipeline:
+    """Best type order and split; InputError when the types cannot hold whole stages. ``searched_split``:
+    the layers per stage the search priced (default Megatron's, ``baseline_split``)."""
     if config.vpp > 1 or config.pp < 2:
         raise InputError(f"GPU types per stage need pp >= 2 with one chunk per rank (vpp = 1), got pp = {config.pp}, "
                          f"vpp = {config.vpp}; constrain the search with --pp and --vpp 1")
@@ -116,10 +132,15 @@ def mixed_pipeline(job: TrainingJob, config: ParallelConfig, topology: Topology,
         "optimal" if all(s == "optimal" for s in statuses) else "feasible"
     stats = SolveStats(status=status, objective=result.slowest_s, bound=min(min(bounds), result.slowest_s),
                        wall_s=result.stats.wall_s)
+    weakest = topology.weakest_node().gpu.name
+    weakest_instance = stage_instance(job, config, [clusters[weakest]] * config.pp, reference)
+    split = searched_split or baseline_split(weakest_instance.num_layers, config.pp)
     return MixedPipeline(stage_types=order, stage_layers=result.stage_layers, step_s=float(step),
                          naive_step_s=float(naive_step),
                          naive_fits=naive_fits, fast_only_type=fast,
-                         fast_only_step_s=_fast_only(job, config, blocks[fast], clusters[fast]), stats=stats)
+                         fast_only_step_s=_fast_only(job, config, blocks[fast], clusters[fast]),
+                         weakest_type=weakest,
+                         weakest_only_step_s=pipeline_step_s(stage_times(weakest_instance, split), m), stats=stats)
 
 
 def _fast_only(job: TrainingJob, config: ParallelConfig, fast_blocks: int, cluster) -> float | None:
