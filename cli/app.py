@@ -281,11 +281,12 @@ def plan(
     render.hardware_origin(console, spec.gpu)
     documents = [plan_to_json(p, result.estimates.cost_model) for p in plans]
     if place or (cluster is not None and is_topology_file(Path(cluster))):
-        typed = place_cmd.typed_pipeline_rows(cluster, catalog, result, skip=len(plans), limit=top) \
+        topology = place_cmd.placement_topology(cluster, spec, catalog)
+        typed = place_cmd.typed_pipeline_rows(topology, result, skip=len(plans), limit=top) \
             if objective == "throughput" else []
         documents += [plan_to_json(plan_at(job, spec, result, row, rank), result.estimates.cost_model)
                       for rank, row in typed]
-        documents = place_cmd.refine(documents, cluster, spec, catalog, objective, keep=top)
+        documents = place_cmd.refine(documents, topology, objective, keep=top)
     if json_path is not None:
         render.write_json(json_path, {"schema_version": SCHEMA_VERSION, "plans": documents}, force)
     if export is not None:

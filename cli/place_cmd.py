@@ -192,16 +192,20 @@ def search_cluster(path: Path, nodes: int | None, gpus: int | None, catalog: Cat
     return topology.nominal_cluster(topology.slowest_link_bytes_per_s(), node=topology.weakest_node())
 
 
-def refine(documents: list[dict], cluster: str | None, spec: ClusterSpec, catalog: Catalog | None = None,
-           objective: str = "throughput", keep: int | None = None) -> list[dict]:
-    """'paraplan plan --place' (or a mixed-GPU topology): place ranks and partition stages of each plan,
-    or choose stage GPU types on a mixed cluster; print one row per plan. Ranked by throughput, the plans
-    come back in the order of their placed step time (placement_reranked), the first ``keep`` of them."""
+def placement_topology(cluster: str | None, spec: ClusterSpec, catalog: Catalog | None = None) -> Topology:
+    """The topology 'paraplan plan' places on: the topology file, else the uniform topology of ``spec``."""
     try:
-        topology = topology_from_file(Path(cluster), catalog=catalog) if cluster and is_topology_file(Path(cluster)) \
+        return topology_from_file(Path(cluster), catalog=catalog) if cluster and is_topology_file(Path(cluster)) \
             else uniform_topology(spec)
     except ValueError as exc:
         raise InputError(str(exc)) from None
+
+
+def refine(documents: list[dict], topology: Topology, objective: str = "throughput",
+           keep: int | None = None) -> list[dict]:
+    """'paraplan plan --place' (or a mixed-GPU topology): place ranks and partition stages of each plan,
+    or choose stage GPU types on a mixed cluster; print one row per plan. Ranked by throughput, the plans
+    come back in the order of their placed step time (placement_reranked), the first ``keep`` of them."""
     config = SolverConfig(time_limit_s=PLAN_PLACE_TIME_LIMIT_S)
     table = Table(title=f"placement on {topology.name} ({topology.num_nodes} nodes, {', '.join(topology.gpu_types)})")
     for column in ("#", "search step s", "placed step s", "layers per stage", "note"):
@@ -224,18 +228,11 @@ def refine(documents: list[dict], cluster: str | None, spec: ClusterSpec, catalo
     return reranked
 
 
-def typed_pipeline_rows(cluster: str | None, catalog: Catalog | None, result: SearchResult, skip: int,
-                        limit: int) -> list[tuple[int, int]]:
+def typed_pipeline_rows(topology: Topology, result: SearchResult, skip: int, limit: int) -> list[tuple[int, int]]:
     """(search rank, table row) of the best ``limit`` plans after the first ``skip`` that a typed pipeline
-    can run on a mixed-GPU topology file (pp >= 2, one chunk per rank, stages of whole nodes that every type
-    holds a whole number of); none on any other cluster. The search prefers layouts no typed pipeline can
-    run (pp = 1, vpp > 1): these run beside its top plans so placement compares whole steps of both."""
-    if not cluster or not is_topology_file(Path(cluster)):
-        return []
-    try:
-        topology = topology_from_file(Path(cluster), catalog=catalog)
-    except ValueError as exc:
-        raise InputError(str(exc)) from None
+    can run on a mixed-GPU topology (pp >= 2, one chunk per rank, stages of whole nodes that every type
+    holds a whole number of); none on a topology of one type. The search prefers layouts no typed pipeline
+    can run (pp = 1, vpp > 1): these run beside its top plans so placement compares whole steps of both."""
     if len(topology.gpu_types) < 2:
         return []
     ranked = np.asarray(result.ranked)[skip:skip + MAX_TYPED_PIPELINE_SCAN]
