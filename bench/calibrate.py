@@ -7,6 +7,8 @@ Run: python bench/calibrate.py GPU 'PARAM=v1,v2 ...' [--exclude REGEX]
   another EfficiencySpec field (gemm_half_dim, hbm_frac, ...).
 Example: python bench/calibrate.py gb200 'gemm_fp8=0.5,0.55,0.6 attention_fused=0.3,0.4'
 Prints the six best settings by median |error| (+ a quarter of the max), with max error and bias.
+The automated refit of every fitted fraction, with sources left out, is planner/cross_source.py
+(paraplan validate --cross-source).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import itertools
 import numpy as np
 
 from paraplan.hardware_profiles import catalog
+from paraplan.planner import cross_source as cs
 from paraplan.planner.reference import load_reference_runs, predict_all
 
 
@@ -29,23 +32,20 @@ def _parse_grid(text: str) -> dict[str, list[float]]:
     return grid
 
 
-def _with_constants(gpu, constants: dict[str, float]):
-    eff = gpu.efficiency
-    fractions, attention = dict(eff.gemm_peak_frac), dict(eff.attention_peak_frac)
-    pytorch = dict(eff.stack_gemm_peak_frac.get("pytorch", {}))
-    fields = {}
+def _with_constants(entry: str, constants: dict[str, float]):
+    """The efficiency spec of efficiency.yaml entry ``entry`` with the grid point ``constants`` in place."""
+    spec = catalog.efficiency_of(entry)[0]
+    fractions, fields = {}, {}
     for name, value in constants.items():
         if name.startswith("pytorch_gemm_"):
-            pytorch[name.removeprefix("pytorch_gemm_")] = value
+            fractions[cs.Constant(entry, cs.STACK_FIELD, name.removeprefix("pytorch_gemm_"), "pytorch")] = value
         elif name.startswith("gemm_") and name != "gemm_half_dim":
-            fractions[name.removeprefix("gemm_")] = value
+            fractions[cs.Constant(entry, cs.GEMM_FIELD, name.removeprefix("gemm_"))] = value
         elif name.startswith("attention_"):
-            attention[name.removeprefix("attention_")] = value
+            fractions[cs.Constant(entry, cs.ATTENTION_FIELD, name.removeprefix("attention_"))] = value
         else:
             fields[name] = value
-    return dataclasses.replace(gpu, efficiency=dataclasses.replace(
-        eff, gemm_peak_frac=fractions, attention_peak_frac=attention,
-        stack_gemm_peak_frac={**eff.stack_gemm_peak_frac, "pytorch": pytorch}, **fields))
+    return dataclasses.replace(cs.with_constants(spec, fractions), **fields)
 
 
 def main() -> None:
@@ -61,19 +61,18 @@ def main() -> None:
         runs = runs[runs.id.str.contains(args.only)]
     if args.exclude:
         runs = runs[~runs.id.str.contains(args.exclude)]
-    table = catalog._gpu_table()
-    base = table[args.gpu]
+    entry = cs.chip_entry(args.gpu)
     grid = _parse_grid(args.grid)
     results = []
     for values in itertools.product(*grid.values()):
         constants = dict(zip(grid, values))
-        table[args.gpu] = _with_constants(base, constants)
-        errors = np.array([p.error_frac for p in predict_all(runs)])
+        with cs.catalog_efficiency({entry: _with_constants(entry, constants)}):
+            errors = np.array([p.error_frac for p in predict_all(runs)])
         errors = errors[np.isfinite(errors)]
-        results.append((np.median(np.abs(errors)), np.abs(errors).max(), np.median(errors), constants))
-    table[args.gpu] = base
-    print(f"{args.gpu}: {len(runs)} reference runs")
-    for median, worst, bias, constants in sorted(results, key=lambda r: r[0] + r[1] / 4)[:6]:
+        results.append((float(cs.criterion(errors)), np.median(np.abs(errors)), np.abs(errors).max(),
+                        np.median(errors), constants))
+    print(f"{args.gpu}: {len(runs)} reference runs (constants of efficiency.yaml entry {entry})")
+    for _, median, worst, bias, constants in sorted(results, key=lambda r: r[0])[:6]:
         print(f"median |err| {median:.3f}  max {worst:.3f}  bias {bias:+.3f}  {constants}")
 
 

@@ -408,6 +408,10 @@ def validate(json_path: JsonOpt = None, force: ForceOpt = False,
              memory_runs: Annotated[Path | None, typer.Option(
                  "--memory-runs", help="Measured memory runs (memory_runs.csv); default $PARAPLAN_MEMORY_RUNS or "
                  "../shared/calibration/memory_runs.csv. The memory section is skipped when none is found.")] = None,
+             cross_source: Annotated[bool, typer.Option(
+                 "--cross-source", help="Also refit the efficiency fractions with each source (and each table of "
+                 "one) left out and predict it with constants it did not influence: in-sample beside left-out "
+                 "error per source (about a minute more).")] = False,
              ) -> None:
     """Predict every published reference run and report the error against its measurement."""
     if json_path is not None:
@@ -416,6 +420,7 @@ def validate(json_path: JsonOpt = None, force: ForceOpt = False,
     frame = load_reference_runs()
     with render.working(render.make_console(stderr=True), f"predicting {len(frame)} reference runs"):
         predictions = predict_all(frame)
+    held_out = _cross_source_validation(frame) if cross_source else None
     rows = [{"id": p.run_id, "source": p.source, "model": row["model"], "gpu": row["gpu"],
              "num_gpus": int(row["num_gpus"]), "measured_tokens_per_s_per_gpu": p.measured_tokens_per_s_per_gpu,
              "predicted_tokens_per_s_per_gpu": _finite(p.predicted_tokens_per_s_per_gpu),
@@ -427,10 +432,36 @@ def validate(json_path: JsonOpt = None, force: ForceOpt = False,
     render.validation(render.make_console(), rows, summaries)
     if memory is not None:
         render.memory_validation(render.make_console(), memory)
+    if held_out is not None:
+        render.cross_source_validation(render.make_console(), held_out)
     if json_path is not None:
         clean = {s: {k: _finite(v) for k, v in summary.items()} for s, summary in summaries.items()}
         render.write_json(json_path, {"schema_version": 1, "runs": rows, "summary": clean,
-                                      "memory": memory}, force)
+                                      "memory": memory, "cross_source": held_out}, force)
+
+
+def _cross_source_validation(frame) -> dict:
+    """Leave-one-source-out (and leave-one-table-out) refits of the fitted fractions, as plain data."""
+    from paraplan.planner import cross_source as cs  # only this flag pays for the refits
+
+    console = render.make_console(stderr=True)
+    with render.working(console, "cross-source refits: predicting the dense rows on a grid of constants") as status:
+        def progress(done: int, total: int) -> None:
+            if status is not None:
+                status.update(f"cross-source refits: row {done} of {total} on a grid of constants")
+        result = cs.cross_source(frame, progress)
+    folds = [{"level": f.level, "left_out": f.name, "label": cs.short_label(f.level, f.name), "rows": f.rows, "in_sample": cs.summary(f.in_sample_errors),
+              "left_out_error": cs.summary(f.left_out_errors),
+              "moved": [{"constant": label, "shipped": shipped, "fold": fold} for label, shipped, fold in f.moved]}
+             for f in result.folds]
+    refit = [{"constant": c.label, "shipped": cs.shipped_value(c), "refit_on_all_rows": value}
+             for c, value in sorted(result.all_rows_refit.items())]
+    return {"rows": len(result.row_ids), "in_sample": cs.summary(result.in_sample_errors),
+            "in_sample_refit": cs.summary(result.refit_errors),
+            "left_out": {level: cs.summary(errors) for level, errors in result.left_out_errors.items()},
+            "folds": folds, "refit_on_all_rows": refit,
+            "method": "efficiency fractions refitted without the left-out rows (planner/cross_source.py); "
+                      "in-sample = the shipped efficiency.yaml constants"}
 
 
 def _memory_validation(path: Path | None) -> dict | None:

@@ -450,6 +450,36 @@ def validation(console: Console, rows: list[dict[str, Any]], summaries: dict[str
     print_table(console, summary)
 
 
+def cross_source_validation(console: Console, report: dict[str, Any]) -> None:
+    """In-sample beside left-out error for each source and each table of one, then the totals."""
+    table = Table(title=f"cross-source validation: {report['rows']} dense rows, efficiency fractions refitted "
+                        "without the rows left out", title_justify="left")
+    for header in ("left out", "rows", "in-sample median %", "in-sample max %", "left-out median %",
+                   "left-out max %", "fractions that moved (shipped->fold)"):
+        table.add_column(header, justify="left" if header.startswith(("left out", "fractions")) else "right",
+                         overflow="fold")
+    for level in ("source", "table"):
+        for fold in (f for f in report["folds"] if f["level"] == level):
+            moved = ", ".join(f"{m['constant']} {m['shipped']:.2f}->{m['fold']:.2f}" for m in fold["moved"])
+            moved = moved.replace(" gemm ", " ").replace(" attention ", " attn ")
+            table.add_row(escape(f"{level}: {fold['label']}"), str(fold["rows"]),
+                          percent(fold["in_sample"]["median_abs_error_frac"]),
+                          percent(fold["in_sample"]["max_abs_error_frac"]),
+                          percent(fold["left_out_error"]["median_abs_error_frac"]),
+                          percent(fold["left_out_error"]["max_abs_error_frac"]), escape(moved or "-"))
+        table.add_section()
+    inside, refit = report["in_sample"], report["in_sample_refit"]
+    table.add_row("all dense rows, fractions refitted here on every row", str(refit["rows"]),
+                  percent(refit["median_abs_error_frac"]), percent(refit["max_abs_error_frac"]), "-", "-",
+                  "the shipped hand fit: " + percent(inside["median_abs_error_frac"]) + " / "
+                  + percent(inside["max_abs_error_frac"]))
+    for level, out in report["left_out"].items():
+        table.add_row(f"all dense rows, each left out with its {level}", str(out["rows"]),
+                      percent(inside["median_abs_error_frac"]), percent(inside["max_abs_error_frac"]),
+                      percent(out["median_abs_error_frac"]), percent(out["max_abs_error_frac"]), "")
+    print_table(console, table)
+
+
 # -- JSON files -------------------------------------------------------------------------------
 def check_writable(path: Path, force: bool) -> None:
     """InputError unless ``path`` can be (over)written; checked before any long computation."""
