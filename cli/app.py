@@ -15,7 +15,7 @@ from typing import Annotated, Any, get_args
 
 import typer
 
-from paraplan.cli import export_cmd, place_cmd, profile_cmd, render
+from paraplan.cli import calibrate_cmd, export_cmd, place_cmd, profile_cmd, render
 from paraplan.cost_models.context_parallel import CP_COMM_CODES
 from paraplan.cost_models.device_memory import usable_capacity_bytes
 from paraplan.cost_models.hf_config import load_model, preset_names
@@ -252,6 +252,7 @@ def plan(
     offload: _axis_opt("Layers whose activations go to host memory (Megatron --cpu-offloading-num-layers; "
                        "pp = 1, no recompute).") = None,
     cost_model: profile_cmd.CostModelOpt = "auto", store: profile_cmd.StoreOpt = None,
+    stack_profile: calibrate_cmd.StackProfileOpt = None,
 ) -> None:
     """Search every parallel layout and show the fastest plans that fit."""
     catalog = resolve_catalog(hardware)
@@ -266,6 +267,7 @@ def plan(
         render.check_writable(json_path, force)
     export_cmd.check_plan_export(export, out, job.engine, force)
     rates, spec = profile_cmd.rates_for(cost_model, spec, job, store), profile_cmd.cluster_for(cost_model, spec, store)
+    rates = calibrate_cmd.apply_profile(stack_profile, rates, spec.gpu.name, job.engine)
     with render.working(render.make_console(stderr=True), "searching parallel layouts"):
         result = search(job, spec, fixed, objective, rates)
     if len(result.ranked) == 0:
@@ -316,7 +318,7 @@ def evaluate(
     sp: _axis_opt("Sequence parallel: on or off.") = "off",
     offload: _axis_opt("Layers whose activations go to host memory (pp = 1, no recompute).") = "0",
     json_path: JsonOpt = None, force: ForceOpt = False, cost_model: profile_cmd.CostModelOpt = "auto",
-    store: profile_cmd.StoreOpt = None,
+    store: profile_cmd.StoreOpt = None, stack_profile: calibrate_cmd.StackProfileOpt = None,
 ) -> None:
     """Predict step time, throughput and memory of one parallel configuration."""
     spec = make_cluster(cluster, nodes, gpu, gpus, gpus_per_node, resolve_catalog(hardware))
@@ -337,7 +339,9 @@ def evaluate(
     if json_path is not None:
         render.check_writable(json_path, force)
     spec = profile_cmd.cluster_for(cost_model, spec, store)
-    result = search(job, spec, fixed, rates=profile_cmd.rates_for(cost_model, spec, job, store))
+    rates = calibrate_cmd.apply_profile(stack_profile, profile_cmd.rates_for(cost_model, spec, job, store),
+                                        spec.gpu.name, job.engine)
+    result = search(job, spec, fixed, rates=rates)
     if len(result.table) == 0:
         reason = max(result.rejected, key=result.rejected.get)
         described = render.config_text({a: fixed[a][0] for a in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs",
@@ -352,6 +356,7 @@ def evaluate(
 
 
 app.command("ingest")(user_errors(profile_cmd.ingest))
+app.command("calibrate")(user_errors(calibrate_cmd.calibrate))
 app.command("learn")(user_errors(profile_cmd.learn))
 app.command("profile")(user_errors(profile_cmd.profile))
 profiles_app.command("list")(user_errors(profile_cmd.profiles_list))

@@ -431,5 +431,5 @@ def summary(errors) -> dict[str, float]:
     """Median and max |error| (fractions) and the median signed error."""
     errors = np.asarray(errors, dtype=float)
     errors = errors[np.isfinite(errors)]
-    return {"rows": int(len(errors)), "median_abs_error_frac": float(np.median(np.abs(errors))),
+    return {"rows": len(errors), "median_abs_error_frac": float(np.median(np.abs(errors))),
             "max_abs_error_frac": float(np.abs(errors).max()), "bias_frac": float(np.median(errors))}
