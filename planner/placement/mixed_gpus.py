@@ -21,7 +21,6 @@ priced them, on the weakest type and the slowest link: a bound, not a refinement
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from dataclasses import dataclass
 
