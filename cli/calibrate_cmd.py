@@ -12,6 +12,7 @@ from rich.table import Table
 
 from paraplan.cli import render
 from paraplan.cost_models.compute import ComputeRates
+from paraplan.errors import InputError
 from paraplan.planner import stack_profile as sp
 
 StackProfileOpt = Annotated[str | None, typer.Option(
@@ -32,11 +33,13 @@ def apply_profile(name: str | None, rates: ComputeRates, gpu: str, engine: str) 
 
 
 def calibrate(
-    runs: Annotated[Path, typer.Argument(help="CSV of measured runs: the columns of data/reference_runs.csv, at "
-                                              "least id, model, gpu, num_gpus, seq_len, global_batch, precision, "
-                                              "engine, tp, pp and measured_tokens_per_s_per_gpu or "
-                                              "measured_step_time_s; empty knobs are chosen by the search.")],
+    runs: Annotated[list[Path], typer.Argument(
+        help="Measured runs: CSV files in the columns of data/reference_runs.csv (at least id, model, gpu, num_gpus, "
+             "seq_len, global_batch, precision, engine, tp, pp and measured_tokens_per_s_per_gpu or "
+             "measured_step_time_s; empty knobs are chosen by the search), or Megatron-LM logs with their "
+             "arguments block (one run per log; pass --hardware).")],
     name: Annotated[str, typer.Option("--name", help="The profile's name (plan/evaluate --stack-profile NAME).")],
+    hardware: Annotated[str | None, typer.Option(help="The GPU the Megatron logs ran on (catalog name).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace a saved profile of the same name.")] = False,
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write the profile's report here.")] = None,
 ) -> None:
@@ -47,9 +50,15 @@ def calibrate(
         render.check_writable(target, force)
     if json_path is not None:
         render.check_writable(json_path, force)
-    frame = sp.read_runs(runs)
-    with render.working(render.make_console(stderr=True), f"predicting {len(frame)} measured runs"):
-        predictions = sp.predict_runs(frame)
+    tables = [path for path in runs if path.suffix.lower() == ".csv"]
+    logs = [path for path in runs if path.suffix.lower() != ".csv"]
+    frames = [sp.read_runs(path) for path in tables]
+    with render.working(render.make_console(stderr=True), f"predicting the runs of {len(runs)} file(s)"):
+        predictions = [p for frame in frames for p in sp.predict_runs(frame)]
+        predictions += sp.predict_megatron_logs(logs, hardware)
+    duplicated = sorted({p.run_id for p in predictions if [q.run_id for q in predictions].count(p.run_id) > 1})
+    if duplicated:
+        raise InputError(f"run id {duplicated[0]!r} appears in more than one file; give each run its own id")
     profile = sp.fit_profile(name, predictions)
     document = sp.profile_document(profile)
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -202,6 +202,35 @@ def predict_runs(runs: pd.DataFrame) -> list[RunPrediction]:
     return out
 
 
+def predict_megatron_logs(paths: list[Path], hardware: str | None) -> list[RunPrediction]:
+    """Each Megatron-LM log as one run: the median iteration time after the first (which includes start-up)
+    against paraplan's prediction from the log's own arguments block (dense runs; the GPU is not in the log,
+    ``hardware`` names it)."""
+    from paraplan.cost_models.ingest import parse_file
+    from paraplan.cost_models.learned.megatron_runs import predict_step_s
+
+    if paths and hardware is None:
+        raise InputError("a Megatron log does not say which GPU it ran on; pass --hardware NAME")
+    out = []
+    for path in paths:
+        parsed = parse_file(Path(path), "megatron-log", hardware)
+        steps = sorted((m for m in parsed.measurements if m.kind == "step"), key=lambda m: m.params["iteration"])
+        if len(steps) < 2:
+            raise InputError(f"{path}: {len(steps)} logged iteration(s); a run needs at least two (the first "
+                             "includes start-up and is dropped)")
+        config = steps[0].params
+        try:
+            predicted_s = predict_step_s(config, parsed.hardware)
+        except InputError as exc:
+            raise InputError(f"{path}: {exc}") from None
+        measured_s = float(np.median([m.time_s for m in steps[1:]]))
+        world = int(config["world_size"])
+        tokens_per_gpu = float(config["global_batch_size"]) * float(config["seq_length"]) / world
+        out.append(RunPrediction(Path(path).name, "megatron-run", parsed.hardware, "megatron", world,
+                                 tokens_per_gpu / measured_s, tokens_per_gpu / predicted_s))
+    return out
+
+
 def fit_factor(step_ratios) -> float:
     """The step-time factor: exp of the median log of measured / predicted step time."""
     ratios = np.asarray(step_ratios, dtype=float)

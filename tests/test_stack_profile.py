@@ -139,6 +139,31 @@ def test_plan_with_a_profile_keeps_the_ranking_and_exports(tmp_path, profiles):
     assert any((tmp_path / "out").iterdir())
 
 
+def test_megatron_logs_calibrate_from_their_own_arguments(tmp_path, profiles):
+    """Each log is one run: the median iteration after the first against paraplan's prediction from the
+    log's arguments (the same prediction `learn` uses)."""
+    from paraplan.cost_models.learned.megatron_runs import predict_step_s
+
+    from test_learned_steps import ARGS, _log
+
+    (tmp_path / "a.log").write_text(_log(ARGS, [5000, 3100, 3000, 3050]))  # median after the first: 3.05 s
+    (tmp_path / "b.log").write_text(_log({**ARGS, "global_batch_size": 128}, [9000, 6100, 6000]))  # 6.05 s
+    result = runner.invoke(_app(), ["calibrate", str(tmp_path / "a.log"), str(tmp_path / "b.log"),
+                                    "--hardware", "h100-sxm", "--name", "site"])
+    assert result.exit_code == 0, result.output
+    a = 3.05 / predict_step_s(ARGS, "h100-sxm")
+    b = 6.05 / predict_step_s({**ARGS, "global_batch_size": 128}, "h100-sxm")
+    saved = json.loads((profiles / "site.json").read_text())
+    assert saved["step_time_factor"] == pytest.approx(math.sqrt(a * b))
+    assert [r["id"] for r in saved["runs"]] == ["a.log", "b.log"]
+    assert saved["runs"][0]["measured_tokens_per_s_per_gpu"] == pytest.approx(64 * 4096 / 8 / 3.05)
+    no_gpu = runner.invoke(_app(), ["calibrate", str(tmp_path / "a.log"), "--name", "x"])
+    assert no_gpu.exit_code == 2 and "--hardware" in no_gpu.output
+    (tmp_path / "short.log").write_text(_log(ARGS, [5000]))
+    short = runner.invoke(_app(), ["calibrate", str(tmp_path / "short.log"), "--hardware", "h100-sxm", "--name", "x"])
+    assert short.exit_code == 2 and "at least two" in short.output
+
+
 @pytest.mark.parametrize(("text", "message"), [
     ("id,model\nr1,llama-3.1-8b\n", "lacks column"),
     (MINIMAL.replace(",measured_step_time_s", "") + "r1,llama-3.1-8b,h100-sxm,8,4096,64,bf16,megatron,1,1\n",
