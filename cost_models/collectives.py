@@ -131,3 +131,21 @@ def all_to_all_time_s(size_bytes, group_size, stride, cluster: ClusterSpec):
     intra = (k - 1) / n * size / nvlink
     inter = (n - k) / n * size / nic
     return np.where(n > 1, np.maximum(intra, inter) + _latency_s("all_to_all", n, k, cluster), 0.0)
+
+
+def deduplicated_dispatch_time_s(tokens, token_bytes, copies_per_token, remote_domains_per_token, group_size,
+                                 stride, cluster: ClusterSpec):
+    """Seconds for one DeepEP-style dispatch (or combine) of ``tokens`` routed tokens per member.
+
+    Each token crosses the network once per distinct remote NVLink domain holding one of its experts (to the
+    GPU of its own local index there), then fans out over NVLink to the experts' GPUs in that domain; an
+    all-to-all would send every one of the ``copies_per_token`` copies separately. Network and NVLink run
+    concurrently, the slower decides, as in ``all_to_all_time_s``.
+    """
+    n = np.asarray(group_size, dtype=float)
+    k = members_per_domain(n, stride, cluster)
+    nvlink, nic = _link_bandwidths(cluster)
+    per_token = np.asarray(tokens, dtype=float) * token_bytes
+    inter = per_token * remote_domains_per_token / nic
+    intra = per_token * copies_per_token * (k - 1) / k / nvlink
+    return np.where(n > 1, np.maximum(intra, inter) + _latency_s("all_to_all", n, k, cluster), 0.0)

@@ -26,6 +26,7 @@ MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", 
 SUPPORTED_TYPES = DENSE_TYPES + MOE_TYPES
 _QWEN_MOE = ("qwen2_moe", "qwen3_moe")
 _DEEPSEEK = ("deepseek_v2", "deepseek_v3")
+GROUP_LIMITED_METHODS = ("group_limited_greedy", "noaux_tc")
 
 _ALIASES = {
     "hidden_size": ("hidden_size", "n_embd", "d_model"),
@@ -155,6 +156,11 @@ def _moe_fields(model_type: str, config: dict[str, Any], layers: int, origin: st
         for key in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
             fields[key] = _int(config.get(key), key, origin)
         fields["mtp_layers"] = config.get("num_nextn_predict_layers") or 0
+        # Group-limited routing: DeepSeek-V2's device-limited greedy and V3's node-limited noaux_tc pick
+        # topk_group of n_group expert groups first (modeling_deepseek_v3.py MoEGate).
+        if config.get("topk_method") in GROUP_LIMITED_METHODS and (config.get("n_group") or 1) > 1:
+            fields["expert_groups"] = _int(config.get("n_group"), "n_group", origin)
+            fields["groups_per_token"] = _int(config.get("topk_group"), "topk_group", origin)
     if model_type == "gpt_oss":
         fields.update(router_bias=True, expert_bias=True, attention_sinks=True)
     return fields

@@ -84,6 +84,12 @@ class ModelSpec:
     """Expert MLP matrices carry biases (GPT-OSS)."""
     moe_layers: tuple[int, ...] = ()
     """Indices (0-based) of the MoE layers; every other layer has a dense MLP of ``ffn_size``."""
+    expert_groups: int = 0
+    """Group-limited routing (DeepSeek-V2/V3 ``n_group``): the experts form this many equal groups, in
+    expert order; 0 = no groups."""
+    groups_per_token: int = 0
+    """Groups each token's experts may come from (``topk_group``): with groups aligned to nodes this is
+    DeepSeek-V3's node-limited routing (each token to at most M nodes); 0 = no limit."""
     # -- Multi-head latent attention (kv_lora_rank > 0) -------------------------------------------
     q_lora_rank: int = 0
     """Rank of the query down-projection; 0 projects queries directly from the hidden state."""
@@ -120,6 +126,11 @@ class ModelSpec:
                 raise ValueError(f"model {self.name}: MoE layers need 0 < experts per token <= experts and a "
                                  f"positive expert FFN size, got top-{self.experts_per_token} of "
                                  f"{self.num_experts}, width {self.expert_ffn_size}")
+            if self.expert_groups and (self.num_experts % self.expert_groups
+                                       or not 1 <= self.groups_per_token <= self.expert_groups):
+                raise ValueError(f"model {self.name}: group-limited routing needs the {self.num_experts} experts in "
+                                 f"equal groups and 1 <= groups per token <= groups, got {self.expert_groups} "
+                                 f"groups, {self.groups_per_token} per token")
             if any(not 0 <= i < self.num_layers for i in self.moe_layers) or len(set(self.moe_layers)) != len(
                     self.moe_layers):
                 raise ValueError(f"model {self.name}: MoE layer indices must be distinct and in 0..{self.num_layers - 1}")

@@ -17,7 +17,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paraplan.cost_models.collectives import all_to_all_time_s, collective_time_s
+from paraplan.cost_models.collectives import (
+    all_to_all_time_s,
+    collective_time_s,
+    deduplicated_dispatch_time_s,
+    members_per_domain,
+)
 from paraplan.cost_models.compute import ComputeRates, gemm_time_s, memory_bound_time_s
 from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.cost_models.table import ConfigTable, Workload
@@ -25,6 +30,13 @@ from paraplan.hardware_profiles import ClusterSpec
 
 HIDDEN_BYTES = 2.0  # tokens travel and are permuted in 16-bit (Megatron's all-to-all dispatcher)
 ROUTER_PROB_BYTES = 4.0  # router logits, softmax and top-k run in fp32 (Megatron moe_router_dtype)
+DISPATCHERS = ("alltoall", "deepep")
+"""How routed tokens reach their experts: ``alltoall`` sends each of a token's k copies to its expert's GPU
+(Megatron's all-to-all dispatcher); ``deepep`` sends a token once per destination NVLink domain and fans it
+out there (DeepEP's normal kernels, Megatron's flex dispatcher)."""
+FP8_DISPATCH_BYTES = 1.0 + 4.0 / 128
+"""DeepEP's fp8 dispatch: an e4m3 byte per element plus one fp32 scale per 128-element block (the
+DeepSeek-V3 report, section 3.3: dispatch in fp8, combine in bf16)."""
 # Element-wise MoE kernels per forward: router softmax + top-k, permute, unpermute, activation,
 # and the probability scaling of expert outputs.
 MOE_ELEMENTWISE_KERNELS = 5
@@ -99,16 +111,47 @@ def _elementwise_s(model: ModelSpec, routed_tokens, copies, t: ConfigTable, prec
     return memory_bound_time_s(router + permute + activation + casts, MOE_ELEMENTWISE_KERNELS, rates)
 
 
-def _expert_comm_s(model: ModelSpec, routed_tokens, t: ConfigTable, cluster: ClusterSpec, imbalance):
+def expected_remote_domains(model: ModelSpec, ep, stride, cluster: ClusterSpec):
+    """Distinct NVLink domains other than its own that one routed token's k experts sit on, on average.
+
+    The ep ranks hold the experts in expert order, so each of the D domains of the group holds E/D
+    consecutive experts. Group-limited routing picks ``groups_per_token`` (M) of ``expert_groups`` (G)
+    consecutive groups first: aligned with the domains (G a multiple of D, or D of G) that caps the domains
+    a token can reach at min(D, M·max(1, D/G)), DeepSeek-V3's node limit; otherwise nothing caps them.
+    Over c reachable domains, k experts land on c·(1 - (1 - 1/c)^k) distinct ones (uniform routing), a
+    fraction (D - 1)/D of them remote.
+    """
+    domains = np.asarray(ep, dtype=float) / members_per_domain(ep, stride, cluster)
+    reach = domains
+    groups, per_token = model.expert_groups, model.groups_per_token
+    if groups:
+        aligned = (groups % domains == 0) | (domains % groups == 0)
+        reach = np.where(aligned, np.minimum(domains, per_token * np.maximum(1.0, domains / groups)), domains)
+    distinct = reach * (1.0 - (1.0 - 1.0 / reach) ** model.experts_per_token)
+    return distinct * (domains - 1.0) / domains
+
+
+def _expert_comm_s(model: ModelSpec, work: Workload, routed_tokens, t: ConfigTable, cluster: ClusterSpec,
+                   imbalance):
     """Dispatch and combine, forward and backward: four all-to-alls of the k copies of each routed
     token over ep (members etp apart, Megatron's expert rank order etp-ep-edp-pp), plus an
-    all-gather and a reduce-scatter over etp around the expert GEMMs, each twice."""
+    all-gather and a reduce-scatter over etp around the expert GEMMs, each twice. With the ``deepep``
+    dispatcher each of the four moves a token once per remote domain, the forward dispatch in fp8 when
+    the GEMMs run in fp8 or fp4."""
     sent = model.experts_per_token * routed_tokens * model.hidden_size * HIDDEN_BYTES
-    a2a = all_to_all_time_s(sent * imbalance, t.ep, t.etp, cluster)
+    if work.dispatcher == "deepep":
+        remote = expected_remote_domains(model, t.ep, t.etp, cluster)
+        dispatch_bytes = FP8_DISPATCH_BYTES if work.precision in ("fp8", "fp4") else HIDDEN_BYTES
+        one = [deduplicated_dispatch_time_s(routed_tokens * imbalance, model.hidden_size * size,
+                                            model.experts_per_token, remote, t.ep, t.etp, cluster)
+               for size in (dispatch_bytes, HIDDEN_BYTES)]
+        a2a_total = one[0] + 3.0 * one[1]
+    else:
+        a2a_total = 4.0 * all_to_all_time_s(sent * imbalance, t.ep, t.etp, cluster)
     etp_gathered = sent * t.etp * imbalance
     etp = collective_time_s("all_gather", etp_gathered, t.etp, 1, cluster) \
         + collective_time_s("reduce_scatter", etp_gathered, t.etp, 1, cluster)
-    return 4.0 * a2a + 2.0 * etp
+    return a2a_total + 2.0 * etp
 
 
 def moe_block_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: ComputeRates,
@@ -126,7 +169,7 @@ def moe_block_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: Com
     return MoETimes(
         forward_compute_s=gemms + elementwise,
         backward_compute_s=2.0 * gemms + 2.0 * elementwise,
-        expert_comm_s=_expert_comm_s(model, routed_tokens, t, cluster, imbalance),
+        expert_comm_s=_expert_comm_s(model, work, routed_tokens, t, cluster, imbalance),
     )
 
 

@@ -103,6 +103,8 @@ class Workload:
     capacity_factor: float | None = None
     """Token dropping with padding to capacity: every expert rank processes exactly this multiple of the
     balanced load (imbalance beyond it is dropped); None = dropless."""
+    dispatcher: str = "alltoall"
+    """MoE token dispatcher (moe.DISPATCHERS): how routed tokens reach their experts' GPUs."""
     cp_gather_overlaps_local: bool = False
     """The all-gather context-parallel variant starts asynchronously under the local chunk's attention
     (PyTorch's ring attention, torchtitan) instead of blocking before it (Transformer Engine)."""

@@ -176,9 +176,18 @@ def moe_args(model: ModelSpec, plan: ExportPlan) -> tuple[Arg, ...]:
         args.append(("--moe-shared-expert-intermediate-size", str(model.shared_expert_ffn_size)))
     if model.num_moe_layers != model.num_layers:
         args.append(("--moe-layer-freq", layer_pattern(model.num_layers, model.moe_layers)))
-    # all-to-all dispatch is what Megatron recommends with EP; grouped GEMMs run the local experts.
-    args += [("--moe-token-dispatcher-type", "alltoall" if plan.config.ep > 1 else "allgather"),
-             ("--moe-grouped-gemm", None)]
+    if model.expert_groups:
+        # Group-limited routing as the model was trained (DeepSeek-V3: 8 groups, 4 per token; node-limited
+        # when the groups line up with the nodes of the EP group).
+        args += [("--moe-router-num-groups", str(model.expert_groups)),
+                 ("--moe-router-group-topk", str(model.groups_per_token))]
+    # all-to-all dispatch is what Megatron recommends with EP; grouped GEMMs run the local experts. The
+    # deepep dispatcher is Megatron's flex dispatcher with the DeepEP backend.
+    if plan.config.ep > 1 and plan.dispatcher == "deepep":
+        args += [("--moe-token-dispatcher-type", "flex"), ("--moe-flex-dispatcher-backend", "deepep")]
+    else:
+        args.append(("--moe-token-dispatcher-type", "alltoall" if plan.config.ep > 1 else "allgather"))
+    args.append(("--moe-grouped-gemm", None))
     if plan.capacity_factor is not None:
         # Token dropping as the plan priced it: experts padded to capacity (static shapes, no host sync).
         args += [("--moe-expert-capacity-factor", f"{plan.capacity_factor:g}"),

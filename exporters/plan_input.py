@@ -50,6 +50,8 @@ class ExportPlan:
     """The rank map: the plan's own, or the default layout of its rank order."""
     capacity_factor: float | None = None
     """MoE token dropping, padded to capacity (None = dropless)."""
+    dispatcher: str = "alltoall"
+    """MoE token dispatcher the plan was priced with (cost_models.moe.DISPATCHERS)."""
     hosts: tuple[str, ...] = ()
     """Host of each node rank chosen by rank placement (``paraplan place``); empty = the scheduler's order."""
 
@@ -117,7 +119,8 @@ def plan_from_document(plan: dict[str, Any]) -> ExportPlan:
         num_nodes=cluster["num_gpus"] // per_node, gpus_per_node=per_node, domain_gpus=cluster["nvlink_domain_gpus"],
         num_microbatches=job["global_batch"] // (config.mbs * config.dp),
         stage_layers=tuple(_stage_layers(plan, model, config, job["engine"])), ranks=tuple(_ranks(plan, config, per_node)),
-        hosts=tuple(_hosts(plan, cluster["num_gpus"] // per_node)), capacity_factor=job.get("capacity_factor"))
+        hosts=tuple(_hosts(plan, cluster["num_gpus"] // per_node)), capacity_factor=job.get("capacity_factor"),
+        dispatcher=job.get("dispatcher", "alltoall"))
 
 
 def _model_of(section: dict[str, Any]) -> ModelSpec:

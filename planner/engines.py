@@ -77,6 +77,8 @@ class EngineRules:
     ep_overlap: bool
     """Expert all-to-alls can run under another micro-batch's compute (needs ep > 1, no full recompute,
     and virtual stages when pp > 1)."""
+    dispatchers: tuple[str, ...]
+    """MoE token dispatchers (cost_models.moe.DISPATCHERS) the engine can launch; the first is its default."""
     selective_saves: SelectiveSaves
     """What ``selective`` recompute keeps: Megatron drops the attention core's tensors (Korthikanti et al.
     2022); torchtitan's op-level SAC keeps every other matmul output and the attention output."""
@@ -115,6 +117,7 @@ ENGINES: dict[str, EngineRules] = {
         interleaved_needs_pp_multiple=True, attention_kernels=("fused", "flash", "unfused"),
         kernel_stack="transformer_engine", activation_offload=True, recompute_stops_early=False,
         expert_ranks_from=("tp", "dp", "cp"), etp_choices="divisors_of_tp", ep_overlap=True,
+        dispatchers=("alltoall", "deepep"),
         selective_saves="attention_core", loss_bytes_per_logit=MEGATRON_LOSS_BYTES_PER_LOGIT,
         frees_grads_between_steps=False, saves_gathered_gemm_inputs=False, eager_pytorch_model=False, fsdp_root_stays_gathered=False, pipeline_fsdp_unsharded=False,
         source=(
@@ -129,7 +132,9 @@ ENGINES: dict[str, EngineRules] = {
             "--cpu-offloading-num-layers (Transformer Engine activation offload; Megatron-core refuses it "
             "with pp > 1 or with recompute, and needs at least one layer left on the GPU), "
             "--expert-model-parallel-size / --expert-tensor-parallel-size (MoE parallel folding: expert groups "
-            "etp-ep-edp are carved from the tp·dp·cp ranks of a stage; MoE with TP needs --sequence-parallel)"
+            "etp-ep-edp are carved from the tp·dp·cp ranks of a stage; MoE with TP needs --sequence-parallel), "
+            "--moe-token-dispatcher-type alltoall|flex with --moe-flex-dispatcher-backend deepep (DeepEP's "
+            "node-deduplicated dispatch), --moe-router-num-groups / --moe-router-group-topk (group-limited routing)"
         ),
     ),
     "deepspeed": EngineRules(
@@ -140,6 +145,7 @@ ENGINES: dict[str, EngineRules] = {
         interleaved_needs_pp_multiple=False,
         attention_kernels=("flash", "unfused"), kernel_stack="pytorch", activation_offload=False,
         recompute_stops_early=False, expert_ranks_from=("dp",), etp_choices="one", ep_overlap=False,
+        dispatchers=("alltoall",),
         # Korthikanti et al.'s 4·s·b·V/t (the fp32 softmax alone), paraplan's figure before issue 15: the 2021
         # ZeRO-3 runs (Narayanan et al. Table 2, 529.6B at mbs 4 on 640 GPUs) ran within 2% of capacity and
         # Megatron's 6 B would call them out of memory; no DeepSpeed memory measurement settles it.
@@ -159,7 +165,7 @@ ENGINES: dict[str, EngineRules] = {
         recompute_modes=("none", "selective", "full"), pipeline_split="torchtitan", empty_edge_chunks=True,
         interleaved_needs_pp_multiple=False, attention_kernels=("flash", "fused"),
         kernel_stack="pytorch", activation_offload=False, recompute_stops_early=True,
-        expert_ranks_from=("dp", "cp"), etp_choices="one_or_tp", ep_overlap=False,
+        expert_ranks_from=("dp", "cp"), etp_choices="one_or_tp", ep_overlap=False, dispatchers=("alltoall",),
         selective_saves="alternate_matmuls", loss_bytes_per_logit=EAGER_LOSS_BYTES_PER_LOGIT,
         frees_grads_between_steps=True, saves_gathered_gemm_inputs=True, eager_pytorch_model=True, fsdp_root_stays_gathered=True, pipeline_fsdp_unsharded=True,
         source=(

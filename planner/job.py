@@ -43,6 +43,10 @@ class TrainingJob:
     """MoE token dropping: each expert takes at most this many times its balanced share of tokens and is
     padded up to it (Megatron --moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity);
     None = dropless."""
+    dispatcher: str = "auto"
+    """MoE token dispatcher: alltoall (every routed copy sent to its expert's GPU) or deepep (one copy per
+    destination node over the network, forwarded inside the node; fp8 dispatch with fp8 GEMMs); auto = the
+    engine's default."""
     compiled: bool = False
     """torchtitan: the model runs under torch.compile (fused elementwise kernels, less allocator
     fragmentation)."""
@@ -79,9 +83,17 @@ class TrainingJob:
             raise ValueError(f"routing statistics cover {self.routing.num_experts} experts but {self.model.name} "
                              f"has {self.model.num_experts}")
         rules = engine_rules(self.engine)
+        if self.dispatcher != "auto" and self.dispatcher not in rules.dispatchers:
+            raise ValueError(f"dispatcher {self.dispatcher!r} is not available with engine {self.engine} "
+                             f"(choose auto or one of {', '.join(rules.dispatchers)})")
         if self.attention != "auto" and self.attention not in rules.attention_kernels:
             raise ValueError(f"attention {self.attention!r} is not available with engine {self.engine} "
                              f"(choose auto or one of {', '.join(rules.attention_kernels)})")
+
+    @property
+    def token_dispatcher(self) -> str:
+        """The MoE dispatcher the job runs (auto resolved to the engine's default)."""
+        return engine_rules(self.engine).dispatchers[0] if self.dispatcher == "auto" else self.dispatcher
 
     @property
     def attention_kernel(self) -> str:
@@ -96,6 +108,7 @@ class TrainingJob:
                         recompute_stops_early=engine_rules(self.engine).recompute_stops_early,
                         flops_convention=self.flops_convention, expert_imbalance=self.expert_imbalance,
                         routing=self.routing, capacity_factor=self.capacity_factor,
+                        dispatcher=self.token_dispatcher,
                         cp_gather_overlaps_local=engine_rules(self.engine).cp_gather_overlaps_local,
                         pipeline_split=engine_rules(self.engine).pipeline_split,
                         **_memory_behaviour(engine_rules(self.engine), self.compiled, self.fused_kernels,

@@ -104,6 +104,9 @@ FLAGS: dict[str, tuple[str, Any]] = {
     "--moe-shared-expert-intermediate-size": ("moe_shared_expert_intermediate_size", int),
     "--moe-layer-freq": ("moe_layer_freq", _moe_freq),
     "--moe-token-dispatcher-type": ("moe_token_dispatcher_type", _choice("allgather", "alltoall", "flex")),
+    "--moe-flex-dispatcher-backend": ("moe_flex_dispatcher_backend", _choice("deepep", "hybridep")),
+    "--moe-router-num-groups": ("moe_router_num_groups", int),
+    "--moe-router-group-topk": ("moe_router_group_topk", int),
     "--moe-grouped-gemm": ("moe_grouped_gemm", TRUE),
     "--multi-latent-attention": ("multi_latent_attention", TRUE), "--q-lora-rank": ("q_lora_rank", int),
     "--kv-lora-rank": ("kv_lora_rank", int), "--qk-head-dim": ("qk_head_dim", int),
@@ -283,6 +286,9 @@ PLANS = {
     "llama8b-pp4-typed-split": {"model": "llama-3.1-8b", "pp": 4, "dp": 2, "split": [7, 9, 10, 6]},
     "deepseek-v3-pp4-vpp4-ep-overlap": {"model": "deepseek-v3", "pp": 4, "vpp": 4, "dp": 8, "ep": 8, "zero": 1,
                                         "global_batch": 64, "ep_overlap": True},
+    # DeepSeek-V3's recipe: node-limited routing (8 groups, 4 per token) dispatched by DeepEP.
+    "deepseek-v3-ep16-deepep": {"model": "deepseek-v3", "pp": 4, "dp": 16, "ep": 16, "zero": 1,
+                                "global_batch": 64, "precision": "fp8", "dispatcher": "deepep"},
 }
 
 
@@ -325,6 +331,11 @@ def test_megatron_core_builds_the_emitted_configuration(name):
         pattern = config.moe_layer_freq
         flags = pattern if isinstance(pattern, list) else [int(i % pattern == 0) for i in range(model.num_layers)]
         assert [i for i, flag in enumerate(flags) if flag] == list(model.moe_layers)
+        assert (config.moe_router_num_groups, config.moe_router_group_topk) == (
+            (model.expert_groups, model.groups_per_token) if model.expert_groups else (None, None))
+        deepep = plan.dispatcher == "deepep" and c.ep > 1
+        assert config.moe_token_dispatcher_type == ("flex" if deepep else "alltoall" if c.ep > 1 else "allgather")
+        assert not deepep or config.moe_flex_dispatcher_backend == "deepep"
     if model.is_mla:
         assert isinstance(config, MLATransformerConfig)
         assert (config.kv_lora_rank, config.q_lora_rank, config.qk_head_dim, config.qk_pos_emb_head_dim) == (

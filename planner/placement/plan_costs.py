@@ -37,7 +37,8 @@ def job_of_plan(document: dict[str, Any]) -> tuple[TrainingJob, ParallelConfig]:
     try:
         return (TrainingJob(model=model, seq_len=job["seq_len"], global_batch=job["global_batch"],
                             precision=job["precision"], engine=job["engine"], attention=job["attention"],
-                            flops_convention=job["flops_convention"]), ParallelConfig(**config))
+                            flops_convention=job["flops_convention"], capacity_factor=job.get("capacity_factor"),
+                            dispatcher=job.get("dispatcher", "auto")), ParallelConfig(**config))
     except (TypeError, ValueError) as exc:
         raise InputError(f"plan cannot be priced: {exc}") from None
 
