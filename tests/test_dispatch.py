@@ -12,10 +12,10 @@ import json
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
-
 from conftest import make_table
 from export_factory import files_of, make_export_plan
+from typer.testing import CliRunner
+
 from paraplan.cost_models.compute import analytical_rates
 from paraplan.cost_models.hf_config import load_model
 from paraplan.cost_models.moe import expected_remote_domains, moe_block_times

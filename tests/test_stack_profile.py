@@ -142,9 +142,9 @@ def test_plan_with_a_profile_keeps_the_ranking_and_exports(tmp_path, profiles):
 def test_megatron_logs_calibrate_from_their_own_arguments(tmp_path, profiles):
     """Each log is one run: the median iteration after the first against paraplan's prediction from the
     log's arguments (the same prediction `learn` uses)."""
-    from paraplan.cost_models.learned.megatron_runs import predict_step_s
-
     from test_learned_steps import ARGS, _log
+
+    from paraplan.cost_models.learned.megatron_runs import predict_step_s
 
     (tmp_path / "a.log").write_text(_log(ARGS, [5000, 3100, 3000, 3050]))  # median after the first: 3.05 s
     (tmp_path / "b.log").write_text(_log({**ARGS, "global_batch_size": 128}, [9000, 6100, 6000]))  # 6.05 s
