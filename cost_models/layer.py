@@ -124,6 +124,41 @@ def _elementwise_bytes_per_token(model: ModelSpec, tp, sp, precision: str):
     return norms_and_adds + activation + rotary + casts
 
 
+# Eager PyTorch (torchtitan without torch.compile) runs each memory-bound op of its Llama model as the aten
+# kernels it is written in, each reading and writing the whole tensor; a fused kernel (priced above) reads the
+# input once and writes the output once, 2 B each. Bytes per element of the eager ops, counted from torchtitan's
+# models/llama/model.py and models/norms.py at its Dec 2024 benchmark commit (9dec370):
+EAGER_NORM_BYTES = 36.0
+"""RMSNorm ``self._norm(x.float()).type_as(x) * self.weight``: upcast 2 r + 4 w, pow 4 + 4, mean 4 r,
+x * rsqrt 4 + 4, type_as 4 + 2, * weight 2 + 2 (the eps add and rsqrt are per row)."""
+EAGER_SWIGLU_BYTES = 10.0
+"""Per element of f: ``F.silu(w1(x)) * w3(x)``: silu 2 r + 2 w, multiply 4 r + 2 w."""
+EAGER_ROTARY_BYTES = 20.0
+"""Per element of q and k: ``view_as_complex(x.float())`` 2 r + 4 w, complex multiply 4 r + 4 w (the
+frequencies are small), ``.type_as`` 4 r + 2 w."""
+EAGER_COPY_BYTES = 4.0
+"""A materialising copy, 2 r + 2 w: ``repeat_kv``'s expand-reshape of K and V to the query width (GQA) and
+the attention output's ``.transpose(1, 2).contiguous()``."""
+EAGER_EXTRA_KERNELS_PER_LAYER = 19
+"""Launches beyond the fused count: two norms of 6 kernels (2 priced), silu and multiply (1), three per
+rotary tensor (1), repeat_kv's two copies and the output copy."""
+
+
+def _eager_extra_bytes_per_token(model: ModelSpec, tp, sp):
+    """HBM bytes the eager ops of one layer forward move beyond the fused kernels ``_elementwise_bytes_per_token``
+    prices (dense Llama-style blocks; an MoE block's own kernels are moe.py's)."""
+    h, q, kv, f = model.hidden_size, model.q_width, model.kv_width, model.ffn_size
+    dense_frac = model.num_dense_layers / model.num_layers
+    replicated = np.where(sp == 1, tp, 1)
+    fused_norm, fused_act, fused_rotary = 2 * ACTIVATION_BYTES, (3 if model.gated_mlp else 2) * ACTIVATION_BYTES, \
+        2 * ACTIVATION_BYTES
+    norms = 2 * (EAGER_NORM_BYTES - fused_norm) * h / replicated if model.norm == "rmsnorm" else 0.0
+    act = dense_frac * (EAGER_SWIGLU_BYTES - fused_act) * f / tp if model.gated_mlp else 0.0
+    rotary = (EAGER_ROTARY_BYTES - fused_rotary) * (q + kv) / tp if model.position == "rope" else 0.0
+    copies = EAGER_COPY_BYTES * ((q + kv if q > kv else 0) + q) / tp
+    return norms + act + rotary + copies
+
+
 def causal_keys_per_query(model: ModelSpec, seq_len: int) -> float:
     """Keys a causal query attends to, averaged over queries and layers: s/2 under full attention;
     w − w²/(2s) in a sliding window of w keys (query i sees min(i + 1, w))."""
@@ -193,6 +228,9 @@ def layer_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: Compute
         tokens * _elementwise_bytes_per_token(model, t.tp, t.sp, work.precision), ELEMENTWISE_KERNELS_PER_LAYER,
         rates,
     )
+    if work.eager_elementwise:
+        elementwise = elementwise + memory_bound_time_s(tokens * _eager_extra_bytes_per_token(model, t.tp, t.sp),
+                                                        EAGER_EXTRA_KERNELS_PER_LAYER, rates)
     forward = gemm + attention + elementwise + (moe_frac * moe.forward_compute_s if moe else 0.0)
     backward = 2.0 * (gemm + elementwise) + attention_bwd + (moe_frac * moe.backward_compute_s if moe else 0.0)
     full_recompute = forward - (dense_frac * down_projection if work.recompute_stops_early else 0.0)

@@ -127,6 +127,12 @@ class Workload:
     pipeline_split: str = "megatron"
     """How the engine cuts the layers into pipeline chunks (pipeline_splits.PIPELINE_SPLITS)."""
 
+    @property
+    def eager_elementwise(self) -> bool:
+        """The model's memory-bound ops run as eager PyTorch kernels (torchtitan without torch.compile): the fact
+        that also sets the ``eager`` allocator, priced in time by layer._eager_extra_bytes_per_token."""
+        return self.allocator == "eager"
+
     def __post_init__(self) -> None:
         if self.expert_imbalance is not None and not self.expert_imbalance >= 1.0:
             raise ValueError(f"expert load imbalance must be >= 1 (busiest rank over the mean), "

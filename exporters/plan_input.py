@@ -52,6 +52,8 @@ class ExportPlan:
     """MoE token dropping, padded to capacity (None = dropless)."""
     dispatcher: str = "alltoall"
     """MoE token dispatcher the plan was priced with (cost_models.moe.DISPATCHERS)."""
+    compiled: bool = False
+    """torchtitan: the plan was priced with the model under torch.compile."""
     hosts: tuple[str, ...] = ()
     """Host of each node rank chosen by rank placement (``paraplan place``); empty = the scheduler's order."""
 
@@ -120,7 +122,7 @@ def plan_from_document(plan: dict[str, Any]) -> ExportPlan:
         num_microbatches=job["global_batch"] // (config.mbs * config.dp),
         stage_layers=tuple(_stage_layers(plan, model, config, job["engine"])), ranks=tuple(_ranks(plan, config, per_node)),
         hosts=tuple(_hosts(plan, cluster["num_gpus"] // per_node)), capacity_factor=job.get("capacity_factor"),
-        dispatcher=job.get("dispatcher", "alltoall"))
+        dispatcher=job.get("dispatcher", "alltoall"), compiled=bool(job.get("compiled", False)))
 
 
 def _model_of(section: dict[str, Any]) -> ModelSpec:

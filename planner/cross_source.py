@@ -421,8 +421,13 @@ def _value(spec: EfficiencySpec, constant: Constant) -> float:
 def short_label(level: str, name: str) -> str:
     """A fold's name as a table shows it: a publication up to its first comma; a table without the file it was
     read from or its 'pre-training' section, e.g. '26.06 NeMo container; DGX-GB300'."""
-    if level == "source":
-        return name.split(",")[0]
+    if level == "source":  # up to the first comma outside parentheses
+        depth = 0
+        for i, char in enumerate(name):
+            depth += {"(": 1, ")": -1}.get(char, 0)
+            if char == "," and depth == 0:
+                return name[:i]
+        return name
     parts = [p for p in name.split("; ") if not p.endswith(".md") and not p.startswith("pre-training")]
     return "; ".join(parts) or name
 

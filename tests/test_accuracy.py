@@ -2,7 +2,7 @@
 
 The guards below assert the accuracy paraplan reaches today, per group of rows, so a change
 that makes predictions worse fails. The issue's target (median <= 8%, no row beyond 20% on
-all dense rows): the median is met (4.0%), the 20% bound is not yet (7 of 327 rows); ``test_issue_target``
+all dense rows): the median is met (4.0%), the 20% bound is not yet (6 of 338 rows); ``test_issue_target``
 records that gap as a strict xfail and will fail loudly (XPASS) once the model is good
 enough, so the marker must then be removed.
 """
@@ -64,6 +64,10 @@ GUARDS = [
     # vpp 2 and the search runs it at vpp 1: -10.8% instead of -5.3%.
     ("Megatron 2021 PTD-P (unfused attention)", lambda r: _NARAYANAN(r) & (r.engine == "megatron"), 0.045, 0.11),
     ("Megatron 2021 Table 2 DeepSpeed ZeRO-3", lambda r: _NARAYANAN(r) & (r.engine == "deepspeed"), 0.07, 0.13),
+    # torchtitan's own benchmarks (H100 96 GB at 500 W), fitted by no constant: eager within 4% only because
+    # eager PyTorch's memory-bound kernels are priced (+15-19% without). Max: 8 GPUs, FSDP 4 x CP 2 at 65,536
+    # tokens (-24%), where CP 1, 4 and 8 of the same table are within 15%, 2.3% and 0.0%.
+    ("torchtitan Llama 3.1 (eager, compiled, Float8)", lambda r: r.source.str.startswith("torchtitan"), 0.04, 0.25),
     # Issue 3's long-context bound, asserted as stated: median <= 8%, no row beyond 25% (17 dense NeMo rows).
     ("context parallel (cp > 1)", lambda r: r.cp > 1, 0.08, 0.25),
     # MoE (134 feasible NeMo rows): the same layout ran 1.3-3x faster in the 26.06+ containers than in
@@ -88,9 +92,10 @@ def test_overall_median():
     assert np.median(errors) <= 0.05
 
 
-@pytest.mark.xfail(strict=True, reason="5 of 327 rows exceed 20%: four MosaicML FSDP rows their own source "
-                   "contradicts (+20% to +39%) and NeMo 25.09's Llama 3.1 405B block-scaled fp8 on GB200 (+24%), "
-                   "578 tokens/s/GPU where B200 measures 622 (bench/dense_outliers.py)")
+@pytest.mark.xfail(strict=True, reason="6 of 338 rows exceed 20%: four MosaicML FSDP rows their own source "
+                   "contradicts (+20% to +39%), NeMo 25.09's Llama 3.1 405B block-scaled fp8 on GB200 (+24%), "
+                   "578 tokens/s/GPU where B200 measures 622 (bench/dense_outliers.py), and torchtitan's FSDP 4 x CP 2 "
+                   "at 65,536 tokens (-24%)")
 def test_issue_target():
     errors = _abs_errors(lambda r: ~_MOE(r))
     assert np.median(errors) <= 0.08 and errors.max() <= 0.20
@@ -153,11 +158,13 @@ def test_published_dense_layouts_rank_near_the_top():
     gaps = [g for g in _layout_gaps() if not g.moe and g.run_id not in ZERO3_BASELINES]
     ratios = np.array([g.ratio for g in gaps])
     assert len(ratios) >= 250
-    # Today (bench/published_layouts.py): 262 layouts, median 1.000, 95% within 10% of the best, worst 1.29 (405B on
-    # 256 GB300: the search prefers tp1 pp32 cp8 vpp4, thin one-layer chunks, to the published tp4 pp8 vpp4).
+    # Today (bench/published_layouts.py): 273 layouts, median 1.000, 95% within 10% of the best, worst 1.36
+    # (torchtitan's Llama 3.1 70B on 256 H100 as FSDP 32 x TP 8: the search prefers FSDP 256 at tp 1, the
+    # ZeRO-3 preference issue 16 records: per-layer gathers priced as hidden behind compute they slow), then
+    # 1.29 (405B on 256 GB300: tp1 pp32 cp8 vpp4, thin one-layer chunks, over the published tp4 pp8 vpp4).
     assert np.median(ratios) <= 1.005
     assert np.mean(ratios <= 1.10) >= 0.93
-    assert ratios.max() <= 1.35
+    assert ratios.max() <= 1.40
 
 
 @pytest.mark.slow

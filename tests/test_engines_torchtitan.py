@@ -39,6 +39,9 @@ PLANS = {
                                          "global_batch": 32, "recompute": "full"},
     # A typed pipeline on mixed GPUs: a split torchtitan's weighted split cannot give, written module by module.
     "llama8b-pp4-typed-split": {"model": "llama-3.1-8b", "pp": 4, "dp": 2, "zero": 1, "split": [5, 11, 9, 7]},
+    # torch.compile as the plan priced it (model and loss, torchtitan's default components).
+    "llama8b-fsdp8-compiled": {"model": "llama-3.1-8b", "dp": 8, "zero": 3, "mbs": 2, "recompute": "selective",
+                               "compiled": True},
 }
 
 
@@ -77,6 +80,8 @@ def test_torchtitan_0_3_parses_the_emitted_overrides(name, tmp_path):
     assert accumulation * micro == plan.num_microbatches
     assert len(config.model_spec.model.layers) == plan.model.num_layers
     assert config.model_spec.model.dim == plan.model.hidden_size
+    assert config.compile.enable == plan.compiled and (not plan.compiled or config.compile.components == ["model",
+                                                                                                          "loss"])
     recompute = type(config.activation_checkpoint).__qualname__
     assert recompute == {"none": "NoneType", "selective": "SelectiveAC.Config", "full": "FullAC.Config"}[c.recompute]
 

@@ -38,7 +38,8 @@ def job_of_plan(document: dict[str, Any]) -> tuple[TrainingJob, ParallelConfig]:
         return (TrainingJob(model=model, seq_len=job["seq_len"], global_batch=job["global_batch"],
                             precision=job["precision"], engine=job["engine"], attention=job["attention"],
                             flops_convention=job["flops_convention"], capacity_factor=job.get("capacity_factor"),
-                            dispatcher=job.get("dispatcher", "auto")), ParallelConfig(**config))
+                            dispatcher=job.get("dispatcher", "auto"), compiled=bool(job.get("compiled", False)),
+                            compiled_loss=bool(job.get("compiled", False))), ParallelConfig(**config))
     except (TypeError, ValueError) as exc:
         raise InputError(f"plan cannot be priced: {exc}") from None
 
