@@ -76,6 +76,9 @@ DispatcherOpt = Annotated[str, typer.Option(
 CompileOpt = Annotated[bool, typer.Option(
     "--compile/--no-compile", help="torchtitan: the model runs under torch.compile (its memory-bound ops fused; "
     "exported as compile.enable). torchtitan's own default, and paraplan's, is eager.", rich_help_panel=_JOB)]
+AsyncTPOpt = Annotated[bool, typer.Option(
+    "--async-tp", help="torchtitan with --compile: async tensor parallelism, TP collectives under the matmuls "
+    "(exported as compile.enable_async_tensor_parallel).", rich_help_panel=_JOB)]
 HeadroomOpt = Annotated[float, typer.Option(help="Fraction of HBM to keep free (0-1).", rich_help_panel=_JOB)]
 ConventionOpt = Annotated[str, typer.Option(help="Attention FLOPs counted in MFU: full or causal.",
                                             rich_help_panel=_JOB)]
@@ -195,7 +198,7 @@ def make_cluster(cluster: str | None, nodes: int | None, gpu: str | None, gpus: 
 def make_job(model: str, seq_len: int, global_batch: int, precision: str, engine: str, convention: str,
              headroom: float, attention: str = "auto", expert_imbalance: float | None = None,
              routing: Path | None = None, capacity_factor: float | None = None,
-             dispatcher: str = "auto", compiled: bool = False) -> TrainingJob:
+             dispatcher: str = "auto", compiled: bool = False, async_tp: bool = False) -> TrainingJob:
     """The TrainingJob, with its own validation errors reported as bad input."""
     if convention not in get_args(AttentionFlops):
         raise InputError(f"--flops-convention expects {' or '.join(get_args(AttentionFlops))}, got {convention!r}")
@@ -217,7 +220,7 @@ def make_job(model: str, seq_len: int, global_batch: int, precision: str, engine
                            engine=engine, attention=attention, flops_convention=convention,
                            memory_headroom_frac=headroom, expert_imbalance=expert_imbalance, routing=stats,
                            capacity_factor=capacity_factor, dispatcher=dispatcher, compiled=compiled,
-                           compiled_loss=compiled)
+                           compiled_loss=compiled, async_tp=async_tp)
     except ValueError as exc:
         raise InputError(str(exc)) from None
 
@@ -250,6 +253,7 @@ def plan(
     attention: AttentionOpt = "auto", precision: PrecisionOpt = "bf16", flops_convention: ConventionOpt = "full",
     headroom: HeadroomOpt = 0.0, expert_imbalance: ImbalanceOpt = None, routing: RoutingOpt = None,
     capacity_factor: CapacityOpt = None, dispatcher: DispatcherOpt = "auto", compile_model: CompileOpt = False,
+    async_tp: AsyncTPOpt = False,
     objective: Annotated[str, typer.Option(help="throughput, cost or memory.")] = "throughput",
     top: Annotated[int, typer.Option(help="How many plans to show.")] = 5,
     json_path: JsonOpt = None, force: ForceOpt = False, export: ExportOpt = None, out: ExportOutOpt = None,
@@ -272,7 +276,7 @@ def plan(
     catalog = resolve_catalog(hardware)
     spec = make_cluster(cluster, nodes, gpu, gpus, gpus_per_node, catalog)
     job = make_job(model, seq_len, global_batch, precision, engine, flops_convention, headroom, attention,
-                   expert_imbalance, routing, capacity_factor, dispatcher, compile_model)
+                   expert_imbalance, routing, capacity_factor, dispatcher, compile_model, async_tp)
     fixed = constraints(tp=tp, pp=pp, dp=dp, cp=cp, cp_comm=cp_comm, ep=ep, etp=etp, vpp=vpp, mbs=mbs, zero=zero,
                         recompute=recompute, sp=sp, offload=offload)
     if top < 1:
@@ -324,6 +328,7 @@ def evaluate(
     attention: AttentionOpt = "auto", precision: PrecisionOpt = "bf16", flops_convention: ConventionOpt = "full",
     headroom: HeadroomOpt = 0.0, expert_imbalance: ImbalanceOpt = None, routing: RoutingOpt = None,
     capacity_factor: CapacityOpt = None, dispatcher: DispatcherOpt = "auto", compile_model: CompileOpt = False,
+    async_tp: AsyncTPOpt = False,
     dp: _axis_opt("Data parallel (default: GPUs / (tp·pp·cp)).") = None, cp: _axis_opt("Context parallel.") = "1",
     cp_comm: _axis_opt(_CP_COMM_HELP) = "p2p",
     ep: _axis_opt("Expert parallel (MoE models).") = "1", etp: _axis_opt("Expert tensor parallel (MoE).") = "1",
@@ -337,7 +342,7 @@ def evaluate(
     """Predict step time, throughput and memory of one parallel configuration."""
     spec = make_cluster(cluster, nodes, gpu, gpus, gpus_per_node, resolve_catalog(hardware))
     job = make_job(model, seq_len, global_batch, precision, engine, flops_convention, headroom, attention,
-                   expert_imbalance, routing, capacity_factor, dispatcher, compile_model)
+                   expert_imbalance, routing, capacity_factor, dispatcher, compile_model, async_tp)
     fixed = constraints(tp=tp, pp=pp, dp=dp, cp=cp, cp_comm=cp_comm, ep=ep, etp=etp, vpp=vpp, mbs=mbs, zero=zero,
                         recompute=recompute, sp=sp, offload=offload)
     several = [axis for axis, values in fixed.items() if len(values) > 1]

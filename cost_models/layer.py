@@ -179,6 +179,18 @@ def _tp_comm_s(model: ModelSpec, tokens, t: ConfigTable, cluster: ClusterSpec, r
     return (2.0 * (1.0 + mlp) + recomputed) * per_collective
 
 
+def _exposed_tp_comm_s(tp_comm_s, gemm_s, t: ConfigTable, async_tp: bool):
+    """TP communication the step waits for: all of it, or with async TP (torch's micro-pipelined
+    all-gather -> matmul and matmul -> reduce-scatter) the first of the tp chunks each collective is cut
+    into, which nothing precedes to hide it, plus whatever of the rest outlasts the layer's GEMMs (forward
+    and both backward passes: 3x the forward GEMM time)."""
+    if not async_tp:
+        return tp_comm_s
+    tp = np.asarray(t.tp, dtype=float)
+    hidden_part = tp_comm_s * (1.0 - 1.0 / tp)
+    return np.where(tp > 1, tp_comm_s / tp + np.maximum(hidden_part - 3.0 * gemm_s, 0.0), tp_comm_s)
+
+
 def _attention_core_s(model: ModelSpec, work: Workload, tokens, tp, rates: ComputeRates):
     """(forward, backward) seconds of the attention core for ``tokens`` local queries."""
     if rates.attention_kernel == "unfused":
@@ -240,7 +252,8 @@ def layer_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: Compute
         forward_compute_s=forward,
         backward_compute_s=backward,
         recompute_s=recompute,
-        tp_comm_s=_tp_comm_s(model, tokens, t, cluster, work.recompute_stops_early),
+        tp_comm_s=_exposed_tp_comm_s(_tp_comm_s(model, tokens, t, cluster, work.recompute_stops_early),
+                                     gemm, t, work.async_tp),
         cp_comm_s=_cp_comm_s(model, work, tokens, t, cluster, attention, attention_bwd),
         ep_comm_s=_exposed_expert_comm_s(moe_frac * moe.expert_comm_s, forward + backward + recompute, t)
         if moe else np.zeros(len(t)),

@@ -103,6 +103,8 @@ class Workload:
     capacity_factor: float | None = None
     """Token dropping with padding to capacity: every expert rank processes exactly this multiple of the
     balanced load (imbalance beyond it is dropped); None = dropless."""
+    async_tp: bool = False
+    """TP collectives micro-pipelined under the GEMMs they feed (torchtitan's async TP)."""
     dispatcher: str = "alltoall"
     """MoE token dispatcher (moe.DISPATCHERS): how routed tokens reach their experts' GPUs."""
     cp_gather_overlaps_local: bool = False

@@ -54,6 +54,8 @@ class ExportPlan:
     """MoE token dispatcher the plan was priced with (cost_models.moe.DISPATCHERS)."""
     compiled: bool = False
     """torchtitan: the plan was priced with the model under torch.compile."""
+    async_tp: bool = False
+    """torchtitan: the plan was priced with async tensor parallelism."""
     hosts: tuple[str, ...] = ()
     """Host of each node rank chosen by rank placement (``paraplan place``); empty = the scheduler's order."""
 
@@ -122,7 +124,8 @@ def plan_from_document(plan: dict[str, Any]) -> ExportPlan:
         num_microbatches=job["global_batch"] // (config.mbs * config.dp),
         stage_layers=tuple(_stage_layers(plan, model, config, job["engine"])), ranks=tuple(_ranks(plan, config, per_node)),
         hosts=tuple(_hosts(plan, cluster["num_gpus"] // per_node)), capacity_factor=job.get("capacity_factor"),
-        dispatcher=job.get("dispatcher", "alltoall"), compiled=bool(job.get("compiled", False)))
+        dispatcher=job.get("dispatcher", "alltoall"), compiled=bool(job.get("compiled", False)),
+        async_tp=bool(job.get("async_tp", False)))
 
 
 def _model_of(section: dict[str, Any]) -> ModelSpec:

@@ -176,7 +176,9 @@ def overrides(plan: ExportPlan, module: str, config: str) -> tuple[ArgGroup, ...
         ArgGroup(name="TRAINING_ARGS", comment="Batch and sequence (from the plan)",
                  args=dotted("training", {**train, "disable_cuda_graphs": True} if cuda_graphs_off else train)),
         *((ArgGroup(name="COMPILE_ARGS", comment="torch.compile of the model and the loss, as the plan priced",
-                    args=(("--compile.enable", None),)),) if plan.compiled else ()),
+                    args=(("--compile.enable", None),
+                          *((("--compile.enable_async_tensor_parallel", None),) if plan.async_tp else ()))),)
+          if plan.compiled else ()),
         ArgGroup(name="RECOMPUTE_ARGS", comment="Activation checkpointing (from the plan; a tyro subcommand, last)",
                  args=((f"activation-checkpoint:{plan.config.recompute}", None),), last=True),
     )
@@ -190,6 +192,8 @@ def toml_text(plan: ExportPlan, name: str, flavor: str) -> str:
                                  "activation_checkpoint": {"mode": plan.config.recompute}}
     if plan.compiled:
         sections["compile"] = {"enable": True, "components": ["model", "loss"]}
+    if plan.async_tp:
+        sections["parallelism"]["enable_async_tensor_parallel"] = True
     if plan.precision == "fp8":
         model["converters"] = ["quantize.linear.float8"]
         fsdp = plan.config.zero in (2, 3) and plan.config.dp > 1

@@ -50,6 +50,9 @@ class TrainingJob:
     compiled: bool = False
     """torchtitan: the model runs under torch.compile (fused elementwise kernels, less allocator
     fragmentation)."""
+    async_tp: bool = False
+    """torchtitan: asynchronous tensor parallelism (torch's micro-pipelined all-gather/matmul and
+    matmul/reduce-scatter, applied by torch.compile): TP collectives run under the GEMMs they feed."""
     compiled_loss: bool = False
     """torchtitan 0.2+: torch.compile also compiles the loss (``compile.components = ["model", "loss"]``,
     the default), fusing the fp32 upcast into the cross-entropy kernel: the loss keeps
@@ -86,6 +89,9 @@ class TrainingJob:
         if self.dispatcher != "auto" and self.dispatcher not in rules.dispatchers:
             raise ValueError(f"dispatcher {self.dispatcher!r} is not available with engine {self.engine} "
                              f"(choose auto or one of {', '.join(rules.dispatchers)})")
+        if self.async_tp and (self.engine != "torchtitan" or not self.compiled):
+            raise ValueError("async tensor parallelism is torchtitan's, and torchtitan applies it only under "
+                             "torch.compile (add --compile, or drop --async-tp)")
         if self.attention != "auto" and self.attention not in rules.attention_kernels:
             raise ValueError(f"attention {self.attention!r} is not available with engine {self.engine} "
                              f"(choose auto or one of {', '.join(rules.attention_kernels)})")
@@ -108,7 +114,7 @@ class TrainingJob:
                         recompute_stops_early=engine_rules(self.engine).recompute_stops_early,
                         flops_convention=self.flops_convention, expert_imbalance=self.expert_imbalance,
                         routing=self.routing, capacity_factor=self.capacity_factor,
-                        dispatcher=self.token_dispatcher,
+                        dispatcher=self.token_dispatcher, async_tp=self.async_tp,
                         cp_gather_overlaps_local=engine_rules(self.engine).cp_gather_overlaps_local,
                         pipeline_split=engine_rules(self.engine).pipeline_split,
                         **_memory_behaviour(engine_rules(self.engine), self.compiled, self.fused_kernels,

@@ -112,12 +112,13 @@ def _cluster(row: pd.Series):
 def reference_job(row: pd.Series) -> TrainingJob:
     """The training job of one reference run (model, sequence, batch, precision, engine, kernels)."""
     imbalance = row.get("expert_imbalance")
-    compiled = pd.notna(row.get("compile")) and str(row.get("compile")).strip() not in ("", "0", "0.0")
+    compiled, async_tp = (pd.notna(row.get(k)) and str(row.get(k)).strip() not in ("", "0", "0.0")
+                          for k in ("compile", "async_tp"))
     # A 2024 torchtitan run compiled the transformer blocks, not the loss (components came later).
     return TrainingJob(model=load_model(row["model"]), seq_len=int(row["seq_len"]),
                        global_batch=int(row["global_batch"]), precision=row["precision"], engine=row["engine"],
                        attention=row["attention"], expert_imbalance=float(imbalance) if pd.notna(imbalance) else None,
-                       fused_kernels=str(row.get("kernels", "")) == "fused", compiled=compiled)
+                       fused_kernels=str(row.get("kernels", "")) == "fused", compiled=compiled, async_tp=async_tp)
 
 
 def search_row(row: pd.Series) -> tuple[TrainingJob, ClusterSpec, SearchResult, dict[str, list[int]]]:
@@ -144,7 +145,7 @@ def predict_row(row: pd.Series) -> Prediction:
 
 
 PUBLISHED_CONFIG_COLUMNS = ("model", "gpu", "cluster", "num_gpus", "nic_gbps_per_gpu", "seq_len", "global_batch",
-                            "precision", "engine", "attention", "kernels", "compile", "tp", "pp", "dp", "cp", "ep",
+                            "precision", "engine", "attention", "kernels", "compile", "async_tp", "tp", "pp", "dp", "cp", "ep",
                             "vpp", "mbs", "zero", "recompute")
 
 

@@ -136,8 +136,9 @@ def _run(path: Path, line: int, row: pd.Series) -> dict:
             run[knob] = _number(path, line, knob, cell, integer=True)
     nic = cells.get("nic_gbps_per_gpu", "")
     run["nic_gbps_per_gpu"] = _number(path, line, "nic_gbps_per_gpu", nic, False) if nic else np.nan
-    compiled = cells.get("compile", "")
-    run["compile"] = _count(path, line, "compile", compiled) if compiled else np.nan
+    for switch in ("compile", "async_tp"):
+        cell = cells.get(switch, "")
+        run[switch] = _count(path, line, switch, cell) if cell else np.nan
     imbalance = cells.get("expert_imbalance", "")
     run["expert_imbalance"] = _number(path, line, "expert_imbalance", imbalance, False) if imbalance else np.nan
     tokens, step = cells.get("measured_tokens_per_s_per_gpu", ""), cells.get("measured_step_time_s", "")

@@ -42,6 +42,8 @@ PLANS = {
     # torch.compile as the plan priced it (model and loss, torchtitan's default components).
     "llama8b-fsdp8-compiled": {"model": "llama-3.1-8b", "dp": 8, "zero": 3, "mbs": 2, "recompute": "selective",
                                "compiled": True},
+    "llama70b-fsdp4-tp8-async-tp": {"model": "llama-3.1-70b", "tp": 8, "dp": 4, "sp": True, "zero": 3,
+                                    "recompute": "full", "compiled": True, "async_tp": True, "global_batch": 32},
 }
 
 
@@ -82,6 +84,7 @@ def test_torchtitan_0_3_parses_the_emitted_overrides(name, tmp_path):
     assert config.model_spec.model.dim == plan.model.hidden_size
     assert config.compile.enable == plan.compiled and (not plan.compiled or config.compile.components == ["model",
                                                                                                           "loss"])
+    assert config.compile.enable_async_tensor_parallel == plan.async_tp
     recompute = type(config.activation_checkpoint).__qualname__
     assert recompute == {"none": "NoneType", "selective": "SelectiveAC.Config", "full": "FullAC.Config"}[c.recompute]
 
