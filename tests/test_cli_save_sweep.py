@@ -34,10 +34,12 @@ def invoke_ok(*args: str) -> None:
     assert result.exit_code == 0, result.output[-2000:]
 
 
-def export_every_format(path: Path, out: Path, rank: int, model: str, engine: str) -> None:
+def export_every_format(path: Path, out: Path, rank: int, model: str, engine: str, precision: str = "bf16") -> None:
     """``paraplan export PATH --format all --rank RANK``; torchtitan models without a registry entry in
-    0.3 name one, as a user must (the split reads only the plan)."""
-    extra = ["--torchtitan-model", "llama3:llama3_8b"] if engine == "torchtitan" and model not in REGISTRY_0_3 else []
+    0.3, and fp8 plans (0.3 selects fp8 by registry function), name one, as a user must (the split reads
+    only the plan)."""
+    named = model not in REGISTRY_0_3 or precision == "fp8"
+    extra = ["--torchtitan-model", "llama3:llama3_8b"] if engine == "torchtitan" and named else []
     invoke_ok("export", str(path), "--format", "all", "-o", str(out / f"rank{rank}"), "--rank", str(rank), *extra)
     written = json.loads((out / f"rank{rank}" / "plan.json").read_text())["plans"][0]
     assert written["rank"] == rank
@@ -70,4 +72,4 @@ def test_reference_run_plan_saves_and_exports(row_id, tmp_path):
                 estimate=estimate_at(result.estimates, best), fits=len(result.ranked) > 0, rank=1)
     path = tmp_path / "plan.json"
     path.write_text(json.dumps({"schema_version": SCHEMA_VERSION, "plans": [plan_to_json(plan, "test")]}))
-    export_every_format(path, tmp_path, 1, job.model.name, job.engine)
+    export_every_format(path, tmp_path, 1, job.model.name, job.engine, job.precision)
