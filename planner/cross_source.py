@@ -228,6 +228,7 @@ def row_grid(frame: pd.DataFrame, progress: Callable[[int, int], None] | None = 
     fine_g, fine_a = _fine(COARSE_GEMM), _fine(COARSE_ATTENTION)
     gemms, attentions, surfaces, measured = [], [], [], []
     base = {entry: catalog.efficiency_of(entry)[0] for entry in catalog._efficiency_file()["gpus"]}
+    base["*"] = catalog.default_efficiency()  # GPUs on the defaults: predicted on the grid, never shipped as a fit
     for done, (_, row) in enumerate(frame.iterrows()):
         gemm, attention = row_constants(row)
         seconds = np.empty((len(COARSE_GEMM), len(COARSE_ATTENTION) if attention else 1))

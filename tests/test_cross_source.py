@@ -94,6 +94,16 @@ def test_a_faster_gemm_fraction_predicts_a_faster_reference_row():
 
 
 # -- the surrogate and the fit ----------------------------------------------------------------------------------
+def test_a_row_on_a_gpu_without_an_entry_is_gridded_on_the_defaults():
+    runs = load_reference_runs()
+    row = runs[runs.id == "tt24_t1_02"].iloc[0].copy()
+    row["gpu"] = "b300"  # no efficiency.yaml entry: it reads the defaults
+    grid = cs.row_grid(pd.DataFrame([row]))
+    assert grid.gemm == [cs.Constant("*", cs.GEMM_FIELD, "bf16")]
+    assert grid.tokens_per_s.shape == (1, len(grid.fine_gemm), len(grid.fine_attention))
+    assert np.all(np.diff(grid.tokens_per_s[0, :, 0]) > 0)  # a faster GEMM fraction, a faster row
+
+
 def test_interpolation_in_the_reciprocal_is_exact_for_work_over_rate():
     fine = cs._fine(cs.COARSE_GEMM)
     seconds = 3.0 / np.asarray(cs.COARSE_GEMM) + 0.5
