@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Annotated
 
@@ -56,7 +57,7 @@ def calibrate(
     with render.working(render.make_console(stderr=True), f"predicting the runs of {len(runs)} file(s)"):
         predictions = [p for frame in frames for p in sp.predict_runs(frame)]
         predictions += sp.predict_megatron_logs(logs, hardware)
-    duplicated = sorted({p.run_id for p in predictions if [q.run_id for q in predictions].count(p.run_id) > 1})
+    duplicated = sorted(run_id for run_id, n in Counter(p.run_id for p in predictions).items() if n > 1)
     if duplicated:
         raise InputError(f"run id {duplicated[0]!r} appears in more than one file; give each run its own id")
     profile = sp.fit_profile(name, predictions)

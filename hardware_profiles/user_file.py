@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from paraplan.errors import InputError
+from paraplan.files import read_user_text
 from paraplan.hardware_profiles.catalog import (
     DEFAULT_EFFICIENCY,
     Catalog,
@@ -73,7 +74,7 @@ def resolve_catalog(option: Path | None, environ: dict[str, str] | None = None) 
 
 def load_user_catalog(path: Path) -> Catalog:
     """The built-in catalog plus the GPUs and clusters of the user hardware file at ``path``."""
-    data = parse_yaml(_read_text(path), str(path))
+    data = parse_yaml(read_user_text(path, MAX_FILE_BYTES, "hardware file"), str(path))
     check_keys(data, str(path), (), _TOP_KEYS)
     if data.get("schema_version", 1) != 1:
         raise InputError(f"{path}: schema_version: expected 1, got {data['schema_version']!r}")
@@ -125,22 +126,6 @@ def _borrowed_efficiency(entry: dict[str, Any], where: str) -> tuple[EfficiencyS
     if base is None:
         return default_efficiency(), DEFAULT_EFFICIENCY
     return builtin.gpus[base].efficiency, builtin.gpus[base].efficiency_from
-
-
-def _read_text(path: Path) -> str:
-    try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise InputError(f"{path}: {size:,} bytes is too large for a hardware file (at most "
-                             f"{MAX_FILE_BYTES:,}); is this the right file?")
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read hardware file {path}: {exc.strerror or exc}") from None
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not UTF-8 text (byte {exc.start} is {raw[exc.start]:#04x}); save the file as "
-                         "UTF-8") from None
 
 
 def _section(data: dict[str, Any], key: str, path: Path) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from paraplan.cost_models.compute import ComputeRates
 from paraplan.cost_models.hf_config import load_model
 from paraplan.cost_models.table import RECOMPUTE_CODES
 from paraplan.errors import InputError
+from paraplan.files import read_user_text
 from paraplan.planner.reference import KNOBS, search_row
 
 SCHEMA_VERSION = 1
@@ -56,27 +57,13 @@ COUNT_KNOBS = ("zero", "offload", "sp", "ep_overlap")
 
 
 # -- the runs a user hands over ----------------------------------------------------------------------------------
-def _bounded_text(path: Path, limit: int, what: str) -> str:
-    try:
-        size = path.stat().st_size
-        if size > limit:
-            raise InputError(f"{path}: {size:,} bytes is too large for {what} (at most {limit:,}); is this the right "
-                             "file?")
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise InputError(f"{path}: line {line} is not UTF-8 text; save the file as UTF-8") from None
 
 
 def read_runs(path: Path) -> pd.DataFrame:
     """The measured runs of a CSV: one per line, the columns of ``data/reference_runs.csv`` (at least
     REQUIRED_COLUMNS and one of MEASURED_COLUMNS; knobs left empty are chosen by the search, as ``validate``
     does for a source that does not state them). InputError naming the line of anything malformed."""
-    text = _bounded_text(Path(path), MAX_RUNS_FILE_BYTES, "a runs file")
+    text = read_user_text(Path(path), MAX_RUNS_FILE_BYTES, "runs file")
     try:
         frame = pd.read_csv(StringIO(text), dtype=str, keep_default_na=False, skip_blank_lines=True)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
@@ -98,14 +85,17 @@ def read_runs(path: Path) -> pd.DataFrame:
     return pd.DataFrame([_run(path, line, row) for line, (_, row) in enumerate(frame.iterrows(), start=2)])
 
 
-def _number(path: Path, line: int, column: str, cell: str, integer: bool) -> float:
+def _number(path: Path, line: int, column: str, cell: str, integer: bool, zero_allowed: bool = False) -> float:
+    """A cell as a positive number (or integer), or 0 and up with ``zero_allowed`` (the ZeRO stage, offloaded
+    layers, a 0/1 switch); InputError naming the line and column otherwise."""
     try:
         value = int(cell) if integer else float(cell)
     except ValueError:
         kind = "an integer" if integer else "a number"
         raise InputError(f"{path}: line {line}: {column} must be {kind}, got {cell!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise InputError(f"{path}: line {line}: {column} must be positive, got {cell!r}")
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_allowed):
+        raise InputError(f"{path}: line {line}: {column} must be {'0 or more' if zero_allowed else 'positive'}, "
+                         f"got {cell!r}")
     return value
 
 
@@ -131,14 +121,14 @@ def _run(path: Path, line: int, row: pd.Series) -> dict:
                                  f"got {cell!r}")
             run[knob] = cell
         elif knob in COUNT_KNOBS:
-            run[knob] = _count(path, line, knob, cell)
+            run[knob] = _number(path, line, knob, cell, integer=True, zero_allowed=True)
         else:
             run[knob] = _number(path, line, knob, cell, integer=True)
     nic = cells.get("nic_gbps_per_gpu", "")
     run["nic_gbps_per_gpu"] = _number(path, line, "nic_gbps_per_gpu", nic, False) if nic else np.nan
     for switch in ("compile", "async_tp"):
         cell = cells.get(switch, "")
-        run[switch] = _count(path, line, switch, cell) if cell else np.nan
+        run[switch] = _number(path, line, switch, cell, integer=True, zero_allowed=True) if cell else np.nan
     imbalance = cells.get("expert_imbalance", "")
     run["expert_imbalance"] = _number(path, line, "expert_imbalance", imbalance, False) if imbalance else np.nan
     tokens, step = cells.get("measured_tokens_per_s_per_gpu", ""), cells.get("measured_step_time_s", "")
@@ -150,17 +140,6 @@ def _run(path: Path, line: int, row: pd.Series) -> dict:
     else:
         raise InputError(f"{path}: line {line}: no measurement; fill {' or '.join(MEASURED_COLUMNS)}")
     return run
-
-
-def _count(path: Path, line: int, column: str, cell: str) -> int:
-    """A knob that may be 0 (ZeRO stage, offloaded layers, a 0/1 switch)."""
-    try:
-        value = int(cell)
-    except ValueError:
-        raise InputError(f"{path}: line {line}: {column} must be an integer, got {cell!r}") from None
-    if value < 0:
-        raise InputError(f"{path}: line {line}: {column} must be 0 or more, got {cell!r}")
-    return value
 
 
 # -- predicting and fitting --------------------------------------------------------------------------------------
@@ -338,7 +317,7 @@ def load_profile(name_or_path: str) -> StackProfile:
         known = sorted(p.stem for p in profiles_dir().glob("*.json")) if profiles_dir().is_dir() else []
         raise InputError(f"no stack profile {name_or_path!r} ({path} does not exist); make one with 'paraplan "
                          f"calibrate RUNS.csv --name NAME' (saved: {', '.join(known) or 'none'})")
-    text = _bounded_text(path, MAX_PROFILE_BYTES, "a stack profile")
+    text = read_user_text(path, MAX_PROFILE_BYTES, "stack profile")
     try:
         document = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:
