@@ -21,7 +21,7 @@ from paraplan.cost_models.device_memory import usable_capacity_bytes
 from paraplan.cost_models.hf_config import load_model, preset_names
 from paraplan.cost_models.model_spec import AttentionFlops
 from paraplan.cost_models.routing import read_routing_csv
-from paraplan.cost_models.table import RECOMPUTE_CODES
+from paraplan.cost_models.table import PIPELINE_SCHEDULE_CODES, RECOMPUTE_CODES
 from paraplan.errors import INTERNAL_ERROR_EXIT_CODE, REPORT_REQUEST, InputError, InternalError
 from paraplan.hardware_profiles import Catalog, ClusterSpec, cluster_from_file, load_cluster, quick_cluster
 from paraplan.hardware_profiles.device_names import looks_like_device_name
@@ -102,6 +102,10 @@ _CP_COMM_HELP = ("How context parallelism moves K and V: p2p (ring), a2a (Ulysse
                  "(all-to-all inside an NVLink domain, ring across); comma list.")
 
 
+_SCHEDULE_HELP = ("Pipeline schedule: 1f1b (interleaved with vpp > 1) or dualpipev (torchtitan's DualPipeV: "
+                  "vpp 2, rank 0 holds both model edges); comma list.")
+
+
 def _axis_opt(text: str) -> Any:
     return Annotated[str | None, typer.Option(help=text, rich_help_panel=_CONFIG)]
 
@@ -169,6 +173,8 @@ def constraints(**flags: str | None) -> dict[str, list[int]]:
             fixed[axis] = parse_names(axis, text, _SP_VALUES)
         elif axis == "cp_comm":
             fixed[axis] = parse_names("cp-comm", text, CP_COMM_CODES)
+        elif axis == "pp_schedule":
+            fixed[axis] = parse_names("pp-schedule", text, PIPELINE_SCHEDULE_CODES)
         else:
             bounds = {"zero": (0, 3), "offload": (0,)}.get(axis, (1,))
             fixed[axis] = parse_ints(axis, text, *bounds)
@@ -269,6 +275,7 @@ def plan(
     sp: _axis_opt("Sequence parallel: on, off or both.") = None,
     offload: _axis_opt("Layers whose activations go to host memory (Megatron --cpu-offloading-num-layers; "
                        "pp = 1, no recompute).") = None,
+    pp_schedule: _axis_opt(_SCHEDULE_HELP) = None,
     cost_model: profile_cmd.CostModelOpt = "auto", store: profile_cmd.StoreOpt = None,
     stack_profile: calibrate_cmd.StackProfileOpt = None,
 ) -> None:
@@ -278,7 +285,7 @@ def plan(
     job = make_job(model, seq_len, global_batch, precision, engine, flops_convention, headroom, attention,
                    expert_imbalance, routing, capacity_factor, dispatcher, compile_model, async_tp)
     fixed = constraints(tp=tp, pp=pp, dp=dp, cp=cp, cp_comm=cp_comm, ep=ep, etp=etp, vpp=vpp, mbs=mbs, zero=zero,
-                        recompute=recompute, sp=sp, offload=offload)
+                        recompute=recompute, sp=sp, offload=offload, pp_schedule=pp_schedule)
     if top < 1:
         raise InputError(f"--top expects a positive integer, got {top}")
     if json_path is not None:
@@ -336,6 +343,7 @@ def evaluate(
     zero: _axis_opt("ZeRO stage 0-3.") = "0", recompute: _axis_opt("none, selective, full or modules (Megatron's --recompute-modules).") = "none",
     sp: _axis_opt("Sequence parallel: on or off.") = "off",
     offload: _axis_opt("Layers whose activations go to host memory (pp = 1, no recompute).") = "0",
+    pp_schedule: _axis_opt(_SCHEDULE_HELP) = "1f1b",
     json_path: JsonOpt = None, force: ForceOpt = False, cost_model: profile_cmd.CostModelOpt = "auto",
     store: profile_cmd.StoreOpt = None, stack_profile: calibrate_cmd.StackProfileOpt = None,
 ) -> None:
@@ -344,7 +352,7 @@ def evaluate(
     job = make_job(model, seq_len, global_batch, precision, engine, flops_convention, headroom, attention,
                    expert_imbalance, routing, capacity_factor, dispatcher, compile_model, async_tp)
     fixed = constraints(tp=tp, pp=pp, dp=dp, cp=cp, cp_comm=cp_comm, ep=ep, etp=etp, vpp=vpp, mbs=mbs, zero=zero,
-                        recompute=recompute, sp=sp, offload=offload)
+                        recompute=recompute, sp=sp, offload=offload, pp_schedule=pp_schedule)
     several = [axis for axis, values in fixed.items() if len(values) > 1]
     if several:
         raise InputError(f"evaluate takes one value per flag; --{several[0]} has {len(fixed[several[0]])} "
@@ -365,7 +373,8 @@ def evaluate(
         reason = max(result.rejected, key=result.rejected.get)
         described = render.config_text({a: fixed[a][0] for a in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs",
                                                                  "zero")})
-        raise InputError(f"{described} cp_comm={cp_comm} recompute={recompute} sp={sp} offload={offload} breaks a "
+        raise InputError(f"{described} cp_comm={cp_comm} recompute={recompute} sp={sp} offload={offload} "
+                         f"pp_schedule={pp_schedule} breaks a "
                          f"rule: {reason}")
     one = plan_at(job, spec, result, 0, rank=1)
     console = render.make_console()

@@ -116,9 +116,11 @@ def plan_table(console: Console, plans: list[Plan], capacity_bytes: float, title
     """The ranked plans, one row each."""
     table = Table(title=escape(title), title_justify="left")
     offloads = any(plan.config.offload for plan in plans)  # the column appears only when it says something
+    schedules = any(plan.config.pp_schedule != "1f1b" for plan in plans)
     experts = ("ep", "etp") if plans[0].job.model.is_moe else ()
-    axes = ("tp", "pp", "dp", "cp") + experts + ("vpp", "mbs", "zero")
-    for header in ("#",) + axes + ("recompute", "sp") + ("offload",) * offloads:
+    axes = ("tp", "pp", "dp", "cp") + experts + ("vpp",) + ("pp_schedule",) * schedules + ("mbs", "zero")
+    for header in ("#",) + tuple("schedule" if a == "pp_schedule" else a for a in axes) + ("recompute", "sp") \
+            + ("offload",) * offloads:
         table.add_column(header, justify="left" if header == "recompute" else "right")
     for header in ("step s", "tokens/s/GPU", "MFU %", "memory GiB"):
         table.add_column(header, justify="right")
@@ -190,8 +192,9 @@ def _axes(plan: Plan) -> dict[str, Any]:
     config = plan.config.as_dict()
     experts = ("ep", "etp") if plan.job.model.is_moe else ()
     comm = ("cp_comm",) if plan.config.cp > 1 else ()
-    return {k: config[k] for k in ("tp", "pp", "dp", "cp") + comm + experts + ("vpp", "mbs", "zero", "recompute",
-                                                                               "sp", "offload")}
+    schedule = ("pp_schedule",) if plan.config.pp_schedule != "1f1b" else ()
+    return {k: config[k] for k in ("tp", "pp", "dp", "cp") + comm + experts + ("vpp",) + schedule
+            + ("mbs", "zero", "recompute", "sp", "offload")}
 
 
 def why_best(console: Console, plans: list[Plan], capacity_bytes: float, cost_model: str, objective: str) -> None:

@@ -29,6 +29,7 @@ from paraplan.cost_models.memory import (
     trimmed_to_capacity,
 )
 from paraplan.cost_models.model_spec import ModelSpec
+from paraplan.cost_models.schedules import dual_bubble_ratio, is_bidirectional, rank_work, schedule_bubble_s
 from paraplan.cost_models.stages import stage_layout
 from paraplan.cost_models.table import ConfigTable, Workload
 from paraplan.hardware_profiles import ClusterSpec
@@ -120,14 +121,17 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTa
     m = work.global_batch / (t.dp * t.mbs)
     tokens = t.mbs * work.seq_len / t.cp
     lt = layer_times(model, work, t, rates, cluster)
-    layout = stage_layout(model, t.tp, t.pp, t.vpp, t.ep * t.etp, work.pipeline_split)
+    ranks = rank_work(model, stage_layout(model, t.tp, t.pp, t.vpp, t.ep * t.etp, work.pipeline_split), t.tp, t.pp,
+                      t.vpp, t.pp_schedule, t.ep * t.etp, work.pipeline_split)
+    layout = ranks.layout
     embed_s, output_s = edge_times(model, t, tokens, rates)
 
     layer_compute = lt.forward_compute_s + lt.backward_compute_s + lt.recompute_s
     layer_bytes = stored_layer_bytes(model, work, t)
     offload = offload_exposed_s(layer_bytes, t.offload, lt.forward_compute_s, lt.backward_compute_s, cluster)
-    first_compute = layout.first_layers * layer_compute + embed_s + offload
-    last_compute = layout.last_layers * layer_compute + output_s
+    first_compute = layout.first_layers * layer_compute + ranks.embedding_on_first * embed_s \
+        + ranks.output_on_first * output_s + offload
+    last_compute = layout.last_layers * layer_compute + ranks.embedding_on_last * embed_s + ranks.output_on_last * output_s
     middle_compute = layout.middle_layers * layer_compute
     single = t.pp == 1
     first_compute = _pick(single, first_compute + output_s, first_compute)
@@ -143,10 +147,12 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTa
     hop = p2p_time_s(tokens * model.hidden_size * ACTIVATION_BYTES / t.tp, t.pp, t.tp * t.cp * t.dp, cluster)
     interleaved = interleaved_p2p_exposed_s(hop, t.vpp, critical_layers * lt.forward_compute_s,
                                             critical_layers * (lt.backward_compute_s + lt.recompute_s))
-    # 1F1B waits for a send and a receive per micro-batch. The fill crosses pp - 1 boundaries twice.
-    steady_p2p = _pick(t.vpp > 1, interleaved, 2.0 * hop) * m
+    # 1F1B waits for a send and a receive per micro-batch; DualPipe's paired chunks hide them (schedules.py).
+    # The fill crosses pp - 1 boundaries twice.
+    steady_p2p = _pick(is_bidirectional(t.pp_schedule), 0.0, _pick(t.vpp > 1, interleaved, 2.0 * hop)) * m
     pp_comm = _pick(single, 0.0, steady_p2p + 2.0 * (t.pp - 1) * hop)
-    bubble = (total - slowest) / t.vpp
+    ratio = dual_bubble_ratio(lt.forward_compute_s, lt.backward_compute_s + lt.recompute_s, lt.weight_grad_s)
+    bubble = schedule_bubble_s(t.pp_schedule, t.pp, slowest, (total - slowest) / t.vpp, ratio)
 
     stage_params = np.maximum(layout.first_params, layout.last_params)
     stage_layers = np.maximum(layout.first_layers, layout.last_layers)
@@ -176,7 +182,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTa
     recompute_per_token = _recompute_flops_per_token(model, work, t)
     peak = cluster.gpu.peak(work.precision)
     per_gpu_flops = flops_per_token * tokens_per_s / num_gpus
-    memory = trimmed_to_capacity(memory_breakdown(model, work, t, layout, m, layer_bytes),
+    memory = trimmed_to_capacity(memory_breakdown(model, work, t, layout, m, layer_bytes, ranks),
                                  usable_capacity_bytes(cluster.gpu.hbm_bytes))
     return EstimateTable(
         step_time_s=step, compute_s=compute_total, tp_comm_s=tp_total, cp_comm_s=cp_total, ep_comm_s=ep_total,

@@ -29,7 +29,7 @@ from paraplan.cost_models.compute import (
 from paraplan.cost_models.context_parallel import cp_comm_s, cp_comm_variants_s
 from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.cost_models.moe import moe_block_times, routed_copies_per_rank
-from paraplan.cost_models.table import ConfigTable, Workload
+from paraplan.cost_models.table import PIPELINE_SCHEDULE_CODES, ConfigTable, Workload
 from paraplan.hardware_profiles import ClusterSpec
 
 ACTIVATION_BYTES = 2.0  # activations and their gradients are 16-bit in every recipe modelled
@@ -54,6 +54,9 @@ class LayerTimes:
     """Exposed context-parallel traffic (what attention compute does not hide; context_parallel.py)."""
     ep_comm_s: np.ndarray
     """Expert dispatch and combine (all-to-all over ep, gathers over etp), layer mean."""
+    weight_grad_s: np.ndarray
+    """The part of ``backward_compute_s`` that computes weight gradients: one GEMM per forward GEMM, as long.
+    Zero-bubble and DualPipe schedules run it apart from the input gradients (schedules.py)."""
 
 
 def _attention_gemms_s(model: ModelSpec, tokens, tp, rates: ComputeRates):
@@ -104,10 +107,12 @@ def _exposed_expert_comm_s(moe_comm_s, layer_compute_s, t: ConfigTable):
     """Dispatch/combine the step waits for: all of it, or with the combined 1F1B schedule what
     outlasts the other micro-batch's compute of the same layer (forward of one under backward of
     the other), plus the compute slowed while they share the GPU: the all-to-all kernels hold
-    COMM_SM_FRAC of the SMs. Full recompute replays the forward's two all-to-alls."""
+    COMM_SM_FRAC of the SMs. DeepSeek's DualPipe pairs the chunks of two micro-batches the same way
+    (schedules.py); torchtitan 0.3's DualPipeV runs them without the hooks that would. Full recompute replays
+    the forward's two all-to-alls."""
     comm = moe_comm_s * np.where(t.recompute == 2, 1.5, 1.0)
     overlapped = np.maximum(comm - layer_compute_s, 0.0) + COMM_SM_FRAC * np.minimum(comm, layer_compute_s)
-    return np.where(t.ep_overlap == 1, overlapped, comm)
+    return np.where((t.ep_overlap == 1) | (t.pp_schedule == PIPELINE_SCHEDULE_CODES["dualpipe"]), overlapped, comm)
 
 
 def _elementwise_bytes_per_token(model: ModelSpec, tp, sp, precision: str):
@@ -257,4 +262,5 @@ def layer_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: Compute
         cp_comm_s=_cp_comm_s(model, work, tokens, t, cluster, attention, attention_bwd),
         ep_comm_s=_exposed_expert_comm_s(moe_frac * moe.expert_comm_s, forward + backward + recompute, t)
         if moe else np.zeros(len(t)),
+        weight_grad_s=gemm + (moe_frac * moe.gemm_s if moe else 0.0),
     )

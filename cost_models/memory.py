@@ -25,6 +25,7 @@ from paraplan.cost_models.device_memory import non_torch_bytes, reserved_bytes
 from paraplan.cost_models.layer import ACTIVATION_BYTES
 from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.cost_models.moe import moe_activation_bytes_per_token
+from paraplan.cost_models.schedules import RankWork, in_flight_microbatches
 from paraplan.cost_models.stages import StageLayout
 from paraplan.cost_models.table import ConfigTable, Workload
 
@@ -165,10 +166,11 @@ def stored_layer_bytes(model: ModelSpec, work: Workload, t: ConfigTable):
 
 
 def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: StageLayout,
-                     num_microbatches, per_layer=None) -> MemoryBreakdown:
+                     num_microbatches, per_layer=None, ranks: RankWork | None = None) -> MemoryBreakdown:
     """Itemised peak memory of the first and last stage; the larger one is reported.
 
-    ``per_layer``: :func:`stored_layer_bytes`, when the caller has it already.
+    ``per_layer``: :func:`stored_layer_bytes`, when the caller has it already. ``ranks``: the schedule's
+    per-rank work (schedules.rank_work) whose ``layout`` is ``layout``; None = 1F1B's placement.
     """
     recipe = work.recipe
     tokens = t.mbs * work.seq_len / t.cp
@@ -176,11 +178,16 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
     seq_shard = np.where(t.sp == 1, t.tp, 1)
     pp1 = t.pp == 1
     # Offload runs with pp = 1 only, so one micro-batch is in flight and the first stage is the model.
-    first_chunks = in_flight_chunks(t.pp, t.vpp, num_microbatches, last_rank=False)
-    last_chunks = in_flight_chunks(t.pp, t.vpp, num_microbatches, last_rank=True)
+    first_in_flight = in_flight_microbatches(t.pp_schedule, t.pp, num_microbatches,
+                                             in_flight_chunks(t.pp, t.vpp, num_microbatches, last_rank=False) / t.vpp)
+    last_in_flight = in_flight_microbatches(t.pp_schedule, t.pp, num_microbatches,
+                                            in_flight_chunks(t.pp, t.vpp, num_microbatches, last_rank=True) / t.vpp)
     embedding_output = tokens * ACTIVATION_BYTES * model.hidden_size / seq_shard
-    first_acts = (per_layer * (layout.first_layers - t.offload) + embedding_output) * first_chunks / t.vpp
-    last_acts = per_layer * layout.last_layers * last_chunks / t.vpp
+    first_acts = (per_layer * (layout.first_layers - t.offload) + embedding_output) * first_in_flight
+    last_acts = per_layer * layout.last_layers * last_in_flight
+    # The ranks that run the loss: the last under 1F1B; the first under DualPipeV; both edges under DualPipe.
+    loss_on_first = pp1 | (ranks is not None and ranks.output_on_first > 0)
+    loss_on_last = ranks.output_on_last > 0 if ranks is not None else True
     loss = work.loss_bytes_per_logit * tokens * model.vocab_size / t.tp
     working_set = _working_set_bytes(model, work, t, tokens)
     # States shard over the data-parallel group including context parallel (Megatron's
@@ -217,14 +224,16 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
     first_transient = transient(layout.first_params, first_root)
     last_transient = transient(layout.last_params, model.output_params())
     first_total = states(layout.first_params, layout.first_expert_params) + first_acts + first_transient \
-        + np.where(pp1, loss, 0.0)
+        + np.where(loss_on_first, loss, 0.0)
     last_total = np.where(pp1, first_total, states(layout.last_params, layout.last_expert_params) + last_acts
-                          + last_transient + loss)
+                          + last_transient + np.where(loss_on_last, loss, 0.0))
     # The busiest middle rank: rank 1, which holds the most layers of any middle rank (every engine's split
     # gives extra layers to the first chunks) and the most in-flight micro-batches (pp - 1) among them.
-    middle_params = layout.middle_layers * model.shared_params_per_layer_mean() / t.tp
-    middle_experts = layout.middle_layers * model.routed_params_per_layer_mean() / (t.ep * t.etp)
-    middle_acts = per_layer * layout.middle_layers * in_flight_chunks_at(t.pp, t.vpp, num_microbatches, 1) / t.vpp
+    middle_param_layers = layout.middle_layers if ranks is None else ranks.middle_param_layers
+    middle_params = middle_param_layers * model.shared_params_per_layer_mean() / t.tp
+    middle_experts = middle_param_layers * model.routed_params_per_layer_mean() / (t.ep * t.etp)
+    middle_acts = per_layer * layout.middle_layers * in_flight_microbatches(
+        t.pp_schedule, t.pp, num_microbatches, in_flight_chunks_at(t.pp, t.vpp, num_microbatches, 1) / t.vpp)
     middle_transient = transient(middle_params, 0.0)
     has_middle = t.pp >= 3
     middle_total = np.where(has_middle, states(middle_params, middle_experts) + middle_acts + middle_transient, 0.0)
@@ -247,7 +256,7 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
     reserved = np.maximum(reserved_bytes(activation_peak, work.allocator) + late_grads(params, experts),
                           reserved_bytes(step_peak, work.allocator))
     outside = non_torch_bytes(t.tp, t.pp, t.dp, t.cp, t.ep)
-    holds_loss = pp1 | (worst == 1)
+    holds_loss = np.where(worst == 0, loss_on_first, np.where(worst == 1, loss_on_last, False))
     largest = np.where(holds_loss, _largest_logits_bytes(model, work, t, tokens),
                        _largest_layer_tensor_bytes(model, t, tokens))
     return MemoryBreakdown(

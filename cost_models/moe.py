@@ -50,6 +50,8 @@ class MoETimes:
     backward_compute_s: np.ndarray
     expert_comm_s: np.ndarray
     """Dispatch and combine all-to-alls (and the etp gathers), forward and backward, not overlapped."""
+    gemm_s: np.ndarray
+    """Forward GEMMs alone (router, experts, shared expert): what the weight gradients repeat in backward."""
 
 
 def routed_copies_per_rank(model: ModelSpec, work: Workload, t: ConfigTable):
@@ -170,6 +172,7 @@ def moe_block_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: Com
         forward_compute_s=gemms + elementwise,
         backward_compute_s=2.0 * gemms + 2.0 * elementwise,
         expert_comm_s=_expert_comm_s(model, work, routed_tokens, t, cluster, imbalance),
+        gemm_s=gemms,
     )
 
 

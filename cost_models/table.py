@@ -18,6 +18,12 @@ RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2, "modules": 3}
 """none; selective = Megatron's default --recompute-modules core_attn (Korthikanti et al.); full = every
 layer; modules = the cheap modules NVIDIA's MoE recipes recompute: layernorm, mla_up_proj, moe_act."""
 RECOMPUTE_NAMES = {code: name for name, code in RECOMPUTE_CODES.items()}
+PIPELINE_SCHEDULE_CODES = {"1f1b": 0, "dualpipev": 1, "dualpipe": 2}
+"""1f1b = Megatron's 1F1B, interleaved when vpp > 1; dualpipev = the V-shaped cut of DualPipe (two chunks per
+rank, rank r holding chunks r and 2·pp − 1 − r; torch.distributed.pipelining's ScheduleDualPipeV); dualpipe =
+DeepSeek-V3's bidirectional schedule (rank r holds stages r and pp − 1 − r of two model copies). See
+cost_models/schedules.py."""
+PIPELINE_SCHEDULE_NAMES = {code: name for name, code in PIPELINE_SCHEDULE_CODES.items()}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,6 +61,8 @@ class ConfigTable:
     offload: np.ndarray
     """Transformer layers whose saved activations are copied to host memory in forward and
     prefetched back in backward (Megatron-core ``cpu_offloading_num_layers``); 0 = none."""
+    pp_schedule: np.ndarray
+    """Pipeline schedule (PIPELINE_SCHEDULE_CODES): 0 1F1B / interleaved, 1 DualPipeV, 2 DualPipe."""
 
     def __post_init__(self) -> None:
         lengths = {len(np.atleast_1d(getattr(self, f.name))) for f in fields(self)}
@@ -66,7 +74,8 @@ class ConfigTable:
 
     @classmethod
     def from_columns(cls, **columns) -> ConfigTable:
-        """Build from lists or arrays; every column becomes int64."""
+        """Build from lists or arrays; every column becomes int64. A table without ``pp_schedule`` runs 1F1B."""
+        columns.setdefault("pp_schedule", np.zeros_like(np.atleast_1d(np.asarray(columns["tp"]))))
         return cls(**{name: np.atleast_1d(np.asarray(value, dtype=np.int64)) for name, value in columns.items()})
 
     def take(self, index) -> ConfigTable:

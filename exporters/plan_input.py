@@ -114,6 +114,9 @@ def plan_from_document(plan: dict[str, Any]) -> ExportPlan:
     if config.num_gpus != cluster["num_gpus"] or cluster["num_gpus"] % per_node:
         raise InputError(f"plan config tp·pp·dp·cp = {config.num_gpus} must equal the cluster's {cluster['num_gpus']} "
                          f"GPUs, a whole number of {per_node}-GPU nodes")
+    if config.pp_schedule not in engine_rules(job["engine"]).pipeline_schedules:
+        raise InputError(f"plan config pp_schedule {config.pp_schedule!r} is not a schedule {job['engine']} runs "
+                         f"({', '.join(engine_rules(job['engine']).pipeline_schedules)}); re-plan for that engine")
     if job["global_batch"] % (config.mbs * config.dp):
         raise InputError(f"plan global batch {job['global_batch']} is not a multiple of "
                          f"mbs·dp = {config.mbs * config.dp}")

@@ -50,13 +50,17 @@ def parallelism(plan: ExportPlan, version: TorchtitanVersion) -> dict[str, int |
     return fields
 
 
-def pipeline_fields(plan: ExportPlan, version: TorchtitanVersion) -> dict[str, int | str | list[list[str]]]:
+def pipeline_fields(plan: ExportPlan, version: TorchtitanVersion) -> dict[str, int | str | bool | list[list[str]]]:
     """Schedule, layers per virtual stage and the embedding/loss weights that reproduce stage_layers
     through torchtitan's own split (cost_models/pipeline_splits.py); a one-chunk-per-rank split that split
     cannot give is written module by module (module_fqns_per_model_part)."""
     layers, vpp = plan.stage_layers, plan.config.vpp
-    fields: dict[str, int | str | list[list[str]]] = {
-        "pipeline_parallel_schedule": "1F1B" if vpp == 1 else "Interleaved1F1B"}
+    schedule = "DualPipeV" if plan.config.pp_schedule == "dualpipev" else "1F1B" if vpp == 1 else "Interleaved1F1B"
+    fields: dict[str, int | str | bool | list[list[str]]] = {"pipeline_parallel_schedule": schedule}
+    if schedule == "DualPipeV" and version == "0.2" and plan.model.is_moe:
+        # 0.2.2 hooks the expert all-to-alls into DualPipeV by default and then refuses activation
+        # checkpointing; the plan was priced as 0.3.0 runs DualPipeV, without that overlap.
+        fields["pipeline_parallel_expert_parallel_overlap"] = False
     try:
         first_weight, last_weight = split_weights(layers, plan.model.num_layers)
     except InputError:

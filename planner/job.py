@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from paraplan.cost_models.context_parallel import CP_COMM_CODES
 from paraplan.cost_models.model_spec import AttentionFlops, ModelSpec
 from paraplan.cost_models.routing import RoutingStats
-from paraplan.cost_models.table import RECOMPUTE_CODES, ConfigTable, Workload
+from paraplan.cost_models.table import PIPELINE_SCHEDULE_CODES, RECOMPUTE_CODES, ConfigTable, Workload
 from paraplan.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from paraplan.planner.engines import engine_rules, recipe_for
 
@@ -171,6 +171,8 @@ class ParallelConfig:
     """Expert all-to-alls hidden under another micro-batch's compute (combined 1F1B)."""
     offload: int = 0
     """Layers whose saved activations live in host memory (Megatron --cpu-offloading-num-layers)."""
+    pp_schedule: str = "1f1b"
+    """Pipeline schedule: 1f1b (interleaved when vpp > 1), dualpipev or dualpipe (cost_models/schedules.py)."""
 
     def __post_init__(self) -> None:
         for label in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs"):
@@ -185,6 +187,9 @@ class ParallelConfig:
             raise ValueError(f"cp_comm must be one of {', '.join(CP_COMM_CODES)}, got {self.cp_comm!r}")
         if self.recompute not in RECOMPUTE_CODES:
             raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_CODES)}, got {self.recompute!r}")
+        if self.pp_schedule not in PIPELINE_SCHEDULE_CODES:
+            raise ValueError(f"pp_schedule must be one of {', '.join(PIPELINE_SCHEDULE_CODES)}, "
+                             f"got {self.pp_schedule!r}")
 
     @property
     def num_gpus(self) -> int:
@@ -204,5 +209,5 @@ def configs_to_table(configs: list[ParallelConfig]) -> ConfigTable:
         vpp=[c.vpp for c in configs], mbs=[c.mbs for c in configs],
         zero=[c.zero for c in configs], recompute=[RECOMPUTE_CODES[c.recompute] for c in configs],
         sp=[int(c.sp) for c in configs], ep_overlap=[int(c.ep_overlap) for c in configs],
-        offload=[c.offload for c in configs],
+        offload=[c.offload for c in configs], pp_schedule=[PIPELINE_SCHEDULE_CODES[c.pp_schedule] for c in configs],
     )

@@ -13,7 +13,7 @@ import paraplan
 from paraplan.cost_models.context_parallel import CP_COMM_NAMES
 from paraplan.cost_models.estimate import EstimateTable
 from paraplan.cost_models.model_spec import ModelSpec
-from paraplan.cost_models.table import RECOMPUTE_NAMES, ConfigTable
+from paraplan.cost_models.table import PIPELINE_SCHEDULE_NAMES, RECOMPUTE_NAMES, ConfigTable
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.planner.engines import engine_rules
@@ -51,7 +51,7 @@ def config_at(table: ConfigTable, row: int) -> ParallelConfig:
         vpp=int(table.vpp[row]), mbs=int(table.mbs[row]), zero=int(table.zero[row]),
         recompute=RECOMPUTE_NAMES[int(table.recompute[row])], sp=bool(table.sp[row]),
         ep_overlap=bool(table.ep_overlap[row]),
-        offload=int(table.offload[row]),
+        offload=int(table.offload[row]), pp_schedule=PIPELINE_SCHEDULE_NAMES[int(table.pp_schedule[row])],
     )
 
 

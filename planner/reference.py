@@ -19,7 +19,7 @@ import pandas as pd
 
 from paraplan.cost_models.context_parallel import CP_COMM_CODES
 from paraplan.cost_models.hf_config import load_model
-from paraplan.cost_models.table import RECOMPUTE_CODES
+from paraplan.cost_models.table import PIPELINE_SCHEDULE_CODES, RECOMPUTE_CODES
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec, load_cluster, quick_cluster
 from paraplan.hardware_profiles.catalog import with_nic
@@ -91,6 +91,12 @@ def _fixed_knobs(row: pd.Series) -> dict[str, list[int]]:
     stated = row.get("cp_comm")
     default = engine_rules(row["engine"]).cp_comm_types[:1] or ("p2p",)
     fixed = {"cp_comm": [CP_COMM_CODES[stated if isinstance(stated, str) and stated else default[0]]]}
+    # Every published run here ran 1F1B or the interleaved schedule; a row may name another one.
+    schedule = row.get("pp_schedule")
+    schedule = schedule if isinstance(schedule, str) and schedule else "1f1b"
+    if schedule not in PIPELINE_SCHEDULE_CODES:
+        raise InputError(f"run {row['id']}: pp_schedule {schedule!r} is none of {', '.join(PIPELINE_SCHEDULE_CODES)}")
+    fixed["pp_schedule"] = [PIPELINE_SCHEDULE_CODES[schedule]]
     for knob in KNOBS:
         value = row[knob]
         if pd.isna(value):

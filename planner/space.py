@@ -18,14 +18,15 @@ import numpy as np
 
 from paraplan.cost_models.context_parallel import CP_COMM_CODES, heads_split_over, hierarchical_inner_size
 from paraplan.cost_models.pipeline_splits import edge_chunks, split_exists
-from paraplan.cost_models.table import RECOMPUTE_CODES, ConfigTable
+from paraplan.cost_models.table import PIPELINE_SCHEDULE_CODES, RECOMPUTE_CODES, ConfigTable
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.planner.engines import EngineRules
 from paraplan.planner.job import TrainingJob
 
-AXES = ("tp", "pp", "dp", "cp", "cp_comm", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "ep_overlap", "offload")
+AXES = ("tp", "pp", "dp", "cp", "cp_comm", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "ep_overlap", "offload",
+        "pp_schedule")
 # The second pass expands these in order; the most selective first keeps the table small.
-DETAIL_AXES = ("vpp", "mbs", "sp", "zero", "recompute", "ep_overlap", "offload")
+DETAIL_AXES = ("vpp", "mbs", "pp_schedule", "sp", "zero", "recompute", "ep_overlap", "offload")
 # A free search offloads 1/16, 2/16, ... of the layers: fine enough that the last step moves
 # under 7% of the activations, coarse enough to add at most 15 rows per pp = 1 candidate.
 OFFLOAD_STEPS = 16
@@ -75,6 +76,7 @@ def _free_values(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules) ->
         "sp": [0, 1],
         "ep_overlap": [0, 1] if job.model.is_moe and engine.ep_overlap else [0],
         "offload": [0] + (offload_choices(layers) if engine.activation_offload else []),
+        "pp_schedule": [PIPELINE_SCHEDULE_CODES[name] for name in engine.pipeline_schedules],
     }
 
 
@@ -174,6 +176,7 @@ def _detail_rules(job: TrainingJob, engine: EngineRules) -> list[Rule]:
         (("mbs",), lambda t: job.global_batch % (t["dp"] * t["mbs"]) != 0, "global batch not divisible by dp·mbs"),
         (("vpp", "mbs"), lambda t: (t["vpp"] > 1) & engine.interleaved_needs_pp_multiple
          & (micro_batches(t) % t["pp"] != 0), "interleaved schedule needs micro-batches divisible by pp"),
+        *_schedule_rules(engine, micro_batches),
         (("sp",), lambda t: (t["sp"] == 1) & (t["tp"] == 1), "sequence parallel needs tp > 1"),
         (("sp",), lambda t: (t["sp"] == 0) & (t["tp"] > 1) & job.model.is_moe,
          "MoE layers with tp > 1 need sequence parallel"),
@@ -202,6 +205,28 @@ def _detail_rules(job: TrainingJob, engine: EngineRules) -> list[Rule]:
         (("offload", "recompute"), lambda t: (t["offload"] > 0) & (t["recompute"] > 0),
          "activation offload cannot be combined with recompute"),
         (("offload",), lambda t: t["offload"] >= layers, "activation offload must leave at least one layer on the GPU"),
+    ]
+
+
+def _schedule_rules(engine: EngineRules, micro_batches) -> list[Rule]:
+    """Where each pipeline schedule runs (cost_models/schedules.py). DualPipeV: torch's ScheduleDualPipeV with
+    V-style stages, exactly two per rank; DualPipe: DeepSeek's DualPipe, one stage per rank and direction, an even
+    number of ranks and of micro-batches (half enter from each end). Both need at least 2·pp micro-batches
+    (deepseek-ai/DualPipe asserts num_chunks >= num_ranks * 2)."""
+    v, dual = PIPELINE_SCHEDULE_CODES["dualpipev"], PIPELINE_SCHEDULE_CODES["dualpipe"]
+    offered = [PIPELINE_SCHEDULE_CODES[name] for name in engine.pipeline_schedules]
+    bidirectional = lambda t: t["pp_schedule"] > 0
+    return [
+        (("pp_schedule",), lambda t: ~np.isin(t["pp_schedule"], offered),
+         f"{engine.name} does not run this pipeline schedule"),
+        (("pp_schedule",), lambda t: bidirectional(t) & (t["pp"] == 1), "DualPipe schedules need pp > 1"),
+        (("pp_schedule", "vpp"), lambda t: (t["pp_schedule"] == v) & (t["vpp"] != 2),
+         "DualPipeV runs exactly two chunks per rank (vpp = 2)"),
+        (("pp_schedule", "vpp"), lambda t: (t["pp_schedule"] == dual) & ((t["vpp"] != 1) | (t["pp"] % 2 == 1)),
+         "DualPipe needs an even pp and no virtual stages"),
+        (("pp_schedule", "mbs"), lambda t: bidirectional(t) & ((micro_batches(t) < 2 * t["pp"])
+                                                               | ((t["pp_schedule"] == dual) & (micro_batches(t) % 2 == 1))),
+         "DualPipe schedules need at least 2·pp micro-batches (an even number for DualPipe)"),
     ]
 
 

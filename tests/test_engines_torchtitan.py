@@ -44,6 +44,9 @@ PLANS = {
                                "compiled": True},
     "llama70b-fsdp4-tp8-async-tp": {"model": "llama-3.1-70b", "tp": 8, "dp": 4, "sp": True, "zero": 3,
                                     "recompute": "full", "compiled": True, "async_tp": True, "global_batch": 32},
+    # DualPipeV: two V-placed chunks per rank, rank 0 holding the first and the last.
+    "llama8b-pp4-dualpipev": {"model": "llama-3.1-8b", "pp": 4, "vpp": 2, "dp": 2, "zero": 0,
+                              "pp_schedule": "dualpipev"},
 }
 
 
@@ -105,10 +108,14 @@ def test_torchtitan_0_3_splits_layers_as_the_plan_says(name, tmp_path):
         assert [name for part in parts for name in part if name.startswith("layers.")] == \
             [f"layers.{i}" for i in range(plan.model.num_layers)]
     assert [sum(name.startswith("layers.") for name in part) for part in parts] == list(plan.stage_layers)
-    for rank in range(plan.config.pp):  # chunk k runs on pipeline rank k mod pp
+    v_shape = plan.config.pp_schedule == "dualpipev"
+    assert config.parallelism.pipeline_parallel_schedule == ("DualPipeV" if v_shape else
+                                                             "1F1B" if plan.config.vpp == 1 else "Interleaved1F1B")
+    for rank in range(plan.config.pp):  # chunk k runs on pipeline rank k mod pp; DualPipeV: ranks r and 2pp - 1 - r
         mapping = pipeline_parallel._get_pp_rank_to_stage_indices_mapping(
             rank, plan.config.pp, config.parallelism.pipeline_parallel_schedule, stages)
-        assert list(mapping) == list(range(rank, stages, plan.config.pp))
+        expected = [rank, 2 * plan.config.pp - 1 - rank] if v_shape else list(range(rank, stages, plan.config.pp))
+        assert list(mapping) == expected
 
 
 def test_torchtitan_0_3_rejects_wrong_values(tmp_path, capsys):

@@ -51,6 +51,7 @@ HAND_RULES = {
         "m_multiple_of_pp": True,
         "sp_with_tp": {0, 1},
         "max_zero_pp": 1,
+        "schedules": {0},  # 1F1B / interleaved only
     },
     "deepspeed": {
         "edge": "uniform",  # partition_uniform over [embedding, layers, head]: ⌊(L + 2) / pp⌋ ≥ 1
@@ -60,6 +61,7 @@ HAND_RULES = {
         "m_multiple_of_pp": False,
         "sp_with_tp": {0},
         "max_zero_pp": 1,
+        "schedules": {0},
     },
     "torchtitan": {
         "edge": "weighted",  # embedding and output weigh 0 (even split) or 1 layer
@@ -69,6 +71,7 @@ HAND_RULES = {
         "m_multiple_of_pp": False,
         "sp_with_tp": {1},
         "max_zero_pp": 3,
+        "schedules": {0, 1},  # 1F1B / interleaved, DualPipeV
     },
 }
 
@@ -104,7 +107,7 @@ def _cp_comm_valid_by_hand(tp, cp, cp_comm, job, cluster, rules) -> bool:
 
 
 def _valid_by_hand(row, job, cluster, rules) -> bool:
-    tp, pp, dp, cp, cp_comm, ep, etp, vpp, mbs, zero, recompute, sp, ep_overlap, offload = row
+    tp, pp, dp, cp, cp_comm, ep, etp, vpp, mbs, zero, recompute, sp, ep_overlap, offload, schedule = row
     if not _cp_comm_valid_by_hand(tp, cp, cp_comm, job, cluster, rules):
         return False
     if not _experts_valid_by_hand(tp, dp, cp, ep, etp, sp, job):
@@ -144,6 +147,11 @@ def _valid_by_hand(row, job, cluster, rules) -> bool:
         return False
     if vpp > 1 and rules["m_multiple_of_pp"] and micro % pp:
         return False
+    # DualPipeV (1): two chunks per rank; DualPipe (2): even pp, one chunk; both at least 2·pp micro-batches.
+    if schedule not in rules["schedules"] or (schedule and (pp == 1 or micro < 2 * pp)):
+        return False
+    if (schedule == 1 and vpp != 2) or (schedule == 2 and (vpp != 1 or pp % 2 or micro % 2)):
+        return False
     if sp == 1 and tp == 1:
         return False
     if tp > 1 and sp not in rules["sp_with_tp"]:
@@ -165,15 +173,16 @@ def _brute_force(job, cluster):
     # Megatron offloads every ceil(layers/16)-th layer count below the depth; the others never offload.
     offloads = [0] + (list(range(-(-layers // 16), layers, -(-layers // 16))) if job.engine == "megatron" else [])
     considered, valid = 0, set()
-    for tp, pp, cp, cp_comm, vpp, mbs, zero, recompute, sp, offload in product(
-        divisors(n), divisors(n), divisors(n), (0, 1, 2, 3), vpps, mbss, zeros, recomputes, (0, 1), offloads
+    schedules = sorted(HAND_RULES[job.engine]["schedules"])
+    for tp, pp, cp, cp_comm, vpp, mbs, zero, recompute, sp, offload, schedule in product(
+        divisors(n), divisors(n), divisors(n), (0, 1, 2, 3), vpps, mbss, zeros, recomputes, (0, 1), offloads, schedules
     ):
         if cp == 1 and cp_comm > 0:  # the communication type exists only with context parallelism
             continue
         considered += offload == 0 and (cp == 1 or cp_comm in HAND_RULES[job.engine]["cp_comm"].values())
         if n % (tp * pp * cp):
             continue
-        row = (tp, pp, n // (tp * pp * cp), cp, cp_comm, 1, 1, vpp, mbs, zero, recompute, sp, 0, offload)
+        row = (tp, pp, n // (tp * pp * cp), cp, cp_comm, 1, 1, vpp, mbs, zero, recompute, sp, 0, offload, schedule)
         if _valid_by_hand(row, job, cluster, HAND_RULES[job.engine]):
             valid.add(row)
     return considered, valid
@@ -207,7 +216,8 @@ def test_space_equals_brute_force(cluster_name, nodes, engine, model_name):
     assert all(count > 0 for count in space.rejected.values())
 
 
-MOE_FIXED = {"cp_comm": [0], "vpp": [1], "mbs": [1], "zero": [0], "recompute": [0], "ep_overlap": [0], "offload": [0]}
+MOE_FIXED = {"cp_comm": [0], "vpp": [1], "mbs": [1], "zero": [0], "recompute": [0], "ep_overlap": [0], "offload": [0],
+             "pp_schedule": [0]}
 
 
 @pytest.mark.parametrize("engine", ["megatron", "torchtitan", "deepspeed"])
@@ -219,7 +229,7 @@ def test_expert_axes_equal_brute_force(engine, h100x16):
     n, rules, valid = 16, HAND_RULES[engine], set()
     for tp, pp, cp, ep, etp, sp in product(divisors(n), divisors(n), divisors(n), divisors(8), divisors(8), (0, 1)):
         if n % (tp * pp * cp) == 0:
-            row = (tp, pp, n // (tp * pp * cp), cp, 0, ep, etp, 1, 1, 0, 0, sp, 0, 0)
+            row = (tp, pp, n // (tp * pp * cp), cp, 0, ep, etp, 1, 1, 0, 0, sp, 0, 0, 0)
             if _valid_by_hand(row, job, h100x16, rules):
                 valid.add(row)
     assert len(valid) > 0 and _rows(space.table) == valid
