@@ -50,6 +50,9 @@ class ComputeRates:
     ``flash_attention_time_s`` defers to it."""
     step_time_factor: float = 1.0
     """Learned step-level calibration (measured / predicted step of full runs), applied to the finished estimate."""
+    fp8_recipe: str | None = None
+    """The fp8 scaling recipe whose GEMM rate these rates carry (fp8_recipes.with_fp8_recipe); None = not yet
+    applied (the per-tensor rate of efficiency.yaml)."""
 
 
 def analytical_rates(gpu: GPUSpec, gemm_dtype: str, attention_kernel: str = "fused",

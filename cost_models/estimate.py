@@ -20,6 +20,7 @@ from paraplan.cost_models.collectives import p2p_time_s
 from paraplan.cost_models.compute import ComputeRates, analytical_rates, gemm_time_s, memory_bound_time_s
 from paraplan.cost_models.device_memory import usable_capacity_bytes
 from paraplan.cost_models.dp_sync import dp_exposed_s
+from paraplan.cost_models.fp8_recipes import with_fp8_recipe
 from paraplan.cost_models.layer import ACTIVATION_BYTES, layer_times
 from paraplan.cost_models.memory import (
     MemoryBreakdown,
@@ -110,14 +111,20 @@ def _pick(condition, when_true, when_false):
 
 
 def default_rates(cluster: ClusterSpec, work: Workload) -> ComputeRates:
-    """The analytical rates of the job's GEMM dtype, attention kernel and kernel stack on the cluster's GPU."""
-    return analytical_rates(cluster.gpu, work.precision, work.attention, work.kernel_stack)
+    """The analytical rates of the job's GEMM dtype, fp8 recipe, attention kernel and kernel stack on the
+    cluster's GPU."""
+    return _with_recipe(analytical_rates(cluster.gpu, work.precision, work.attention, work.kernel_stack), cluster,
+                        work)
+
+
+def _with_recipe(rates: ComputeRates, cluster: ClusterSpec, work: Workload) -> ComputeRates:
+    return with_fp8_recipe(rates, work.precision, work.fp8_recipe, cluster.gpu.architecture)
 
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTable,
              rates: ComputeRates | None = None) -> EstimateTable:
     """Predict every row of ``t``. Infeasible rows are still priced; ``fits`` says which fit."""
-    rates = rates or default_rates(cluster, work)
+    rates = _with_recipe(rates, cluster, work) if rates is not None else default_rates(cluster, work)
     m = work.global_batch / (t.dp * t.mbs)
     tokens = t.mbs * work.seq_len / t.cp
     lt = layer_times(model, work, t, rates, cluster)

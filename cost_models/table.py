@@ -137,6 +137,8 @@ class Workload:
     """Caching-allocator behaviour (cost_models.device_memory.FRAGMENTATION_FRAC): eager, compiled or fused_kernels."""
     pipeline_split: str = "megatron"
     """How the engine cuts the layers into pipeline chunks (pipeline_splits.PIPELINE_SPLITS)."""
+    fp8_recipe: str = "tensorwise"
+    """How fp8 GEMM inputs are scaled (fp8_recipes.FP8_RECIPES); read only when ``precision`` is fp8."""
 
     @property
     def eager_elementwise(self) -> bool:

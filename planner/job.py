@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from paraplan.cost_models.context_parallel import CP_COMM_CODES
+from paraplan.cost_models.fp8_recipes import FP8_RECIPES
 from paraplan.cost_models.model_spec import AttentionFlops, ModelSpec
 from paraplan.cost_models.routing import RoutingStats
 from paraplan.cost_models.table import PIPELINE_SCHEDULE_CODES, RECOMPUTE_CODES, ConfigTable, Workload
@@ -26,6 +27,8 @@ class TrainingJob:
     """Sequences per optimizer step."""
     precision: str = "bf16"
     """GEMM precision: bf16, fp8 or fp4."""
+    fp8_recipe: str = "tensorwise"
+    """How fp8 GEMM inputs are scaled (cost_models.fp8_recipes.FP8_RECIPES); only with precision fp8."""
     engine: str = "megatron"
     """Target engine: megatron, deepspeed or torchtitan."""
     attention: str = "auto"
@@ -72,6 +75,10 @@ class TrainingJob:
                 raise ValueError(f"{label.replace('_', '-')} {value:,} is implausibly large (at most {most:,})")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.fp8_recipe not in FP8_RECIPES:
+            raise ValueError(f"fp8 recipe must be one of {', '.join(FP8_RECIPES)}, got {self.fp8_recipe!r}")
+        if self.fp8_recipe != "tensorwise" and self.precision != "fp8":
+            raise ValueError(f"an fp8 recipe ({self.fp8_recipe}) needs --precision fp8, not {self.precision}")
         if self.flops_convention not in ("full", "causal"):
             raise ValueError(f"flops convention must be full or causal, got {self.flops_convention!r}")
         if not 0 <= self.memory_headroom_frac < 1:
@@ -92,6 +99,9 @@ class TrainingJob:
         if self.async_tp and (self.engine != "torchtitan" or not self.compiled):
             raise ValueError("async tensor parallelism is torchtitan's, and torchtitan applies it only under "
                              "torch.compile (add --compile, or drop --async-tp)")
+        if self.fp8_recipe not in rules.fp8_recipes:
+            raise ValueError(f"fp8 recipe {self.fp8_recipe!r} is not available with engine {self.engine} "
+                             f"(choose one of {', '.join(rules.fp8_recipes)})")
         if self.attention != "auto" and self.attention not in rules.attention_kernels:
             raise ValueError(f"attention {self.attention!r} is not available with engine {self.engine} "
                              f"(choose auto or one of {', '.join(rules.attention_kernels)})")
@@ -109,6 +119,7 @@ class TrainingJob:
     def workload(self) -> Workload:
         """The cost model's view of the job."""
         return Workload(seq_len=self.seq_len, global_batch=self.global_batch, precision=self.precision,
+                        fp8_recipe=self.fp8_recipe,
                         recipe=recipe_for(engine_rules(self.engine), self.precision),
                         attention=self.attention_kernel, kernel_stack=engine_rules(self.engine).kernel_stack,
                         recompute_stops_early=engine_rules(self.engine).recompute_stops_early,

@@ -120,9 +120,12 @@ def reference_job(row: pd.Series) -> TrainingJob:
     imbalance = row.get("expert_imbalance")
     compiled, async_tp = (pd.notna(row.get(k)) and str(row.get(k)).strip() not in ("", "0", "0.0")
                           for k in ("compile", "async_tp"))
+    recipe = row.get("fp8_recipe")
+    recipe = recipe.strip() if isinstance(recipe, str) and recipe.strip() else "tensorwise"
     # A 2024 torchtitan run compiled the transformer blocks, not the loss (components came later).
     return TrainingJob(model=load_model(row["model"]), seq_len=int(row["seq_len"]),
-                       global_batch=int(row["global_batch"]), precision=row["precision"], engine=row["engine"],
+                       global_batch=int(row["global_batch"]), precision=row["precision"], fp8_recipe=recipe,
+                       engine=row["engine"],
                        attention=row["attention"], expert_imbalance=float(imbalance) if pd.notna(imbalance) else None,
                        fused_kernels=str(row.get("kernels", "")) == "fused", compiled=compiled, async_tp=async_tp)
 
@@ -151,7 +154,7 @@ def predict_row(row: pd.Series) -> Prediction:
 
 
 PUBLISHED_CONFIG_COLUMNS = ("model", "gpu", "cluster", "num_gpus", "nic_gbps_per_gpu", "seq_len", "global_batch",
-                            "precision", "engine", "attention", "kernels", "compile", "async_tp", "tp", "pp", "dp", "cp", "ep",
+                            "precision", "fp8_recipe", "engine", "attention", "kernels", "compile", "async_tp", "tp", "pp", "dp", "cp", "ep",
                             "vpp", "mbs", "zero", "recompute")
 
 

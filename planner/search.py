@@ -12,6 +12,7 @@ from paraplan.cost_models.compute import ComputeRates
 from paraplan.cost_models.context_parallel import CP_COMM_CODES
 from paraplan.cost_models.device_memory import usable_capacity_bytes
 from paraplan.cost_models.estimate import EstimateTable, default_rates, estimate
+from paraplan.cost_models.fp8_recipes import recipe_error
 from paraplan.cost_models.layer import cp_comm_variants_per_layer_s
 from paraplan.cost_models.learned.step_calibration import apply_step_factor
 from paraplan.cost_models.table import ConfigTable
@@ -125,6 +126,10 @@ def search(job: TrainingJob, cluster: ClusterSpec, fixed: dict[str, list[int]] |
         cluster.gpu.peak(job.precision)
     except ValueError as exc:
         raise InputError(f"{exc}; choose another --precision") from None
+    if job.precision == "fp8":
+        problem = recipe_error(job.fp8_recipe, cluster.gpu.architecture, cluster.gpu.name)
+        if problem:
+            raise InputError(problem)
     space = enumerate_space(job, cluster, engine_rules(job.engine), fixed, collapse_cp_comm=True)
     table, fallback, rejected = _fastest_cp_comm(job, cluster, space, rates, objective)
     est = _estimate(job, cluster, table, rates)

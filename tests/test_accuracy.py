@@ -48,9 +48,12 @@ _NARAYANAN = lambda r: r.source.str.startswith("Narayanan")
 GUARDS = [
     ("NeMo dense, all GPUs", _NEMO, 0.05, 0.25),
     # Max: nemo_bridge_0226 (GB300, 4,520 tokens/s/GPU) against four runs of the same configuration at
-    # 5,003-5,248; the prediction (5,304, offload 10 layers) sits 1.2% above their median (5,243).
+    # 5,003-5,248; the prediction (5,466 since the GB300 fp8 fraction was refitted with MXFP8 priced apart,
+    # 0.65 -> 0.68) sits 4.3% above their median (5,243).
+    # Median 0.037 -> 0.042 when MXFP8 got its own GEMM rate (cost_models/fp8_recipes.py) and the GB200/GB300
+    # fp8 fractions were refitted on all their dense rows: these 11 rows moved by 0.5 points, the group's 89 by -0.2.
     ("NeMo Llama 3 70B Megatron-FSDP on GB200/GB300 (activation offload)",
-     lambda r: _NEMO(r) & (r.model == "llama-3.1-70b") & (r.zero == 3), 0.04, 0.18),
+     lambda r: _NEMO(r) & (r.model == "llama-3.1-70b") & (r.zero == 3), 0.045, 0.215),
     ("NeMo B200 fp8", lambda r: _NEMO(r) & (r.gpu == "b200"), 0.03, 0.07),
     ("NeMo H100 fp8", lambda r: _NEMO(r) & (r.gpu == "h100-sxm"), 0.04, 0.09),
     # Mosaic maxima: three small-batch FSDP rows that their neighbours do not explain (mpt-70b on
@@ -72,10 +75,13 @@ GUARDS = [
     ("context parallel (cp > 1)", lambda r: r.cp > 1, 0.08, 0.25),
     # MoE (134 feasible NeMo rows): the same layout ran 1.3-3x faster in the 26.06+ containers than in
     # 25.09-26.04; the model predicts current software (README, Accuracy).
-    ("NeMo MoE, all containers", lambda r: _MOE(r) & (r.id != "nemo_bridge_0263"), 0.32, 2.15),
-    ("NeMo MoE, containers 26.06 and newer", lambda r: _MOE(r) & _CURRENT(r), 0.13, 1.15),
+    # The 26.06+ rows run MXFP8: pricing it apart (the 8 same-layout pairs, fp8_recipes.py) lowers every MXFP8
+    # prediction by about 2-4%, which brings DeepSeek-V3 (+10% -> +6%) and GPT-OSS closer and takes the Qwen3 rows,
+    # already under-predicted (-10 to -21%), further below: the median moves from 0.124 to 0.143.
+    ("NeMo MoE, all containers", lambda r: _MOE(r) & (r.id != "nemo_bridge_0263"), 0.32, 2.20),
+    ("NeMo MoE, containers 26.06 and newer", lambda r: _MOE(r) & _CURRENT(r), 0.15, 1.15),
     ("NeMo MoE DeepSeek-V3 and Qwen3 on GB200/GB300, 26.06 and newer",
-     lambda r: _MOE(r) & _CURRENT(r) & (r.model != "gpt-oss-120b") & r.gpu.isin(["gb200", "gb300"]), 0.13, 0.22),
+     lambda r: _MOE(r) & _CURRENT(r) & (r.model != "gpt-oss-120b") & r.gpu.isin(["gb200", "gb300"]), 0.145, 0.23),
 ]
 
 

@@ -10,13 +10,12 @@ import dataclasses
 
 import numpy as np
 
-from paraplan.cost_models.compute import analytical_rates
 from paraplan.cost_models.device_memory import (
     FRAGMENTATION_FRAC,
     non_torch_bytes,
     usable_capacity_bytes,
 )
-from paraplan.cost_models.estimate import edge_times
+from paraplan.cost_models.estimate import default_rates, edge_times
 from paraplan.cost_models.layer import layer_times
 from paraplan.cost_models.memory import stored_layer_bytes
 from paraplan.hardware_profiles import ClusterSpec
@@ -102,7 +101,7 @@ def _layer_kinds(job: TrainingJob, config: ParallelConfig, cluster: ClusterSpec)
 def _times(job: TrainingJob, config: ParallelConfig, cluster: ClusterSpec) -> tuple[float, float, float]:
     """(one layer, embedding, output + loss) per micro-batch on ``cluster``, seconds."""
     work, table = job.workload(), configs_to_table([config])
-    rates = analytical_rates(cluster.gpu, work.precision, work.attention, work.kernel_stack)
+    rates = default_rates(cluster, work)
     lt = layer_times(job.model, work, table, rates, cluster)
     layer = lt.forward_compute_s + lt.backward_compute_s + lt.recompute_s + lt.tp_comm_s + lt.cp_comm_s + lt.ep_comm_s
     tokens = config.mbs * job.seq_len / config.cp
