@@ -69,6 +69,10 @@ PrecisionOpt = Annotated[str, typer.Option(help="GEMM precision: bf16, fp8 or fp
 AttentionOpt = Annotated[str, typer.Option(
     help="Attention kernel: auto (engine default), fused (cuDNN via Transformer Engine), flash (FlashAttention-2), "
          "unfused.", rich_help_panel=_JOB)]
+Fp8RecipeOpt = Annotated[str, typer.Option(
+    "--fp8-recipe", help="How fp8 GEMM inputs are scaled: tensorwise (per tensor, current scaling), delayed, rowwise "
+                         "(torchao), blockwise (1x128/128x128 tiles) or mxfp8 (Blackwell); with --precision fp8.",
+    rich_help_panel="Job")]
 DispatcherOpt = Annotated[str, typer.Option(
     help="MoE token dispatcher: auto (engine default), alltoall (each routed copy to its expert's GPU), deepep "
          "(DeepEP: once per destination node, fp8 dispatch with fp8 GEMMs; Megatron's flex dispatcher).",
@@ -204,7 +208,8 @@ def make_cluster(cluster: str | None, nodes: int | None, gpu: str | None, gpus: 
 def make_job(model: str, seq_len: int, global_batch: int, precision: str, engine: str, convention: str,
              headroom: float, attention: str = "auto", expert_imbalance: float | None = None,
              routing: Path | None = None, capacity_factor: float | None = None,
-             dispatcher: str = "auto", compiled: bool = False, async_tp: bool = False) -> TrainingJob:
+             dispatcher: str = "auto", compiled: bool = False, async_tp: bool = False,
+             fp8_recipe: str = "tensorwise") -> TrainingJob:
     """The TrainingJob, with its own validation errors reported as bad input."""
     if convention not in get_args(AttentionFlops):
         raise InputError(f"--flops-convention expects {' or '.join(get_args(AttentionFlops))}, got {convention!r}")
@@ -226,7 +231,7 @@ def make_job(model: str, seq_len: int, global_batch: int, precision: str, engine
                            engine=engine, attention=attention, flops_convention=convention,
                            memory_headroom_frac=headroom, expert_imbalance=expert_imbalance, routing=stats,
                            capacity_factor=capacity_factor, dispatcher=dispatcher, compiled=compiled,
-                           compiled_loss=compiled, async_tp=async_tp)
+                           compiled_loss=compiled, async_tp=async_tp, fp8_recipe=fp8_recipe)
     except ValueError as exc:
         raise InputError(str(exc)) from None
 
@@ -259,7 +264,7 @@ def plan(
     attention: AttentionOpt = "auto", precision: PrecisionOpt = "bf16", flops_convention: ConventionOpt = "full",
     headroom: HeadroomOpt = 0.0, expert_imbalance: ImbalanceOpt = None, routing: RoutingOpt = None,
     capacity_factor: CapacityOpt = None, dispatcher: DispatcherOpt = "auto", compile_model: CompileOpt = False,
-    async_tp: AsyncTPOpt = False,
+    async_tp: AsyncTPOpt = False, fp8_recipe: Fp8RecipeOpt = "tensorwise",
     objective: Annotated[str, typer.Option(help="throughput, cost or memory.")] = "throughput",
     top: Annotated[int, typer.Option(help="How many plans to show.")] = 5,
     json_path: JsonOpt = None, force: ForceOpt = False, export: ExportOpt = None, out: ExportOutOpt = None,
@@ -283,7 +288,7 @@ def plan(
     catalog = resolve_catalog(hardware)
     spec = make_cluster(cluster, nodes, gpu, gpus, gpus_per_node, catalog)
     job = make_job(model, seq_len, global_batch, precision, engine, flops_convention, headroom, attention,
-                   expert_imbalance, routing, capacity_factor, dispatcher, compile_model, async_tp)
+                   expert_imbalance, routing, capacity_factor, dispatcher, compile_model, async_tp, fp8_recipe)
     fixed = constraints(tp=tp, pp=pp, dp=dp, cp=cp, cp_comm=cp_comm, ep=ep, etp=etp, vpp=vpp, mbs=mbs, zero=zero,
                         recompute=recompute, sp=sp, offload=offload, pp_schedule=pp_schedule)
     if top < 1:
@@ -335,7 +340,7 @@ def evaluate(
     attention: AttentionOpt = "auto", precision: PrecisionOpt = "bf16", flops_convention: ConventionOpt = "full",
     headroom: HeadroomOpt = 0.0, expert_imbalance: ImbalanceOpt = None, routing: RoutingOpt = None,
     capacity_factor: CapacityOpt = None, dispatcher: DispatcherOpt = "auto", compile_model: CompileOpt = False,
-    async_tp: AsyncTPOpt = False,
+    async_tp: AsyncTPOpt = False, fp8_recipe: Fp8RecipeOpt = "tensorwise",
     dp: _axis_opt("Data parallel (default: GPUs / (tp·pp·cp)).") = None, cp: _axis_opt("Context parallel.") = "1",
     cp_comm: _axis_opt(_CP_COMM_HELP) = "p2p",
     ep: _axis_opt("Expert parallel (MoE models).") = "1", etp: _axis_opt("Expert tensor parallel (MoE).") = "1",
@@ -350,7 +355,7 @@ def evaluate(
     """Predict step time, throughput and memory of one parallel configuration."""
     spec = make_cluster(cluster, nodes, gpu, gpus, gpus_per_node, resolve_catalog(hardware))
     job = make_job(model, seq_len, global_batch, precision, engine, flops_convention, headroom, attention,
-                   expert_imbalance, routing, capacity_factor, dispatcher, compile_model, async_tp)
+                   expert_imbalance, routing, capacity_factor, dispatcher, compile_model, async_tp, fp8_recipe)
     fixed = constraints(tp=tp, pp=pp, dp=dp, cp=cp, cp_comm=cp_comm, ep=ep, etp=etp, vpp=vpp, mbs=mbs, zero=zero,
                         recompute=recompute, sp=sp, offload=offload, pp_schedule=pp_schedule)
     several = [axis for axis, values in fixed.items() if len(values) > 1]

@@ -52,8 +52,9 @@ def recipe_error(recipe: str, architecture: str, gpu_name: str) -> str | None:
         return f"fp8 recipe must be one of {', '.join(FP8_RECIPES)}, got {recipe!r}"
     allowed = RECIPE_ARCHITECTURES.get(recipe)
     if allowed is not None and architecture not in allowed:
+        runs_here = [r for r in FP8_RECIPES if architecture in RECIPE_ARCHITECTURES.get(r, (architecture,))]
         return (f"fp8 recipe {recipe} needs a {' or '.join(allowed)} GPU; {gpu_name} is {architecture} "
-                f"(choose tensorwise or delayed)")
+                f"(choose {', '.join(runs_here)})")
     return None
 
 

@@ -22,8 +22,8 @@ _RECOMPUTE: dict[str, tuple[Arg, ...]] = {
 }
 _NORM = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}
 _POSITION = {"rope": "rope", "learned": "learned_absolute"}
-# Megatron-Bridge's fp8 and fp4 performance recipes: hybrid E4M3/E5M2 with per-tensor current scaling,
-# NVFP4 with its default recipe; gradients reduced in bf16 (cost_models/recipes.py MEGATRON_LOW_PRECISION).
+# Megatron-Bridge's fp8 and fp4 performance recipes: hybrid E4M3/E5M2 with per-tensor current scaling unless the
+# plan names another --fp8-recipe, NVFP4 with its default recipe; gradients reduced in bf16 (cost_models/recipes.py MEGATRON_LOW_PRECISION).
 _LOW_PRECISION: dict[str, tuple[Arg, ...]] = {
     "bf16": (),
     "fp8": (("--fp8-format", "hybrid"), ("--fp8-recipe", "tensorwise")),
@@ -252,6 +252,8 @@ def offload_args(plan: ExportPlan) -> tuple[Arg, ...]:
 def precision_args(plan: ExportPlan) -> tuple[Arg, ...]:
     """bf16 everywhere, fp8/fp4 GEMMs through Transformer Engine, and the attention backend."""
     args: list[Arg] = [("--bf16", None), *_LOW_PRECISION[plan.precision]]
+    if plan.precision == "fp8":  # the recipe the plan was priced with (cost_models/fp8_recipes.py)
+        args = [(flag, plan.fp8_recipe if flag == "--fp8-recipe" else value) for flag, value in args]
     if plan.precision != "bf16":
         args.append(("--grad-reduce-in-bf16", None))
         if plan.config.zero >= 1:  # fp8/fp4 primary weights need the distributed optimizer or FSDP

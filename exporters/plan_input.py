@@ -52,6 +52,8 @@ class ExportPlan:
     """MoE token dropping, padded to capacity (None = dropless)."""
     dispatcher: str = "alltoall"
     """MoE token dispatcher the plan was priced with (cost_models.moe.DISPATCHERS)."""
+    fp8_recipe: str = "tensorwise"
+    """fp8 scaling recipe the plan was priced with (cost_models.fp8_recipes.FP8_RECIPES)."""
     compiled: bool = False
     """torchtitan: the plan was priced with the model under torch.compile."""
     async_tp: bool = False
@@ -114,6 +116,10 @@ def plan_from_document(plan: dict[str, Any]) -> ExportPlan:
     if config.num_gpus != cluster["num_gpus"] or cluster["num_gpus"] % per_node:
         raise InputError(f"plan config tp·pp·dp·cp = {config.num_gpus} must equal the cluster's {cluster['num_gpus']} "
                          f"GPUs, a whole number of {per_node}-GPU nodes")
+    recipe = job.get("fp8_recipe", "tensorwise")
+    if recipe not in engine_rules(job["engine"]).fp8_recipes:
+        raise InputError(f"plan job fp8_recipe {recipe!r} is not a recipe {job['engine']} runs "
+                         f"({', '.join(engine_rules(job['engine']).fp8_recipes)}); re-plan for that engine")
     if config.pp_schedule not in engine_rules(job["engine"]).pipeline_schedules:
         raise InputError(f"plan config pp_schedule {config.pp_schedule!r} is not a schedule {job['engine']} runs "
                          f"({', '.join(engine_rules(job['engine']).pipeline_schedules)}); re-plan for that engine")
@@ -128,7 +134,7 @@ def plan_from_document(plan: dict[str, Any]) -> ExportPlan:
         stage_layers=tuple(_stage_layers(plan, model, config, job["engine"])), ranks=tuple(_ranks(plan, config, per_node)),
         hosts=tuple(_hosts(plan, cluster["num_gpus"] // per_node)), capacity_factor=job.get("capacity_factor"),
         dispatcher=job.get("dispatcher", "alltoall"), compiled=bool(job.get("compiled", False)),
-        async_tp=bool(job.get("async_tp", False)))
+        async_tp=bool(job.get("async_tp", False)), fp8_recipe=job.get("fp8_recipe", "tensorwise"))
 
 
 def _model_of(section: dict[str, Any]) -> ModelSpec:

@@ -201,7 +201,9 @@ def toml_text(plan: ExportPlan, name: str, flavor: str) -> str:
     if plan.precision == "fp8":
         model["converters"] = ["quantize.linear.float8"]
         fsdp = plan.config.zero in (2, 3) and plan.config.dp > 1
-        sections["quantize.linear.float8"] = {"recipe_name": "tensorwise", "enable_fsdp_float8_all_gather": fsdp,
+        # torchao casts FSDP's all-gather to fp8 only under tensorwise scaling; rowwise gathers bf16.
+        fsdp = fsdp and plan.fp8_recipe == "tensorwise"
+        sections["quantize.linear.float8"] = {"recipe_name": plan.fp8_recipe, "enable_fsdp_float8_all_gather": fsdp,
                                               "precompute_float8_dynamic_scale_for_fsdp": fsdp}
     lines = [f"# torchtitan 0.2 job config written by paraplan for {plan.model.name}"]
     for section, fields in sections.items():

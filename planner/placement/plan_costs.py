@@ -39,7 +39,8 @@ def job_of_plan(document: dict[str, Any]) -> tuple[TrainingJob, ParallelConfig]:
                             precision=job["precision"], engine=job["engine"], attention=job["attention"],
                             flops_convention=job["flops_convention"], capacity_factor=job.get("capacity_factor"),
                             dispatcher=job.get("dispatcher", "auto"), compiled=bool(job.get("compiled", False)),
-                            compiled_loss=bool(job.get("compiled", False)), async_tp=bool(job.get("async_tp", False))),
+                            compiled_loss=bool(job.get("compiled", False)), async_tp=bool(job.get("async_tp", False)),
+                            fp8_recipe=job.get("fp8_recipe", "tensorwise")),
                 ParallelConfig(**config))
     except (TypeError, ValueError) as exc:
         raise InputError(f"plan cannot be priced: {exc}") from None
