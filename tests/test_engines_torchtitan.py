@@ -9,6 +9,7 @@ torchtitan==0.2.2``; .ci/run makes one), since both releases are the package ``t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -177,6 +178,29 @@ def test_torchtitan_0_2_parses_the_emitted_toml(tmp_path):
         "file": None, "dp_shard": 2, "dp_replicate": 1, "tp": 8, "pp": 4, "cp": 2, "local": 16, "global": 32,
         "seq": 8192, "mode": "selective", "model": ["llama3", "70B"], "converters": [], "layers_per_stage": 10,
         "reshard": "always"}
+
+
+DUALPIPE_0_2 = """
+import json, sys
+from torchtitan.config import ConfigManager
+config = ConfigManager().parse_args(["--job.config_file", sys.argv[1]])
+p = config.parallelism
+print(json.dumps({"schedule": p.pipeline_parallel_schedule, "overlap": p.pipeline_parallel_expert_parallel_overlap,
+                  "ep": p.expert_parallel_degree, "recipe": config.quantize.linear.float8.recipe_name}))
+"""
+
+
+def test_torchtitan_0_2_reads_dualpipev_without_the_expert_overlap_and_the_rowwise_recipe(tmp_path):
+    plan = make_export_plan("deepseek-v3", engine="torchtitan", pp=2, vpp=2, dp=8, ep=8, zero=0, precision="fp8",
+                            pp_schedule="dualpipev")
+    plan = dataclasses.replace(plan, fp8_recipe="rowwise")
+    toml = tmp_path / "torchtitan.toml"
+    toml.write_text(files_of(plan, "torchtitan", torchtitan_version="0.2",
+                             torchtitan_model="deepseek_v3:16B")["torchtitan.toml"].text)
+    result = run_torchtitan_0_2(toml, plan.num_gpus, DUALPIPE_0_2)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"schedule": "DualPipeV", "overlap": False, "ep": 8,
+                                                                  "recipe": "rowwise"}
 
 
 def test_torchtitan_0_2_rejects_a_misspelt_key(tmp_path):
