@@ -110,6 +110,10 @@ _SCHEDULE_HELP = ("Pipeline schedule: 1f1b (interleaved with vpp > 1) or dualpip
                   "vpp 2, rank 0 holds both model edges); comma list.")
 
 
+_TP_OVERLAP_HELP = ("Megatron --tp-comm-overlap: TP collectives pipelined under their GEMMs (tp > 1, sequence "
+                    "parallel):")
+
+
 def _axis_opt(text: str) -> Any:
     return Annotated[str | None, typer.Option(help=text, rich_help_panel=_CONFIG)]
 
@@ -175,6 +179,8 @@ def constraints(**flags: str | None) -> dict[str, list[int]]:
             fixed[axis] = parse_names(axis, text, RECOMPUTE_CODES)
         elif axis == "sp":
             fixed[axis] = parse_names(axis, text, _SP_VALUES)
+        elif axis == "tp_overlap":
+            fixed[axis] = parse_names("tp-comm-overlap", text, _SP_VALUES)
         elif axis == "cp_comm":
             fixed[axis] = parse_names("cp-comm", text, CP_COMM_CODES)
         elif axis == "pp_schedule":
@@ -281,6 +287,7 @@ def plan(
     offload: _axis_opt("Layers whose activations go to host memory (Megatron --cpu-offloading-num-layers; "
                        "pp = 1, no recompute).") = None,
     pp_schedule: _axis_opt(_SCHEDULE_HELP) = None,
+    tp_comm_overlap: _axis_opt(_TP_OVERLAP_HELP + " on, off or both.") = None,
     cost_model: profile_cmd.CostModelOpt = "auto", store: profile_cmd.StoreOpt = None,
     stack_profile: calibrate_cmd.StackProfileOpt = None,
 ) -> None:
@@ -290,7 +297,8 @@ def plan(
     job = make_job(model, seq_len, global_batch, precision, engine, flops_convention, headroom, attention,
                    expert_imbalance, routing, capacity_factor, dispatcher, compile_model, async_tp, fp8_recipe)
     fixed = constraints(tp=tp, pp=pp, dp=dp, cp=cp, cp_comm=cp_comm, ep=ep, etp=etp, vpp=vpp, mbs=mbs, zero=zero,
-                        recompute=recompute, sp=sp, offload=offload, pp_schedule=pp_schedule)
+                        recompute=recompute, sp=sp, offload=offload, pp_schedule=pp_schedule,
+                        tp_overlap=tp_comm_overlap)
     if top < 1:
         raise InputError(f"--top expects a positive integer, got {top}")
     if json_path is not None:
@@ -349,6 +357,7 @@ def evaluate(
     sp: _axis_opt("Sequence parallel: on or off.") = "off",
     offload: _axis_opt("Layers whose activations go to host memory (pp = 1, no recompute).") = "0",
     pp_schedule: _axis_opt(_SCHEDULE_HELP) = "1f1b",
+    tp_comm_overlap: _axis_opt(_TP_OVERLAP_HELP + " on or off.") = "off",
     json_path: JsonOpt = None, force: ForceOpt = False, cost_model: profile_cmd.CostModelOpt = "auto",
     store: profile_cmd.StoreOpt = None, stack_profile: calibrate_cmd.StackProfileOpt = None,
 ) -> None:
@@ -357,7 +366,8 @@ def evaluate(
     job = make_job(model, seq_len, global_batch, precision, engine, flops_convention, headroom, attention,
                    expert_imbalance, routing, capacity_factor, dispatcher, compile_model, async_tp, fp8_recipe)
     fixed = constraints(tp=tp, pp=pp, dp=dp, cp=cp, cp_comm=cp_comm, ep=ep, etp=etp, vpp=vpp, mbs=mbs, zero=zero,
-                        recompute=recompute, sp=sp, offload=offload, pp_schedule=pp_schedule)
+                        recompute=recompute, sp=sp, offload=offload, pp_schedule=pp_schedule,
+                        tp_overlap=tp_comm_overlap)
     several = [axis for axis, values in fixed.items() if len(values) > 1]
     if several:
         raise InputError(f"evaluate takes one value per flag; --{several[0]} has {len(fixed[several[0]])} "
@@ -379,7 +389,7 @@ def evaluate(
         described = render.config_text({a: fixed[a][0] for a in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs",
                                                                  "zero")})
         raise InputError(f"{described} cp_comm={cp_comm} recompute={recompute} sp={sp} offload={offload} "
-                         f"pp_schedule={pp_schedule} breaks a "
+                         f"pp_schedule={pp_schedule} tp_comm_overlap={tp_comm_overlap} breaks a "
                          f"rule: {reason}")
     one = plan_at(job, spec, result, 0, rank=1)
     console = render.make_console()

@@ -193,8 +193,9 @@ def _axes(plan: Plan) -> dict[str, Any]:
     experts = ("ep", "etp") if plan.job.model.is_moe else ()
     comm = ("cp_comm",) if plan.config.cp > 1 else ()
     schedule = ("pp_schedule",) if plan.config.pp_schedule != "1f1b" else ()
+    overlap = ("tp_overlap",) if plan.config.tp_overlap else ()
     return {k: config[k] for k in ("tp", "pp", "dp", "cp") + comm + experts + ("vpp",) + schedule
-            + ("mbs", "zero", "recompute", "sp", "offload")}
+            + ("mbs", "zero", "recompute", "sp") + overlap + ("offload",)}
 
 
 def why_best(console: Console, plans: list[Plan], capacity_bytes: float, cost_model: str, objective: str) -> None:

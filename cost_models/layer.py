@@ -36,6 +36,10 @@ ACTIVATION_BYTES = 2.0  # activations and their gradients are 16-bit in every re
 # Share of the SMs that expert all-to-all kernels occupy while they overlap compute: DeepSeek-V3
 # (arXiv 2412.19437, section 3.2.2) dedicates 20 of the H800's 132 SMs to dispatch and combine.
 COMM_SM_FRAC = 20.0 / 132.0
+# SMs a pipelined GEMM -> reduce-scatter overlap holds for its reduction: Megatron-Bridge's userbuffers configs
+# for H100 (megatron/bridge/training/comm_overlap.py) give the two reduce-scatter pipelines of a layer 16 and 24
+# of the 132 SMs (PipelineOverlapCfg num_sm, set_sm_margin=True); 20 of 132 between them.
+TP_OVERLAP_SM_FRAC = 20.0 / 132.0
 # Element-wise kernels per layer forward: 2 norms, 2 residual adds, activation, rotary, bias/cast.
 ELEMENTWISE_KERNELS_PER_LAYER = 8
 
@@ -185,15 +189,20 @@ def _tp_comm_s(model: ModelSpec, tokens, t: ConfigTable, cluster: ClusterSpec, r
 
 
 def _exposed_tp_comm_s(tp_comm_s, gemm_s, t: ConfigTable, async_tp: bool):
-    """TP communication the step waits for: all of it, or with async TP (torch's micro-pipelined
-    all-gather -> matmul and matmul -> reduce-scatter) the first of the tp chunks each collective is cut
-    into, which nothing precedes to hide it, plus whatever of the rest outlasts the layer's GEMMs (forward
-    and both backward passes: 3x the forward GEMM time)."""
-    if not async_tp:
-        return tp_comm_s
+    """TP communication the step waits for: all of it, or with the collectives pipelined under their GEMMs
+    (torch's async TP, or Megatron's --tp-comm-overlap through Transformer Engine's userbuffers: ring-exchanged
+    all-gather chunks into the GEMM, the GEMM's output reduce-scattered chunk by chunk) the first of the tp
+    chunks each collective is cut into, which nothing precedes to hide it, plus whatever of the rest outlasts
+    the layer's GEMMs (forward and both backward passes: 3x the forward GEMM time)."""
     tp = np.asarray(t.tp, dtype=float)
     hidden_part = tp_comm_s * (1.0 - 1.0 / tp)
-    return np.where(tp > 1, tp_comm_s / tp + np.maximum(hidden_part - 3.0 * gemm_s, 0.0), tp_comm_s)
+    hidden = np.minimum(hidden_part, 3.0 * gemm_s)
+    # Half the collectives are GEMM -> reduce-scatter pipelines, whose reduction kernels hold SMs the GEMM then
+    # lacks (the all-gathers ring-exchange through copy engines): while they overlap, the GEMM runs
+    # TP_OVERLAP_SM_FRAC slower.
+    contention = TP_OVERLAP_SM_FRAC * 0.5 * hidden
+    overlapped = np.where(tp > 1, tp_comm_s / tp + (hidden_part - hidden) + contention, tp_comm_s)
+    return np.where(async_tp | (t.tp_overlap == 1), overlapped, tp_comm_s)
 
 
 def _attention_core_s(model: ModelSpec, work: Workload, tokens, tp, rates: ComputeRates):

@@ -63,6 +63,9 @@ class ConfigTable:
     prefetched back in backward (Megatron-core ``cpu_offloading_num_layers``); 0 = none."""
     pp_schedule: np.ndarray
     """Pipeline schedule (PIPELINE_SCHEDULE_CODES): 0 1F1B / interleaved, 1 DualPipeV, 2 DualPipe."""
+    tp_overlap: np.ndarray
+    """TP collectives pipelined under the GEMMs they feed (Megatron --tp-comm-overlap, Transformer Engine's
+    userbuffers): 1 on, 0 off."""
 
     def __post_init__(self) -> None:
         lengths = {len(np.atleast_1d(getattr(self, f.name))) for f in fields(self)}
@@ -74,8 +77,10 @@ class ConfigTable:
 
     @classmethod
     def from_columns(cls, **columns) -> ConfigTable:
-        """Build from lists or arrays; every column becomes int64. A table without ``pp_schedule`` runs 1F1B."""
-        columns.setdefault("pp_schedule", np.zeros_like(np.atleast_1d(np.asarray(columns["tp"]))))
+        """Build from lists or arrays; every column becomes int64. A table without ``pp_schedule`` runs 1F1B,
+        one without ``tp_overlap`` exposes its TP collectives."""
+        for optional in ("pp_schedule", "tp_overlap"):
+            columns.setdefault(optional, np.zeros_like(np.atleast_1d(np.asarray(columns["tp"]))))
         return cls(**{name: np.atleast_1d(np.asarray(value, dtype=np.int64)) for name, value in columns.items()})
 
     def take(self, index) -> ConfigTable:

@@ -73,6 +73,8 @@ def parallel_args(plan: ExportPlan) -> tuple[Arg, ...]:
     args += pipeline_split_args(plan)
     if c.sp and c.tp > 1:
         args.append(("--sequence-parallel", None))
+    if c.tp_overlap:  # userbuffers: TP collectives pipelined under their GEMMs, as the plan priced
+        args.append(("--tp-comm-overlap", None))
     return tuple(args + data_parallel_args(plan))
 
 

@@ -79,6 +79,8 @@ class EngineRules:
     and virtual stages when pp > 1)."""
     dispatchers: tuple[str, ...]
     """MoE token dispatchers (cost_models.moe.DISPATCHERS) the engine can launch; the first is its default."""
+    tp_comm_overlap: bool
+    """TP collectives can be pipelined under their GEMMs (Megatron --tp-comm-overlap: tp > 1, sequence parallel)."""
     fp8_recipes: tuple[str, ...]
     """fp8 scaling recipes (cost_models.fp8_recipes.FP8_RECIPES) it can run; the first is its default."""
     pipeline_schedules: tuple[str, ...]
@@ -122,7 +124,7 @@ ENGINES: dict[str, EngineRules] = {
         kernel_stack="transformer_engine", activation_offload=True, recompute_stops_early=False,
         expert_ranks_from=("tp", "dp", "cp"), etp_choices="divisors_of_tp", ep_overlap=True,
         dispatchers=("alltoall", "deepep"), pipeline_schedules=("1f1b",),
-        fp8_recipes=("tensorwise", "delayed", "blockwise", "mxfp8"),
+        fp8_recipes=("tensorwise", "delayed", "blockwise", "mxfp8"), tp_comm_overlap=True,
         selective_saves="attention_core", loss_bytes_per_logit=MEGATRON_LOSS_BYTES_PER_LOGIT,
         frees_grads_between_steps=False, saves_gathered_gemm_inputs=False, eager_pytorch_model=False, fsdp_root_stays_gathered=False, pipeline_fsdp_unsharded=False,
         source=(
@@ -140,7 +142,8 @@ ENGINES: dict[str, EngineRules] = {
             "etp-ep-edp are carved from the tp·dp·cp ranks of a stage; MoE with TP needs --sequence-parallel), "
             "--moe-token-dispatcher-type alltoall|flex with --moe-flex-dispatcher-backend deepep (DeepEP's "
             "node-deduplicated dispatch), --moe-router-num-groups / --moe-router-group-topk (group-limited routing), "
-            "--fp8-recipe tensorwise|delayed|blockwise|mxfp8 (Transformer Engine's scaling recipes)"
+            "--fp8-recipe tensorwise|delayed|blockwise|mxfp8 (Transformer Engine's scaling recipes), "
+            "--tp-comm-overlap (Transformer Engine userbuffers; needs --sequence-parallel)"
         ),
     ),
     "deepspeed": EngineRules(
@@ -152,6 +155,7 @@ ENGINES: dict[str, EngineRules] = {
         attention_kernels=("flash", "unfused"), kernel_stack="pytorch", activation_offload=False,
         recompute_stops_early=False, expert_ranks_from=("dp",), etp_choices="one", ep_overlap=False,
         dispatchers=("alltoall",), pipeline_schedules=("1f1b",), fp8_recipes=("tensorwise",),
+        tp_comm_overlap=False,
         # Korthikanti et al.'s 4·s·b·V/t (the fp32 softmax alone), paraplan's figure before issue 15: the 2021
         # ZeRO-3 runs (Narayanan et al. Table 2, 529.6B at mbs 4 on 640 GPUs) ran within 2% of capacity and
         # Megatron's 6 B would call them out of memory; no DeepSpeed memory measurement settles it.
@@ -172,7 +176,7 @@ ENGINES: dict[str, EngineRules] = {
         interleaved_needs_pp_multiple=False, attention_kernels=("flash", "fused"),
         kernel_stack="pytorch", activation_offload=False, recompute_stops_early=True,
         expert_ranks_from=("dp", "cp"), etp_choices="one_or_tp", ep_overlap=False, dispatchers=("alltoall",),
-        pipeline_schedules=("1f1b", "dualpipev"), fp8_recipes=("tensorwise", "rowwise"),
+        pipeline_schedules=("1f1b", "dualpipev"), fp8_recipes=("tensorwise", "rowwise"), tp_comm_overlap=False,
         selective_saves="alternate_matmuls", loss_bytes_per_logit=EAGER_LOSS_BYTES_PER_LOGIT,
         frees_grads_between_steps=True, saves_gathered_gemm_inputs=True, eager_pytorch_model=True, fsdp_root_stays_gathered=True, pipeline_fsdp_unsharded=True,
         source=(

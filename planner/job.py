@@ -184,6 +184,8 @@ class ParallelConfig:
     """Layers whose saved activations live in host memory (Megatron --cpu-offloading-num-layers)."""
     pp_schedule: str = "1f1b"
     """Pipeline schedule: 1f1b (interleaved when vpp > 1), dualpipev or dualpipe (cost_models/schedules.py)."""
+    tp_overlap: bool = False
+    """TP collectives pipelined under their GEMMs (Megatron --tp-comm-overlap)."""
 
     def __post_init__(self) -> None:
         for label in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs"):
@@ -221,4 +223,5 @@ def configs_to_table(configs: list[ParallelConfig]) -> ConfigTable:
         zero=[c.zero for c in configs], recompute=[RECOMPUTE_CODES[c.recompute] for c in configs],
         sp=[int(c.sp) for c in configs], ep_overlap=[int(c.ep_overlap) for c in configs],
         offload=[c.offload for c in configs], pp_schedule=[PIPELINE_SCHEDULE_CODES[c.pp_schedule] for c in configs],
+        tp_overlap=[int(c.tp_overlap) for c in configs],
     )

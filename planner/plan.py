@@ -52,6 +52,7 @@ def config_at(table: ConfigTable, row: int) -> ParallelConfig:
         recompute=RECOMPUTE_NAMES[int(table.recompute[row])], sp=bool(table.sp[row]),
         ep_overlap=bool(table.ep_overlap[row]),
         offload=int(table.offload[row]), pp_schedule=PIPELINE_SCHEDULE_NAMES[int(table.pp_schedule[row])],
+        tp_overlap=bool(table.tp_overlap[row]),
     )
 
 

@@ -29,7 +29,8 @@ from paraplan.planner.job import TrainingJob
 from paraplan.planner.plan import config_at
 from paraplan.planner.search import SearchResult, search
 
-KNOBS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "ep_overlap", "offload")
+KNOBS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "ep_overlap", "offload",
+         "tp_overlap")
 REQUIRED = ("id", "source", "model", "gpu", "num_gpus", "seq_len", "global_batch", "precision", "engine", "attention",
             "measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu", "flops_convention") + KNOBS
 
@@ -193,7 +194,8 @@ def published_layout_gap(row: pd.Series, cache: dict | None = None) -> LayoutGap
     if len(result.ranked) == 0:
         return None
     chosen = int(result.ranked[0])
-    kept = {axis: [int(getattr(result.table, axis)[chosen])] for axis in ("zero", "recompute", "offload", "ep_overlap")}
+    kept = {axis: [int(getattr(result.table, axis)[chosen])] for axis in ("zero", "recompute", "offload", "ep_overlap",
+                                                                                  "tp_overlap")}
     kept["cp_comm"] = fixed["cp_comm"]
     key = (repr(job), repr(cluster), tuple(sorted((k, tuple(v)) for k, v in kept.items())))
     cache = {} if cache is None else cache

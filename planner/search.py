@@ -31,7 +31,7 @@ DOMINATED_CP_REASON = "another context-parallel variant of the same layout is fa
 ALL_GATHER = CP_COMM_CODES["allgather"]
 # Equal predictions rank the simpler layout first: fewer kinds of parallelism and memory tricks
 # to debug (context, pipeline, interleaving, tensor; offload, recompute, sharding), then the rest.
-TIE_BREAK = ("cp", "cp_comm", "pp", "pp_schedule", "vpp", "tp", "offload", "recompute", "zero", "sp", "ep_overlap", "etp", "ep", "dp", "mbs")
+TIE_BREAK = ("cp", "cp_comm", "pp", "pp_schedule", "vpp", "tp", "offload", "recompute", "zero", "sp", "tp_overlap", "ep_overlap", "etp", "ep", "dp", "mbs")
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,9 +24,9 @@ from paraplan.planner.engines import EngineRules
 from paraplan.planner.job import TrainingJob
 
 AXES = ("tp", "pp", "dp", "cp", "cp_comm", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "ep_overlap", "offload",
-        "pp_schedule")
+        "pp_schedule", "tp_overlap")
 # The second pass expands these in order; the most selective first keeps the table small.
-DETAIL_AXES = ("vpp", "mbs", "pp_schedule", "sp", "zero", "recompute", "ep_overlap", "offload")
+DETAIL_AXES = ("vpp", "mbs", "pp_schedule", "sp", "tp_overlap", "zero", "recompute", "ep_overlap", "offload")
 # A free search offloads 1/16, 2/16, ... of the layers: fine enough that the last step moves
 # under 7% of the activations, coarse enough to add at most 15 rows per pp = 1 candidate.
 OFFLOAD_STEPS = 16
@@ -77,6 +77,7 @@ def _free_values(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules) ->
         "ep_overlap": [0, 1] if job.model.is_moe and engine.ep_overlap else [0],
         "offload": [0] + (offload_choices(layers) if engine.activation_offload else []),
         "pp_schedule": [PIPELINE_SCHEDULE_CODES[name] for name in engine.pipeline_schedules],
+        "tp_overlap": [0, 1] if engine.tp_comm_overlap else [0],
     }
 
 
@@ -182,6 +183,10 @@ def _detail_rules(job: TrainingJob, engine: EngineRules) -> list[Rule]:
          "MoE layers with tp > 1 need sequence parallel"),
         (("sp",), lambda t: (t["tp"] > 1) & ~np.isin(t["sp"], engine.sp_modes_with_tp),
          f"{engine.name} does not offer this sequence-parallel setting"),
+        (("tp_overlap",), lambda t: (t["tp_overlap"] == 1) & (not engine.tp_comm_overlap),
+         f"{engine.name} has no TP communication overlap"),
+        (("tp_overlap",), lambda t: (t["tp_overlap"] == 1) & ((t["tp"] == 1) | (t["sp"] == 0)),
+         "TP communication overlap needs tp > 1 and sequence parallel"),
         (("zero",), lambda t: ~np.isin(t["zero"], engine.zero_stages), f"{engine.name} has no such ZeRO stage"),
         (("zero",), lambda t: (t["zero"] > 0) & (t["dp"] * t["cp"] == 1),
          "ZeRO stage > 0 with dp·cp = 1 is the same as stage 0"),

@@ -52,7 +52,7 @@ REQUIRED_COLUMNS = ("id", "model", "gpu", "num_gpus", "seq_len", "global_batch",
 MEASURED_COLUMNS = ("measured_tokens_per_s_per_gpu", "measured_step_time_s")
 OPTIONAL_TEXT = {"attention": "auto", "cluster": "", "kernels": "", "cp_comm": "", "fp8_recipe": "", "pp_schedule": ""}
 POSITIVE_INTEGERS = ("num_gpus", "seq_len", "global_batch", "tp", "pp")
-COUNT_KNOBS = ("zero", "offload", "sp", "ep_overlap")
+COUNT_KNOBS = ("zero", "offload", "sp", "ep_overlap", "tp_overlap")
 """Knobs that may be 0: the ZeRO stage, offloaded layers, and the 0/1 switches."""
 
 

@@ -32,7 +32,7 @@ _GPT_DEFAULTS: dict[str, Any] = {
     "dropout": True,
 }
 
-TABLE_DEFAULTS = {"tp": 1, "pp": 1, "dp": 1, "cp": 1, "cp_comm": 0, "ep": 1, "etp": 1, "vpp": 1, "mbs": 1, "zero": 0, "recompute": 0, "sp": 0, "ep_overlap": 0, "offload": 0, "pp_schedule": 0}
+TABLE_DEFAULTS = {"tp": 1, "pp": 1, "dp": 1, "cp": 1, "cp_comm": 0, "ep": 1, "etp": 1, "vpp": 1, "mbs": 1, "zero": 0, "recompute": 0, "sp": 0, "ep_overlap": 0, "offload": 0, "pp_schedule": 0, "tp_overlap": 0}
 
 
 def make_model(**overrides: Any) -> ModelSpec:

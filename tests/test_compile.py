@@ -102,17 +102,21 @@ def test_plan_with_compile_exports_end_to_end(tmp_path, flag):
 def test_async_tp_exposes_the_first_chunk_and_what_outlasts_the_gemms():
     table = make_table(tp=[8, 4, 1])
     exposed = _exposed_tp_comm_s(np.array([8.0, 8.0, 8.0]), np.array([10.0, 1.0, 1.0]), table, True)
-    np.testing.assert_allclose(exposed, [8 / 8, 8 / 4 + (8 * 3 / 4 - 3.0), 8.0])  # tp 1 has no TP traffic to hide
+    # tp 8: 7 of 8 s hidden under 30 s of GEMMs, which the reduce-scatter half of it slows by 20/132 SMs' share;
+    # tp 4: 6 s to hide under 3 s of GEMMs; tp 1 has no TP traffic to hide.
+    sm = 20 / 132
+    np.testing.assert_allclose(exposed, [8 / 8 + sm * 0.5 * 7, 8 / 4 + (6 - 3.0) + sm * 0.5 * 3, 8.0])
     np.testing.assert_allclose(_exposed_tp_comm_s(np.array([8.0] * 3), np.array([10.0] * 3), table, False), 8.0)
 
 
 def test_torchtitans_published_async_tp_pair():
     """Table 4 of the same benchmark: Llama 3.1 70B on 256 H100, FSDP 32 x TP 8, compile + Float8: 829 tokens/s/GPU,
-    876 with AsyncTP. Both within 10% (-8.6%, +5.6%); the predicted gain (22%) is four times the measured (5.7%):
-    the model hides all but the first of tp chunks, real async TP also pays for the smaller, decomposed matmuls."""
+    876 with AsyncTP. Both within 10% (-8.6%, +3.9%); the predicted gain (20%) is 3.5 times the measured (5.7%):
+    the model hides all but the first of tp chunks and charges the reduce-scatter half the SMs it holds; real async
+    TP also pays for the smaller, decomposed matmuls."""
     runs = load_reference_runs()
     errors = {run_id: predict_row(runs[runs.id == run_id].iloc[0]).error_frac for run_id in ("tt24_t4_01", "tt24_t4_02")}
-    assert errors["tt24_t4_01"] == pytest.approx(-0.086, abs=0.01) and errors["tt24_t4_02"] == pytest.approx(0.056,
+    assert errors["tt24_t4_01"] == pytest.approx(-0.086, abs=0.01) and errors["tt24_t4_02"] == pytest.approx(0.039,
                                                                                                          abs=0.01)
 
 

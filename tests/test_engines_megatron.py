@@ -78,6 +78,7 @@ FLAGS: dict[str, tuple[str, Any]] = {
     "--account-for-loss-in-pipeline-split": ("account_for_loss_in_pipeline_split", TRUE),
     "--pipeline-model-parallel-layout": ("pipeline_model_parallel_layout", str),
     "--sequence-parallel": ("sequence_parallel", TRUE),
+    "--tp-comm-overlap": ("tp_comm_overlap", TRUE),
     "--use-distributed-optimizer": ("use_distributed_optimizer", TRUE),
     "--overlap-grad-reduce": ("overlap_grad_reduce", TRUE),
     "--overlap-param-gather": ("overlap_param_gather", TRUE),
@@ -249,6 +250,9 @@ PLANS = {
     "llama70b-tp8-pp4-vpp5-cp2-sp-zero1-full": {
         "model": "llama-3.1-70b", "tp": 8, "pp": 4, "vpp": 5, "cp": 2, "dp": 2, "sp": True, "zero": 1,
         "recompute": "full", "global_batch": 64, "seq_len": 8192},
+    # NeMo's Llama 3 70B H100 recipe: TP 4 with userbuffers TP communication overlap.
+    "llama70b-tp4-pp4-tp-comm-overlap": {"model": "llama-3.1-70b", "tp": 4, "pp": 4, "vpp": 5, "dp": 2, "sp": True,
+                                         "zero": 1, "tp_overlap": True, "global_batch": 64, "seq_len": 8192},
     "llama8b-fsdp-tp2-offload": {"model": "llama-3.1-8b", "tp": 2, "dp": 8, "sp": True, "zero": 3, "offload": 12,
                                  "mbs": 2},
     "llama8b-fp8-selective": {"model": "llama-3.1-8b", "tp": 4, "dp": 4, "zero": 1, "recompute": "selective",

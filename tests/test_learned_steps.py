@@ -41,7 +41,7 @@ def test_prediction_matches_the_planner():
           "intermediate_size": 11008, "num_hidden_layers": 32, "vocab_size": 32000, "max_position_embeddings": 4096}
     job = TrainingJob(model=model_from_config(hf, "megatron-run"), seq_len=4096, global_batch=64)
     fixed = {"tp": [2], "pp": [1], "dp": [4], "cp": [1], "vpp": [1], "mbs": [1], "zero": [1], "recompute": [0],
-             "sp": [1], "offload": [0]}
+             "sp": [1], "offload": [0], "tp_overlap": [0]}
     result = search(job, quick_cluster("h100-sxm", 8), fixed)
     assert len(result.table) == 1
     assert predict_step_s(ARGS, "h100-sxm") == pytest.approx(float(result.estimates.step_time_s[0]), rel=1e-12)

@@ -107,7 +107,7 @@ def _cp_comm_valid_by_hand(tp, cp, cp_comm, job, cluster, rules) -> bool:
 
 
 def _valid_by_hand(row, job, cluster, rules) -> bool:
-    tp, pp, dp, cp, cp_comm, ep, etp, vpp, mbs, zero, recompute, sp, ep_overlap, offload, schedule = row
+    tp, pp, dp, cp, cp_comm, ep, etp, vpp, mbs, zero, recompute, sp, ep_overlap, offload, schedule, tp_overlap = row
     if not _cp_comm_valid_by_hand(tp, cp, cp_comm, job, cluster, rules):
         return False
     if not _experts_valid_by_hand(tp, dp, cp, ep, etp, sp, job):
@@ -154,6 +154,8 @@ def _valid_by_hand(row, job, cluster, rules) -> bool:
         return False
     if sp == 1 and tp == 1:
         return False
+    if tp_overlap and (job.engine != "megatron" or tp == 1 or sp == 0):  # --tp-comm-overlap needs SP
+        return False
     if tp > 1 and sp not in rules["sp_with_tp"]:
         return False
     if zero > 0 and dp * cp == 1:  # states shard over the dp·cp group; nothing to shard over
@@ -174,15 +176,18 @@ def _brute_force(job, cluster):
     offloads = [0] + (list(range(-(-layers // 16), layers, -(-layers // 16))) if job.engine == "megatron" else [])
     considered, valid = 0, set()
     schedules = sorted(HAND_RULES[job.engine]["schedules"])
-    for tp, pp, cp, cp_comm, vpp, mbs, zero, recompute, sp, offload, schedule in product(
-        divisors(n), divisors(n), divisors(n), (0, 1, 2, 3), vpps, mbss, zeros, recomputes, (0, 1), offloads, schedules
+    tp_overlaps = (0, 1) if job.engine == "megatron" else (0,)
+    for tp, pp, cp, cp_comm, vpp, mbs, zero, recompute, sp, offload, schedule, tp_overlap in product(
+        divisors(n), divisors(n), divisors(n), (0, 1, 2, 3), vpps, mbss, zeros, recomputes, (0, 1), offloads, schedules,
+        tp_overlaps
     ):
         if cp == 1 and cp_comm > 0:  # the communication type exists only with context parallelism
             continue
         considered += offload == 0 and (cp == 1 or cp_comm in HAND_RULES[job.engine]["cp_comm"].values())
         if n % (tp * pp * cp):
             continue
-        row = (tp, pp, n // (tp * pp * cp), cp, cp_comm, 1, 1, vpp, mbs, zero, recompute, sp, 0, offload, schedule)
+        row = (tp, pp, n // (tp * pp * cp), cp, cp_comm, 1, 1, vpp, mbs, zero, recompute, sp, 0, offload, schedule,
+               tp_overlap)
         if _valid_by_hand(row, job, cluster, HAND_RULES[job.engine]):
             valid.add(row)
     return considered, valid
@@ -217,7 +222,7 @@ def test_space_equals_brute_force(cluster_name, nodes, engine, model_name):
 
 
 MOE_FIXED = {"cp_comm": [0], "vpp": [1], "mbs": [1], "zero": [0], "recompute": [0], "ep_overlap": [0], "offload": [0],
-             "pp_schedule": [0]}
+             "pp_schedule": [0], "tp_overlap": [0]}
 
 
 @pytest.mark.parametrize("engine", ["megatron", "torchtitan", "deepspeed"])
@@ -229,7 +234,7 @@ def test_expert_axes_equal_brute_force(engine, h100x16):
     n, rules, valid = 16, HAND_RULES[engine], set()
     for tp, pp, cp, ep, etp, sp in product(divisors(n), divisors(n), divisors(n), divisors(8), divisors(8), (0, 1)):
         if n % (tp * pp * cp) == 0:
-            row = (tp, pp, n // (tp * pp * cp), cp, 0, ep, etp, 1, 1, 0, 0, sp, 0, 0, 0)
+            row = (tp, pp, n // (tp * pp * cp), cp, 0, ep, etp, 1, 1, 0, 0, sp, 0, 0, 0, 0)
             if _valid_by_hand(row, job, h100x16, rules):
                 valid.add(row)
     assert len(valid) > 0 and _rows(space.table) == valid

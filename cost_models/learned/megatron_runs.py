@@ -80,7 +80,9 @@ def _table(config: dict) -> ConfigTable:
                                     mbs=int(config["micro_batch_size"]), recompute=recompute, offload=0,
                                     zero=int(_flag(config.get("use_distributed_optimizer"))),
                                     sp=int(_flag(config.get("sequence_parallel"))),
-                                    ep_overlap=int(_flag(config.get("overlap_moe_expert_parallel_comm"))))
+                                    ep_overlap=int(_flag(config.get("overlap_moe_expert_parallel_comm"))),
+                                    tp_overlap=int(_flag(config.get("tp_comm_overlap")) and tp > 1
+                                                   and _flag(config.get("sequence_parallel"))))
 
 
 def predict_step_s(config: dict, hardware: str, rates: ComputeRates | None = None) -> float:
