@@ -235,6 +235,17 @@ def _schedule_rules(engine: EngineRules, micro_batches) -> list[Rule]:
     ]
 
 
+DOMINATED_TP_OVERLAP = "TP communication overlap off: never faster than on, with the same memory"
+
+
+def _dominated_tp_overlap_rule(engine: EngineRules) -> Rule:
+    """A free search keeps only the overlapped variant where the engine can run it: overlap hides part of the TP
+    traffic (layer._exposed_tp_comm_s, never more than the plain collectives) and allocates nothing the memory
+    model prices, so the plain variant is dominated: counted, never estimated."""
+    return (("tp_overlap",), lambda t: (t["tp_overlap"] == 0) & (t["tp"] > 1) & (t["sp"] == 1)
+            & engine.tp_comm_overlap, DOMINATED_TP_OVERLAP)
+
+
 def _first_reason(reasons: list[tuple], size: int) -> np.ndarray:
     """Index of the first failing reason per row, -1 when valid."""
     code = np.full(size, -1, dtype=np.int64)
@@ -343,6 +354,8 @@ def enumerate_space(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules,
     if collapse_cp_comm:
         shapes = _collapse_cp_comm(shapes)
     rules = _detail_rules(job, engine)
+    if "tp_overlap" not in (fixed or {}):
+        rules.append(_dominated_tp_overlap_rule(engine))
     columns = _detail_pass(shapes, values, rules, counts)
     considered = total_rows * per_shape
     if extra_offload:

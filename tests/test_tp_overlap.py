@@ -17,7 +17,7 @@ from paraplan.cost_models.layer import TP_OVERLAP_SM_FRAC, _exposed_tp_comm_s
 from paraplan.hardware_profiles import quick_cluster
 from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import TrainingJob
-from paraplan.planner.space import enumerate_space
+from paraplan.planner.space import DOMINATED_TP_OVERLAP, enumerate_space
 
 runner = CliRunner(env={"COLUMNS": "200"})
 H100 = quick_cluster("h100-sxm", 64)
@@ -47,10 +47,15 @@ def test_overlap_is_never_slower_and_changes_nothing_but_tp_communication():
 
 def test_only_megatron_offers_it_and_only_with_tp_and_sequence_parallel():
     job = TrainingJob(model=load_model("llama-3.1-8b"), seq_len=8192, global_batch=64)
-    t = enumerate_space(job, H100, engine_rules("megatron"), {"pp": [1], "cp": [1], "zero": [1]}).table
+    space = enumerate_space(job, H100, engine_rules("megatron"), {"pp": [1], "cp": [1], "zero": [1]})
+    t = space.table
     on = t.tp_overlap == 1
     assert np.any(on) and np.all(t.tp[on] > 1) and np.all(t.sp[on] == 1)
-    assert np.any((t.tp > 1) & (t.sp == 1) & ~on)  # both settings are candidates
+    # A free search keeps only the overlapped variant where it runs (never slower, same memory) and counts the other.
+    assert not np.any((t.tp > 1) & (t.sp == 1) & ~on) and space.rejected[DOMINATED_TP_OVERLAP] > 0
+    both = enumerate_space(job, H100, engine_rules("megatron"), {"pp": [1], "cp": [1], "zero": [1],
+                                                                 "tp_overlap": [0, 1]}).table
+    assert np.sum((both.tp > 1) & (both.sp == 1) & (both.tp_overlap == 0)) == np.sum(on)
     titan = TrainingJob(model=load_model("llama-3.1-8b"), seq_len=8192, global_batch=64, engine="torchtitan")
     assert np.all(enumerate_space(titan, H100, engine_rules("torchtitan"), {"pp": [1], "cp": [1]}).table.tp_overlap == 0)
 
