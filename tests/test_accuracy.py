@@ -120,6 +120,15 @@ def test_issue_3_moe_target():
     assert np.median(errors) <= 0.10 and errors.max() <= 0.25
 
 
+@pytest.mark.xfail(strict=True, reason="issue 16's bound for the current containers' MoE rows (26.06+), analytical "
+                   "model alone: median 14.9% and 8 of 29 rows beyond 25% (7 GPT-OSS-120B, DeepSeek-V3 on B300). GPT-OSS is 27% fast (up to "
+                   "+105% against two 26.06.01/26.06 rows that measured 60% of 26.08 on identical layouts), DeepSeek-V3 "
+                   "on B300 +55%, Qwen3 14-16% slow; the errors differ by model, not by stack")
+def test_issue_16_current_moe_target():
+    errors = _abs_errors(lambda r: _MOE(r) & _CURRENT(r))
+    assert np.median(errors) <= 0.10 and errors.max() <= 0.25
+
+
 KNOWN_INFEASIBLE: dict[str, str] = {
     "nemo_bridge_0263": "DeepSeek-V3 on 256 GB200 with pp 8 and ep 64 as published (NeMo 25.09): a pipeline stage has "
                         "256 / 8 = 32 tp·dp·cp ranks, and Megatron-core carves expert groups from them, so ep = 64 "
