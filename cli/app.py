@@ -15,7 +15,8 @@ from typing import Annotated, Any, get_args
 
 import typer
 
-from paraplan.cli import calibrate_cmd, export_cmd, place_cmd, profile_cmd, render
+import paraplan
+from paraplan.cli import calibrate_cmd, catalog_json, export_cmd, place_cmd, profile_cmd, render
 from paraplan.cost_models.context_parallel import CP_COMM_CODES
 from paraplan.cost_models.device_memory import usable_capacity_bytes
 from paraplan.cost_models.hf_config import load_model, preset_names
@@ -42,6 +43,19 @@ app.add_typer(models_app, name="models")
 app.add_typer(hardware_app, name="hardware")
 profiles_app = typer.Typer(no_args_is_help=True, help="The profile store: what it holds per hardware.")
 app.add_typer(profiles_app, name="profiles")
+
+
+def _print_version(requested: bool) -> None:
+    if requested:
+        typer.echo(f"paraplan {paraplan.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                                help="Print paraplan's version and exit.")] = False) -> None:
+    """Plan distributed training of transformers: search parallel layouts, predict step time, MFU and memory."""
+    render.route_human_output(None)  # each command says where its own output goes
 
 _SEARCH_AXES = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero")
 _SP_VALUES = {"on": [1], "off": [0], "both": [0, 1]}
@@ -95,7 +109,8 @@ RoutingOpt = Annotated[Path | None, typer.Option(
 CapacityOpt = Annotated[float | None, typer.Option(
     help="MoE token dropping: expert capacity as a multiple of the balanced share, padded to it (Megatron "
          "--moe-expert-capacity-factor); default dropless.", rich_help_panel=_JOB)]
-JsonOpt = Annotated[Path | None, typer.Option("--json", help="Also write machine-readable JSON to this file.")]
+JsonOpt = Annotated[Path | None, typer.Option("--json", help="Also write machine-readable JSON to this file "
+                                                             "('-': to standard output, the tables to stderr).")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite an existing --json file (and exported files).")]
 ExportOpt = Annotated[str | None, typer.Option("--export", help="Also write launch configs of the top plan: "
                                                "megatron, deepspeed, torchtitan, slurm, k8s, json or all.")]
@@ -301,6 +316,7 @@ def plan(
                         tp_overlap=tp_comm_overlap)
     if top < 1:
         raise InputError(f"--top expects a positive integer, got {top}")
+    render.route_human_output(json_path)
     if json_path is not None:
         render.check_writable(json_path, force)
     export_cmd.check_plan_export(export, out, job.engine, force)
@@ -378,6 +394,7 @@ def evaluate(
     elif "dp" not in fixed or shape * fixed["dp"][0] != spec.num_gpus:
         raise InputError(f"tp·pp·cp{'·dp' if 'dp' in fixed else ''} = {shape * fixed.get('dp', [1])[0]} does not "
                          f"match the {spec.num_gpus} GPUs of {spec.name}; choose degrees whose product is the GPU count")
+    render.route_human_output(json_path)
     if json_path is not None:
         render.check_writable(json_path, force)
     spec = profile_cmd.cluster_for(cost_model, spec, store)
@@ -408,46 +425,78 @@ profiles_app.command("show")(user_errors(profile_cmd.profiles_show))
 
 @models_app.command("list")
 @user_errors
-def models_list() -> None:
+def models_list(json_path: JsonOpt = None, force: ForceOpt = False) -> None:
     """Every shipped model preset."""
-    render.model_list(render.make_console(), [load_model(name) for name in preset_names()])
+    render.route_human_output(json_path)
+    if json_path is not None:
+        render.check_writable(json_path, force)
+    models = [load_model(name) for name in preset_names()]
+    render.model_list(render.make_console(), models)
+    if json_path is not None:
+        render.write_json(json_path, {"schema_version": catalog_json.SCHEMA_VERSION,
+                                      "models": [catalog_json.model_document(m) for m in models]}, force)
 
 
 @models_app.command("show")
 @user_errors
 def models_show(model: ModelArg,
-                seq_len: Annotated[int, typer.Option(help="Sequence length for FLOPs per token.")] = 4096) -> None:
+                seq_len: Annotated[int, typer.Option(help="Sequence length for FLOPs per token.")] = 4096,
+                json_path: JsonOpt = None, force: ForceOpt = False) -> None:
     """Shape, exact parameter counts and FLOPs per token of one model."""
     if seq_len < 1:
         raise InputError(f"--seq-len expects a positive integer, got {seq_len}")
-    render.model_detail(render.make_console(), load_model(model), seq_len)
+    render.route_human_output(json_path)
+    if json_path is not None:
+        render.check_writable(json_path, force)
+    spec = load_model(model)
+    render.model_detail(render.make_console(), spec, seq_len)
+    if json_path is not None:
+        render.write_json(json_path, {"schema_version": catalog_json.SCHEMA_VERSION,
+                                      "model": catalog_json.model_document(spec, seq_len)}, force)
 
 
 @hardware_app.command("list")
 @user_errors
-def hardware_list(hardware: HardwareFileOpt = None) -> None:
+def hardware_list(hardware: HardwareFileOpt = None, json_path: JsonOpt = None, force: ForceOpt = False) -> None:
     """Every GPU and cluster type: the built-in catalog and your hardware file's entries."""
+    render.route_human_output(json_path)
+    if json_path is not None:
+        render.check_writable(json_path, force)
     catalog = resolve_catalog(hardware)
+    gpus = [catalog.gpus[name] for name in sorted(catalog.gpus)]
     clusters = [catalog.cluster(name, num_nodes=1) for name in sorted(catalog.clusters)]
-    render.hardware_lists(render.make_console(), [catalog.gpus[name] for name in sorted(catalog.gpus)], clusters,
-                          catalog.cluster_origins)
+    render.hardware_lists(render.make_console(), gpus, clusters, catalog.cluster_origins)
+    if json_path is not None:
+        render.write_json(json_path, {
+            "schema_version": catalog_json.SCHEMA_VERSION, "gpus": [catalog_json.gpu_document(g) for g in gpus],
+            "clusters": [catalog_json.cluster_document(c, catalog.cluster_origins[c.name]) for c in clusters]}, force)
 
 
 @hardware_app.command("show")
 @user_errors
 def hardware_show(name: Annotated[str, typer.Argument(help="A GPU or cluster name from 'hardware list'.")],
-                  hardware: HardwareFileOpt = None) -> None:
+                  hardware: HardwareFileOpt = None, json_path: JsonOpt = None, force: ForceOpt = False) -> None:
     """Every number of one GPU or cluster type, with its source."""
+    render.route_human_output(json_path)
+    if json_path is not None:
+        render.check_writable(json_path, force)
     console, catalog = render.make_console(), resolve_catalog(hardware)
+    document: dict[str, Any] = {"schema_version": catalog_json.SCHEMA_VERSION}
     if name in catalog.gpus or (name not in catalog.clusters and looks_like_device_name(name)):
-        render.gpu_detail(console, catalog.gpu(name))  # a driver's product name resolves (or is refused) here
+        gpu = catalog.gpu(name)  # a driver's product name resolves (or is refused) here
+        render.gpu_detail(console, gpu)
+        document["gpu"] = catalog_json.gpu_document(gpu)
     elif name in catalog.clusters:
-        render.cluster_detail(console, catalog.cluster(name, num_nodes=1), catalog.cluster_origins[name])
+        cluster = catalog.cluster(name, num_nodes=1)
+        render.cluster_detail(console, cluster, catalog.cluster_origins[name])
+        document["cluster"] = catalog_json.cluster_document(cluster, catalog.cluster_origins[name])
     else:
         known = sorted(catalog.gpus) + sorted(catalog.clusters)
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.4)
         hint = f"; did you mean {' or '.join(close)}?" if close else ""
         raise InputError(f"unknown GPU or cluster {name!r}{hint} (known: {', '.join(known)})")
+    if json_path is not None:
+        render.write_json(json_path, document, force)
 
 
 @app.command()
@@ -462,6 +511,7 @@ def validate(json_path: JsonOpt = None, force: ForceOpt = False,
                  "error per source (about a minute more).")] = False,
              ) -> None:
     """Predict every published reference run and report the error against its measurement."""
+    render.route_human_output(json_path)
     if json_path is not None:
         render.check_writable(json_path, force)
     memory = _memory_validation(memory_runs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -64,10 +65,27 @@ def ingest(
     render_profiles.ingest_results(render.make_console(), results, target)
 
 
-def profiles_list(store: StoreOpt = None) -> None:
+ProfilesJsonOpt = Annotated[Path | None, typer.Option("--json", help="Also write machine-readable JSON to this file "
+                                                                     "('-': to standard output, the table to stderr).")]
+ProfilesForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite an existing --json file.")]
+
+
+def profiles_list(store: StoreOpt = None, json_path: ProfilesJsonOpt = None, force: ProfilesForceOpt = False) -> None:
     """What the store holds, per hardware and kind of measurement."""
+    render.route_human_output(json_path)
+    if json_path is not None:
+        render.check_writable(json_path, force)
     target = store_path(store)
-    render_profiles.store_summary(render.make_console(), summarize(target), f"profile store {target}")
+    summary = summarize(target)
+    render_profiles.store_summary(render.make_console(), summary, f"profile store {target}")
+    if json_path is not None:
+        render.write_json(json_path, {"schema_version": 1, "store": str(target),
+                                      "measurements": _plain_records(summary)}, force)
+
+
+def _plain_records(frame) -> list[dict]:
+    """A summary frame as JSON-ready rows (numpy integers as ints, missing text as null)."""
+    return json.loads(frame.to_json(orient="records"))
 
 
 def profiles_show(hardware: Annotated[str, typer.Argument(help="GPU catalog name.")], store: StoreOpt = None) -> None:

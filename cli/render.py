@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import tempfile
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -54,9 +55,26 @@ MEMORY_LABELS = {
 
 
 # -- consoles and number formats --------------------------------------------------------------
+STDOUT_PATH = "-"
+"""``--json -``: the JSON document goes to standard output, and everything meant for people to stderr."""
+_human_to_stderr = False
+
+
+def is_stdout(path: Path | None) -> bool:
+    """True for ``--json -``."""
+    return path is not None and str(path) == STDOUT_PATH
+
+
+def route_human_output(json_path: Path | None) -> None:
+    """Send tables and messages to stderr while a command writes its JSON to stdout (``--json -``)."""
+    global _human_to_stderr
+    _human_to_stderr = is_stdout(json_path)
+
+
 def make_console(stderr: bool = False) -> Console:
-    """A console on stdout (or stderr); wider than 80 columns when not a terminal."""
-    console = Console(stderr=stderr, highlight=False)
+    """A console on stdout (or stderr, or stderr whenever stdout carries JSON); wider than 80 columns when not a
+    terminal."""
+    console = Console(stderr=stderr or _human_to_stderr, highlight=False)
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console.width = NON_TERMINAL_WIDTH
     return console
@@ -486,7 +504,9 @@ def cross_source_validation(console: Console, report: dict[str, Any]) -> None:
 
 # -- JSON files -------------------------------------------------------------------------------
 def check_writable(path: Path, force: bool) -> None:
-    """InputError unless ``path`` can be (over)written; checked before any long computation."""
+    """InputError unless ``path`` can be (over)written; checked before any long computation. ``-`` is stdout."""
+    if is_stdout(path):
+        return
     if path.exists() and not force:
         raise InputError(f"{path} already exists; pass --force to overwrite it or choose another --json path")
     if path.is_dir():
@@ -496,9 +516,14 @@ def check_writable(path: Path, force: bool) -> None:
 
 
 def write_json(path: Path, document: dict[str, Any], force: bool) -> None:
-    """Write ``document`` as stable JSON, atomically (temp file in the same folder, then rename)."""
+    """Write ``document`` as stable JSON, atomically (temp file in the same folder, then rename), or to
+    standard output for ``-``."""
     check_writable(path, force)
     text = json.dumps(document, indent=2, allow_nan=False) + "\n"
+    if is_stdout(path):
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
     handle, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(handle, "w") as stream:

@@ -14,9 +14,7 @@ import pickle
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import joblib
 import numpy as np
-import sklearn
 
 from paraplan.errors import InputError
 
@@ -79,6 +77,8 @@ def save_artifact(directory: Path, meta: ArtifactMeta, estimator: object) -> Pat
     """Write the model and its metadata; returns the metadata path."""
     model_path, meta_path = artifact_paths(directory, meta.hardware, meta.target)
     model_path.parent.mkdir(parents=True, exist_ok=True)
+    import joblib  # loads with the artifacts that need it, not with every command
+
     joblib.dump({"data_hash": meta.data_hash, "estimator": estimator}, model_path)
     meta_path.write_text(json.dumps(asdict(meta), indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return meta_path
@@ -99,9 +99,9 @@ def load_artifact(directory: Path, hardware: str, target: str, features: tuple[s
     """Metadata and fitted estimator, after every check; InputError naming the mismatch."""
     model_path, meta_path = artifact_paths(directory, hardware, target)
     meta = load_meta(meta_path)
-    if meta.sklearn_version != sklearn.__version__:
+    if meta.sklearn_version != _sklearn_version():
         raise InputError(f"{meta_path}: fitted with scikit-learn {meta.sklearn_version}, running "
-                         f"{sklearn.__version__}; rerun 'paraplan learn' to refit")
+                         f"{_sklearn_version()}; rerun 'paraplan learn' to refit")
     if meta.features != tuple(features):
         raise InputError(f"{meta_path}: features {list(meta.features)} differ from this paraplan's "
                          f"{list(features)}; rerun 'paraplan learn'")
@@ -109,6 +109,8 @@ def load_artifact(directory: Path, hardware: str, target: str, features: tuple[s
         raise InputError(f"{meta_path}: trained on data {meta.data_hash[:12]}, expected {expected_hash[:12]}; "
                          "rerun 'paraplan learn'")
     try:
+        import joblib
+
         payload = joblib.load(model_path)
     except (OSError, EOFError, ValueError, TypeError, AttributeError, ImportError, KeyError,
             pickle.UnpicklingError) as exc:  # what a truncated or foreign pickle raises
@@ -117,3 +119,10 @@ def load_artifact(directory: Path, hardware: str, target: str, features: tuple[s
         raise InputError(f"{model_path}: the model file does not match {meta_path.name} (data hash); "
                          "rerun 'paraplan learn'")
     return meta, payload["estimator"]
+
+
+def _sklearn_version() -> str:
+    """scikit-learn's version, imported only here (it is most of every command's start-up time)."""
+    import sklearn
+
+    return sklearn.__version__

@@ -6,9 +6,10 @@ learning rate, and a fixed seed so a refit on the same data gives the same model
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
-from sklearn.ensemble import HistGradientBoostingRegressor
 from threadpoolctl import threadpool_limits
 
 from paraplan.cost_models.learned.features import (
@@ -29,8 +30,14 @@ TREE_SETTINGS = {"max_iter": 400, "learning_rate": 0.1, "max_depth": 6, "min_sam
                  "random_state": SEED}
 
 
+if TYPE_CHECKING:
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+
 def regressor() -> HistGradientBoostingRegressor:
-    """A fresh, unfitted regressor with the fixed settings."""
+    """A fresh, unfitted regressor with the fixed settings (scikit-learn loads here, not at import)."""
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
     return HistGradientBoostingRegressor(**TREE_SETTINGS)
 
 

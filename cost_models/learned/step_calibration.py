@@ -10,9 +10,9 @@ breakdown still sums to the step, and the rates (tokens/s, MFU, HFU) scale by it
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import numpy as np
-from sklearn.dummy import DummyRegressor
 
 from paraplan.cost_models.estimate import EstimateTable
 from paraplan.cost_models.learned.evaluate import Score
@@ -23,9 +23,14 @@ TIME_TERMS = ("step_time_s", "compute_s", "tp_comm_s", "cp_comm_s", "pp_comm_s",
               "offload_s", "optimizer_s")
 RATE_TERMS = ("tokens_per_s", "tokens_per_s_per_gpu", "model_flops_per_s_per_gpu", "mfu", "hfu")
 
+if TYPE_CHECKING:  # scikit-learn loads where a calibration is fitted: it is most of every command's start-up
+    from sklearn.dummy import DummyRegressor
+
 
 def fit_step_calibration(measured_s: np.ndarray, predicted_s: np.ndarray) -> DummyRegressor:
     """The median log ratio measured/predicted, as a fitted scikit-learn regressor."""
+    from sklearn.dummy import DummyRegressor
+
     ratio = np.log(np.asarray(measured_s, dtype=float) / np.asarray(predicted_s, dtype=float))
     return DummyRegressor(strategy="median").fit(np.zeros((len(ratio), 1)), ratio)
 

@@ -16,9 +16,9 @@ Baseline: Megatron's contiguous layout. Heuristic (hint and fallback): ``expert_
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from ortools.sat.python import cp_model
 
 from paraplan.cost_models.routing import RoutingStats
 from paraplan.errors import InputError
@@ -31,6 +31,9 @@ from paraplan.planner.placement.expert_layout import (
     slots_per_rank,
 )
 from paraplan.planner.placement.solver import SolverConfig, SolveStats, run_cp_sat
+
+if TYPE_CHECKING:  # annotations only: OR-Tools loads where a solver runs
+    from ortools.sat.python import cp_model
 
 LOAD_RESOLUTION = 1_000_000
 """Integer units per layer's busiest-possible load: token counts above this are scaled down so that
@@ -184,6 +187,7 @@ def solve_load(load: np.ndarray, ep: int, replicas: int, config: SolverConfig) -
     average it already fits under, and the restriction keeps 256 x 64 layers solvable. The bound
     stated is then the mean rank, which holds for the unrestricted problem too.
     """
+    from ortools.sat.python import cp_model  # imported where a solver runs: start-up time
     slots = slots_per_rank(len(load), ep, replicas)
     heaviest = int(np.argmax(load))
     heuristic = _rank0_first(greedy_share(load.astype(float), ep, replicas), heaviest)
@@ -215,6 +219,7 @@ def solve_traffic(load: np.ndarray, cost: np.ndarray, max_load_cap: int, start: 
                   config: SolverConfig) -> tuple[np.ndarray, SolveStats]:
     """Phase 2 of one layer (no replicas): the fewest crossing tokens (``cost[e, r]`` if expert e goes
     to rank r) among layouts whose busiest rank carries at most ``max_load_cap``; ``start`` is feasible."""
+    from ortools.sat.python import cp_model  # imported where a solver runs: start-up time
     ep = cost.shape[1]
     model = cp_model.CpModel()
     x, y, max_load = _variables(model, load, ep, np.zeros(len(load), dtype=bool))

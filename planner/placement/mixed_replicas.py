@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from ortools.sat.python import cp_model
 
 from paraplan.errors import InputError
 from paraplan.hardware_profiles.topology import Topology
@@ -71,6 +70,7 @@ def replica_types(topology: Topology, config: ParallelConfig) -> list[str]:
 def mixed_replicas(job: TrainingJob, config: ParallelConfig, topology: Topology,
                    solver: SolverConfig) -> MixedReplicas:
     """Uneven micro-batches per replica; InputError when a replica cannot sit on one type."""
+    from ortools.sat.python import cp_model  # imported where a solver runs: start-up time
     types = replica_types(topology, config)
     total = job.global_batch // config.mbs
     if total < config.dp:

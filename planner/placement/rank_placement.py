@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-from ortools.sat.python import cp_model
 
 from paraplan.planner.placement.solver import SolverConfig, SolveStats, run_cp_sat
+
+if TYPE_CHECKING:  # annotations only: OR-Tools loads where a solver runs
+    from ortools.sat.python import cp_model
 
 TIME_QUANTUM_S = 1e-6
 """One integer cost unit: a microsecond, below the α of any inter-node collective, so rounding never
@@ -111,6 +114,7 @@ def brute_force(instance: RankInstance) -> tuple[tuple[int, ...], int]:
 
 
 def _build(instance: RankInstance):
+    from ortools.sat.python import cp_model  # imported where a solver runs: start-up time
     model = cp_model.CpModel()
     slots, nodes = instance.num_slots, instance.num_nodes
     x = {(s, n): model.NewBoolVar(f"x_s{s}_n{n}") for s in range(slots) for n in range(nodes)}

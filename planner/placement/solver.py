@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from ortools.sat.python import cp_model
+if TYPE_CHECKING:  # annotations only: OR-Tools loads where a solver runs
+    from ortools.sat.python import cp_model
+
 
 # A solve whose model building used up the whole limit still gets this long to return its warm start (the
 # baseline hint) as a feasible answer rather than nothing.
@@ -98,6 +100,7 @@ def run_cp_sat(model: cp_model.CpModel, config: SolverConfig, *,
     found nothing in 20 s); with it, presolve is weaker and bounds come slower, so only models that
     need it ask.
     """
+    from ortools.sat.python import cp_model  # imported where a solver runs: start-up time
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = config.remaining_s()
     solver.parameters.relative_gap_limit = config.relative_gap_frac

@@ -13,7 +13,6 @@ import itertools
 from dataclasses import dataclass
 
 import numpy as np
-import pulp
 
 from paraplan.planner.placement.solver import SolverConfig, SolveStats
 
@@ -129,6 +128,7 @@ def _milp(instance: StageInstance, relax: bool):
     """Cumulative formulation: before[l, s] = 1 when layer l sits on stage s or earlier. It is monotone
     in both indices, so every solution is contiguous, and its LP relaxation is far tighter than one
     binary per (layer, stage) with index constraints."""
+    import pulp  # PuLP loads where a partition is solved: start-up time of every other command
     layers, stages = instance.num_layers, instance.num_stages
     kind = pulp.LpContinuous if relax else pulp.LpBinary
     problem = pulp.LpProblem("stage_partition", pulp.LpMinimize)
@@ -162,6 +162,7 @@ def _milp(instance: StageInstance, relax: bool):
 
 def partition(instance: StageInstance, config: SolverConfig) -> StagePartition:
     """Solve the MILP; the baseline is the warm start and the answer when CBC finds nothing in time."""
+    import pulp  # PuLP loads where a partition is solved: start-up time of every other command
     config = config.started()
     base = baseline_split(instance.num_layers, instance.num_stages)
     base_slowest = float(stage_times(instance, base).max())
@@ -194,6 +195,7 @@ def partition(instance: StageInstance, config: SolverConfig) -> StagePartition:
 
 def _relaxation_bound(instance: StageInstance) -> float:
     """The LP relaxation's optimum: a proven lower bound on the slowest stage."""
+    import pulp  # PuLP loads where a partition is solved: start-up time of every other command
     problem, _ = _milp(instance, relax=True)
     problem.solve(pulp.PULP_CBC_CMD(msg=False))
     return float(pulp.value(problem.objective)) if problem.status == pulp.LpStatusOptimal else 0.0
