@@ -8,6 +8,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+import tempfile
 
 import pytest
 from profiles_factory import PHI2_H100, need_vidur, store_with
@@ -19,22 +20,28 @@ HEAVY = ("sklearn", "ortools", "pulp", "scipy", "torch")
 runner = CliRunner(env={"COLUMNS": "200"})
 
 
+# Run from a neutral folder: from the repository root, its paraplan/ folder would shadow the installed package.
+NEUTRAL = tempfile.gettempdir()
+
+
 def _paraplan(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "paraplan", *args], capture_output=True, text=True, timeout=300,
-                          check=False)
+                          check=False, cwd=NEUTRAL)
 
 
 def test_the_cli_imports_no_solver_or_learning_library():
     probe = ("import sys, paraplan.cli.app; "
              f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))")
-    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                            cwd=NEUTRAL).stdout
     assert loaded.strip() == "[]", loaded
 
 
 def test_placement_modules_load_their_solvers_only_when_they_solve():
     probe = ("import sys\nimport paraplan.planner.placement.rank_placement, paraplan.planner.placement.stage_partition\n"
              "print(sorted({m.split('.')[0] for m in sys.modules} & {'ortools', 'pulp'}))")
-    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                            cwd=NEUTRAL).stdout
     assert loaded.strip() == "[]", loaded
 
 
