@@ -2,6 +2,26 @@
 
 The code lives in one-way layers, installed as sub-packages of this one:
 ``hardware_profiles`` → ``cost_models`` → ``planner`` → ``exporters`` → ``cli``.
+The library entry points (``paraplan/api.py``) load on first use, so ``import paraplan`` stays light:
+``paraplan.plan``, ``paraplan.evaluate``, ``paraplan.plan_document``, ``paraplan.PlanResult``, ``paraplan.InputError``.
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 __version__ = "0.1.0"
+__all__ = ["InputError", "PlanResult", "__version__", "evaluate", "plan", "plan_document"]
+
+
+def __getattr__(name: str) -> Any:
+    """The API on first use (PEP 562): importing it pulls in numpy, pandas and the cost model."""
+    if name == "InputError":
+        from paraplan.errors import InputError
+
+        return InputError
+    if name in ("plan", "evaluate", "plan_document", "PlanResult"):
+        from paraplan import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'paraplan' has no attribute {name!r}")
