@@ -30,9 +30,9 @@ from paraplan.hardware_profiles.topology_file import is_topology_file
 from paraplan.hardware_profiles.user_file import resolve_catalog
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.memory_reference import confusion, load_memory_runs, predict_memory_all, summarize_memory
-from paraplan.planner.plan import SCHEMA_VERSION, Plan, config_at, estimate_at, plan_to_json
+from paraplan.planner.plan import SCHEMA_VERSION, Plan, plan_at, plan_to_json
 from paraplan.planner.reference import load_reference_runs, predict_all, summarize
-from paraplan.planner.search import SearchResult, explain_no_fit, search
+from paraplan.planner.search import explain_no_fit, search
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False,
                   help="Plan distributed training of transformers: search parallel layouts, predict step time, "
@@ -260,12 +260,6 @@ def make_job(model: str, seq_len: int, global_batch: int, precision: str, engine
 def capacity_bytes(job: TrainingJob, cluster: ClusterSpec) -> float:
     """The per-GPU memory plans are checked against."""
     return float(usable_capacity_bytes(cluster.gpu.hbm_bytes)) * (1.0 - job.memory_headroom_frac)
-
-
-def plan_at(job: TrainingJob, cluster: ClusterSpec, result: SearchResult, row: int, rank: int) -> Plan:
-    """The Plan of one row of a search result."""
-    return Plan(job=job, cluster=cluster, config=config_at(result.table, row),
-                estimate=estimate_at(result.estimates, row), fits=bool(row in result.ranked), rank=rank)
 
 
 def write_plans(path: Path | None, plans: list[Plan], cost_model: str, force: bool) -> None:

@@ -37,7 +37,7 @@ rowwise/hopper to torchao's float8 README (Llama 3 8B on 8 H100 under torchtitan
 NeMo 25.09's DeepSeek-V3 on 1,024 H100 (1,297 tokens/s under both recipes; its TFLOP/s column says 330 vs 338,
 so the table itself brackets the effect at 0-2.4% of the step: no measurable cost); mxfp8/blackwell to eight
 same-layout pairs on B200, GB200 and GB300 (NeMo 25.09 and 26.x; step ratios 0.93-1.04): in-sample median
-|ratio error| 1.4%, each pair left out 2.2%. A recipe on an architecture without an entry runs at the
+|ratio error| 1.3%, each pair left out 2.2%. A recipe on an architecture without an entry runs at the
 per-tensor rate."""
 
 

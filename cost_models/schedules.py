@@ -53,6 +53,8 @@ def schedule_bubble_s(pp_schedule, pp, slowest_s, one_f_one_b_bubble_s, ratio):
     """Pipeline fill and drain of each row's schedule. ``slowest_s``: the slowest rank's time per micro-batch;
     ``one_f_one_b_bubble_s``: the bubble 1F1B (or the interleaved schedule) would have; ``ratio``:
     :func:`dual_bubble_ratio`. DualPipeV: (pp − 1)·t·ratio; DualPipe: (pp/2 − 1)·2·t·ratio = (pp − 2)·t·ratio."""
+    if not np.any(is_bidirectional(pp_schedule)):
+        return one_f_one_b_bubble_s
     pp = np.asarray(pp, dtype=float)
     dualpipev = (pp - 1.0) * slowest_s * ratio
     dualpipe = np.maximum(pp - 2.0, 0.0) * slowest_s * ratio
@@ -64,6 +66,8 @@ def in_flight_microbatches(pp_schedule, pp, num_microbatches, one_f_one_b):
     """Micro-batches' worth of one rank's activations at its peak: pp + 1 stage activations under DualPipe
     (Table 2), 2·pp + 1 chunk activations (half a rank's layers each) under DualPipeV, at most the step's
     micro-batches; ``one_f_one_b`` (memory.in_flight_chunks over vpp) elsewhere."""
+    if not np.any(is_bidirectional(pp_schedule)):
+        return one_f_one_b
     pp, m = np.asarray(pp, dtype=float), np.asarray(num_microbatches, dtype=float)
     return np.select([np.asarray(pp_schedule) == DUALPIPEV, np.asarray(pp_schedule) == DUALPIPE],
                      [np.minimum(2.0 * pp + 1.0, 2.0 * m) / 2.0, np.minimum(pp + 1.0, m)], one_f_one_b)

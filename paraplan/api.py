@@ -27,7 +27,7 @@ from paraplan.cost_models.table import PIPELINE_SCHEDULE_CODES, RECOMPUTE_CODES
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec, cluster_from_file, load_cluster, quick_cluster
 from paraplan.planner.job import TrainingJob
-from paraplan.planner.plan import SCHEMA_VERSION, Plan, config_at, estimate_at, plan_to_json
+from paraplan.planner.plan import SCHEMA_VERSION, Plan, plan_at, plan_to_json
 from paraplan.planner.search import OBJECTIVES, explain_no_fit, search
 from paraplan.planner.space import AXES
 
@@ -68,7 +68,7 @@ def plan(model: str | ModelSpec, *, seq_len: int, global_batch: int, gpu: str | 
     result = search(job, spec, fixed, objective)
     if len(result.ranked) == 0:
         raise InputError(explain_no_fit(result, spec))
-    plans = [_plan_at(job, spec, result, int(row), rank) for rank, row in enumerate(result.ranked[:top], start=1)]
+    plans = [plan_at(job, spec, result, int(row), rank) for rank, row in enumerate(result.ranked[:top], start=1)]
     return PlanResult(plans=plans, cost_model=result.estimates.cost_model, considered=result.considered,
                       fitting=len(result.ranked), rejected=dict(result.rejected))
 
@@ -96,7 +96,7 @@ def evaluate(model: str | ModelSpec, *, seq_len: int, global_batch: int, tp: int
     result = search(job, spec, fixed, "throughput")
     if len(result.table) == 0:
         raise InputError(f"the configuration breaks a rule: {max(result.rejected, key=result.rejected.get)}")
-    return _plan_at(job, spec, result, 0, rank=1)
+    return plan_at(job, spec, result, 0, rank=1)
 
 
 def plan_document(result: PlanResult | Plan, cost_model: str | None = None) -> dict[str, Any]:
@@ -107,11 +107,6 @@ def plan_document(result: PlanResult | Plan, cost_model: str | None = None) -> d
 
 
 # -- helpers --------------------------------------------------------------------------------------------------
-def _plan_at(job: TrainingJob, cluster: ClusterSpec, result, row: int, rank: int) -> Plan:
-    return Plan(job=job, cluster=cluster, config=config_at(result.table, row),
-                estimate=estimate_at(result.estimates, row), fits=bool(row in result.ranked), rank=rank)
-
-
 def _job_cluster_axes(model, seq_len, global_batch, gpu, gpus, cluster, nodes, gpus_per_node, precision, engine,
                       job_and_axes: dict[str, Any]) -> tuple[TrainingJob, ClusterSpec, dict[str, list[int]]]:
     axes = {k: v for k, v in job_and_axes.items() if k in AXES}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, fields
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import ParallelConfig, TrainingJob
 from paraplan.planner.json_schema import validate_own
 from paraplan.planner.layout import RANK_ORDER, stage_layers
+
+if TYPE_CHECKING:
+    from paraplan.planner.search import SearchResult
 
 SCHEMA_VERSION = 1
 _BREAKDOWN = ("compute_s", "tp_comm_s", "cp_comm_s", "ep_comm_s", "pp_comm_s", "bubble_s", "dp_comm_s", "offload_s",
@@ -54,6 +57,12 @@ def config_at(table: ConfigTable, row: int) -> ParallelConfig:
         offload=int(table.offload[row]), pp_schedule=PIPELINE_SCHEDULE_NAMES[int(table.pp_schedule[row])],
         tp_overlap=bool(table.tp_overlap[row]),
     )
+
+
+def plan_at(job: TrainingJob, cluster: ClusterSpec, result: SearchResult, row: int, rank: int) -> Plan:
+    """The Plan of one row of a search result (the CLI's and the API's)."""
+    return Plan(job=job, cluster=cluster, config=config_at(result.table, row),
+                estimate=estimate_at(result.estimates, row), fits=bool(row in result.ranked), rank=rank)
 
 
 def estimate_at(est: EstimateTable, row: int) -> dict[str, Any]:

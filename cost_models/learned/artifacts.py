@@ -99,9 +99,9 @@ def load_artifact(directory: Path, hardware: str, target: str, features: tuple[s
     """Metadata and fitted estimator, after every check; InputError naming the mismatch."""
     model_path, meta_path = artifact_paths(directory, hardware, target)
     meta = load_meta(meta_path)
-    if meta.sklearn_version != _sklearn_version():
+    if meta.sklearn_version != sklearn_version():
         raise InputError(f"{meta_path}: fitted with scikit-learn {meta.sklearn_version}, running "
-                         f"{_sklearn_version()}; rerun 'paraplan learn' to refit")
+                         f"{sklearn_version()}; rerun 'paraplan learn' to refit")
     if meta.features != tuple(features):
         raise InputError(f"{meta_path}: features {list(meta.features)} differ from this paraplan's "
                          f"{list(features)}; rerun 'paraplan learn'")
@@ -121,7 +121,7 @@ def load_artifact(directory: Path, hardware: str, target: str, features: tuple[s
     return meta, payload["estimator"]
 
 
-def _sklearn_version() -> str:
+def sklearn_version() -> str:
     """scikit-learn's version, imported only here (it is most of every command's start-up time)."""
     import sklearn
 

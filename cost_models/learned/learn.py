@@ -12,7 +12,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from paraplan.cost_models.learned.artifacts import ArtifactMeta, gemm_target, models_dir, save_artifact, training_hash
+from paraplan.cost_models.learned.artifacts import (
+    ArtifactMeta,
+    gemm_target,
+    models_dir,
+    save_artifact,
+    sklearn_version,
+    training_hash,
+)
 from paraplan.cost_models.learned.evaluate import (
     HELD_OUT_EVERY,
     Score,
@@ -56,7 +63,7 @@ def _save(store: Path, target: str, hardware: str, dtype: str, xy, features, sco
     x, y, _ = xy
     pooled = scores[0]
     meta = ArtifactMeta(target=target, hardware=hardware, dtype=dtype, features=tuple(features),
-                        data_hash=training_hash(x, y), sklearn_version=_sklearn_version(), num_rows=len(y),
+                        data_hash=training_hash(x, y), sklearn_version=sklearn_version(), num_rows=len(y),
                         held_out={"split": pooled.split, "rows": pooled.num_rows,
                                   "learned_mape_frac": pooled.learned_mape_frac,
                                   "analytical_mape_frac": pooled.analytical_mape_frac},
@@ -127,7 +134,7 @@ def _learn_steps(store: Path, hardware: str) -> list[LearnedTarget]:
     score = evaluate_step_calibration(hardware, measured, predicted)
     x, y = np.log(predicted)[:, None], np.log(measured / predicted)
     meta = ArtifactMeta(target="step", hardware=hardware, dtype="", features=STEP_FEATURES,
-                        data_hash=training_hash(x, y), sklearn_version=_sklearn_version(), num_rows=len(runs),
+                        data_hash=training_hash(x, y), sklearn_version=sklearn_version(), num_rows=len(runs),
                         held_out={"split": score.split, "rows": score.num_rows,
                                   "learned_mape_frac": score.learned_mape_frac,
                                   "analytical_mape_frac": score.analytical_mape_frac}, base=rates.source)
@@ -146,10 +153,3 @@ def learn(store: Path, hardware: str | None = None) -> dict[str, list[LearnedTar
         raise InputError(f"the store {store} has too few measurements to learn from (per model at least {MIN_ROWS} "
                          f"rows over {2 * HELD_OUT_EVERY} distinct sizes, or {MIN_RUNS} Megatron runs); ingest more")
     return result
-
-
-def _sklearn_version() -> str:
-    """scikit-learn's version, imported only here (it is most of every command's start-up time)."""
-    import sklearn
-
-    return sklearn.__version__
