@@ -11,7 +11,6 @@ spellings of each are accepted, as are the GPT-2 / MPT names (``n_embd``, ``d_mo
 from __future__ import annotations
 
 import difflib
-import json
 import math
 from importlib import resources
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 
 from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.errors import InputError
+from paraplan.files import parse_user_json, read_user_json
 from paraplan.limits import MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB, MAX_WIDTH
 
 DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox", "mpt")
@@ -26,6 +26,9 @@ MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", 
 SUPPORTED_TYPES = DENSE_TYPES + MOE_TYPES
 _QWEN_MOE = ("qwen2_moe", "qwen3_moe")
 _DEEPSEEK = ("deepseek_v2", "deepseek_v3")
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+"""A config.json is a few KiB: the largest of the 13 in ../shared/data/serving/model_configs is 12.6 KiB
+(Qwen3-235B-A22B-FP8, its quantization block listing modules); 4 MiB leaves 300x room."""
 GROUP_LIMITED_METHODS = ("group_limited_greedy", "noaux_tc")
 
 _ALIASES = {
@@ -242,23 +245,13 @@ def preset_names() -> list[str]:
     return sorted(entry.name for entry in _presets_root().iterdir() if entry.joinpath("config.json").is_file())
 
 
-def _parse_json(text: str, origin: str) -> dict[str, Any]:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{origin}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{origin}: expected a JSON object, got {type(data).__name__}")
-    return data
-
-
 def load_model(name_or_path: str) -> ModelSpec:
     """A preset by name, or a config.json path (a file, or a folder holding config.json)."""
     path = Path(name_or_path)
     if path.is_dir():
         path = path / "config.json"
     if path.is_file():
-        return model_from_config(_parse_json(path.read_text(), str(path)), str(name_or_path))
+        return model_from_config(read_user_json(path, MAX_CONFIG_BYTES, "model config"), str(name_or_path))
     names = preset_names()
     if name_or_path not in names:
         close = difflib.get_close_matches(name_or_path, names, n=3, cutoff=0.5)
@@ -268,4 +261,4 @@ def load_model(name_or_path: str) -> ModelSpec:
             f"(run 'paraplan models list' for presets)"
         )
     text = _presets_root().joinpath(name_or_path, "config.json").read_text()
-    return model_from_config(_parse_json(text, f"preset {name_or_path}"), name_or_path)
+    return model_from_config(parse_user_json(text, f"preset {name_or_path}"), name_or_path)
