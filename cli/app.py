@@ -29,9 +29,7 @@ from paraplan.hardware_profiles.device_names import looks_like_device_name
 from paraplan.hardware_profiles.topology_file import is_topology_file
 from paraplan.hardware_profiles.user_file import resolve_catalog
 from paraplan.planner.job import TrainingJob
-from paraplan.planner.memory_reference import confusion, load_memory_runs, predict_memory_all, summarize_memory
 from paraplan.planner.plan import SCHEMA_VERSION, Plan, plan_at, plan_to_json
-from paraplan.planner.reference import load_reference_runs, predict_all, summarize
 from paraplan.planner.search import explain_no_fit, search
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False,
@@ -505,6 +503,8 @@ def validate(json_path: JsonOpt = None, force: ForceOpt = False,
                  "error per source (about a minute more).")] = False,
              ) -> None:
     """Predict every published reference run and report the error against its measurement."""
+    from paraplan.planner.reference import load_reference_runs, predict_all, summarize  # pandas: this command only
+
     render.route_human_output(json_path)
     if json_path is not None:
         render.check_writable(json_path, force)
@@ -559,6 +559,8 @@ def _cross_source_validation(frame) -> dict:
 def _memory_validation(path: Path | None) -> dict | None:
     """Measured memory rows beside their predictions, per-source summaries and the fit/OOM confusion
     table; None (with a note on stderr) when no measurements file is found and none was named."""
+    from paraplan.planner.memory_reference import confusion, load_memory_runs, predict_memory_all, summarize_memory
+
     try:
         frame = load_memory_runs(path)
     except InputError:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import numpy as np
 import typer
@@ -14,7 +14,9 @@ from rich.table import Table
 from paraplan.cli import render
 from paraplan.cost_models.compute import ComputeRates
 from paraplan.errors import InputError
-from paraplan.planner import stack_profile as sp
+
+if TYPE_CHECKING:
+    from paraplan.planner import stack_profile as sp
 
 StackProfileOpt = Annotated[str | None, typer.Option(
     "--stack-profile", help="A stack profile from 'paraplan calibrate' (its name, or a .json file): every step "
@@ -26,6 +28,8 @@ def apply_profile(name: str | None, rates: ComputeRates, gpu: str, engine: str) 
     or engine is not among the profile's runs."""
     if name is None:
         return rates
+    from paraplan.planner import stack_profile as sp  # pandas: loaded only when a profile is applied
+
     profile = sp.load_profile(name)
     note = sp.mismatch_note(profile, gpu, engine)
     if note:
@@ -45,6 +49,8 @@ def calibrate(
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write the profile's report here.")] = None,
 ) -> None:
     """Fit a stack profile to your own measured runs: one step-time factor for your software stack."""
+    from paraplan.planner import stack_profile as sp
+
     sp.check_name(name)
     target = sp.profile_path(name)
     if target.parent.is_dir():

@@ -7,23 +7,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from paraplan.cli import render, render_profiles
+from paraplan.cli import render
 from paraplan.cost_models.compute import ComputeRates
-from paraplan.cost_models.hf_config import load_model
-from paraplan.cost_models.ingest import FORMATS, parse_file
-from paraplan.cost_models.learned.learn import learn as learn_models
+from paraplan.cost_models.ingest import FORMATS
 from paraplan.cost_models.learned.provider import COST_MODELS, compute_rates, learned_cluster
-from paraplan.cost_models.profiler import (
-    ProfileSettings,
-    calibration_flops_per_s,
-    estimated_seconds,
-    model_gemm_shapes,
-    resolve_device,
-    run_profile,
-)
-from paraplan.cost_models.store import default_store_path, ingest_parsed, stored_files, summarize
+from paraplan.cost_models.store_location import default_store_path
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.planner.job import TrainingJob
@@ -59,6 +48,10 @@ def ingest(
     hardware: HardwareOpt = None, store: StoreOpt = None,
 ) -> None:
     """Add measurements to the profile store: every file parsed first, then one transaction per file."""
+    from paraplan.cli import render_profiles
+    from paraplan.cost_models.ingest import parse_file
+    from paraplan.cost_models.store import ingest_parsed
+
     target = store_path(store)
     parsed = [parse_file(path, kind, hardware) for path in files]
     results = [ingest_parsed(item, target) for item in parsed]
@@ -75,6 +68,9 @@ def profiles_list(store: StoreOpt = None, json_path: ProfilesJsonOpt = None, for
     render.route_human_output(json_path)
     if json_path is not None:
         render.check_writable(json_path, force)
+    from paraplan.cli import render_profiles
+    from paraplan.cost_models.store import summarize
+
     target = store_path(store)
     summary = summarize(target)
     render_profiles.store_summary(render.make_console(), summary, f"profile store {target}")
@@ -90,6 +86,9 @@ def _plain_records(frame) -> list[dict]:
 
 def profiles_show(hardware: Annotated[str, typer.Argument(help="GPU catalog name.")], store: StoreOpt = None) -> None:
     """The files and measurements stored for one hardware."""
+    from paraplan.cli import render_profiles
+    from paraplan.cost_models.store import stored_files, summarize
+
     target = store_path(store)
     summary = summarize(target)
     if hardware not in set(summary["hardware"]):
@@ -101,6 +100,9 @@ def profiles_show(hardware: Annotated[str, typer.Argument(help="GPU catalog name
 
 def learn(hardware: HardwareOpt = None, store: StoreOpt = None) -> None:
     """Fit learned cost models from the store and report their held-out error against the analytical model."""
+    from paraplan.cli import render_profiles
+    from paraplan.cost_models.learned.learn import learn as learn_models
+
     target = store_path(store)
     with render.working(render.make_console(stderr=True), "fitting and scoring held out"):
         learned = learn_models(target, hardware)
@@ -149,6 +151,19 @@ def profile(
 ) -> None:
     """Run GEMM, attention, memory (and, under torchrun, NCCL) microbenchmarks; write a profile to ingest.
     Prints the estimated run time first and its progress as it goes."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from paraplan.cli import render_profiles
+    from paraplan.cost_models.hf_config import load_model
+    from paraplan.cost_models.profiler import (
+        ProfileSettings,
+        calibration_flops_per_s,
+        estimated_seconds,
+        model_gemm_shapes,
+        resolve_device,
+        run_profile,
+    )
+
     render.check_writable(out, force)
     spec = load_model(model)
     if device not in ("auto", "cuda", "cpu"):

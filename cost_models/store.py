@@ -9,7 +9,6 @@ failed or killed ingestion leaves the store as it was.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,9 +16,9 @@ from pathlib import Path
 import pandas as pd
 
 from paraplan.cost_models.ingest.records import Measurement, ParsedFile
+from paraplan.cost_models.store_location import STORE_ENV, default_store_path  # noqa: F401  (re-exported)
 from paraplan.errors import InputError
 
-STORE_ENV = "PARAPLAN_STORE"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (
   sha256 TEXT PRIMARY KEY, path TEXT NOT NULL, kind TEXT NOT NULL, hardware TEXT NOT NULL,
@@ -46,14 +45,6 @@ class IngestResult:
     """Rows written; 0 when the same bytes were ingested before."""
     already_present: bool
     """True when the file's hash was already in the store."""
-
-
-def default_store_path() -> Path:
-    """``$PARAPLAN_STORE``, else ``$XDG_DATA_HOME/paraplan/profiles.sqlite`` (``~/.local/share`` by default)."""
-    if os.environ.get(STORE_ENV):
-        return Path(os.environ[STORE_ENV])
-    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data_home) / "paraplan" / "profiles.sqlite"
 
 
 def _connect(path: Path, create: bool) -> sqlite3.Connection:

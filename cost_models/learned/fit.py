@@ -9,8 +9,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-from threadpoolctl import threadpool_limits
 
 from paraplan.cost_models.learned.features import (
     attention_features,
@@ -30,8 +28,10 @@ TREE_SETTINGS = {"max_iter": 400, "learning_rate": 0.1, "max_depth": 6, "min_sam
                  "random_state": SEED}
 
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # pandas and threadpoolctl load where models are fitted or applied, not when planning
+    import pandas as pd
     from sklearn.ensemble import HistGradientBoostingRegressor
+    from threadpoolctl import threadpool_limits
 
 
 def regressor() -> HistGradientBoostingRegressor:
@@ -85,4 +85,6 @@ def predict_residual(estimator, x: np.ndarray) -> np.ndarray:
 def one_thread() -> threadpool_limits:
     """One OpenMP thread: the trees are small, and on a shared machine OpenMP's spinning threads
     made a 2 s fit take 80 s (measured on the 2-core CI box under load)."""
+    from threadpoolctl import threadpool_limits
+
     return threadpool_limits(limits=1)

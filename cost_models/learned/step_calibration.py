@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from paraplan.cost_models.estimate import EstimateTable
-from paraplan.cost_models.learned.evaluate import Score
 
 MIN_RUNS = 2  # one run cannot be held out from itself
 STEP_FEATURES = ("log_predicted_step_s",)  # recorded for the artifact; the median regressor ignores it
@@ -25,6 +24,8 @@ RATE_TERMS = ("tokens_per_s", "tokens_per_s_per_gpu", "model_flops_per_s_per_gpu
 
 if TYPE_CHECKING:  # scikit-learn loads where a calibration is fitted: it is most of every command's start-up
     from sklearn.dummy import DummyRegressor
+
+    from paraplan.cost_models.learned.evaluate import Score
 
 
 def fit_step_calibration(measured_s: np.ndarray, predicted_s: np.ndarray) -> DummyRegressor:
@@ -42,6 +43,8 @@ def step_factor(estimator: DummyRegressor) -> float:
 
 def evaluate_step_calibration(hardware: str, measured_s: np.ndarray, predicted_s: np.ndarray) -> Score:
     """Leave-one-run-out: each run's calibrated prediction uses a factor fitted on the other runs."""
+    from paraplan.cost_models.learned.evaluate import Score  # pandas: only when scoring, never when planning
+
     measured, predicted = np.asarray(measured_s, dtype=float), np.asarray(predicted_s, dtype=float)
     calibrated = np.array([predicted[i] * step_factor(fit_step_calibration(np.delete(measured, i),
                                                                            np.delete(predicted, i)))
