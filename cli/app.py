@@ -72,7 +72,7 @@ PerNodeOpt = Annotated[int | None, typer.Option(help="GPUs per node with --gpu (
                                                 rich_help_panel=_CLUSTER)]
 HardwareFileOpt = Annotated[Path | None, typer.Option(
     "--hardware", help="Your own hardware file (gpus: and clusters: in the catalog's schema) beside the built-in "
-                       "catalog; default $PARAPLAN_HARDWARE. See README 'Your own hardware'.",
+                       "catalog; default $PARAPLAN_HARDWARE. See docs/hardware.md.",
     rich_help_panel=_CLUSTER)]
 SeqLenOpt = Annotated[int, typer.Option(help="Tokens per sequence.", rich_help_panel=_JOB)]
 BatchOpt = Annotated[int, typer.Option(help="Sequences per optimizer step.", rich_help_panel=_JOB)]

@@ -84,7 +84,7 @@ class Catalog:
                 return self.gpus[resolved]
             if matched:
                 raise InputError(f"GPU {name!r} is a product the catalog does not hold ({', '.join(sorted(self.gpus))}); "
-                                 "describe it in a hardware file (--hardware FILE, see README 'Your own hardware')")
+                                 "describe it in a hardware file (--hardware FILE, see docs/hardware.md)")
             candidates = [c for c in device_candidates(name) if c in self.gpus]
             if candidates:
                 raise InputError(f"GPU {name!r} could be any of {', '.join(candidates)}; give the catalog name "

@@ -81,8 +81,8 @@ def load_user_catalog(path: Path) -> Catalog:
     gpus_in = _section(data, "gpus", path)
     clusters_in = _section(data, "clusters", path)
     if not gpus_in and not clusters_in:
-        raise InputError(f"{path}: holds no entries; add a 'gpus:' or 'clusters:' mapping (see README, "
-                         "'Your own hardware')")
+        raise InputError(f"{path}: holds no entries; add a 'gpus:' or 'clusters:' mapping (see "
+                         "docs/hardware.md)")
     builtin = builtin_catalog()
     for section, names in (("gpus", gpus_in), ("clusters", clusters_in)):
         for name in names:

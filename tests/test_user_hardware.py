@@ -288,9 +288,9 @@ def test_hardware_list_marks_user_entries(hardware_file: Path):
     assert f"user entry from {hardware_file}" in result.stdout
 
 
-def test_readme_example_file_loads(tmp_path: Path):
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme.split("### Your own hardware", 1)[1]
+def test_documented_example_file_loads(tmp_path: Path):
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "hardware.md").read_text()
+    section = doc.split("## Your own hardware", 1)[1]
     example = section.split("```yaml\n", 1)[1].split("```", 1)[0]
     path = tmp_path / "site.yaml"
     path.write_text(example)
