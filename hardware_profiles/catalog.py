@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from paraplan.errors import InputError
+from paraplan.files import read_user_yaml, shown
 from paraplan.hardware_profiles import units
 from paraplan.hardware_profiles.device_names import device_candidates, device_match, looks_like_device_name
 from paraplan.hardware_profiles.specs import (
@@ -113,7 +114,7 @@ def _unknown_name(kind: str, name: str, known: list[str], user_file: str | None 
     hint = f"; did you mean {' or '.join(close)}?" if close else ""
     where = f"the built-in catalog and {user_file}" if user_file else \
         "the built-in catalog; add your own with --hardware FILE or $PARAPLAN_HARDWARE"
-    return InputError(f"unknown {kind} {name!r}{hint} (known in {where}: {', '.join(known)})")
+    return InputError(f"unknown {kind} {shown(name, 40)}{hint} (known in {where}: {', '.join(known)})")
 
 
 def _efficiency(entry: dict[str, Any], where: str) -> EfficiencySpec:
@@ -339,17 +340,14 @@ def quick_cluster(gpu_name: str, num_gpus: int, gpus_per_node: int = 8, *,
 def cluster_from_file(path: Path, *, num_nodes: int | None = None, num_gpus: int | None = None,
                       catalog: Catalog | None = None) -> ClusterSpec:
     """A user cluster file: the keys of a clusters.yaml entry plus an optional ``num_nodes``."""
-    try:
-        text_ = Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read cluster file {path}: {getattr(exc, 'strerror', None) or exc}") from None
-    entry = parse_yaml(text_, str(path))
+    entry = read_user_yaml(Path(path), "cluster file")
     file_nodes = entry.pop("num_nodes", None)
     entry.pop("name", None)
     if num_nodes is None and num_gpus is None and file_nodes is not None:
-        num_nodes = positive_int(file_nodes, f"{path}: num_nodes")
-    nodes = _node_count(str(path), positive_int(entry.get("gpus_per_node", 0) or 0, f"{path}: gpus_per_node")
-                        if "gpus_per_node" in entry else 1, num_nodes, num_gpus)
+        num_nodes = positive_int(file_nodes, f"{path}: num_nodes", MAX_GPUS)
+    per_node = positive_int(entry["gpus_per_node"], f"{path}: gpus_per_node", MAX_GPUS_PER_NODE) \
+        if "gpus_per_node" in entry else 1
+    nodes = _node_count(str(path), per_node, num_nodes, num_gpus)
     return cluster_from_entry(Path(path).stem, entry, str(path), nodes, catalog)
 
 

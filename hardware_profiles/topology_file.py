@@ -18,7 +18,6 @@ the modelled value.
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 from typing import Any
@@ -26,17 +25,22 @@ from typing import Any
 import numpy as np
 
 from paraplan.errors import InputError
+from paraplan.files import read_user_csv, read_user_yaml, shown
 from paraplan.hardware_profiles import units
 from paraplan.hardware_profiles.catalog import Catalog, cluster_from_file, load_cluster, load_gpu
 from paraplan.hardware_profiles.topology import NodeSpec, Topology, uniform_topology
-from paraplan.hardware_profiles.yaml_schema import check_keys, parse_yaml, positive_int, positive_number
-from paraplan.limits import MAX_GPUS, MAX_GPUS_PER_NODE
+from paraplan.hardware_profiles.yaml_schema import check_keys, positive_int, positive_number, text
+from paraplan.limits import MAX_GPUS_PER_NODE, MAX_TOPOLOGY_NODES
 
 _TOP_KEYS = ("inter_node_latency_us", "intra_domain_latency_us", "node_groups")
 _TOP_OPTIONAL = ("name", "display_name", "leaves", "bandwidth_matrix", "sources")
 _GROUP_KEYS = ("gpu", "num_nodes", "gpus_per_node", "nic_gb_per_s_per_gpu")
 _GROUP_OPTIONAL = ("leaf", "hosts")
 MATRIX_COLUMNS = ("src", "dst", "bus_gb_per_s")
+MAX_MATRIX_BYTES = 64 << 20
+"""A bandwidth CSV: all pairs of 1,000 nodes at about 40 bytes a row is 40 MB; nobody measures more pairs."""
+MAX_HOST_CHARS = 253
+"""A host name: DNS names are at most 253 characters."""
 
 
 def is_topology_file(path: Path) -> bool:
@@ -44,8 +48,8 @@ def is_topology_file(path: Path) -> bool:
     if Path(path).suffix not in (".yaml", ".yml") or not Path(path).is_file():
         return False
     try:
-        return "node_groups" in parse_yaml(Path(path).read_text(), str(path))
-    except (InputError, OSError):
+        return "node_groups" in read_user_yaml(Path(path), "topology file")
+    except InputError:
         return False
 
 
@@ -60,6 +64,9 @@ def load_topology(cluster: str, num_nodes: int | None = None, matrix: Path | Non
     looks_like_file = Path(cluster).suffix in (".yaml", ".yml") or "/" in cluster
     spec = cluster_from_file(Path(cluster), num_nodes=num_nodes, catalog=catalog) \
         if Path(cluster).is_file() or looks_like_file else load_cluster(cluster, num_nodes=num_nodes, catalog=catalog)
+    if spec.num_nodes > MAX_TOPOLOGY_NODES:
+        raise InputError(f"{spec.name}: {spec.num_nodes:,} nodes is more than rank placement handles (at most "
+                         f"{MAX_TOPOLOGY_NODES:,}); place a part of the cluster")
     try:
         topology = uniform_topology(spec)
     except ValueError as exc:
@@ -69,10 +76,7 @@ def load_topology(cluster: str, num_nodes: int | None = None, matrix: Path | Non
 
 def topology_from_file(path: Path, matrix: Path | None = None, catalog: Catalog | None = None) -> Topology:
     """Read and validate a topology YAML file; its GPU names are looked up in ``catalog`` (default: built-in)."""
-    try:
-        entry = check_keys(parse_yaml(path.read_text(), str(path)), str(path), _TOP_KEYS, _TOP_OPTIONAL)
-    except OSError as exc:
-        raise InputError(f"cannot read topology file {path}: {exc.strerror}") from None
+    entry = check_keys(read_user_yaml(path, "topology file"), str(path), _TOP_KEYS, _TOP_OPTIONAL)
     leaves = entry.get("leaves", [{"oversubscription": 1.0}])
     if not isinstance(leaves, list) or not leaves:
         raise InputError(f"{path}: leaves must be a non-empty list of {{oversubscription: X}} entries")
@@ -83,9 +87,10 @@ def topology_from_file(path: Path, matrix: Path | None = None, catalog: Catalog 
     nodes: list[NodeSpec] = []
     for index, group in enumerate(groups):
         nodes += _group_nodes(group, f"{path}: node_groups[{index}]", len(nodes), len(over), catalog)
+    name = text(entry["name"], f"{path}: name")[:64] if "name" in entry else path.stem
     try:
         topology = Topology(
-            name=str(entry.get("name", path.stem)), nodes=tuple(nodes), leaf_oversubscription=over,
+            name=name, nodes=tuple(nodes), leaf_oversubscription=over,
             inter_node_latency_s=positive_number(entry["inter_node_latency_us"], f"{path}: inter_node_latency_us")
             * units.SECONDS_PER_US,
             intra_domain_latency_s=positive_number(entry["intra_domain_latency_us"],
@@ -94,7 +99,7 @@ def topology_from_file(path: Path, matrix: Path | None = None, catalog: Catalog 
         raise InputError(str(exc)) from None
     own = entry.get("bandwidth_matrix")
     if matrix is None and own is not None:
-        matrix = path.parent / str(own)
+        matrix = path.parent / text(own, f"{path}: bandwidth_matrix")
     return topology if matrix is None else _with_matrix(topology, matrix)
 
 
@@ -108,14 +113,22 @@ def _oversubscription(leaf: Any, where: str) -> float:
 
 def _group_nodes(group: Any, where: str, first: int, num_leaves: int, catalog: Catalog | None) -> list[NodeSpec]:
     check_keys(group, where, _GROUP_KEYS, _GROUP_OPTIONAL)
-    count = positive_int(group["num_nodes"], f"{where}.num_nodes", MAX_GPUS)
+    # Bounded before any node is built: the groups together list at most MAX_TOPOLOGY_NODES nodes.
+    count = positive_int(group["num_nodes"], f"{where}.num_nodes", MAX_TOPOLOGY_NODES)
+    if first + count > MAX_TOPOLOGY_NODES:
+        raise InputError(f"{where}.num_nodes: the groups list more than {MAX_TOPOLOGY_NODES:,} nodes, more than rank "
+                         "placement handles; place a part of the cluster")
     leaf = group.get("leaf", 0)
     if isinstance(leaf, bool) or not isinstance(leaf, int) or not 0 <= leaf < num_leaves:
         raise InputError(f"{where}.leaf must be an index into leaves (0 to {num_leaves - 1}), got {leaf!r}")
     hosts = group.get("hosts", [f"node{first + i}" for i in range(count)])
-    if not isinstance(hosts, list) or len(hosts) != count or not all(isinstance(h, str) and h for h in hosts):
+    if not isinstance(hosts, list) or len(hosts) != count or \
+            not all(isinstance(h, str) and 0 < len(h) <= MAX_HOST_CHARS for h in hosts):
         raise InputError(f"{where}.hosts must list {count} host names, one per node")
-    gpu = load_gpu(str(group["gpu"]), catalog)
+    try:
+        gpu = load_gpu(text(group["gpu"], f"{where}.gpu"), catalog)
+    except InputError as exc:
+        raise InputError(f"{where}.gpu: {exc}") from None
     per_node = positive_int(group["gpus_per_node"], f"{where}.gpus_per_node", MAX_GPUS_PER_NODE)
     nic = positive_number(group["nic_gb_per_s_per_gpu"], f"{where}.nic_gb_per_s_per_gpu") * units.BYTES_PER_GB
     return [NodeSpec(host=h, gpu=gpu, gpus_per_node=per_node, nic_bytes_per_s_per_gpu=nic, leaf=leaf) for h in hosts]
@@ -123,10 +136,7 @@ def _group_nodes(group: Any, where: str, first: int, num_leaves: int, catalog: C
 
 def read_bandwidth_csv(path: Path, hosts: list[str]) -> np.ndarray:
     """The measured (nodes, nodes) bus bandwidth matrix in bytes/s, NaN where not measured."""
-    try:
-        rows = list(csv.reader(Path(path).read_text(encoding="utf-8").splitlines()))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read bandwidth matrix {path}: {exc}") from None
+    rows = read_user_csv(Path(path), MAX_MATRIX_BYTES, "bandwidth matrix", max_rows=len(hosts) ** 2 + 1)
     if not rows or tuple(cell.strip() for cell in rows[0]) != MATRIX_COLUMNS:
         raise InputError(f"{path}: line 1 must be the header {','.join(MATRIX_COLUMNS)}")
     index = {host: i for i, host in enumerate(hosts)}
@@ -142,7 +152,7 @@ def read_bandwidth_csv(path: Path, hosts: list[str]) -> np.ndarray:
         except ValueError:
             value = math.nan
         if not math.isfinite(value) or value <= 0:
-            raise InputError(f"{path}: line {line_no}: bus_gb_per_s must be a positive number, got {row[2]!r}")
+            raise InputError(f"{path}: line {line_no}: bus_gb_per_s must be a positive number, got {shown(row[2])}")
         matrix[index[row[0].strip()], index[row[1].strip()]] = value * units.BYTES_PER_GB
     return matrix
 

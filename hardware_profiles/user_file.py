@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from paraplan.errors import InputError
-from paraplan.files import read_user_text
+from paraplan.files import MAX_YAML_BYTES, read_user_yaml, shown
 from paraplan.hardware_profiles.catalog import (
     DEFAULT_EFFICIENCY,
     Catalog,
@@ -39,13 +39,13 @@ from paraplan.hardware_profiles.catalog import (
     gpu_from_entry,
 )
 from paraplan.hardware_profiles.specs import BUILTIN, EfficiencySpec, GPUSpec
-from paraplan.hardware_profiles.yaml_schema import check_keys, parse_yaml, text
+from paraplan.hardware_profiles.yaml_schema import check_keys, text
 
 HARDWARE_ENV = "PARAPLAN_HARDWARE"
 """Environment variable holding the path of a default user hardware file (used when --hardware is absent)."""
-MAX_FILE_BYTES = 1 << 20
-"""A hardware file describes a few parts; one MiB is far beyond any real one and bounds what a typo
-(pointing at a model checkpoint, say) can cost."""
+MAX_FILE_BYTES = MAX_YAML_BYTES
+"""A hardware file describes a few parts; 256 KiB (9x the whole built-in gpus.yaml) is far beyond any real one
+and bounds what a typo (pointing at a model checkpoint, say) can cost."""
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 _TOP_KEYS = ("schema_version", "gpus", "clusters")
 
@@ -74,10 +74,10 @@ def resolve_catalog(option: Path | None, environ: dict[str, str] | None = None) 
 
 def load_user_catalog(path: Path) -> Catalog:
     """The built-in catalog plus the GPUs and clusters of the user hardware file at ``path``."""
-    data = parse_yaml(read_user_text(path, MAX_FILE_BYTES, "hardware file"), str(path))
+    data = read_user_yaml(path, "hardware file", MAX_FILE_BYTES)
     check_keys(data, str(path), (), _TOP_KEYS)
     if data.get("schema_version", 1) != 1:
-        raise InputError(f"{path}: schema_version: expected 1, got {data['schema_version']!r}")
+        raise InputError(f"{path}: schema_version: expected 1, got {shown(data['schema_version'])}")
     gpus_in = _section(data, "gpus", path)
     clusters_in = _section(data, "clusters", path)
     if not gpus_in and not clusters_in:
@@ -87,7 +87,7 @@ def load_user_catalog(path: Path) -> Catalog:
     for section, names in (("gpus", gpus_in), ("clusters", clusters_in)):
         for name in names:
             _check_name(name, f"{path}: {section}", builtin)
-    clash = sorted(set(gpus_in) & set(clusters_in))
+    clash = sorted(set(gpus_in) & set(clusters_in), key=str)
     if clash:
         raise InputError(f"{path}: {clash[0]!r} names both a GPU and a cluster; give them distinct names")
     gpus = dict(builtin.gpus)
@@ -118,7 +118,7 @@ def _borrowed_efficiency(entry: dict[str, Any], where: str) -> tuple[EfficiencyS
         if base == DEFAULT_EFFICIENCY:
             return default_efficiency(), DEFAULT_EFFICIENCY
         if base not in builtin.gpus:
-            raise InputError(f"{where}.efficiency_from: {base!r} is not a built-in GPU; name one of "
+            raise InputError(f"{where}.efficiency_from: {shown(base, 40)} is not a built-in GPU; name one of "
                              f"{', '.join(sorted(builtin.gpus))} or '{DEFAULT_EFFICIENCY}'")
         return builtin.gpus[base].efficiency, builtin.gpus[base].efficiency_from
     architecture = entry.get("architecture")
@@ -139,7 +139,7 @@ def _section(data: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
 
 def _check_name(name: Any, where: str, builtin: Catalog) -> None:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise InputError(f"{where}: {name!r} is not a usable name (letters, digits, '.', '_', '+', '-'; at most "
+        raise InputError(f"{where}: {shown(name, 40)} is not a usable name (letters, digits, '.', '_', '+', '-'; at most "
                          "64 characters, starting with a letter or digit)")
     if name in builtin.gpus or name in builtin.clusters:
         kind = "GPU" if name in builtin.gpus else "cluster"

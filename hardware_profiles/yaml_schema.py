@@ -6,49 +6,14 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-import yaml
-
 from paraplan.errors import InputError
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key written twice in one mapping (PyYAML silently keeps the last)."""
-
-
-def _mapping_without_repeats(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        if key_node.tag == "tag:yaml.org,2002:merge":
-            continue  # '<<: *anchor' merges may be overridden by explicit keys, as YAML intends
-        key = loader.construct_object(key_node, deep=True)
-        try:
-            repeated = key in seen
-        except TypeError:
-            continue  # an unhashable key: construct_mapping below refuses it with its own message
-        if repeated:
-            raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is given twice", key_node.start_mark)
-        seen.add(key)
-    return loader.construct_mapping(node, deep=True)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_repeats)
+from paraplan.files import one_line, parse_user_yaml, shown
 
 
 def parse_yaml(text: str, origin: str) -> dict[str, Any]:
-    """Parse YAML text whose top level must be a mapping; a key given twice in one mapping is an error."""
-    try:
-        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass: no arbitrary objects
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise InputError(f"{origin}: malformed YAML{where}: {getattr(exc, 'problem', exc)}") from None
-    except (ValueError, OverflowError) as exc:  # e.g. a timestamp such as 2024-13-45
-        raise InputError(f"{origin}: malformed YAML: {exc}") from None
-    except RecursionError:
-        raise InputError(f"{origin}: malformed YAML: nested too deeply") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{origin}: expected a mapping at the top level, got {type(data).__name__}")
-    return data
+    """Parse YAML text whose top level must be a mapping, through the one guarded YAML parser
+    (paraplan.files.parse_user_yaml: bounded depth and aliases, no key twice in one mapping)."""
+    return parse_user_yaml(text, origin)
 
 
 def check_keys(entry: Any, where: str, required: Iterable[str], optional: Iterable[str] = ()) -> dict:
@@ -62,7 +27,8 @@ def check_keys(entry: Any, where: str, required: Iterable[str], optional: Iterab
     unknown = sorted(map(str, set(entry) - required - optional))
     if unknown:
         allowed = ", ".join(sorted(required | optional))
-        raise InputError(f"{where}: unknown key(s) {', '.join(unknown)} (allowed: {allowed})")
+        more = f" and {len(unknown) - 1} more" if len(unknown) > 1 else ""
+        raise InputError(f"{where}: unknown key(s) {one_line(unknown[0], 40)}{more} (allowed: {allowed})")
     return entry
 
 
@@ -95,7 +61,7 @@ def fraction(value: Any, where: str) -> float:
     """A number in (0, 1]."""
     number = positive_number(value, where)
     if number > 1:
-        raise InputError(f"{where}: expected a fraction in (0, 1], got {value!r}")
+        raise InputError(f"{where}: expected a fraction in (0, 1], got {_shown(value)}")
     return number
 
 
@@ -108,5 +74,4 @@ def text(value: Any, where: str) -> str:
 
 def _shown(value: Any) -> str:
     """``repr`` cut to one short line, so an error never echoes a huge value."""
-    shown = repr(value)
-    return shown if len(shown) <= 60 else f"{shown[:57]}..."
+    return shown(value)

@@ -24,3 +24,13 @@ MAX_VOCAB = 16_777_216
 """Vocabulary entries (2^24): the largest published vocabularies have about 260,000 (Gemma 3: 262,144)."""
 MAX_EXPERTS = 65_536
 """Routed experts per MoE layer: the most published is 384 (Kimi K2)."""
+MAX_TOPOLOGY_NODES = 4_096
+"""Nodes of a topology (``paraplan place``): rank placement builds (nodes, nodes) bandwidth matrices, 128 MiB at
+4,096 nodes (32,768 GPUs of 8-GPU nodes); a larger fabric is planned with a cluster type, not host by host."""
+MAX_MOE_LAYERS = 1_024
+"""MoE layers in routing statistics: the deepest published MoE models have about 60 (Kimi K2: 60, DeepSeek-V3: 58)."""
+MAX_COACTIVATION_CELLS = 1 << 25
+"""Cells of a routing co-activation table, (MoE layers - 1) x experts x experts (256 MiB of floats): Kimi K2's
+59 x 384 x 384 is 8.7 million."""
+MAX_TENSOR_DIM = 1 << 40
+"""One tensor dimension in a profiler trace: the largest tensors trained today have about 2^37 elements in all."""

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from paraplan.cli.app import app
 from paraplan.cost_models.ingest.megatron_log import fields_of, parse_megatron_log
-from paraplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LAYERS, MAX_SEQ_LEN
+from paraplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LAYERS, MAX_SEQ_LEN, MAX_TOPOLOGY_NODES
 
 
 def test_megatron_fields_split_like_megatron_prints_them():
@@ -83,7 +83,7 @@ def test_topology_file_with_a_billion_nodes_is_refused(tmp_path):
     path.write_text("inter_node_latency_us: 5.0\nintra_domain_latency_us: 2.0\n"
                     "node_groups:\n  - {gpu: h100-sxm, num_nodes: 1000000000, gpus_per_node: 8, "
                     "nic_gb_per_s_per_gpu: 50}\n")
-    with pytest.raises(InputError, match=f"num_nodes.*at most {MAX_GPUS}"):
+    with pytest.raises(InputError, match=f"num_nodes.*at most {MAX_TOPOLOGY_NODES}"):
         load_topology(str(path))
 
 
