@@ -16,7 +16,6 @@ consecutive-layer co-activation, which is optional. Every (layer, expert) load m
 
 from __future__ import annotations
 
-import csv
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +23,15 @@ from pathlib import Path
 import numpy as np
 
 from paraplan.errors import InputError
+from paraplan.files import read_user_csv
+from paraplan.limits import MAX_COACTIVATION_CELLS, MAX_EXPERTS, MAX_MOE_LAYERS
 
 ROUTING_COLUMNS = ("layer", "expert", "next_expert", "tokens")
+MAX_ROUTING_BYTES = 256 << 20
+"""A routing CSV: DeepSeek-V3's loads are 15,000 rows and its full co-activation at most 3.7 million (about 60 MB);
+256 MiB leaves room for larger sparse tables without reading a wrong multi-GB file."""
+MAX_ROUTING_ROWS = 1 << 24
+"""Rows: the co-activation table of the largest layer x expert grid MAX_COACTIVATION_CELLS allows, plus loads."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,11 +86,7 @@ class RoutingStats:
 
 def read_routing_csv(path: Path) -> RoutingStats:
     """Parse the routing CSV at ``path``; InputError names the line of anything malformed."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read routing statistics {path}: {exc}") from exc
-    rows = list(csv.reader(text.splitlines()))
+    rows = read_user_csv(Path(path), MAX_ROUTING_BYTES, "routing statistics file", max_rows=MAX_ROUTING_ROWS)
     if not rows or tuple(cell.strip() for cell in rows[0]) != ROUTING_COLUMNS:
         raise InputError(f"{path}: line 1 must be the header {','.join(ROUTING_COLUMNS)}")
     loads: dict[tuple[int, int], float] = {}
@@ -112,6 +114,9 @@ def _parse_row(path: Path, line_no: int, row: list[str]) -> tuple[int, int, int 
         raise InputError(f"{path}: line {line_no}: layer, expert, next_expert must be integers and tokens a number") from exc
     if min(layer, expert, 0 if next_expert is None else next_expert) < 0 or not math.isfinite(tokens) or tokens < 0:
         raise InputError(f"{path}: line {line_no}: indices and tokens must be non-negative finite numbers")
+    if layer >= MAX_MOE_LAYERS or max(expert, next_expert or 0) >= MAX_EXPERTS:
+        raise InputError(f"{path}: line {line_no}: layer must be below {MAX_MOE_LAYERS:,} and experts below "
+                         f"{MAX_EXPERTS:,} (MoE layers and routed experts are counted from 0)")
     return layer, expert, next_expert, tokens
 
 
@@ -127,6 +132,9 @@ def _assemble(path: Path, loads: dict, pairs: dict) -> RoutingStats:
     for (layer, expert), tokens in loads.items():
         load[layer, expert] = tokens
     coactivation = None
+    if pairs and max(num_layers - 1, 0) * num_experts**2 > MAX_COACTIVATION_CELLS:
+        raise InputError(f"{path}: co-activation of {num_layers} layers x {num_experts} experts is more than "
+                         f"{MAX_COACTIVATION_CELLS:,} cells; drop the pair rows or sample fewer layers")
     if pairs:
         coactivation = np.zeros((max(num_layers - 1, 0), num_experts, num_experts))
         for (layer, expert, next_expert), tokens in pairs.items():

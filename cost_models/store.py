@@ -18,6 +18,7 @@ import pandas as pd
 from paraplan.cost_models.ingest.records import Measurement, ParsedFile
 from paraplan.cost_models.store_location import STORE_ENV, default_store_path  # noqa: F401  (re-exported)
 from paraplan.errors import InputError
+from paraplan.files import one_line, parse_user_json
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (
@@ -47,6 +48,29 @@ class IngestResult:
     """True when the file's hash was already in the store."""
 
 
+def _foreign(path: Path, exc: BaseException) -> InputError:
+    """The one message for a store file paraplan did not write (another database, a damaged or foreign file)."""
+    return InputError(f"the profile store {path} is not one paraplan wrote ({one_line(str(exc), 80)}); pass another "
+                      "--store PATH or move it away")
+
+
+def _read_sql(store: Path, query: str, params: tuple = ()):
+    """``pd.read_sql_query`` on the store; InputError when its tables are not the ones paraplan writes."""
+    conn = _connect(store, create=False)
+    try:
+        return pd.read_sql_query(query, conn, params=params)
+    except (sqlite3.Error, pd.errors.DatabaseError) as exc:
+        raise _foreign(store, exc) from None
+    finally:
+        conn.close()
+
+
+def _params(store: Path, text: object) -> dict:
+    if not isinstance(text, str):
+        raise _foreign(store, TypeError("a params cell is not JSON text"))
+    return parse_user_json(text, f"{store}: measurement params")
+
+
 def _connect(path: Path, create: bool) -> sqlite3.Connection:
     if not create and not Path(path).is_file():
         raise InputError(f"no profile store at {path}; run 'paraplan ingest FILE...' first or pass --store PATH")
@@ -68,34 +92,38 @@ def ingest_parsed(parsed: ParsedFile, store: Path) -> IngestResult:
     """Write ``parsed`` in one transaction unless its hash is already stored."""
     conn = _connect(store, create=True)
     try:
-        if conn.execute("SELECT 1 FROM files WHERE sha256 = ?", (parsed.sha256,)).fetchone():
-            return IngestResult(path=parsed.path, kind=parsed.kind, hardware=parsed.hardware, rows_added=0,
-                                already_present=True)
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.execute("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?)", (parsed.sha256, parsed.path, parsed.kind,
-                         parsed.hardware, parsed.software, len(parsed.measurements)))
-            conn.executemany("INSERT INTO measurements VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                             (_row(parsed, item) for item in parsed.measurements))
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+        return _ingest(conn, parsed)
+    except sqlite3.Error as exc:
+        raise _foreign(store, exc) from None
     finally:
         conn.close()
+
+
+def _ingest(conn: sqlite3.Connection, parsed: ParsedFile) -> IngestResult:
+    if conn.execute("SELECT 1 FROM files WHERE sha256 = ?", (parsed.sha256,)).fetchone():
+        return IngestResult(path=parsed.path, kind=parsed.kind, hardware=parsed.hardware, rows_added=0,
+                            already_present=True)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?)", (parsed.sha256, parsed.path, parsed.kind,
+                     parsed.hardware, parsed.software, len(parsed.measurements)))
+        conn.executemany("INSERT INTO measurements VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                         (_row(parsed, item) for item in parsed.measurements))
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
     return IngestResult(path=parsed.path, kind=parsed.kind, hardware=parsed.hardware,
                         rows_added=len(parsed.measurements), already_present=False)
 
 
 def load_measurements(store: Path, hardware: str | None = None, kind: str | None = None) -> pd.DataFrame:
     """Stored rows (optionally of one hardware and kind) with their params as columns."""
-    conn = _connect(store, create=False)
-    try:
-        query = "SELECT * FROM measurements WHERE (? IS NULL OR hardware = ?) AND (? IS NULL OR kind = ?)"
-        frame = pd.read_sql_query(query, conn, params=(hardware, hardware, kind, kind))
-    finally:
-        conn.close()
-    params = pd.DataFrame([json.loads(text) for text in frame.pop("params")], index=frame.index)
+    query = "SELECT * FROM measurements WHERE (? IS NULL OR hardware = ?) AND (? IS NULL OR kind = ?)"
+    frame = _read_sql(store, query, (hardware, hardware, kind, kind))
+    if "params" not in frame.columns:
+        raise _foreign(store, KeyError("the measurements table has no params column"))
+    params = pd.DataFrame([_params(store, text) for text in frame.pop("params")], index=frame.index)
     return pd.concat([frame, params], axis=1)
 
 
@@ -106,27 +134,19 @@ def count_rows(store: Path) -> int:
     conn = _connect(store, create=False)
     try:
         return int(conn.execute("SELECT COUNT(*) FROM measurements").fetchone()[0])
+    except (sqlite3.Error, TypeError, ValueError) as exc:
+        raise _foreign(store, exc) from None
     finally:
         conn.close()
 
 
 def summarize(store: Path) -> pd.DataFrame:
     """Per hardware and kind: rows, distinct names, files and software, for ``profiles list``."""
-    conn = _connect(store, create=False)
-    try:
-        return pd.read_sql_query(
-            "SELECT hardware, kind, COUNT(*) AS rows, COUNT(DISTINCT name) AS names, "
-            "COUNT(DISTINCT file_sha256) AS files, GROUP_CONCAT(DISTINCT software) AS software "
-            "FROM measurements GROUP BY hardware, kind ORDER BY hardware, kind", conn)
-    finally:
-        conn.close()
+    return _read_sql(store, "SELECT hardware, kind, COUNT(*) AS rows, COUNT(DISTINCT name) AS names, "
+                     "COUNT(DISTINCT file_sha256) AS files, GROUP_CONCAT(DISTINCT software) AS software "
+                     "FROM measurements GROUP BY hardware, kind ORDER BY hardware, kind")
 
 
 def stored_files(store: Path, hardware: str | None = None) -> pd.DataFrame:
     """The files table, optionally of one hardware."""
-    conn = _connect(store, create=False)
-    try:
-        return pd.read_sql_query("SELECT * FROM files WHERE (? IS NULL OR hardware = ?) ORDER BY path", conn,
-                                 params=(hardware, hardware))
-    finally:
-        conn.close()
+    return _read_sql(store, "SELECT * FROM files WHERE (? IS NULL OR hardware = ?) ORDER BY path", (hardware, hardware))

@@ -7,7 +7,6 @@ InputError: one line naming the problem.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,9 +14,21 @@ from typing import Any
 from paraplan.cost_models.hf_config import load_model
 from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.errors import InputError
+from paraplan.files import one_line, parse_user_json, read_user_text, shown
+from paraplan.limits import (
+    MAX_EXPERTS,
+    MAX_GLOBAL_BATCH,
+    MAX_GPUS,
+    MAX_GPUS_PER_NODE,
+    MAX_HEADS,
+    MAX_LAYERS,
+    MAX_SEQ_LEN,
+    MAX_VOCAB,
+    MAX_WIDTH,
+)
 from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import ParallelConfig
-from paraplan.planner.json_schema import validate_instance
+from paraplan.planner.json_schema import schema_errors
 from paraplan.planner.layout import RANK_ORDER, rank_map, stage_layers, stage_split
 from paraplan.planner.plan import SCHEMA_VERSION, model_from_shape, plan_schema
 
@@ -67,19 +78,33 @@ class ExportPlan:
         return self.num_nodes * self.gpus_per_node
 
 
+MAX_PLAN_BYTES = 64 << 20
+"""A plan file: ``paraplan plan --json`` writes a few KB per plan (its rank map lists every GPU: about 80 bytes
+each, 8 MB for 100,000 GPUs); 64 MiB holds the top plans of the largest cluster MAX_GPUS allows."""
+# Upper bounds of a plan's counts, checked after the schema (which sets only minimums) and before any is used
+# to build a per-GPU or per-layer structure: the limits every other input of paraplan obeys (paraplan.limits).
+_BOUNDS = {
+    "cluster": {"num_gpus": MAX_GPUS, "gpus_per_node": MAX_GPUS_PER_NODE, "nvlink_domain_gpus": MAX_GPUS},
+    "job": {"seq_len": MAX_SEQ_LEN, "global_batch": MAX_GLOBAL_BATCH},
+    "config": {"tp": MAX_GPUS, "pp": MAX_GPUS, "dp": MAX_GPUS, "cp": MAX_GPUS, "ep": MAX_GPUS, "etp": MAX_GPUS,
+               "vpp": MAX_LAYERS, "mbs": MAX_GLOBAL_BATCH, "offload": MAX_LAYERS},
+}
+_SHAPE_BOUNDS = {"num_layers": MAX_LAYERS, "mtp_layers": MAX_LAYERS, "sliding_layers": MAX_LAYERS,
+                 "num_heads": MAX_HEADS, "num_kv_heads": MAX_HEADS, "vocab_size": MAX_VOCAB,
+                 "max_positions": MAX_SEQ_LEN, "sliding_window": MAX_SEQ_LEN, "num_experts": MAX_EXPERTS,
+                 "experts_per_token": MAX_EXPERTS, "expert_groups": MAX_EXPERTS, "groups_per_token": MAX_EXPERTS}
+
+
 def read_plan_file(path: Path, rank: int | None = None) -> ExportPlan:
     """The plan ranked ``rank`` in the file at ``path`` (default: its best-ranked plan)."""
     if not path.is_file():
         raise InputError(f"plan file {path} does not exist (write one with 'paraplan plan ... --json {path}')")
+    text = read_user_text(path, MAX_PLAN_BYTES, "plan file")
     try:
-        document = json.loads(path.read_text(), parse_constant=_no_constant)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: not a JSON plan file ({exc})") from None
+        document = parse_user_json(text, str(path), top=None)
+    except InputError as exc:
+        raise InputError(one_line(f"{exc} (not a JSON plan file)")) from None
     return plan_from_document(select_plan(document, rank, str(path)))
-
-
-def _no_constant(name: str) -> float:
-    raise InputError(f"plan JSON holds {name}, which JSON does not allow")
 
 
 def select_plan(document: Any, rank: int | None, origin: str) -> dict[str, Any]:
@@ -92,16 +117,39 @@ def select_plan(document: Any, rank: int | None, origin: str) -> dict[str, Any]:
         raise InputError(f"{origin}: schema_version must be {SCHEMA_VERSION} and plans a list")
     schema = plan_schema()
     for index, plan in enumerate(document["plans"]):
-        validate_instance(plan, schema, origin=f"{origin} plans[{index}]")
+        problems = schema_errors(plan, schema)
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise InputError(f"{origin} plans[{index}] does not match the plan schema: "
+                             f"{one_line(problems[0], 160)}{more}")
+        _check_bounds(plan, f"{origin} plans[{index}]")
     if not document["plans"]:
         raise InputError(f"{origin}: the file holds no plans")
     if rank is None:
         return min(document["plans"], key=lambda plan: plan["rank"])
     chosen = [plan for plan in document["plans"] if plan["rank"] == rank]
     if not chosen:
-        ranks = ", ".join(str(plan["rank"]) for plan in document["plans"])
-        raise InputError(f"{origin}: no plan ranked {rank} (ranks in the file: {ranks})")
+        ranks = sorted({plan["rank"] for plan in document["plans"]})
+        listed = ", ".join(map(str, ranks[:10])) + (", ..." if len(ranks) > 10 else "")
+        raise InputError(f"{origin}: no plan ranked {shown(rank)} (ranks in the file: {listed})")
     return chosen[0]
+
+
+def _check_bounds(plan: dict[str, Any], origin: str) -> None:
+    """InputError naming the first count of ``plan`` beyond the limits of paraplan.limits."""
+    sections = [(f"{name}.{key}", plan[name].get(key), bound) for name, keys in _BOUNDS.items()
+                for key, bound in keys.items()]
+    shape = plan["model"].get("shape") or {}
+    sections += [(f"model.shape.{key}", value, _SHAPE_BOUNDS.get(key, MAX_WIDTH)) for key, value in shape.items()
+                 if isinstance(value, int) and not isinstance(value, bool)]
+    sections += [(f"model.shape.moe_layers[{i}]", value, MAX_LAYERS)
+                 for i, value in enumerate(shape.get("moe_layers") or ()) if isinstance(value, int)]
+    for key, value, bound in sections:
+        if isinstance(value, int) and value > bound:
+            raise InputError(f"{origin}: {key} = {shown(value, 30)} is implausibly large (at most {bound:,}); is "
+                             "this a plan paraplan wrote?")
+    if len(str(plan["model"]["name"])) > 200:
+        raise InputError(f"{origin}: model.name is {len(plan['model']['name']):,} characters (at most 200)")
 
 
 def plan_from_document(plan: dict[str, Any]) -> ExportPlan:

@@ -32,8 +32,10 @@ from paraplan.cost_models.estimate import estimate
 from paraplan.cost_models.hf_config import load_model
 from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.errors import InputError
+from paraplan.files import one_line, read_user_text, shown
 from paraplan.hardware_profiles import quick_cluster
 from paraplan.hardware_profiles.units import BYTES_PER_GIB
+from paraplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_HEADS, MAX_LAYERS, MAX_SEQ_LEN, MAX_WIDTH
 from paraplan.planner.job import ParallelConfig, TrainingJob, configs_to_table
 
 MEMORY_RUNS_ENV = "PARAPLAN_MEMORY_RUNS"
@@ -41,6 +43,14 @@ DEFAULT_MEMORY_RUNS = Path("..") / "shared" / "calibration" / "memory_runs.csv"
 MEASURED_COLUMNS = ("id", "source", "layers", "hidden", "heads", "kv_heads", "ffn", "seq_len", "num_gpus",
                     "tp", "pp", "dp", "cp", "gbs", "measured_memory_gib", "memory_metric")
 METRICS = ("reserved", "allocated", "activations", "states", "fits", "oom")
+MAX_MEMORY_RUNS_BYTES = 4 << 20
+"""The measurements file: about 100 rows of 200 bytes today; 4 MiB is 200x that."""
+# Counts every scored row must state (positive integers, each bounded as paraplan.limits bounds a job), and the
+# shape columns a row without a preset model must state as well.
+_JOB_COUNTS = {"seq_len": MAX_SEQ_LEN, "num_gpus": MAX_GPUS, "tp": MAX_GPUS, "pp": MAX_GPUS, "dp": MAX_GPUS,
+               "cp": MAX_GPUS, "gbs": MAX_GLOBAL_BATCH}
+_SHAPE_COUNTS = {"layers": MAX_LAYERS, "hidden": MAX_WIDTH, "heads": MAX_HEADS, "kv_heads": MAX_HEADS,
+                 "ffn": MAX_WIDTH}
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,16 +89,39 @@ def memory_runs_path(path: str | Path | None = None) -> Path:
 
 def load_memory_runs(path: str | Path | None = None) -> pd.DataFrame:
     """Measured rows joined with paraplan's reading of each (rows without a reading are refused)."""
+    chosen = memory_runs_path(path)
+    text = read_user_text(chosen, MAX_MEMORY_RUNS_BYTES, "memory runs file")
     try:
-        measured = pd.read_csv(memory_runs_path(path), dtype={"id": str})
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise InputError(f"memory runs: malformed CSV: {str(exc).splitlines()[0][:200]}") from None
+        measured = pd.read_csv(StringIO(text), dtype={"id": str})
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
+        raise InputError(one_line(f"memory runs {chosen}: malformed CSV: {exc}")) from None
     missing = [c for c in MEASURED_COLUMNS if c not in measured.columns]
     if missing:
-        raise InputError(f"memory runs: missing column(s) {', '.join(missing)}")
+        raise InputError(f"memory runs {chosen}: missing column(s) {', '.join(missing)}")
+    measured["csv_line"] = measured.index + 2
     reading = pd.read_csv(StringIO(resources.files("paraplan.data").joinpath("memory_reference.csv").read_text()),
                           dtype={"id": str, "scope": str}, keep_default_na=False)
-    return measured.merge(reading, on="id", how="inner", suffixes=("", "_paraplan"))
+    merged = measured.drop_duplicates("id").merge(reading, on="id", how="inner", suffixes=("", "_paraplan"))
+    for _, row in merged.iterrows():
+        _check_row(row, chosen)
+    return merged
+
+
+def _check_row(row: pd.Series, path: Path) -> None:
+    """InputError naming the line and column of a scored row's count or measurement that is not usable."""
+    if row["scope"]:
+        return
+    where = f"memory runs {path}: line {row['csv_line']} (run {shown(row['id'], 30)})"
+    counts = {**_JOB_COUNTS, **(_SHAPE_COUNTS if not row["model"] else {})}
+    for column, bound in counts.items():
+        value = pd.to_numeric(pd.Series([row[column]]), errors="coerce").iloc[0]
+        if not (pd.notna(value) and np.isfinite(value) and value >= 1 and value == int(value) and value <= bound):
+            raise InputError(f"{where}: {column} must be a whole number from 1 to {bound:,}, got {shown(row[column], 30)}")
+    if metric_of(str(row["memory_metric"])) not in ("fits", "oom"):
+        gib = pd.to_numeric(pd.Series([row["measured_memory_gib"]]), errors="coerce").iloc[0]
+        if not (pd.notna(gib) and 0 < gib < 1e6):
+            raise InputError(f"{where}: measured_memory_gib must be a positive number of GiB, got "
+                             f"{shown(row['measured_memory_gib'], 30)}")
 
 
 def metric_of(memory_metric: str) -> str:

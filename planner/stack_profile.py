@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import math
 import os
 import re
@@ -35,7 +34,8 @@ from paraplan.cost_models.compute import ComputeRates
 from paraplan.cost_models.hf_config import load_model
 from paraplan.cost_models.table import RECOMPUTE_CODES
 from paraplan.errors import InputError
-from paraplan.files import read_user_text
+from paraplan.files import one_line, parse_user_json, read_user_text, shown
+from paraplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN
 from paraplan.planner.reference import KNOBS, search_row
 
 SCHEMA_VERSION = 1
@@ -52,6 +52,8 @@ REQUIRED_COLUMNS = ("id", "model", "gpu", "num_gpus", "seq_len", "global_batch",
 MEASURED_COLUMNS = ("measured_tokens_per_s_per_gpu", "measured_step_time_s")
 OPTIONAL_TEXT = {"attention": "auto", "cluster": "", "kernels": "", "cp_comm": "", "fp8_recipe": "", "pp_schedule": ""}
 POSITIVE_INTEGERS = ("num_gpus", "seq_len", "global_batch", "tp", "pp")
+INTEGER_BOUNDS = {"seq_len": MAX_SEQ_LEN, "global_batch": MAX_GLOBAL_BATCH, "mbs": MAX_GLOBAL_BATCH}
+"""Largest value of a count column (paraplan.limits); any other count (GPUs, a degree, a stage) is at most MAX_GPUS."""
 COUNT_KNOBS = ("zero", "offload", "sp", "ep_overlap", "tp_overlap")
 """Knobs that may be 0: the ZeRO stage, offloaded layers, and the 0/1 switches."""
 
@@ -80,7 +82,7 @@ def read_runs(path: Path) -> pd.DataFrame:
     if len(frame) > MAX_RUNS:
         raise InputError(f"{path}: {len(frame):,} runs; a profile is fitted from at most {MAX_RUNS:,}")
     if frame.id.duplicated().any():
-        raise InputError(f"{path}: run id {frame.id[frame.id.duplicated()].iloc[0]!r} appears twice; give each run "
+        raise InputError(f"{path}: run id {shown(frame.id[frame.id.duplicated()].iloc[0], 40)} appears twice; give each run "
                          "its own id")
     return pd.DataFrame([_run(path, line, row) for line, (_, row) in enumerate(frame.iterrows(), start=2)])
 
@@ -92,10 +94,13 @@ def _number(path: Path, line: int, column: str, cell: str, integer: bool, zero_a
         value = int(cell) if integer else float(cell)
     except ValueError:
         kind = "an integer" if integer else "a number"
-        raise InputError(f"{path}: line {line}: {column} must be {kind}, got {cell!r}") from None
+        raise InputError(f"{path}: line {line}: {column} must be {kind}, got {shown(cell, 40)}") from None
     if not math.isfinite(value) or value < 0 or (value == 0 and not zero_allowed):
         raise InputError(f"{path}: line {line}: {column} must be {'0 or more' if zero_allowed else 'positive'}, "
-                         f"got {cell!r}")
+                         f"got {shown(cell, 40)}")
+    bound = INTEGER_BOUNDS.get(column, MAX_GPUS)
+    if integer and value > bound:
+        raise InputError(f"{path}: line {line}: {column} = {shown(cell, 30)} is implausibly large (at most {bound:,})")
     return value
 
 
@@ -118,7 +123,7 @@ def _run(path: Path, line: int, row: pd.Series) -> dict:
         elif knob == "recompute":
             if cell not in RECOMPUTE_CODES:
                 raise InputError(f"{path}: line {line}: recompute must be one of {', '.join(RECOMPUTE_CODES)}, "
-                                 f"got {cell!r}")
+                                 f"got {shown(cell, 40)}")
             run[knob] = cell
         elif knob in COUNT_KNOBS:
             run[knob] = _number(path, line, knob, cell, integer=True, zero_allowed=True)
@@ -319,26 +324,27 @@ def load_profile(name_or_path: str) -> StackProfile:
                          f"calibrate RUNS.csv --name NAME' (saved: {', '.join(known) or 'none'})")
     text = read_user_text(path, MAX_PROFILE_BYTES, "stack profile")
     try:
-        document = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise InputError(f"{path}: not a stack profile (invalid JSON: {exc})") from None
+        document = parse_user_json(text, str(path), top=None)
+    except InputError as exc:
+        raise InputError(one_line(f"{exc} (not a stack profile: invalid JSON)")) from None
     if not isinstance(document, dict) or document.get("kind") != KIND:
         raise InputError(f"{path}: not a stack profile (no \"kind\": \"{KIND}\"); make one with 'paraplan calibrate'")
     if document.get("schema_version") != SCHEMA_VERSION:
-        raise InputError(f"{path}: stack profile schema_version {document.get('schema_version')!r}; this paraplan "
+        raise InputError(f"{path}: stack profile schema_version {shown(document.get('schema_version'), 30)}; this paraplan "
                          f"reads {SCHEMA_VERSION}")
     factor, runs = document.get("step_time_factor"), document.get("runs")
     low, high = FACTOR_RANGE
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not low <= factor <= high:
-        raise InputError(f"{path}: step_time_factor must be a number in {low}-{high}, got {factor!r}")
+        raise InputError(f"{path}: step_time_factor must be a number in {low}-{high}, got {shown(factor, 40)}")
     if not isinstance(runs, list) or not runs:
         raise InputError(f"{path}: runs must be a non-empty list of the runs the profile was fitted on")
     try:
         predictions = [RunPrediction(str(r["id"]), str(r["model"]), str(r["gpu"]), str(r["engine"]),
                                      int(r["num_gpus"]), float(r["measured_tokens_per_s_per_gpu"]),
                                      float(r["predicted_tokens_per_s_per_gpu"])) for r in runs]
-    except (TypeError, KeyError, ValueError) as exc:
-        raise InputError(f"{path}: a run entry is malformed ({type(exc).__name__}: {exc})") from None
+    except (TypeError, KeyError, ValueError, OverflowError) as exc:
+        raise InputError(f"{path}: a run entry is malformed ({type(exc).__name__}: {one_line(str(exc), 60)}); each "
+                         "run needs id, model, gpu, engine, num_gpus and the two throughputs") from None
     if any(not (math.isfinite(p.measured_tokens_per_s_per_gpu) and p.measured_tokens_per_s_per_gpu > 0
                 and math.isfinite(p.predicted_tokens_per_s_per_gpu) and p.predicted_tokens_per_s_per_gpu > 0)
            for p in predictions):

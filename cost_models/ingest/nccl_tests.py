@@ -62,7 +62,8 @@ def _header(path: Path, lines: list[str]) -> tuple[int, list[str]]:
 
 
 def _group_size(lines: list[str], ranks: int) -> int:
-    found = re.search(r"nThread\s+(\d+)\s+nGpus\s+(\d+)", "\n".join(lines[:50]))
+    # At most 7 digits each: a longer count is not a group size (and int() of 4,300+ digits raises).
+    found = re.search(r"nThread\s+(\d{1,7})\s+nGpus\s+(\d{1,7})\b", "\n".join(lines[:50]))
     return ranks or (int(found.group(1)) * int(found.group(2)) if found else 0)
 
 
@@ -85,6 +86,8 @@ def parse_nccl_text(path: Path, text: str) -> Parsed:
     group = _group_size(lines, ranks)
     if group < 1:
         raise InputError(f"{path}: no 'Rank N ... device' or 'nThread N nGpus N' line gives the group size")
+    if group > MAX_GPUS:
+        raise InputError(f"{path}: a group of {group:,} GPUs is implausibly large (at most {MAX_GPUS:,})")
     out = []
     for line_no, line in enumerate(lines[start + 1:], start=start + 2):
         tokens = line.split()

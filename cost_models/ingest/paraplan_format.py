@@ -9,12 +9,12 @@ CSV: optional ``# hardware=NAME`` and ``# software=TEXT`` lines, then a header s
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from paraplan.cost_models.ingest.csv_rows import as_dicts, header_and_rows
-from paraplan.cost_models.ingest.records import Measurement, Parsed, bad_line
+from paraplan.cost_models.ingest.records import KINDS, Measurement, Parsed, bad_line
 from paraplan.errors import InputError
+from paraplan.files import parse_user_json, shown
 
 FORMAT_NAME = "paraplan-profile"
 FORMAT_VERSION = 1
@@ -25,19 +25,18 @@ def _measurement(path: Path, line: int, kind: object, name: object, model: objec
                  params: object) -> Measurement:
     if not isinstance(params, dict) or not all(isinstance(v, (int, float, str)) for v in params.values()):
         raise bad_line(path, line, "params must be an object of numbers and strings")
+    if kind not in KINDS:
+        raise bad_line(path, line, f"kind must be one of {', '.join(KINDS)}, got {shown(kind, 40)}")
     try:
         return Measurement(kind=str(kind), name=str(name), model=str(model or ""), line=line,
                            time_s=float(time_s), params={str(k): v for k, v in params.items()})
-    except (TypeError, ValueError) as exc:
-        raise bad_line(path, line, str(exc)) from None
+    except (TypeError, ValueError, OverflowError):
+        raise bad_line(path, line, f"time_s must be a finite number of seconds >= 0, got {shown(time_s, 40)}") from None
 
 
 def parse_paraplan_json(path: Path, text: str) -> Parsed:
     """A paraplan JSON profile; ``line`` is the measurement's index."""
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise bad_line(path, exc.lineno, f"not valid JSON ({exc.msg})") from None
+    document = parse_user_json(text, str(path), top=None)
     if not isinstance(document, dict) or document.get("format") != FORMAT_NAME:
         raise InputError(f"{path}: not a paraplan profile (expected \"format\": \"{FORMAT_NAME}\")")
     if document.get("version") != FORMAT_VERSION or not isinstance(document.get("measurements"), list):

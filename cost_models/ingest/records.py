@@ -19,12 +19,16 @@ produced it in ``params``. Kinds:
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from paraplan.errors import InputError
+from paraplan.files import decode_user_text, one_line, parse_user_json, read_user_bytes, shown
+
+MAX_INGEST_BYTES = 1 << 30
+"""A profiling file: torch.profiler traces of a few steps run 10-300 MB and parse in seconds; a larger one holds
+more steps than a fit needs (record fewer active steps), and JSON parsing takes about 10x the file in memory."""
 
 KINDS = ("gemm", "elementwise", "attention", "collective", "step", "memory", "gpu_memory", "routing")
 
@@ -84,20 +88,13 @@ class Parsed:
 
 
 def file_bytes(path: Path) -> bytes:
-    """The bytes of ``path``; InputError when it cannot be read."""
-    try:
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
+    """The bytes of ``path``; InputError when it cannot be read or exceeds MAX_INGEST_BYTES."""
+    return read_user_bytes(Path(path), MAX_INGEST_BYTES, "profiling file")
 
 
 def file_text(path: Path, data: bytes) -> str:
     """``data`` as UTF-8 text; InputError naming the line of the first undecodable byte."""
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise InputError(f"{path}: line {line} is not UTF-8 text (a binary or corrupt file?)") from None
+    return decode_user_text(data, str(path))
 
 
 def sha256_hex(data: bytes) -> str:
@@ -107,10 +104,7 @@ def sha256_hex(data: bytes) -> str:
 
 def json_list(path: Path, text: str, key: str, what: str) -> tuple[dict, list]:
     """(document, document[key]) of a JSON file whose ``key`` must hold a list; InputError otherwise."""
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise bad_line(path, exc.lineno, f"not valid JSON ({exc.msg})") from None
+    document = parse_user_json(text, str(path), top=None)
     items = document.get(key) if isinstance(document, dict) else None
     if not isinstance(items, list):
         raise InputError(f"{path}: {what} needs a '{key}' list")
@@ -119,15 +113,15 @@ def json_list(path: Path, text: str, key: str, what: str) -> tuple[dict, list]:
 
 def bad_line(path: Path, line: int, what: str) -> InputError:
     """The one error shape for malformed input: file, line, what is wrong and what is expected."""
-    return InputError(f"{path}: line {line}: {what}")
+    return InputError(one_line(f"{path}: line {line}: {what}"))
 
 
 def positive_number(path: Path, line: int, label: str, text: str) -> float:
     """``text`` as a finite positive float, or InputError naming the line and the column."""
     try:
         value = float(text)
-    except (TypeError, ValueError):
-        raise bad_line(path, line, f"{label} must be a number, got {str(text)[:40]!r}") from None
+    except (TypeError, ValueError, OverflowError):  # OverflowError: a JSON integer beyond float range
+        raise bad_line(path, line, f"{label} must be a number, got {shown(text, 40)}") from None
     if not math.isfinite(value) or value <= 0:
-        raise bad_line(path, line, f"{label} must be a positive finite number, got {str(text)[:40]!r}")
+        raise bad_line(path, line, f"{label} must be a positive finite number, got {shown(text, 40)}")
     return value

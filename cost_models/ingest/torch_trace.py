@@ -18,7 +18,13 @@ from pathlib import Path
 
 from paraplan.cost_models.ingest.hardware_names import CPU, catalog_name
 from paraplan.cost_models.ingest.records import Measurement, Parsed, bad_line, json_list
+from paraplan.files import shown
 from paraplan.hardware_profiles.units import SECONDS_PER_US
+from paraplan.limits import MAX_TENSOR_DIM
+
+MAX_TENSOR_RANK = 8
+"""Dimensions of one matmul or attention input: transformer ops take at most 5; a product of 8 dimensions of
+MAX_TENSOR_DIM each still fits a float."""
 
 GEMM_OPS = ("aten::mm", "aten::addmm", "aten::linear", "aten::matmul", "aten::bmm")
 ATTENTION_OPS = re.compile(r"aten::(_scaled_dot_product\w*attention\w*|scaled_dot_product_attention)")
@@ -39,14 +45,19 @@ def _dims(op: dict) -> list:
 
 
 def _positive_ints(dims: object) -> bool:
-    return isinstance(dims, list) and bool(dims) and all(
-        isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in dims)
+    return isinstance(dims, list) and 0 < len(dims) <= MAX_TENSOR_RANK and all(
+        isinstance(x, int) and not isinstance(x, bool) and 0 < x <= MAX_TENSOR_DIM for x in dims)
 
 
 def _number(value: object) -> float:
     """``value`` if it is a finite positive number, else 0."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-    return float(value) if ok else 0.0
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return 0.0
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond float range
+        return 0.0
+    return number if math.isfinite(number) and number > 0 else 0.0
 
 
 def _gemm_shape(name: str, dims: list) -> dict[str, float] | None:
@@ -102,9 +113,10 @@ def _external_id(event: dict) -> int | str | None:
 
 def _duration(path: Path, index: int, event: dict) -> float:
     dur = event.get("dur")
-    if not isinstance(dur, (int, float)) or not math.isfinite(dur) or dur < 0:
-        raise bad_line(path, index, f"event {event.get('name', '?')!r} has no valid 'dur' in microseconds")
-    return float(dur) * SECONDS_PER_US
+    seconds = _number(dur) * SECONDS_PER_US
+    if seconds == 0 and dur != 0:
+        raise bad_line(path, index, f"event {shown(event.get('name', '?'), 40)} has no valid 'dur' in microseconds")
+    return seconds
 
 
 def parse_torch_trace(path: Path, text: str) -> Parsed:

@@ -17,6 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from paraplan.errors import InputError
+from paraplan.files import one_line, read_user_json
+
+MAX_META_BYTES = 1 << 20
+"""A metadata file: a few hundred bytes of settings and held-out errors."""
 
 ARTIFACT_VERSION = 1
 
@@ -86,12 +90,29 @@ def save_artifact(directory: Path, meta: ArtifactMeta, estimator: object) -> Pat
 
 def load_meta(meta_path: Path) -> ArtifactMeta:
     """The metadata at ``meta_path``; InputError when it is unreadable or of another layout."""
-    try:
-        raw = json.loads(Path(meta_path).read_text(encoding="utf-8"))
-        raw["features"] = tuple(raw["features"])
-        return ArtifactMeta(**raw)
-    except (OSError, ValueError, TypeError, KeyError) as exc:
-        raise InputError(f"{meta_path}: not a paraplan learned-model metadata file ({exc}); rerun 'paraplan learn'") from None
+    raw = read_user_json(Path(meta_path), MAX_META_BYTES, "learned-model metadata file")
+    problem = _meta_problem(raw)
+    if problem is None:
+        try:
+            return ArtifactMeta(**{**raw, "features": tuple(raw["features"])})
+        except TypeError as exc:  # a key ArtifactMeta does not have
+            problem = str(exc)
+    raise InputError(f"{meta_path}: not a paraplan learned-model metadata file ({one_line(problem, 80)}); rerun "
+                     "'paraplan learn'")
+
+
+def _meta_problem(raw: dict) -> str | None:
+    """What is wrong with a metadata document's types, or None."""
+    for key, kind in (("target", str), ("hardware", str), ("dtype", str), ("data_hash", str),
+                      ("sklearn_version", str), ("num_rows", int), ("held_out", dict), ("features", list)):
+        if not isinstance(raw.get(key), kind) or isinstance(raw.get(key), bool):
+            return f"{key} must be a {kind.__name__}"
+    if not all(isinstance(name, str) for name in raw["features"]):
+        return "features must be a list of names"
+    for key, kind in (("base", str), ("domain", dict), ("artifact_version", int)):
+        if key in raw and not isinstance(raw[key], kind):
+            return f"{key} must be a {kind.__name__}"
+    return None
 
 
 def load_artifact(directory: Path, hardware: str, target: str, features: tuple[str, ...],
