@@ -1,11 +1,14 @@
-"""Build a :class:`ModelSpec` from a Hugging Face ``config.json`` (a path or a shipped preset).
+"""Build a :class:`ModelSpec` from a Hugging Face ``config.json`` (a path, a shipped preset, or a repo id
+in the local Hugging Face cache).
 
-Dense families: llama, mistral, qwen2, qwen3, gpt2, gpt_neox, mpt. MoE families: mixtral, qwen2_moe,
-qwen3_moe, deepseek_v2, deepseek_v3 (with MLA and MTP), gpt_oss.
+The families read are the rows of :data:`paraplan.cost_models.model_families.FAMILIES` (what each
+``model_type`` fixes rather than states); :func:`supported_model_types` lists them. A multimodal
+checkpoint's ``text_config`` is its decoder and is what is read; its vision and audio towers are not
+counted (the ModelSpec's name says so).
 
 Transformers 4.x and 5.x spell a few keys differently (``rope_theta`` moved into
 ``rope_parameters``, ``torch_dtype`` became ``dtype``); only shape keys matter here and both
-spellings of each are accepted, as are the GPT-2 / MPT names (``n_embd``, ``d_model`` ...).
+spellings of each are accepted, as are the GPT-2 / MPT / DBRX names (``n_embd``, ``d_model`` ...).
 """
 
 from __future__ import annotations
@@ -16,27 +19,28 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from paraplan.cost_models import hf_layers
+from paraplan.cost_models.hf_checkpoint import REPO_ID, cached_config_path, not_cached_message, weight_format
+from paraplan.cost_models.model_families import FAMILIES, TEXT_CONFIG_WRAPPERS, FamilyTraits, resolve
 from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.errors import InputError
 from paraplan.files import parse_user_json, read_user_json
 from paraplan.limits import MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB, MAX_WIDTH
 
-DENSE_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gpt2", "gpt_neox", "mpt")
-MOE_TYPES = ("mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "gpt_oss")
-SUPPORTED_TYPES = DENSE_TYPES + MOE_TYPES
-_QWEN_MOE = ("qwen2_moe", "qwen3_moe")
-_DEEPSEEK = ("deepseek_v2", "deepseek_v3")
+SUPPORTED_TYPES = tuple(sorted(FAMILIES)) + tuple(sorted(TEXT_CONFIG_WRAPPERS))
+"""Every model_type read: the decoder families and the multimodal wrappers whose text_config is read."""
+SUPPORTED_LIST_HINT = "paraplan.cost_models.hf_config.supported_model_types() lists them"
+"""Where the unsupported-type message points for the full list."""
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 """A config.json is a few KiB: the largest of the 13 in ../shared/data/serving/model_configs is 12.6 KiB
 (Qwen3-235B-A22B-FP8, its quantization block listing modules); 4 MiB leaves 300x room."""
-GROUP_LIMITED_METHODS = ("group_limited_greedy", "noaux_tc")
 
 _ALIASES = {
     "hidden_size": ("hidden_size", "n_embd", "d_model"),
     "num_layers": ("num_hidden_layers", "n_layer", "n_layers", "num_layers"),
     "num_heads": ("num_attention_heads", "n_head", "n_heads"),
     "num_kv_heads": ("num_key_value_heads", "num_kv_heads"),
-    "ffn_size": ("intermediate_size", "n_inner", "ffn_hidden_size"),
+    "ffn_size": ("intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim"),
     "vocab_size": ("vocab_size",),
     "max_positions": ("max_position_embeddings", "n_positions", "max_seq_len", "n_ctx"),
     "head_dim": ("head_dim",),
@@ -44,15 +48,19 @@ _ALIASES = {
     "num_experts": ("num_local_experts", "num_experts", "n_routed_experts"),
     "experts_per_token": ("num_experts_per_tok", "experts_per_token", "num_experts_per_token"),
     "expert_ffn_size": ("moe_intermediate_size",),
+    "num_shared_experts": ("n_shared_experts",),
+    "dropout": ("resid_pdrop", "hidden_dropout", "hidden_dropout_prob"),
 }
 
 
-def _get(config: dict[str, Any], field: str, origin: str, default: Any = None) -> Any:
-    for key in _ALIASES[field]:
+def _get(config: dict[str, Any], field: str, origin: str, default: Any = None,
+         traits: FamilyTraits | None = None) -> Any:
+    names = (traits.aliases.get(field, ()) if traits else ()) + _ALIASES[field]
+    for key in names:
         if config.get(key) is not None:
             return config[key]
     if default is None:
-        raise InputError(f"{origin}: config.json lacks {' / '.join(_ALIASES[field])}")
+        raise InputError(f"{origin}: config.json lacks {' / '.join(names)}")
     return default
 
 
@@ -60,72 +68,18 @@ def _get(config: dict[str, Any], field: str, origin: str, default: Any = None) -
 _FIELD_MAX = {"num_hidden_layers": MAX_LAYERS, "num_attention_heads": MAX_HEADS, "num_key_value_heads": MAX_HEADS,
               "vocab_size": MAX_VOCAB, "num_experts": MAX_EXPERTS, "num_experts_per_tok": MAX_EXPERTS,
               "n_shared_experts": MAX_EXPERTS, "max_position_embeddings": MAX_SEQ_LEN,
-              "decoder_sparse_step": MAX_LAYERS, "moe_layer_freq": MAX_LAYERS}
+              "decoder_sparse_step": MAX_LAYERS, "moe_layer_freq": MAX_LAYERS, "n_group": MAX_EXPERTS,
+              "topk_group": MAX_EXPERTS, "num_nextn_predict_layers": MAX_LAYERS}
 
 
 def _int(value: Any, field: str, origin: str) -> int:
     if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0
             or int(value) != value):
-        raise InputError(f"{origin}: {field} must be a positive integer, got {value!r}")
+        raise InputError(f"{origin}: {field} must be a positive integer, got {str(value)[:60]}")
     most = _FIELD_MAX.get(field, MAX_WIDTH)
     if value > most:
         raise InputError(f"{origin}: {field} = {int(value):,} is implausibly large (at most {most:,})")
     return int(value)
-
-
-def _family_defaults(model_type: str, config: dict[str, Any], hidden: int) -> dict[str, Any]:
-    """Architecture facts each model family fixes rather than states in config.json."""
-    if model_type == "gpt2":
-        return {"gated_mlp": False, "norm": "layernorm", "norm_bias": True, "qkv_bias": True, "linear_bias": True,
-                "position": "learned", "tied": config.get("tie_word_embeddings", True), "ffn": 4 * hidden}
-    if model_type == "gpt_neox":
-        attention_bias = bool(config.get("attention_bias", True))  # GPTNeoXConfig: query_key_value and dense
-        return {"gated_mlp": False, "norm": "layernorm", "norm_bias": True, "qkv_bias": attention_bias,
-                "out_bias": attention_bias, "linear_bias": True, "position": "rope",
-                "tied": config.get("tie_word_embeddings", False), "ffn": None}
-    if model_type == "mpt":
-        bias = not config.get("no_bias", False)
-        alibi = (config.get("attn_config") or {}).get("alibi", False)
-        return {"gated_mlp": False, "norm": "layernorm", "norm_bias": bias, "qkv_bias": bias, "linear_bias": bias,
-                "position": "alibi" if alibi else "learned", "tied": True,
-                "ffn": int(config.get("expansion_ratio", 4) * hidden)}
-    # Llama-family attention_bias switches q, k, v and o biases (GPT-OSS sets it); Qwen2 and
-    # Qwen2-MoE have q, k, v biases only.
-    attention_bias = bool(config.get("attention_bias", model_type == "gpt_oss"))
-    return {"gated_mlp": True, "norm": "rmsnorm", "norm_bias": False,
-            "qkv_bias": model_type in ("qwen2", "qwen2_moe") or attention_bias, "out_bias": attention_bias,
-            "linear_bias": bool(config.get("mlp_bias", False)), "position": "rope",
-            "tied": config.get("tie_word_embeddings", False), "ffn": None}
-
-
-def _dropout(model_type: str, config: dict[str, Any]) -> bool:
-    # GPT-2 configs default resid_pdrop to 0.1 when the key is absent (transformers GPT2Config).
-    default = 0.1 if model_type == "gpt2" else 0.0
-    rates = [config.get(key, default if key == "resid_pdrop" else 0.0)
-             for key in ("resid_pdrop", "hidden_dropout", "hidden_dropout_prob")]
-    return any(isinstance(rate, (int, float)) and rate > 0 for rate in rates)
-
-
-def _layer_indices(value: Any, field: str, origin: str) -> list[int]:
-    if not isinstance(value, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in value):
-        raise InputError(f"{origin}: {field} must be a list of layer indices, got {value!r}")
-    return value
-
-
-def _moe_layers(model_type: str, config: dict[str, Any], layers: int, origin: str) -> tuple[int, ...]:
-    """Which layers are MoE, by each family's own rule (transformers modeling code)."""
-    if model_type in ("mixtral", "gpt_oss"):
-        return tuple(range(layers))
-    if model_type in _QWEN_MOE:  # Qwen2MoeDecoderLayer / Qwen3MoeDecoderLayer
-        step = _int(config.get("decoder_sparse_step", 1), "decoder_sparse_step", origin)
-        dense = set(_layer_indices(config.get("mlp_only_layers", []), "mlp_only_layers", origin))
-        return tuple(i for i in range(layers) if i not in dense and (i + 1) % step == 0)
-    # DeepseekV3DecoderLayer: MoE from first_k_dense_replace on, every moe_layer_freq-th layer.
-    first_dense = config.get("first_k_dense_replace", 0)
-    if isinstance(first_dense, bool) or not isinstance(first_dense, int) or first_dense < 0:
-        raise InputError(f"{origin}: first_k_dense_replace must be a non-negative integer, got {first_dense!r}")
-    freq = _int(config.get("moe_layer_freq", 1), "moe_layer_freq", origin)
-    return tuple(i for i in range(layers) if i >= first_dense and i % freq == 0)
 
 
 def _optional_int(config: dict[str, Any], key: str, origin: str) -> int:
@@ -134,76 +88,157 @@ def _optional_int(config: dict[str, Any], key: str, origin: str) -> int:
     return 0 if value is None or value == 0 else _int(value, key, origin)
 
 
-def _moe_fields(model_type: str, config: dict[str, Any], layers: int, origin: str) -> dict[str, Any]:
-    """ModelSpec keyword arguments for the MoE and MLA parts of a config (empty for dense families)."""
-    if model_type not in MOE_TYPES:
-        return {}
-    fields: dict[str, Any] = {
-        "num_experts": _int(_get(config, "num_experts", origin), "num_experts", origin),
-        "experts_per_token": _int(_get(config, "experts_per_token", origin), "num_experts_per_tok", origin),
-        # Mixtral and GPT-OSS size their experts with intermediate_size (they have no dense MLP).
-        "expert_ffn_size": _int(_get(config, "expert_ffn_size", origin, default=config.get("intermediate_size")),
-                                "moe_intermediate_size", origin),
-        "moe_layers": _moe_layers(model_type, config, layers, origin),
-    }
-    if model_type == "qwen2_moe":
-        fields["shared_expert_ffn_size"] = _optional_int(config, "shared_expert_intermediate_size", origin)
-        fields["shared_expert_gate"] = fields["shared_expert_ffn_size"] > 0
-    if model_type in _DEEPSEEK:
-        shared = config.get("n_shared_experts") or 0
-        fields["shared_expert_ffn_size"] = _int(shared, "n_shared_experts", origin) * fields["expert_ffn_size"] \
-            if shared else 0
-        # noaux_tc routing (DeepSeek-V3) keeps a learned per-expert bias, e_score_correction_bias.
-        fields["router_bias"] = config.get("topk_method") == "noaux_tc"
-        fields["q_lora_rank"] = _optional_int(config, "q_lora_rank", origin)
-        for key in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
-            fields[key] = _int(config.get(key), key, origin)
-        fields["mtp_layers"] = config.get("num_nextn_predict_layers") or 0
-        # Group-limited routing: DeepSeek-V2's device-limited greedy and V3's node-limited noaux_tc pick
-        # topk_group of n_group expert groups first (modeling_deepseek_v3.py MoEGate).
-        if config.get("topk_method") in GROUP_LIMITED_METHODS and (config.get("n_group") or 1) > 1:
-            fields["expert_groups"] = _int(config.get("n_group"), "n_group", origin)
-            fields["groups_per_token"] = _int(config.get("topk_group"), "topk_group", origin)
-    if model_type == "gpt_oss":
-        fields.update(router_bias=True, expert_bias=True, attention_sinks=True)
+def _traits(config: dict[str, Any], traits: FamilyTraits, hidden: int, origin: str) -> dict[str, Any]:
+    """The family's fixed facts resolved against this config, as ModelSpec keyword arguments."""
+    values = {name: resolve(getattr(traits, name), config) for name in (
+        "norm", "norm_bias", "norm_weight", "norms_per_layer", "qk_norm", "qkv_bias", "out_bias", "mlp_bias",
+        "gated_mlp", "tied", "position", "parallel_residual", "output_bias", "final_norm", "attention_output_gate")}
+    if values["norm"] not in ("rmsnorm", "layernorm") or values["position"] not in ("rope", "learned", "alibi") \
+            or values["qk_norm"] not in (False, "head", "full") or values["norms_per_layer"] not in (1, 2, 3, 4):
+        raise InputError(f"{origin}: config.json states an unknown norm, position or QK-norm kind")
+    rate = _get(config, "dropout", origin, default=traits.dropout_default, traits=traits)
+    fields = {name: bool(values[name]) for name in ("norm_bias", "norm_weight", "qkv_bias", "out_bias",
+                                                     "output_bias", "final_norm", "attention_output_gate")}
+    fields.update(
+        norm=values["norm"], norms_per_layer=values["norms_per_layer"], qk_norm=bool(values["qk_norm"]),
+        qk_norm_width=values["qk_norm"] or "head", qk_norm_bias=traits.qk_norm_bias,
+        linear_bias=bool(values["mlp_bias"]), gated_mlp=bool(values["gated_mlp"]),
+        tied_embeddings=bool(values["tied"]), position=values["position"],
+        parallel_attn_mlp=bool(values["parallel_residual"]), embedding_norm=traits.embedding_norm,
+        position_offset=traits.position_offset, attention_sinks=traits.attention_sinks,
+        dropout=isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0,
+    )
     return fields
 
 
-def _sliding(model_type: str, config: dict[str, Any], layers: int, origin: str) -> dict[str, int]:
-    """Sliding-window attention: every layer in Mistral/Mixtral when a window is set; GPT-OSS's
-    layer_types (default: even layers slide). Qwen's use_sliding_window is off in every release."""
-    window = config.get("sliding_window")
-    if model_type not in ("mistral", "mixtral", "gpt_oss") or not window:
+def _moe_fields(config: dict[str, Any], traits: FamilyTraits, layers: int, origin: str) -> dict[str, Any]:
+    """ModelSpec keyword arguments for the MoE and MLA parts of a config (empty for dense families)."""
+    fields: dict[str, Any] = {}
+    if traits.moe != "none":
+        fields.update(
+            num_experts=_int(_get(config, "num_experts", origin, traits=traits), "num_experts", origin),
+            experts_per_token=_int(_get(config, "experts_per_token", origin, traits=traits), "num_experts_per_tok",
+                                   origin),
+            # Mixtral, GPT-OSS, OLMoE, Granite-MoE size their experts with intermediate_size.
+            expert_ffn_size=_int(_get(config, "expert_ffn_size", origin, default=config.get("intermediate_size"),
+                                      traits=traits), "moe_intermediate_size", origin),
+            moe_layers=hf_layers.moe_layers(config, traits, layers, origin),
+            router_bias=bool(resolve(traits.router_bias, config)), expert_bias=traits.expert_bias,
+        )
+        fields.update(_shared_expert(config, traits, fields["expert_ffn_size"], origin))
+        if resolve(traits.group_limited, config) and (config.get("n_group") or 1) > 1:
+            fields["expert_groups"] = _int(config.get("n_group"), "n_group", origin)
+            fields["groups_per_token"] = _int(config.get("topk_group"), "topk_group", origin)
+    if traits.mla:
+        fields["q_lora_rank"] = _optional_int(config, "q_lora_rank", origin)
+        for key in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
+            fields[key] = _int(config.get(key), key, origin)
+    if traits.mtp_key and config.get(traits.mtp_key):
+        fields["mtp_layers"] = _int(config[traits.mtp_key], "num_nextn_predict_layers", origin)
+    return fields
+
+
+def _shared_expert(config: dict[str, Any], traits: FamilyTraits, expert_ffn: int, origin: str) -> dict[str, Any]:
+    """The always-on shared expert: Qwen's own width (with a sigmoid gate), DeepSeek's count of
+    expert-wide experts, or a width under a family key (Llama 4, Granite-MoE-shared, Hunyuan)."""
+    if traits.shared == "qwen":
+        width = _optional_int(config, "shared_expert_intermediate_size", origin)
+    elif traits.shared == "deepseek":
+        count = _get(config, "num_shared_experts", origin, default=0, traits=traits)
+        width = _int(count, "n_shared_experts", origin) * expert_ffn if count else 0
+    elif traits.shared == "width":
+        width = _optional_int(config, traits.shared_width_key, origin)
+    else:
         return {}
-    window = _int(window, "sliding_window", origin)
-    if model_type != "gpt_oss":
-        return {"sliding_window": window, "sliding_layers": layers}
-    kinds = config.get("layer_types") or ["sliding_attention" if (i + 1) % 2 else "full_attention"
-                                          for i in range(layers)]
-    if not isinstance(kinds, list) or len(kinds) != layers:
-        raise InputError(f"{origin}: layer_types must list one attention kind per layer ({layers})")
-    return {"sliding_window": window, "sliding_layers": sum(kind == "sliding_attention" for kind in kinds)}
+    return {"shared_expert_ffn_size": width, "shared_expert_gate": traits.shared_gate and width > 0}
+
+
+def _attention_layout(config: dict[str, Any], traits: FamilyTraits, layers: int, hidden: int, q_lora: int,
+                      origin: str) -> dict[str, Any]:
+    """Windows, chunks and linear-attention layers, with the exact counts of what is not priced."""
+    kinds = hf_layers.layer_kinds(config, traits, layers, origin)
+    window = config.get(traits.window_key)
+    fields: dict[str, Any] = {}
+    unpriced: list[str] = []
+    if traits.windows == "all" and window:
+        fields.update(sliding_window=_int(window, traits.window_key, origin), sliding_layers=layers)
+    windowed = sum(kind in ("sliding_attention", "chunked_attention") for kind in kinds)
+    if traits.windows == "layer_types" and window and windowed:
+        fields.update(sliding_window=_int(window, traits.window_key, origin), sliding_layers=windowed,
+                      window_kind=traits.window_kind)
+    linear = kinds.count("linear_attention")
+    if linear:
+        def positive(key: str) -> int:
+            return _int(config.get(key), key, origin)
+        fields.update(linear_attention_layers=linear,
+                      linear_attention_params=hf_layers.gated_deltanet_params(config, hidden, positive))
+        unpriced.append(f"Gated DeltaNet linear attention in {linear} of {layers} layers")
+    if traits.indexer:
+        def positive(key: str) -> int:
+            return _int(config.get(key), key, origin)
+        fields["indexer_params"] = hf_layers.indexer_params(config, hidden, q_lora, positive, layers, origin)
+        unpriced.append("the sparse-attention indexer (DSA)")
+    if resolve(traits.attention_output_gate, config):
+        unpriced.append("the gated attention output")
+    fields["unpriced_features"] = tuple(unpriced)
+    return fields
+
+
+def _unwrap(config: dict[str, Any], name: str) -> tuple[dict[str, Any], str]:
+    """The decoder config of a multimodal checkpoint (its text_config) and the name to give it."""
+    outer = config.get("model_type")
+    text = config.get("text_config")
+    if outer in TEXT_CONFIG_WRAPPERS or (isinstance(text, dict) and outer not in FAMILIES):
+        if not isinstance(text, dict):
+            raise InputError(f"{name}: model_type {outer!r} keeps its decoder in text_config, which is missing")
+        # The checkpoint's top-level model ties (or not) its output head, so the outer key wins.
+        inner = {**text, **{key: config[key] for key in ("tie_word_embeddings", "quantization_config") if key in config}}
+        inner.setdefault("model_type", TEXT_CONFIG_WRAPPERS.get(outer))
+        return inner, f"{name} (text decoder of {outer}; vision/audio towers not counted)"
+    return config, name
+
+
+def _unsupported(model_type: Any, name: str) -> InputError:
+    if model_type is None:
+        return InputError(f"{name}: config.json lacks model_type (as in \"model_type\": \"llama\"); "
+                          f"{len(SUPPORTED_TYPES)} types are read ({SUPPORTED_LIST_HINT})")
+    close = difflib.get_close_matches(str(model_type), SUPPORTED_TYPES, n=3, cutoff=0.6) \
+        if isinstance(model_type, str) else []
+    hint = f"; closest: {', '.join(close)}" if close else ""
+    return InputError(f"{name}: model_type {str(model_type)[:40]!r} is not supported{hint} ({len(SUPPORTED_TYPES)} "
+                      f"types are; {SUPPORTED_LIST_HINT})")
+
+
+def supported_model_types() -> tuple[str, ...]:
+    """Every model_type paraplan reads, sorted: decoder families, then multimodal wrappers (text_config read)."""
+    return SUPPORTED_TYPES
 
 
 def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
-    """Read the shape of a dense or MoE transformer from a parsed config.json."""
+    """Read the shape of a dense, MoE or hybrid transformer decoder from a parsed config.json."""
+    config, name = _unwrap(config, name)
     model_type = config.get("model_type")
-    if model_type not in SUPPORTED_TYPES:
-        raise InputError(
-            f"{name}: model_type {model_type!r} is not supported "
-            f"(dense: {', '.join(DENSE_TYPES)}; MoE: {', '.join(MOE_TYPES)})"
-        )
-    hidden = _int(_get(config, "hidden_size", name), "hidden_size", name)
-    heads = _int(_get(config, "num_heads", name), "num_attention_heads", name)
-    family = _family_defaults(model_type, config, hidden)
-    ffn = _get(config, "ffn_size", name, default=family["ffn"])
-    head_dim = _get(config, "head_dim", name, default=hidden // heads if hidden % heads == 0 else None)
-    layers = _int(_get(config, "num_layers", name), "num_hidden_layers", name)
-    moe = _moe_fields(model_type, config, layers, name)
-    if moe.get("kv_lora_rank"):  # MLA: every head has its own K and V; a query/key head is nope + rope wide
+    traits = FAMILIES.get(model_type) if isinstance(model_type, str) else None
+    if traits is None:
+        raise _unsupported(model_type, name)
+    for nested in traits.flatten:  # DBRX keeps attention and FFN keys in sub-objects
+        if isinstance(config.get(nested), dict):
+            config = {**config[nested], **config}
+    reason = traits.refuse(config) if traits.refuse else ""
+    if reason:
+        raise InputError(f"{name}: {model_type} with {reason}")
+    hidden = _int(_get(config, "hidden_size", name, traits=traits), "hidden_size", name)
+    heads = _int(_get(config, "num_heads", name, traits=traits), "num_attention_heads", name)
+    layers = _int(_get(config, "num_layers", name, traits=traits), "num_hidden_layers", name)
+    moe = _moe_fields(config, traits, layers, name)
+    head_dim = _get(config, "head_dim", name, default=hidden // heads if hidden % heads == 0 else None, traits=traits)
+    if traits.mla:  # MLA: every head has its own K and V; a query/key head is nope + rope wide
         head_dim = moe["qk_nope_head_dim"] + moe["qk_rope_head_dim"]
-    if ffn is None and model_type in ("mixtral", "gpt_oss"):
-        ffn = moe["expert_ffn_size"]
+    ffn = _get(config, "ffn_size", name, default=resolve(traits.ffn, config) or (
+        moe["expert_ffn_size"] if moe and len(moe["moe_layers"]) == layers else None), traits=traits)
+    kv_heads = heads if traits.mla else resolve(traits.kv_heads, config) or _get(
+        config, "num_kv_heads", name, default=heads, traits=traits)
+    quantization = config.get("quantization_config")
     try:
         return ModelSpec(
             name=name,
@@ -211,26 +246,16 @@ def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
             num_layers=layers,
             hidden_size=hidden,
             num_heads=heads,
-            num_kv_heads=heads if moe.get("kv_lora_rank") else _int(
-                _get(config, "num_kv_heads", name, default=heads), "num_key_value_heads", name),
+            num_kv_heads=_int(kv_heads, "num_key_value_heads", name),
             head_dim=_int(head_dim, "head_dim", name),
             ffn_size=_int(ffn, "intermediate_size", name),
-            vocab_size=_int(_get(config, "vocab_size", name), "vocab_size", name),
-            gated_mlp=family["gated_mlp"],
-            tied_embeddings=bool(family["tied"]),
-            norm=family["norm"],
-            norm_bias=family["norm_bias"],
-            qkv_bias=family["qkv_bias"],
-            linear_bias=family["linear_bias"],
-            out_bias=family.get("out_bias"),
-            qk_norm=model_type in ("qwen3", "qwen3_moe"),
-            position=family["position"],
-            max_positions=_int(_get(config, "max_positions", name, default=2048), "max_position_embeddings", name),
-            # GPTNeoXConfig defaults use_parallel_residual to True; no other family has it.
-            parallel_attn_mlp=bool(config.get("use_parallel_residual", model_type == "gpt_neox")),
-            dropout=_dropout(model_type, config),
+            vocab_size=_int(_get(config, "vocab_size", name, traits=traits), "vocab_size", name),
+            max_positions=_int(_get(config, "max_positions", name, default=2048, traits=traits),
+                               "max_position_embeddings", name),
+            weights=None if quantization is None else weight_format(quantization, f"{name} quantization_config"),
+            **_traits(config, traits, hidden, name),
             **moe,
-            **_sliding(model_type, config, layers, name),
+            **_attention_layout(config, traits, layers, hidden, moe.get("q_lora_rank", 0), name),
         )
     except ValueError as exc:
         raise InputError(str(exc)) from None
@@ -245,20 +270,39 @@ def preset_names() -> list[str]:
     return sorted(entry.name for entry in _presets_root().iterdir() if entry.joinpath("config.json").is_file())
 
 
+def _read_checkpoint_config(path: Path, name: str) -> ModelSpec:
+    """config.json at ``path``, with ModelOpt's hf_quant_config.json beside it when present (its
+    ``quantization`` block says how the weights are stored)."""
+    config = read_user_json(path, MAX_CONFIG_BYTES, "model config")
+    beside = path.parent / "hf_quant_config.json"
+    if beside.is_file() and "quantization_config" not in config:
+        quant = read_user_json(beside, MAX_CONFIG_BYTES, "quantization config").get("quantization")
+        if quant is not None:
+            config = {**config, "quantization_config": {"quant_method": "modelopt", **quant}
+                      if isinstance(quant, dict) else quant}
+    return model_from_config(config, name)
+
+
 def load_model(name_or_path: str) -> ModelSpec:
-    """A preset by name, or a config.json path (a file, or a folder holding config.json)."""
+    """A preset by name, a config.json path (a file, or a folder holding config.json), or a Hugging Face
+    repo id (owner/name) whose config.json is in the local Hugging Face cache."""
     path = Path(name_or_path)
     if path.is_dir():
         path = path / "config.json"
     if path.is_file():
-        return model_from_config(read_user_json(path, MAX_CONFIG_BYTES, "model config"), str(name_or_path))
+        return _read_checkpoint_config(path, str(name_or_path))
     names = preset_names()
-    if name_or_path not in names:
-        close = difflib.get_close_matches(name_or_path, names, n=3, cutoff=0.5)
-        hint = f"; did you mean {' or '.join(close)}?" if close else ""
-        raise InputError(
-            f"unknown model {name_or_path!r}: not a preset and no such config.json{hint} "
-            f"(run 'paraplan models list' for presets)"
-        )
-    text = _presets_root().joinpath(name_or_path, "config.json").read_text()
-    return model_from_config(parse_user_json(text, f"preset {name_or_path}"), name_or_path)
+    if name_or_path in names:
+        text = _presets_root().joinpath(name_or_path, "config.json").read_text()
+        return model_from_config(parse_user_json(text, f"preset {name_or_path}"), name_or_path)
+    if REPO_ID.match(name_or_path):
+        cached = cached_config_path(name_or_path)
+        if cached is None:
+            raise InputError(not_cached_message(name_or_path))
+        return _read_checkpoint_config(cached, name_or_path)
+    close = difflib.get_close_matches(name_or_path, names, n=3, cutoff=0.5)
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    raise InputError(
+        f"unknown model {name_or_path!r}: not a preset and no such config.json{hint} "
+        f"(run 'paraplan models list' for presets)"
+    )

@@ -5,6 +5,10 @@ routed experts (each a small MLP of width ``expert_ffn_size``, ``experts_per_tok
 per token) and optionally an always-on shared-expert MLP; ``moe_layers`` lists which layers are MoE
 (DeepSeek's ``first_k_dense_replace``, Qwen's ``decoder_sparse_step`` / ``mlp_only_layers``).
 Multi-head latent attention (MLA, DeepSeek-V2/V3) replaces Q/K/V with low-rank projections.
+
+Features whose parameters are counted exactly but whose time and memory the cost model does not price
+(linear-attention / Gated DeltaNet layers, a sparse-attention indexer) are listed in
+``unpriced_features``; the planner refuses such a model with that list instead of pricing it wrongly.
 """
 
 from __future__ import annotations
@@ -19,6 +23,25 @@ LAYER_WEIGHT_MATRICES = 4
 NormKind = Literal["rmsnorm", "layernorm"]
 PositionKind = Literal["rope", "learned", "alibi"]
 AttentionFlops = Literal["full", "causal"]
+QKNormWidth = Literal["head", "full"]
+WindowKind = Literal["sliding", "chunked"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WeightFormat:
+    """How a checkpoint stores its weights (its ``quantization_config`` or ``hf_quant_config.json``).
+    Serving reads it for weight bytes; training ignores it: parameter counts stay the logical counts."""
+
+    method: str
+    """The quantizer that wrote it: fp8, mxfp4, compressed-tensors, modelopt, ..."""
+    weight_format: str
+    """Weight element format: float8_e4m3fn, mxfp4, nvfp4, int4, ..."""
+    bits: float
+    """Bits per quantized weight element, scales excluded (8, 4, ...)."""
+    block_size: tuple[int, ...] = ()
+    """Elements sharing one scale: (128, 128) for DeepSeek's fp8 blocks, (32,) for a group of 32; () = per tensor."""
+    unquantized_modules: tuple[str, ...] = ()
+    """Module names or patterns kept in the checkpoint's higher precision (as the config lists them)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,6 +133,41 @@ class ModelSpec:
     """How many layers attend within ``sliding_window`` only."""
     attention_sinks: bool = False
     """One learned sink logit per head (GPT-OSS)."""
+    # -- family traits config.json does not state (model_families.py) -------------------------
+    norm_weight: bool = True
+    """Norms carry a scale vector (OLMo's LayerNorm has neither scale nor bias)."""
+    norms_per_layer: int = 2
+    """Norms over the residual width in one decoder layer: 2 (pre-attention, pre-MLP), 4 with Gemma 2/3's
+    and GLM-4's post-norms, 1 where attention and MLP share one input norm (Cohere, GPT-J, Falcon-7B)."""
+    qk_norm_width: QKNormWidth = "head"
+    """With ``qk_norm``: one head_dim-wide norm shared by all heads (Qwen3, Gemma 3), or one weight per
+    channel of all query and key heads (OLMo 2, MiniMax-M2, Cohere's per-head LayerNorm)."""
+    qk_norm_bias: bool = False
+    """The query/key norms carry biases (Phi's LayerNorm)."""
+    embedding_norm: bool = False
+    """A norm right after the token embedding (BLOOM's word_embeddings_layernorm)."""
+    final_norm: bool = True
+    """A norm before the output projection."""
+    output_bias: bool = False
+    """The output projection carries a bias (Phi, GPT-J)."""
+    position_offset: int = 0
+    """Learned-position rows beyond max_positions (OPT keeps 2)."""
+    attention_output_gate: bool = False
+    """The query projection also emits a sigmoid gate on the attention output (Qwen3-Next), doubling its width."""
+    window_kind: WindowKind = "sliding"
+    """What bounds attention in the ``sliding_layers``: a sliding window, or Llama 4's chunks (each query
+    sees at most ``sliding_window`` keys: priced as a sliding window, an upper bound)."""
+    linear_attention_layers: int = 0
+    """Layers whose token mixer is linear attention / a state-space block instead of softmax attention."""
+    linear_attention_params: int = 0
+    """Parameters of one such linear-attention mixer (replacing ``attention_params`` in those layers)."""
+    indexer_params: int = 0
+    """Parameters of one layer's sparse-attention indexer (DeepSeek-V3.2, GLM-5), inside its attention."""
+    unpriced_features: tuple[str, ...] = ()
+    """Features counted in the parameters whose time and memory the cost model does not price; planning
+    refuses a model that has any."""
+    weights: WeightFormat | None = None
+    """The checkpoint's weight format when it is quantized; None for 16-bit checkpoints."""
 
     def __post_init__(self) -> None:
         for label in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_size",
@@ -134,6 +192,9 @@ class ModelSpec:
             if any(not 0 <= i < self.num_layers for i in self.moe_layers) or len(set(self.moe_layers)) != len(
                     self.moe_layers):
                 raise ValueError(f"model {self.name}: MoE layer indices must be distinct and in 0..{self.num_layers - 1}")
+        if not 1 <= self.norms_per_layer <= 4 or not 0 <= self.linear_attention_layers <= self.num_layers:
+            raise ValueError(f"model {self.name}: norms per layer must be 1-4 and linear-attention layers at most "
+                             f"{self.num_layers}, got {self.norms_per_layer} and {self.linear_attention_layers}")
         if self.is_mla and min(self.qk_rope_head_dim, self.qk_nope_head_dim, self.v_head_dim) <= 0:
             raise ValueError(f"model {self.name}: MLA needs positive qk_rope_head_dim, qk_nope_head_dim, v_head_dim")
 
@@ -180,7 +241,7 @@ class ModelSpec:
 
     # -- parameter counts ---------------------------------------------------------------------
     def _norm_params(self, width: int) -> int:
-        return width * (2 if self.norm_bias else 1)
+        return width * (int(self.norm_weight) + int(self.norm_bias))
 
     @property
     def qk_head_dim(self) -> int:
@@ -197,7 +258,7 @@ class ModelSpec:
         h, a = self.hidden_size, self.num_heads
         out = a * self.value_head_dim * h
         if not self.is_mla:
-            return h * (self.q_width + 2 * self.kv_width) + out
+            return h * (self.q_width * (1 + self.attention_output_gate) + 2 * self.kv_width) + out
         q_out = a * self.qk_head_dim
         query = h * self.q_lora_rank + self.q_lora_rank * q_out if self.q_lora_rank else h * q_out
         # kv_a_proj_with_mqa: h -> latent + the rope key shared by all heads; kv_b_proj: latent -> K_nope, V.
@@ -214,14 +275,23 @@ class ModelSpec:
         return self.q_lora_rank * a * self.qk_head_dim + self.kv_lora_rank * a * (self.qk_nope_head_dim
                                                                                    + self.v_head_dim)
 
+    def qk_norm_params(self) -> int:
+        """The query and key norms of one layer (0 without them)."""
+        if not self.qk_norm:
+            return 0
+        width = 2 * self.head_dim if self.qk_norm_width == "head" else self.q_width + self.kv_width
+        return width * (1 + int(self.qk_norm_bias))
+
     def attention_params(self) -> int:
-        """Attention of one layer: projections with their biases, QK norms (or MLA's latent norms), sinks."""
+        """Attention of one layer: projections with their biases, QK norms (or MLA's latent norms), sinks
+        and a sparse-attention indexer."""
         h = self.hidden_size
-        biases = (self.q_width + 2 * self.kv_width) * self.qkv_bias + h * self.has_out_bias
-        qk_norms = 2 * self.head_dim if self.qk_norm else 0
+        biases = (self.q_width * (1 + self.attention_output_gate) + 2 * self.kv_width) * self.qkv_bias \
+            + h * self.has_out_bias
         latent_norms = self.q_lora_rank + self.kv_lora_rank if self.is_mla else 0
         sinks = self.num_heads if self.attention_sinks else 0
-        return self.attention_weight_params() + biases + qk_norms + latent_norms + sinks
+        return self.attention_weight_params() + biases + self.qk_norm_params() + latent_norms + sinks \
+            + self.indexer_params
 
     def mlp_params(self) -> int:
         """MLP matrices of one layer with their biases."""
@@ -230,8 +300,8 @@ class ModelSpec:
         return self.mlp_matrices * h * f + (up_width + h) * self.linear_bias
 
     def layer_params(self) -> int:
-        """Everything in one dense decoder layer: attention, MLP and its two norms."""
-        return self.attention_params() + self.mlp_params() + 2 * self._norm_params(self.hidden_size)
+        """Everything in one dense decoder layer: attention, MLP and its norms."""
+        return self.attention_params() + self.mlp_params() + self.norms_per_layer * self._norm_params(self.hidden_size)
 
     def expert_params(self) -> int:
         """One routed expert: its gated (or plain) MLP of width ``expert_ffn_size``, with biases if any."""
@@ -250,7 +320,7 @@ class ModelSpec:
 
     def moe_layer_params(self) -> int:
         """One MoE decoder layer: attention, norms, router, every routed expert and the shared expert."""
-        return (self.attention_params() + 2 * self._norm_params(self.hidden_size) + self.router_params()
+        return (self.attention_params() + self.norms_per_layer * self._norm_params(self.hidden_size) + self.router_params()
                 + self.num_experts * self.expert_params() + self.shared_expert_params())
 
     def moe_layer_active_params(self) -> int:
@@ -267,8 +337,10 @@ class ModelSpec:
         return self.decoder_params() / self.num_layers - self.routed_params_per_layer_mean()
 
     def decoder_params(self) -> int:
-        """All decoder layers of the main stack."""
-        return self.num_dense_layers * self.layer_params() + self.num_moe_layers * self.moe_layer_params()
+        """All decoder layers of the main stack (linear-attention layers hold their own mixer instead of
+        softmax attention)."""
+        mixers = self.linear_attention_layers * (self.linear_attention_params - self.attention_params())
+        return self.num_dense_layers * self.layer_params() + self.num_moe_layers * self.moe_layer_params() + mixers
 
     def mtp_params(self) -> int:
         """Multi-token-prediction modules (DeepSeek-V3), sharing the embedding and output head: per module
@@ -288,7 +360,8 @@ class ModelSpec:
     def layer_vector_tensors(self) -> int:
         """The one-dimensional parameter tensors of a layer: biases and norm weights/biases."""
         biases = int(self.qkv_bias) + int(self.has_out_bias) + 2 * int(self.linear_bias)
-        norms = 2 * (2 if self.norm_bias else 1) + (2 if self.qk_norm else 0)
+        norms = self.norms_per_layer * (int(self.norm_weight) + int(self.norm_bias)) \
+            + (2 * (1 + int(self.qk_norm_bias)) if self.qk_norm else 0)
         return biases + norms
 
     def largest_layer_tensor_params(self) -> int:
@@ -297,14 +370,15 @@ class ModelSpec:
         return max(h * (self.q_width + 2 * self.kv_width), self.q_width * h, (self.mlp_matrices - 1) * f * h, f * h)
 
     def embedding_params(self) -> int:
-        """Input token embedding plus a learned position table when the model has one."""
-        positions = self.max_positions * self.hidden_size if self.position == "learned" else 0
-        return self.vocab_size * self.hidden_size + positions
+        """Input token embedding plus a learned position table and an embedding norm when the model has them."""
+        h = self.hidden_size
+        positions = (self.max_positions + self.position_offset) * h if self.position == "learned" else 0
+        return self.vocab_size * h + positions + self.embedding_norm * self._norm_params(h)
 
     def output_params(self) -> int:
-        """Final norm plus the output projection (zero extra when tied to the embedding)."""
+        """Final norm plus the output projection (zero extra when tied to the embedding) and its bias."""
         projection = 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
-        return self._norm_params(self.hidden_size) + projection
+        return self.final_norm * self._norm_params(self.hidden_size) + projection + self.output_bias * self.vocab_size
 
     def total_params(self) -> int:
         """Exact parameter count of the main model (MTP modules, which training adds, are separate)."""
@@ -312,8 +386,8 @@ class ModelSpec:
 
     def active_params(self) -> int:
         """Parameters one token touches in the main model, embedding lookup included."""
-        layers = self.num_dense_layers * self.layer_params() + self.num_moe_layers * self.moe_layer_active_params()
-        return self.embedding_params() + layers + self.output_params()
+        unvisited = self.num_moe_layers * (self.num_experts - self.experts_per_token) * self.expert_params()
+        return self.total_params() - unvisited
 
     # -- FLOPs --------------------------------------------------------------------------------
     def layer_gemm_flops_per_token(self) -> int:
