@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from paraplan.errors import InputError
-from paraplan.files import read_user_yaml, shown
+from paraplan.files import listed, read_user_yaml, shown
 from paraplan.hardware_profiles import units
 from paraplan.hardware_profiles.device_names import device_candidates, device_match, looks_like_device_name
 from paraplan.hardware_profiles.specs import (
@@ -111,10 +111,13 @@ def _package_yaml(file_name: str) -> dict[str, Any]:
 
 def _unknown_name(kind: str, name: str, known: list[str], user_file: str | None = None) -> InputError:
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.4)
-    hint = f"; did you mean {' or '.join(close)}?" if close else ""
-    where = f"the built-in catalog and {user_file}" if user_file else \
-        "the built-in catalog; add your own with --hardware FILE or $PARAPLAN_HARDWARE"
-    return InputError(f"unknown {kind} {shown(name, 40)}{hint} (known in {where}: {', '.join(known)})")
+    more = "" if user_file else "; add your own with --hardware FILE"
+    if close:
+        return InputError(f"unknown {kind} {shown(name, 40)}; did you mean {' or '.join(close)}? (see 'paraplan "
+                          f"hardware list'){more}")
+    where = "built-in and in the hardware file" if user_file else "built-in"
+    return InputError(f"unknown {kind} {shown(name, 40)} (known, {where}: {listed(known, 80)}; see 'paraplan "
+                      f"hardware list'){more}")
 
 
 def _efficiency(entry: dict[str, Any], where: str) -> EfficiencySpec:

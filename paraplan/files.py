@@ -32,6 +32,16 @@ def shown(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else f"{text[:limit - 3]}..."
 
 
+def listed(names: list[str] | tuple[str, ...], budget: int = 90) -> str:
+    """``names`` joined by commas, as many as fit ``budget`` characters, then how many there are in all."""
+    shown_names: list[str] = []
+    for name in names:
+        if len(", ".join([*shown_names, name])) > budget:
+            return f"{', '.join(shown_names)}, ... ({len(names)} in all)"
+        shown_names.append(name)
+    return ", ".join(shown_names)
+
+
 def one_line(message: str, limit: int = MAX_MESSAGE_CHARS) -> str:
     """``message`` with its whitespace runs made single spaces and cut to ``limit`` characters."""
     text = " ".join(str(message).split())

@@ -93,12 +93,14 @@ def load_memory_runs(path: str | Path | None = None) -> pd.DataFrame:
     text = read_user_text(chosen, MAX_MEMORY_RUNS_BYTES, "memory runs file")
     try:
         measured = pd.read_csv(StringIO(text), dtype={"id": str})
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError, OverflowError) as exc:
         raise InputError(one_line(f"memory runs {chosen}: malformed CSV: {exc}")) from None
     missing = [c for c in MEASURED_COLUMNS if c not in measured.columns]
     if missing:
         raise InputError(f"memory runs {chosen}: missing column(s) {', '.join(missing)}")
-    measured["csv_line"] = measured.index + 2
+    # The index may be a column (pandas makes the first one the index when rows are longer than the header).
+    measured = pd.concat([measured, pd.Series(range(2, len(measured) + 2), index=measured.index, name="csv_line")],
+                         axis=1)
     reading = pd.read_csv(StringIO(resources.files("paraplan.data").joinpath("memory_reference.csv").read_text()),
                           dtype={"id": str, "scope": str}, keep_default_na=False)
     merged = measured.drop_duplicates("id").merge(reading, on="id", how="inner", suffixes=("", "_paraplan"))
@@ -114,14 +116,22 @@ def _check_row(row: pd.Series, path: Path) -> None:
     where = f"memory runs {path}: line {row['csv_line']} (run {shown(row['id'], 30)})"
     counts = {**_JOB_COUNTS, **(_SHAPE_COUNTS if not row["model"] else {})}
     for column, bound in counts.items():
-        value = pd.to_numeric(pd.Series([row[column]]), errors="coerce").iloc[0]
+        value = _as_number(row[column])
         if not (pd.notna(value) and np.isfinite(value) and value >= 1 and value == int(value) and value <= bound):
             raise InputError(f"{where}: {column} must be a whole number from 1 to {bound:,}, got {shown(row[column], 30)}")
     if metric_of(str(row["memory_metric"])) not in ("fits", "oom"):
-        gib = pd.to_numeric(pd.Series([row["measured_memory_gib"]]), errors="coerce").iloc[0]
+        gib = _as_number(row["measured_memory_gib"])
         if not (pd.notna(gib) and 0 < gib < 1e6):
             raise InputError(f"{where}: measured_memory_gib must be a positive number of GiB, got "
                              f"{shown(row['measured_memory_gib'], 30)}")
+
+
+def _as_number(cell) -> float:
+    """A cell as a float; NaN when it is not a number (or an integer beyond float range)."""
+    try:
+        return float(cell)
+    except (TypeError, ValueError, OverflowError):
+        return float("nan")
 
 
 def metric_of(memory_metric: str) -> str:

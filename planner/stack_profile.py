@@ -95,12 +95,12 @@ def _number(path: Path, line: int, column: str, cell: str, integer: bool, zero_a
     except ValueError:
         kind = "an integer" if integer else "a number"
         raise InputError(f"{path}: line {line}: {column} must be {kind}, got {shown(cell, 40)}") from None
+    bound = INTEGER_BOUNDS.get(column, MAX_GPUS)
+    if integer and value > bound:  # before isfinite, which cannot convert an integer beyond float range
+        raise InputError(f"{path}: line {line}: {column} = {shown(cell, 30)} is implausibly large (at most {bound:,})")
     if not math.isfinite(value) or value < 0 or (value == 0 and not zero_allowed):
         raise InputError(f"{path}: line {line}: {column} must be {'0 or more' if zero_allowed else 'positive'}, "
                          f"got {shown(cell, 40)}")
-    bound = INTEGER_BOUNDS.get(column, MAX_GPUS)
-    if integer and value > bound:
-        raise InputError(f"{path}: line {line}: {column} = {shown(cell, 30)} is implausibly large (at most {bound:,})")
     return value
 
 

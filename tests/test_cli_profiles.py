@@ -52,7 +52,7 @@ def test_malformed_file_writes_nothing(store, tmp_path):
 
 
 @pytest.mark.parametrize(("args", "needles"), [
-    (["ingest", "nope.csv"], ["cannot read nope.csv"]),
+    (["ingest", "nope.csv"], ["cannot read profiling file nope.csv"]),
     (["ingest", "--kind", "excel", "x.csv"], ["unknown --kind 'excel'"]),
     (["profiles", "list"], ["no profile store at", "paraplan ingest"]),
     (["learn"], ["no profile store at"]),

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from paraplan.cost_models.ingest.records import bad_line
 from paraplan.errors import InputError
+from paraplan.files import listed
 
 
 def header_and_rows(path: Path, text: str, required: tuple[str, ...]) -> tuple[list[str], list[tuple[int, list[str]]]]:
@@ -19,11 +20,11 @@ def header_and_rows(path: Path, text: str, required: tuple[str, ...]) -> tuple[l
     except csv.Error as exc:
         raise InputError(f"{path}: not a CSV file ({exc})") from None
     if not rows:
-        raise InputError(f"{path}: line 1: empty file, expected a CSV header with {', '.join(required)}")
+        raise InputError(f"{path}: line 1: empty file, expected a CSV header with {listed(required, 100)}")
     header = [cell.strip() for cell in rows[0]]
     missing = [name for name in required if name not in header]
     if missing:
-        raise bad_line(path, 1, f"the header lacks column(s) {', '.join(missing)}")
+        raise bad_line(path, 1, f"the header lacks column(s) {listed(missing, 100)}")
     body = []
     for line_no, row in enumerate(rows[1:], start=2):
         if not row or all(not cell.strip() for cell in row):

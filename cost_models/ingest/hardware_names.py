@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from paraplan.errors import InputError
-from paraplan.files import shown
+from paraplan.files import listed, shown
 from paraplan.hardware_profiles import gpu_names
 from paraplan.hardware_profiles.device_names import catalog_name, looks_like_device_name
 
@@ -22,4 +22,4 @@ def check_hardware(name: str, path: object) -> str:
     if looks_like_device_name(name) and catalog_name(name) in known:  # 'NVIDIA H100 80GB HBM3'
         return catalog_name(name)
     raise InputError(f"{path}: unknown hardware {shown(name, 40)}; use a GPU name from 'paraplan hardware list' "
-                     f"({', '.join(known)}), cpu or any")
+                     f"({listed(known, 80)}), cpu or any")
