@@ -12,6 +12,7 @@ copy that outlasts one layer's forward, and again its backward.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,7 +22,7 @@ from paraplan.cost_models.compute import ComputeRates, analytical_rates, gemm_ti
 from paraplan.cost_models.device_memory import usable_capacity_bytes
 from paraplan.cost_models.dp_sync import dp_exposed_s
 from paraplan.cost_models.fp8_recipes import with_fp8_recipe
-from paraplan.cost_models.layer import ACTIVATION_BYTES, layer_times
+from paraplan.cost_models.layer import ACTIVATION_BYTES, LayerTimes, layer_times
 from paraplan.cost_models.memory import (
     MemoryBreakdown,
     expert_data_parallel,
@@ -32,7 +33,7 @@ from paraplan.cost_models.memory import (
 from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.cost_models.schedules import dual_bubble_ratio, is_bidirectional, rank_work, schedule_bubble_s
 from paraplan.cost_models.stages import stage_layout
-from paraplan.cost_models.table import ConfigTable, Workload
+from paraplan.cost_models.table import ConfigTable, Workload, distinct_rows, take_rows
 from paraplan.hardware_profiles import ClusterSpec
 
 # Adam step per parameter it updates: read fp32 weight, gradient, m, v (16 B), write weight,
@@ -121,20 +122,90 @@ def _with_recipe(rates: ComputeRates, cluster: ClusterSpec, work: Workload) -> C
     return with_fp8_recipe(rates, work.precision, work.fp8_recipe, cluster.gpu.architecture)
 
 
+# Columns the per-layer terms read (layer.layer_times with moe.py and context_parallel.py, memory.stored_layer_bytes,
+# edge_times, _recompute_flops_per_token): a search table holds millions of rows but few distinct combinations
+# of these, so the terms are computed once per combination (table.distinct_rows).
+LAYER_AXES = ("tp", "cp", "cp_comm", "ep", "etp", "mbs", "recompute", "sp", "tp_overlap", "ep_overlap", "pp_schedule")
+# Rows priced together: the temporaries of a block (half a MB per column) stay in cache and are reused
+# instead of each being a fresh, page-faulted array of the whole table.
+ROWS_PER_BLOCK = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class LayerTerms:
+    """What LAYER_AXES decide, per row: one layer's times and stored bytes, the edge stages' extras."""
+
+    times: LayerTimes
+    stored_bytes: np.ndarray
+    """memory.stored_layer_bytes: activations one layer keeps per micro-batch."""
+    embed_s: np.ndarray
+    output_s: np.ndarray
+    recompute_flops_per_token: np.ndarray
+
+
+def layer_terms(model: ModelSpec, work: Workload, t: ConfigTable, rates: ComputeRates,
+                cluster: ClusterSpec) -> LayerTerms:
+    """The LAYER_AXES terms of every row of ``t``."""
+    tokens = t.mbs * work.seq_len / t.cp
+    embed_s, output_s = edge_times(model, t, tokens, rates)
+    return LayerTerms(times=layer_times(model, work, t, rates, cluster), stored_bytes=stored_layer_bytes(model, work, t),
+                      embed_s=embed_s, output_s=output_s,
+                      recompute_flops_per_token=np.broadcast_to(_recompute_flops_per_token(model, work, t), (len(t),)))
+
+
 def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTable,
              rates: ComputeRates | None = None) -> EstimateTable:
     """Predict every row of ``t``. Infeasible rows are still priced; ``fits`` says which fit."""
     rates = _with_recipe(rates, cluster, work) if rates is not None else default_rates(cluster, work)
+    layer_rows, layer_of_row = distinct_rows(t, LAYER_AXES)
+    layers = layer_terms(model, work, layer_rows, rates, cluster)
+    if len(t) <= ROWS_PER_BLOCK:
+        return _estimate_rows(model, cluster, work, t, rates, take_rows(layers, layer_of_row))
+    result = None
+    for start in range(0, len(t), ROWS_PER_BLOCK):
+        rows = slice(start, start + ROWS_PER_BLOCK)
+        block = _estimate_rows(model, cluster, work, t.take(rows), rates, take_rows(layers, layer_of_row[rows]))
+        result = _allocated_like(block, len(t)) if result is None else result
+        _fill(result, rows, block)
+    return result
+
+
+def _allocated_like(block, size: int):
+    """``block`` (an estimate table or one of its dataclasses) with every per-row array as an empty one of ``size``
+    rows, to fill block by block."""
+    changes = {}
+    for field in dataclasses.fields(block):
+        value = getattr(block, field.name)
+        if isinstance(value, np.ndarray):
+            changes[field.name] = np.empty(size, dtype=value.dtype)
+        elif dataclasses.is_dataclass(value):
+            changes[field.name] = _allocated_like(value, size)
+    return dataclasses.replace(block, **changes)
+
+
+def _fill(whole, rows: slice, block) -> None:
+    """Write ``block``'s rows into ``whole`` at ``rows``."""
+    for field in dataclasses.fields(whole):
+        value = getattr(whole, field.name)
+        if isinstance(value, np.ndarray):
+            value[rows] = getattr(block, field.name)
+        elif dataclasses.is_dataclass(value):
+            _fill(value, rows, getattr(block, field.name))
+
+
+def _estimate_rows(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTable, rates: ComputeRates,
+                   layers: LayerTerms) -> EstimateTable:
+    """Predict the rows of ``t`` whose per-layer terms are ``layers``."""
     m = work.global_batch / (t.dp * t.mbs)
     tokens = t.mbs * work.seq_len / t.cp
-    lt = layer_times(model, work, t, rates, cluster)
+    lt = layers.times
     ranks = rank_work(model, stage_layout(model, t.tp, t.pp, t.vpp, t.ep * t.etp, work.pipeline_split), t.tp, t.pp,
                       t.vpp, t.pp_schedule, t.ep * t.etp, work.pipeline_split)
     layout = ranks.layout
-    embed_s, output_s = edge_times(model, t, tokens, rates)
+    embed_s, output_s = layers.embed_s, layers.output_s
 
     layer_compute = lt.forward_compute_s + lt.backward_compute_s + lt.recompute_s
-    layer_bytes = stored_layer_bytes(model, work, t)
+    layer_bytes = layers.stored_bytes
     offload = offload_exposed_s(layer_bytes, t.offload, lt.forward_compute_s, lt.backward_compute_s, cluster)
     first_compute = layout.first_layers * layer_compute + ranks.embedding_on_first * embed_s \
         + ranks.output_on_first * output_s + offload
@@ -186,7 +257,7 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTa
     num_gpus = t.tp * t.pp * t.dp * t.cp
     tokens_per_s = work.global_batch * work.seq_len / step
     flops_per_token = model.model_flops_per_token(work.seq_len, work.flops_convention)
-    recompute_per_token = _recompute_flops_per_token(model, work, t)
+    recompute_per_token = layers.recompute_flops_per_token
     peak = cluster.gpu.peak(work.precision)
     per_gpu_flops = flops_per_token * tokens_per_s / num_gpus
     memory = trimmed_to_capacity(memory_breakdown(model, work, t, layout, m, layer_bytes, ranks),

@@ -6,7 +6,7 @@ configuration (``paraplan evaluate``) and ten million (``paraplan plan``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, is_dataclass, replace
 
 import numpy as np
 
@@ -86,6 +86,66 @@ class ConfigTable:
     def take(self, index) -> ConfigTable:
         """The rows at ``index`` (an integer array or boolean mask)."""
         return ConfigTable(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+
+# Past this many possible keys, distinct_rows sorts instead of marking a presence table.
+_PRESENCE_TABLE_MAX_KEYS = 1 << 25
+
+
+def _distinct_codes(values: np.ndarray) -> tuple[int, np.ndarray]:
+    """(how many distinct values, each value's rank among them): a presence table over non-negative
+    integers (linear time), a sort otherwise."""
+    low, high = (int(values.min()), int(values.max())) if len(values) else (0, 0)
+    if low < 0 or high >= max(_PRESENCE_TABLE_MAX_KEYS, 2 * len(values)):
+        distinct, codes = np.unique(values, return_inverse=True)
+        return len(distinct), codes.reshape(-1)
+    present = np.zeros(high + 1, dtype=bool)
+    present[values] = True
+    rank = np.cumsum(present, dtype=np.int64) - 1
+    return int(rank[-1]) + 1, rank[values]
+
+
+def distinct_index(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(a row holding each distinct combination of equal-length integer ``columns``, each row's combination
+    index): combinations numbered in mixed radix of the columns' own distinct values, in linear time."""
+    size = len(columns[0]) if columns else 0
+    if size == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    key, combinations = np.zeros(size, dtype=np.int64), 1
+    for column in columns:
+        count, codes = _distinct_codes(np.asarray(column))
+        if combinations * count >= 1 << 62:  # keep the mixed-radix key within int64
+            combinations, key = _distinct_codes(key)
+        key *= count
+        key += codes
+        combinations *= count
+    count, index = _distinct_codes(key)
+    representative = np.empty(count, dtype=np.int64)
+    representative[index] = np.arange(size, dtype=np.int64)
+    return representative, index
+
+
+def distinct_rows(t: ConfigTable, axes: tuple[str, ...]) -> tuple[ConfigTable, np.ndarray]:
+    """(one row of ``t`` per distinct combination of the ``axes`` columns, each row's combination index).
+
+    A cost term that reads only ``axes`` is the same for every row of a combination, so it can be computed
+    on the first table and gathered back with the index: elementwise arithmetic on the same values gives
+    the same numbers, bit for bit. The other columns of a representative row are those of one of its rows."""
+    representative, index = distinct_index([getattr(t, axis) for axis in axes])
+    return t.take(representative), index
+
+
+def take_rows(record, index):
+    """A frozen dataclass of per-row arrays (nested ones too) with every array indexed by ``index``;
+    scalars and other fields as they are."""
+    changes = {}
+    for field in fields(record):
+        value = getattr(record, field.name)
+        if isinstance(value, np.ndarray) and value.ndim == 1:
+            changes[field.name] = value[index]
+        elif is_dataclass(value) and not isinstance(value, type):
+            changes[field.name] = take_rows(value, index)
+    return replace(record, **changes)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
