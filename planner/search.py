@@ -15,7 +15,7 @@ from paraplan.cost_models.estimate import EstimateTable, default_rates, estimate
 from paraplan.cost_models.fp8_recipes import recipe_error
 from paraplan.cost_models.layer import cp_comm_variants_per_layer_s
 from paraplan.cost_models.learned.step_calibration import apply_step_factor
-from paraplan.cost_models.table import ConfigTable
+from paraplan.cost_models.table import ConfigTable, distinct_index
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.hardware_profiles.units import BYTES_PER_GIB, SECONDS_PER_HOUR
@@ -29,6 +29,8 @@ MEMORY_REASON = "does not fit in GPU memory"
 HOST_MEMORY_REASON = "offloaded activations exceed host memory"
 DOMINATED_CP_REASON = "another context-parallel variant of the same layout is faster"
 ALL_GATHER = CP_COMM_CODES["allgather"]
+# What layer.cp_comm_variants_per_layer_s reads: the variants' exposed times are equal wherever these are.
+CP_VARIANT_AXES = ("tp", "cp", "mbs", "recompute")
 # Equal predictions rank the simpler layout first: fewer kinds of parallelism and memory tricks
 # to debug (context, pipeline, interleaving, tensor; offload, recompute, sharding), then the rest.
 TIE_BREAK = ("cp", "cp_comm", "pp", "pp_schedule", "vpp", "tp", "offload", "recompute", "zero", "sp", "tp_overlap", "ep_overlap", "etp", "ep", "dp", "mbs")
@@ -79,22 +81,26 @@ def _fastest_cp_comm(job: TrainingJob, cluster: ClusterSpec, space: SearchSpace,
     rates = rates or default_rates(cluster, work)
     several = np.flatnonzero(allowed & (allowed - 1))
     subset = table.take(several)
-    times = cp_comm_variants_per_layer_s(job.model, work, subset, rates, cluster)
+    # The variants' times read only CP_VARIANT_AXES: decide once per distinct combination and allowed mask.
+    distinct, of_row = distinct_index([getattr(subset, axis) for axis in CP_VARIANT_AXES] + [allowed[several]])
+    times = cp_comm_variants_per_layer_s(job.model, work, subset.take(distinct), rates, cluster)
     codes = np.asarray(sorted(times))
     gathers = codes == ALL_GATHER
-    permitted = np.stack([(allowed[several] >> code & 1).astype(bool) for code in codes])
+    permitted = np.stack([(allowed[several][distinct] >> code & 1).astype(bool) for code in codes])
     if objective == "memory":
-        key = np.stack([np.full(len(several), 1.0 if g else 0.0) for g in gathers])
+        key = np.stack([np.full(len(distinct), 1.0 if g else 0.0) for g in gathers])
     else:
         key = np.stack([times[code] for code in codes])
     cost = np.where(permitted, key, np.inf)
-    cp_comm = table.cp_comm.copy()
-    cp_comm[several] = codes[np.argmin(cost, axis=0)]
+    chosen = codes[np.argmin(cost, axis=0)]
     others = np.where(gathers[:, None], np.inf, cost)
+    next_best = np.where((chosen == ALL_GATHER) & np.isfinite(others.min(axis=0)), codes[np.argmin(others, axis=0)], -1)
+    cp_comm = table.cp_comm.copy()
+    cp_comm[several] = chosen[of_row]
     fallback = no_fallback.copy()
-    fallback[several] = np.where((cp_comm[several] == ALL_GATHER) & np.isfinite(others.min(axis=0)),
-                                 codes[np.argmin(others, axis=0)], -1)
-    rejected[DOMINATED_CP_REASON] = int(np.sum(permitted) - len(several))
+    fallback[several] = next_best[of_row]
+    rows_per_distinct = np.bincount(of_row, minlength=len(distinct))
+    rejected[DOMINATED_CP_REASON] = int(np.sum(rows_per_distinct * permitted.sum(axis=0)) - len(several))
     return dataclasses.replace(table, cp_comm=cp_comm), fallback, rejected
 
 
