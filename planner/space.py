@@ -246,44 +246,58 @@ def _dominated_tp_overlap_rule(engine: EngineRules) -> Rule:
             & engine.tp_comm_overlap, DOMINATED_TP_OVERLAP)
 
 
-def _first_reason(reasons: list[tuple], size: int) -> np.ndarray:
-    """Index of the first failing reason per row, -1 when valid."""
-    code = np.full(size, -1, dtype=np.int64)
+def _first_reason(reasons: list[tuple], shape) -> np.ndarray:
+    """Index of the first failing reason per row (an array of ``shape``), -1 when valid."""
+    code = np.full(shape, -1, dtype=np.int16 if len(reasons) < np.iinfo(np.int16).max else np.int64)
     for index, (mask, _) in reversed(list(enumerate(reasons))):
-        code = np.where(np.broadcast_to(mask, (size,)), index, code)
+        np.copyto(code, index, where=np.broadcast_to(mask, code.shape))
     return code
 
 
 def _count(counts: dict[str, int], reasons: list[tuple], code: np.ndarray, weight) -> None:
+    """Add to each reason the candidates whose first failing reason it is: ``weight`` per row (a number, or
+    per-row numbers broadcastable to ``code``)."""
+    failed = code >= 0
+    first = code[failed]
+    if np.ndim(weight) == 0:
+        hits = np.bincount(first, minlength=len(reasons)) * int(weight)
+    else:
+        weights = np.broadcast_to(weight, code.shape)[failed]
+        # Integer sums in float64 are exact below 2**53; beyond that count reason by reason in integers.
+        if len(weights) * int(weights.max(initial=0)) < 2**53:
+            hits = np.rint(np.bincount(first, weights=weights, minlength=len(reasons))).astype(np.int64)
+        else:
+            hits = [int(np.sum(weights[first == index], dtype=np.int64)) for index in range(len(reasons))]
     for index, (_, label) in enumerate(reasons):
-        hits = int(np.sum(np.where(code == index, weight, 0)))
-        if hits:
-            counts[label] = counts.get(label, 0) + hits
-
-
-def _expand(columns: dict[str, np.ndarray], axis: str, values: list[int]) -> dict[str, np.ndarray]:
-    """Every row once per value of ``axis``."""
-    size = len(next(iter(columns.values())))
-    expanded = {name: np.repeat(column, len(values)) for name, column in columns.items()}
-    expanded[axis] = np.tile(np.asarray(values, dtype=np.int64), size)
-    return expanded
+        if hits[index]:
+            counts[label] = counts.get(label, 0) + int(hits[index])
 
 
 def _variant_counts(columns: dict[str, np.ndarray]):
     """How many CP variants each row stands for: the bits of its mask when collapsed, else 1."""
     if "cp_comm_allowed" not in columns:
         return 1
-    return np.unpackbits(columns["cp_comm_allowed"].astype(np.uint8)[:, None], axis=1).sum(axis=1)
+    mask = columns["cp_comm_allowed"]
+    return sum((mask >> code) & 1 for code in range(len(CP_COMM_CODES)))
 
 
-def _apply_rules(columns, rules: list[Rule], counts: dict[str, int], weight: int) -> dict[str, np.ndarray]:
-    """Drop the rows a rule rejects; each rejected row stands for ``weight`` candidates per CP variant."""
-    size = len(next(iter(columns.values())))
-    reasons = [(check(columns), label) for _, check, label in rules]
-    code = _first_reason(reasons, size)
-    _count(counts, reasons, code, weight * _variant_counts(columns))
-    keep = code == -1
-    return {name: column[keep] for name, column in columns.items()}
+def _expand_valid(columns: dict[str, np.ndarray], axis: str, values: list[int], rules: list[Rule],
+                  counts: dict[str, int], weight: int) -> dict[str, np.ndarray]:
+    """Every row once per value of ``axis`` (value-minor order), less the rows a rule rejects; each rejected
+    row stands for ``weight`` candidates per CP variant. The rules see the old columns as (rows, 1) and the
+    new axis as (1, values) and broadcast, so the expanded table is never built: only its surviving rows."""
+    size, choices = len(next(iter(columns.values()))), np.asarray(values, dtype=np.int64)
+    grid = {name: column[:, None] for name, column in columns.items()}
+    grid[axis] = choices[None, :]
+    reasons = [(check(grid), label) for _, check, label in rules]
+    code = _first_reason(reasons, (size, len(choices)))
+    variants = _variant_counts(columns)
+    _count(counts, reasons, code, weight * (variants[:, None] if np.ndim(variants) else variants))
+    kept = np.flatnonzero(code.reshape(-1) == -1)
+    if len(choices) == 1 and len(kept) == size:  # nothing to expand or drop
+        return {**columns, axis: np.full(size, choices[0], dtype=np.int64)}
+    parent, choice = np.divmod(kept, len(choices))
+    return {**{name: column[parent] for name, column in columns.items()}, axis: choices[choice]}
 
 
 def _detail_pass(shapes: dict[str, np.ndarray], values: dict[str, list[int]], rules: list[Rule],
@@ -293,20 +307,19 @@ def _detail_pass(shapes: dict[str, np.ndarray], values: dict[str, list[int]], ru
     columns, done = shapes, set()
     remaining = int(np.prod([len(values[a]) for a in DETAIL_AXES]))
     for axis in DETAIL_AXES:
-        columns = _expand(columns, axis, values[axis])
         remaining //= len(values[axis])
         done.add(axis)
         ready = [rule for rule in rules if axis in rule[0] and set(rule[0]) <= done]
-        columns = _apply_rules(columns, ready, counts, remaining)
+        columns = _expand_valid(columns, axis, values[axis], ready, counts, remaining)
     return columns
 
 
 def _offload_variants(columns: dict[str, np.ndarray], offloads: list[int], rules: list[Rule],
                       counts: dict[str, int]) -> dict[str, np.ndarray]:
     """Valid rows again with each layer count offloaded, where pp = 1 and recompute is off."""
-    base = {name: column[(columns["pp"] == 1) & (columns["recompute"] == 0)] for name, column in columns.items()}
-    variants = _expand({k: v for k, v in base.items() if k != "offload"}, "offload", offloads)
-    return _apply_rules(variants, [rule for rule in rules if "offload" in rule[0]], counts, 1)
+    base = (columns["pp"] == 1) & (columns["recompute"] == 0)
+    rows = {name: column[base] for name, column in columns.items() if name != "offload"}
+    return _expand_valid(rows, "offload", offloads, [rule for rule in rules if "offload" in rule[0]], counts, 1)
 
 
 def _collapse_cp_comm(shapes: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
