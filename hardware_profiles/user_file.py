@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from paraplan.errors import InputError
-from paraplan.files import MAX_YAML_BYTES, read_user_yaml, shown
+from paraplan.files import MAX_YAML_BYTES, listed, read_user_yaml, shown
 from paraplan.hardware_profiles.catalog import (
     DEFAULT_EFFICIENCY,
     Catalog,
@@ -119,7 +119,7 @@ def _borrowed_efficiency(entry: dict[str, Any], where: str) -> tuple[EfficiencyS
             return default_efficiency(), DEFAULT_EFFICIENCY
         if base not in builtin.gpus:
             raise InputError(f"{where}.efficiency_from: {shown(base, 40)} is not a built-in GPU; name one of "
-                             f"{', '.join(sorted(builtin.gpus))} or '{DEFAULT_EFFICIENCY}'")
+                             f"{listed(sorted(builtin.gpus), 80)} ('paraplan hardware list') or '{DEFAULT_EFFICIENCY}'")
         return builtin.gpus[base].efficiency, builtin.gpus[base].efficiency_from
     architecture = entry.get("architecture")
     base = architecture_bases().get(architecture.lower()) if isinstance(architecture, str) else None

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Iterable
 from typing import Any
 
 from paraplan.errors import InputError
-from paraplan.files import one_line, parse_user_yaml, shown
+from paraplan.files import listed, one_line, parse_user_yaml, shown
 
 
 def parse_yaml(text: str, origin: str) -> dict[str, Any]:
@@ -26,9 +27,12 @@ def check_keys(entry: Any, where: str, required: Iterable[str], optional: Iterab
         raise InputError(f"{where}: missing key(s) {', '.join(missing)}")
     unknown = sorted(map(str, set(entry) - required - optional))
     if unknown:
-        allowed = ", ".join(sorted(required | optional))
+        allowed = sorted(required | optional)
         more = f" and {len(unknown) - 1} more" if len(unknown) > 1 else ""
-        raise InputError(f"{where}: unknown key(s) {one_line(unknown[0], 40)}{more} (allowed: {allowed})")
+        close = difflib.get_close_matches(unknown[0], allowed, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise InputError(f"{where}: unknown key(s) {one_line(unknown[0], 40)}{more} ({hint}allowed: "
+                         f"{listed(allowed, 110)})")
     return entry
 
 
