@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from paraplan.cost_models.model_families import shown
 from paraplan.cost_models.model_spec import WeightFormat
 from paraplan.errors import InputError
 
@@ -27,7 +28,7 @@ def _ints(value: Any, field: str, origin: str) -> tuple[int, ...]:
         return ()
     items = value if isinstance(value, list) else [value]
     if len(items) > 4 or any(isinstance(i, bool) or not isinstance(i, int) or not 0 < i <= 1 << 20 for i in items):
-        raise InputError(f"{origin}: {field} must be a positive block size or a list of up to 4, got {str(value)[:40]}")
+        raise InputError(f"{origin}: {field} must be a positive block size or a list of up to 4, got {shown(value)}")
     return tuple(items)
 
 
@@ -60,7 +61,7 @@ def _modelopt(q: dict[str, Any], origin: str) -> WeightFormat:
     """NVIDIA ModelOpt: quant_algo FP8 or NVFP4 (blocks of 16 with fp8 scales), exclude_modules."""
     algo = q.get("quant_algo")
     if algo not in ("FP8", "NVFP4"):
-        raise InputError(f"{origin}: ModelOpt quant_algo {str(algo)[:30]!r} is not read; paraplan reads FP8 and NVFP4")
+        raise InputError(f"{origin}: ModelOpt quant_algo {shown(algo)} is not read; paraplan reads FP8 and NVFP4")
     block = _ints(q.get("group_size", 16), "group_size", origin) if algo == "NVFP4" else ()
     return WeightFormat(method="modelopt", weight_format="float8_e4m3fn" if algo == "FP8" else "nvfp4",
                         bits=8.0 if algo == "FP8" else 4.0, block_size=block,
@@ -74,9 +75,9 @@ def weight_format(q: Any, origin: str) -> WeightFormat:
     method = q.get("quant_method", "modelopt" if "quant_algo" in q else None)
     skip = _names(q.get("modules_to_not_convert"), "modules_to_not_convert", origin)
     if method == "fp8":
-        fmt = _FP8_NAMES.get(q.get("fmt", "e4m3"))
+        fmt = _FP8_NAMES.get(q.get("fmt", "e4m3")) if isinstance(q.get("fmt", "e4m3"), str) else None
         if fmt is None:
-            raise InputError(f"{origin}: quantization_config.fmt {str(q.get('fmt'))[:30]!r} is not an fp8 format "
+            raise InputError(f"{origin}: quantization_config.fmt {shown(q.get('fmt'))} is not an fp8 format "
                              "(e4m3 or e5m2)")
         return WeightFormat(method="fp8", weight_format=fmt, bits=8.0,
                             block_size=_ints(q.get("weight_block_size"), "weight_block_size", origin),
@@ -90,12 +91,12 @@ def weight_format(q: Any, origin: str) -> WeightFormat:
     if method in ("gptq", "awq"):
         bits = q.get("bits", q.get("w_bit"))
         if bits not in (2, 3, 4, 8):
-            raise InputError(f"{origin}: quantization_config.bits must be 2, 3, 4 or 8, got {str(bits)[:20]}")
+            raise InputError(f"{origin}: quantization_config.bits must be 2, 3, 4 or 8, got {shown(bits)}")
         group = q.get("group_size", q.get("q_group_size"))
         return WeightFormat(method=method, weight_format=f"int{bits}", bits=float(bits),
                             block_size=() if group in (None, -1) else _ints(group, "group_size", origin),
                             unquantized_modules=skip)
-    raise InputError(f"{origin}: quantization_config.quant_method {str(method)[:30]!r} is not read (paraplan reads fp8, "
+    raise InputError(f"{origin}: quantization_config.quant_method {shown(method)} is not read (paraplan reads fp8, "
                      "mxfp4, compressed-tensors, modelopt, gptq, awq); remove the block to plan with 16-bit weights")
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from paraplan.cost_models import hf_layers
 from paraplan.cost_models.hf_checkpoint import REPO_ID, cached_config_path, not_cached_message, weight_format
-from paraplan.cost_models.model_families import FAMILIES, TEXT_CONFIG_WRAPPERS, FamilyTraits, resolve
+from paraplan.cost_models.model_families import FAMILIES, TEXT_CONFIG_WRAPPERS, FamilyTraits, resolve, shown
 from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.errors import InputError
 from paraplan.files import parse_user_json, read_user_json
@@ -73,12 +73,14 @@ _FIELD_MAX = {"num_hidden_layers": MAX_LAYERS, "num_attention_heads": MAX_HEADS,
 
 
 def _int(value: Any, field: str, origin: str) -> int:
-    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0
-            or int(value) != value):
-        raise InputError(f"{origin}: {field} must be a positive integer, got {str(value)[:60]}")
+    # Floats are checked as floats: a 400-digit JSON integer is a valid int that math.isfinite cannot convert.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0 or (
+            isinstance(value, float) and not (math.isfinite(value) and value.is_integer())):
+        raise InputError(f"{origin}: {field} must be a positive integer, got {shown(value)}")
     most = _FIELD_MAX.get(field, MAX_WIDTH)
     if value > most:
-        raise InputError(f"{origin}: {field} = {int(value):,} is implausibly large (at most {most:,})")
+        size = f"{int(value):,}" if value < 10**15 else shown(int(value))
+        raise InputError(f"{origin}: {field} = {size} is implausibly large (at most {most:,})")
     return int(value)
 
 
@@ -126,8 +128,9 @@ def _moe_fields(config: dict[str, Any], traits: FamilyTraits, layers: int, origi
             router_bias=bool(resolve(traits.router_bias, config)), expert_bias=traits.expert_bias,
         )
         fields.update(_shared_expert(config, traits, fields["expert_ffn_size"], origin))
-        if resolve(traits.group_limited, config) and (config.get("n_group") or 1) > 1:
-            fields["expert_groups"] = _int(config.get("n_group"), "n_group", origin)
+        groups = config.get("n_group")
+        if resolve(traits.group_limited, config) and groups not in (None, 0, 1):
+            fields["expert_groups"] = _int(groups, "n_group", origin)
             fields["groups_per_token"] = _int(config.get("topk_group"), "topk_group", origin)
     if traits.mla:
         fields["q_lora_rank"] = _optional_int(config, "q_lora_rank", origin)
@@ -188,9 +191,11 @@ def _unwrap(config: dict[str, Any], name: str) -> tuple[dict[str, Any], str]:
     """The decoder config of a multimodal checkpoint (its text_config) and the name to give it."""
     outer = config.get("model_type")
     text = config.get("text_config")
+    if not isinstance(outer, str):
+        return config, name
     if outer in TEXT_CONFIG_WRAPPERS or (isinstance(text, dict) and outer not in FAMILIES):
         if not isinstance(text, dict):
-            raise InputError(f"{name}: model_type {outer!r} keeps its decoder in text_config, which is missing")
+            raise InputError(f"{name}: model_type {shown(outer)} keeps its decoder in text_config, which is missing")
         # The checkpoint's top-level model ties (or not) its output head, so the outer key wins.
         inner = {**text, **{key: config[key] for key in ("tie_word_embeddings", "quantization_config") if key in config}}
         inner.setdefault("model_type", TEXT_CONFIG_WRAPPERS.get(outer))
@@ -205,7 +210,7 @@ def _unsupported(model_type: Any, name: str) -> InputError:
     close = difflib.get_close_matches(str(model_type), SUPPORTED_TYPES, n=3, cutoff=0.6) \
         if isinstance(model_type, str) else []
     hint = f"; closest: {', '.join(close)}" if close else ""
-    return InputError(f"{name}: model_type {str(model_type)[:40]!r} is not supported{hint} ({len(SUPPORTED_TYPES)} "
+    return InputError(f"{name}: model_type {shown(model_type)} is not supported{hint} ({len(SUPPORTED_TYPES)} "
                       f"types are; {SUPPORTED_LIST_HINT})")
 
 
@@ -231,7 +236,8 @@ def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
     heads = _int(_get(config, "num_heads", name, traits=traits), "num_attention_heads", name)
     layers = _int(_get(config, "num_layers", name, traits=traits), "num_hidden_layers", name)
     moe = _moe_fields(config, traits, layers, name)
-    head_dim = _get(config, "head_dim", name, default=hidden // heads if hidden % heads == 0 else None, traits=traits)
+    # Without head_dim transformers uses hidden // heads, rounding down (GLM-4.5's default: 4096 // 96 = 42).
+    head_dim = _get(config, "head_dim", name, default=hidden // heads or None, traits=traits)
     if traits.mla:  # MLA: every head has its own K and V; a query/key head is nope + rope wide
         head_dim = moe["qk_nope_head_dim"] + moe["qk_rope_head_dim"]
     ffn = _get(config, "ffn_size", name, default=resolve(traits.ffn, config) or (

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paraplan.cost_models.model_families import FamilyTraits
+from paraplan.cost_models.model_families import FamilyTraits, shown
 from paraplan.errors import InputError
 from paraplan.limits import MAX_LAYERS
 
@@ -16,7 +16,7 @@ LAYER_KINDS = ("full_attention", "sliding_attention", "chunked_attention", "line
 def non_negative_int(value: Any, field: str, origin: str) -> int:
     """A count that may be 0."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LAYERS * 1_000:
-        raise InputError(f"{origin}: {field} must be a non-negative integer, got {str(value)[:40]}")
+        raise InputError(f"{origin}: {field} must be a non-negative integer, got {shown(value)}")
     return value
 
 
@@ -32,7 +32,7 @@ def layer_indices(value: Any, field: str, layers: int, origin: str) -> set[int]:
     """A list of 0-based layer indices, each in range."""
     items = _bounded_list(value, field, origin, MAX_LAYERS)
     if any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < max(layers, MAX_LAYERS) for i in items):
-        raise InputError(f"{origin}: {field} must list layer indices 0..{layers - 1}, got {str(value)[:60]}")
+        raise InputError(f"{origin}: {field} must list layer indices 0..{layers - 1}, got {shown(value)}")
     return set(items)
 
 
@@ -44,7 +44,7 @@ def per_layer(value: Any, field: str, layers: int, origin: str, allowed: tuple[s
     bad = next((kind for kind in items if kind not in allowed), None) if all(isinstance(k, str) for k in items) \
         else next(k for k in items if not isinstance(k, str))
     if bad is not None:
-        raise InputError(f"{origin}: {field} holds {str(bad)[:40]!r}; expected one of {', '.join(allowed)}")
+        raise InputError(f"{origin}: {field} holds {shown(bad)}; expected one of {', '.join(allowed)}")
     return items
 
 
@@ -58,7 +58,7 @@ def _pattern_kinds(config: dict[str, Any], layers: int, origin: str) -> list[str
         return ["sliding_attention" if pattern[i % len(pattern)] == "L" else "full_attention" for i in range(layers)]
     if isinstance(pattern, bool) or not isinstance(pattern, int) or not 0 < pattern <= MAX_LAYERS:
         raise InputError(f"{origin}: sliding_window_pattern must be a positive integer or a string of L and G, "
-                         f"got {str(pattern)[:40]}")
+                         f"got {shown(pattern)}")
     return ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(layers)]
 
 
@@ -82,14 +82,14 @@ def layer_kinds(config: dict[str, Any], traits: FamilyTraits, layers: int, origi
     if traits.linear_attention and config.get("full_attention_interval") is not None:
         step = config["full_attention_interval"]
         if isinstance(step, bool) or not isinstance(step, int) or not 0 < step <= MAX_LAYERS:
-            raise InputError(f"{origin}: full_attention_interval must be a positive integer, got {str(step)[:40]}")
+            raise InputError(f"{origin}: full_attention_interval must be a positive integer, got {shown(step)}")
         return ["full_attention" if (i + 1) % step == 0 else "linear_attention" for i in range(layers)]
     kinds = _llama4_kinds(config, layers, origin) if traits.window_kind == "chunked" \
         else _pattern_kinds(config, layers, origin)
     if kinds is None and traits.window_kind == "chunked":
         step = config.get("no_rope_layer_interval", 4)
         if isinstance(step, bool) or not isinstance(step, int) or not 0 < step <= MAX_LAYERS:
-            raise InputError(f"{origin}: no_rope_layer_interval must be a positive integer, got {str(step)[:40]}")
+            raise InputError(f"{origin}: no_rope_layer_interval must be a positive integer, got {shown(step)}")
         kinds = ["full_attention" if (i + 1) % step == 0 else "chunked_attention" for i in range(layers)]
     if kinds is None and traits.default_layer_types is not None:
         kinds = traits.default_layer_types(layers)
@@ -101,7 +101,7 @@ def _first_dense(config: dict[str, Any], layers: int, origin: str) -> list[int]:
     first = non_negative_int(config.get("first_k_dense_replace") or 0, "first_k_dense_replace", origin)
     freq = config.get("moe_layer_freq") or 1
     if isinstance(freq, bool) or not isinstance(freq, int) or not 0 < freq <= MAX_LAYERS:
-        raise InputError(f"{origin}: moe_layer_freq must be a positive integer, got {str(freq)[:40]}")
+        raise InputError(f"{origin}: moe_layer_freq must be a positive integer, got {shown(freq)}")
     return [i for i in range(layers) if i >= first and i % freq == 0]
 
 
@@ -109,7 +109,7 @@ def _step(config: dict[str, Any], key: str, default: int, origin: str) -> int:
     value = config.get(key)
     value = default if value is None else value
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_LAYERS:
-        raise InputError(f"{origin}: {key} must be a positive integer, got {str(value)[:40]}")
+        raise InputError(f"{origin}: {key} must be a positive integer, got {shown(value)}")
     return value
 
 

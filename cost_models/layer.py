@@ -125,7 +125,7 @@ def _elementwise_bytes_per_token(model: ModelSpec, tp, sp, precision: str):
     h, q, kv, f = model.hidden_size, model.q_width, model.kv_width, model.ffn_size
     dense_frac = model.num_dense_layers / model.num_layers
     replicated = np.where(sp == 1, tp, 1)
-    norms_and_adds = (2 * 2 + 2 * 3) * h * ACTIVATION_BYTES / replicated  # norm: r+w, add: 2r+w
+    norms_and_adds = (model.norms_per_layer * 2 + 2 * 3) * h * ACTIVATION_BYTES / replicated  # norm: r+w, add: 2r+w
     activation = dense_frac * (3 if model.gated_mlp else 2) * f * ACTIVATION_BYTES / tp
     rotary = 2 * (q + kv) * ACTIVATION_BYTES / tp if model.position == "rope" else 0.0
     # Low-precision GEMMs cast each input: read 16-bit, write the narrow copy (about 1 byte).

@@ -94,7 +94,8 @@ def layer_activation_bytes_per_token(model: ModelSpec, tp, sp, recompute, gemm_i
     dense_frac, moe_frac = model.num_dense_layers / model.num_layers, model.num_moe_layers / model.num_layers
     gate = 2 if model.gated_mlp else 1
     seq_shard = np.where(np.asarray(sp) == 1, tp, 1)
-    norm_inputs, gemm_inputs = ACTIVATION_BYTES * 2 * h, gemm_input_bytes * (2 * h + latent)
+    # Each residual-width norm keeps its input (2 pre-norms; Gemma 2/3 and GLM-4 add 2 post-norms; Cohere has 1).
+    norm_inputs, gemm_inputs = ACTIVATION_BYTES * model.norms_per_layer * h, gemm_input_bytes * (2 * h + latent)
     replicated = norm_inputs + (0.0 if gathered_gemm_inputs else gemm_inputs) + (2 * h if model.dropout else 0)
     whole_sequence = gemm_inputs if gathered_gemm_inputs else 0.0  # kept all-gathered: never divided by tp
     sharded = ACTIVATION_BYTES * qkv + gemm_input_bytes * out + dense_frac * (ACTIVATION_BYTES * gate + gemm_input_bytes) * f

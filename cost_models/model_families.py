@@ -38,6 +38,18 @@ def key(*names: str, default: Any = False) -> Key:
     return Key(names, default)
 
 
+def shown(value: Any, most: int = 40) -> str:
+    """A config value for a one-line message: repr (newlines escaped) cut to ``most`` characters; lists and
+    objects by their size, and integers too long to print (Python's 4,300-digit limit) by their magnitude,
+    so that a hostile value is never walked or printed whole."""
+    if isinstance(value, (list, dict)):
+        return f"a {'list' if isinstance(value, list) else 'JSON object'} of {len(value):,} entries"
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of about {int(value.bit_length() * 0.30103)} digits"
+    text = repr(value)
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
 Trait = Any
 """A constant, a :class:`Key`, or a function of the config dict."""
 _ATTENTION_BIAS = key("attention_bias")
@@ -168,8 +180,8 @@ def _falcon_parallel(config: dict[str, Any]) -> bool:
 def _opt_refuse(config: dict[str, Any]) -> str:
     proj = config.get("word_embed_proj_dim")
     if proj is not None and proj != config.get("hidden_size"):
-        return (f"word_embed_proj_dim {proj!r} differs from hidden_size (OPT-350m's project_in/out layers "
-                "are not modelled)")
+        return (f"word_embed_proj_dim {shown(proj)} differs from hidden_size (OPT-350m's project_in/out "
+                "layers are not modelled)")
     if not config.get("do_layer_norm_before", True):
         return "do_layer_norm_before = false (post-norm OPT) is not modelled"
     return ""
@@ -195,10 +207,6 @@ def _deepseek_group_limited(config: dict[str, Any]) -> bool:
 
 def _qwen2_qkv_bias(config: dict[str, Any]) -> bool:
     return True  # Qwen2Attention: q, k, v biases always, o_proj none
-
-
-def _stablelm_refuse(config: dict[str, Any]) -> str:
-    return ""
 
 
 def _minimax_qk(config: dict[str, Any]) -> Any:

@@ -208,6 +208,14 @@ class ModelSpec:
         """Whether attention is multi-head latent attention."""
         return self.kv_lora_rank > 0
 
+    def unpriced_reason(self) -> str:
+        """One line saying why this model cannot be planned ('' when every feature is priced)."""
+        if not self.unpriced_features:
+            return ""
+        features = "; ".join(self.unpriced_features)[:150]
+        return (f"{self.name[:60]}: its parameters are counted, but the cost model does not price {features}, "
+                "so paraplan cannot plan it yet")
+
     @property
     def num_moe_layers(self) -> int:
         """How many layers are MoE layers."""

@@ -9,6 +9,7 @@ from paraplan.cost_models.fp8_recipes import FP8_RECIPES
 from paraplan.cost_models.model_spec import AttentionFlops, ModelSpec
 from paraplan.cost_models.routing import RoutingStats
 from paraplan.cost_models.table import PIPELINE_SCHEDULE_CODES, RECOMPUTE_CODES, ConfigTable, Workload
+from paraplan.errors import InputError
 from paraplan.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from paraplan.planner.engines import engine_rules, recipe_for
 
@@ -73,6 +74,8 @@ class TrainingJob:
                 raise ValueError(f"{label.replace('_', '-')} must be a positive integer, got {value!r}")
             if value > most:
                 raise ValueError(f"{label.replace('_', '-')} {value:,} is implausibly large (at most {most:,})")
+        if self.model.unpriced_features:  # counted but not priced (linear attention, a DSA indexer): refuse
+            raise InputError(self.model.unpriced_reason())
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.fp8_recipe not in FP8_RECIPES:
