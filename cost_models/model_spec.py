@@ -43,6 +43,17 @@ class WeightFormat:
     unquantized_modules: tuple[str, ...] = ()
     """Module names or patterns kept in the checkpoint's higher precision (as the config lists them)."""
 
+    def to_json(self) -> dict[str, object]:
+        """Plain JSON (lists for tuples), as a plan file stores it."""
+        return {"method": self.method, "weight_format": self.weight_format, "bits": self.bits,
+                "block_size": list(self.block_size), "unquantized_modules": list(self.unquantized_modules)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> WeightFormat:
+        """The inverse of :meth:`to_json` (TypeError on unknown or missing keys)."""
+        return cls(**{**data, "block_size": tuple(data.get("block_size", ())),  # type: ignore[arg-type]
+                      "unquantized_modules": tuple(data.get("unquantized_modules", ()))})
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelSpec:

@@ -12,7 +12,7 @@ import numpy as np
 import paraplan
 from paraplan.cost_models.context_parallel import CP_COMM_NAMES
 from paraplan.cost_models.estimate import EstimateTable
-from paraplan.cost_models.model_spec import ModelSpec
+from paraplan.cost_models.model_spec import ModelSpec, WeightFormat
 from paraplan.cost_models.table import PIPELINE_SCHEDULE_NAMES, RECOMPUTE_NAMES, ConfigTable
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
@@ -129,12 +129,17 @@ def model_shape(spec: ModelSpec) -> dict[str, Any]:
     """Every architecture field of the model (all but its name), so a plan file alone can be launched."""
     shape = {field.name: getattr(spec, field.name) for field in fields(spec) if field.name != "name"}
     shape["moe_layers"] = list(spec.moe_layers)
+    shape["unpriced_features"] = list(spec.unpriced_features)
+    shape["weights"] = spec.weights.to_json() if spec.weights else None
     return shape
 
 
 def model_from_shape(name: str, shape: dict[str, Any]) -> ModelSpec:
     """The ModelSpec a plan's ``model.shape`` describes; InputError when the shape is inconsistent."""
     try:
-        return ModelSpec(name=name, **{**shape, "moe_layers": tuple(shape.get("moe_layers", ()))})
+        weights = shape.get("weights")
+        return ModelSpec(name=name, **{**shape, "moe_layers": tuple(shape.get("moe_layers", ())),
+                                       "unpriced_features": tuple(shape.get("unpriced_features", ())),
+                                       "weights": WeightFormat.from_json(weights) if weights else None})
     except (TypeError, ValueError) as exc:
         raise InputError(f"plan model {name!r}: {exc}") from None

@@ -432,3 +432,15 @@ def test_repo_id_not_in_the_cache_says_how_to_fetch_it(tmp_path, monkeypatch):
     message = str(info.value)
     assert "not in the local Hugging Face cache" in message and "hf download meta-llama/Llama-3.1-8B config.json" \
         in message and "\n" not in message and len(message) < 300
+
+
+def test_plan_shape_round_trips_quantized_and_new_fields():
+    """A plan file stores every ModelSpec field as plain JSON that the shipped schema accepts."""
+    from paraplan.planner.json_schema import schema_errors
+    from paraplan.planner.plan import model_from_shape, model_shape, plan_schema
+
+    config, _, _ = _oracle("gemma3_text", {})
+    spec = model_from_config({**config, "quantization_config": {"quant_method": "mxfp4"}}, "g")
+    shape = json.loads(json.dumps(model_shape(spec)))
+    assert model_from_shape("g", shape) == spec
+    assert schema_errors(shape, plan_schema()["properties"]["model"]["properties"]["shape"]) == []
