@@ -110,7 +110,7 @@ def read_plan_file(path: Path, rank: int | None = None) -> ExportPlan:
 def select_plan(document: Any, rank: int | None, origin: str) -> dict[str, Any]:
     """Check the file's wrapper and every plan in it against the schema; return the one ranked ``rank``
     (None: the best-ranked one)."""
-    if not isinstance(document, dict) or set(document) != {"schema_version", "plans"}:
+    if not isinstance(document, dict) or set(document) - {"from_job"} != {"schema_version", "plans"}:
         raise InputError(f"{origin}: expected {{\"schema_version\": {SCHEMA_VERSION}, \"plans\": [...]}} as "
                          "'paraplan plan --json' writes")
     if document["schema_version"] != SCHEMA_VERSION or not isinstance(document["plans"], list):
