@@ -51,7 +51,7 @@ def yaml_lines(text: str) -> dict[str, int]:
 
 
 def read_bridge(path: Path, text: str) -> ImportedJob:
-    data = parse_yaml(text, str(path))
+    data = _interpolated(parse_yaml(text, str(path)))
     lines = yaml_lines(text)
     facts = Facts(str(path), "megatron-bridge", "megatron")
     if "trainer" in data and "train" not in data:
@@ -63,6 +63,30 @@ def read_bridge(path: Path, text: str) -> ImportedJob:
         facts.put("model", resolve_model(hf_id, path.parent), facts.at(lines.get("model.hf_model_id")))
     read_megatron(Args(values, facts, dashed=False), f"{path.name} model")
     return facts.build()
+
+
+_REFERENCE = re.compile(r"^\$\{(\.?)([A-Za-z_][A-Za-z0-9_.]*)\}$")
+
+
+def _interpolated(data: dict) -> dict:
+    """NeMo's OmegaConf references resolved where they are plain: ``${.encoder_seq_length}`` (a sibling) and
+    ``${trainer.precision}`` (from the top); others stay as written."""
+    def resolve(table: dict, key: str, depth: int = 0):
+        value = table[key]
+        match = _REFERENCE.match(value) if isinstance(value, str) else None
+        if match is None or depth > 8:
+            return value
+        scope, target = (table, match.group(2)) if match.group(1) else (data, match.group(2))
+        *parents, leaf = target.split(".")
+        for parent in parents:
+            scope = scope.get(parent) if isinstance(scope, dict) else None
+        if not isinstance(scope, dict) or leaf not in scope:
+            return value
+        return resolve(scope, leaf, depth + 1)
+
+    def walk(table: dict) -> dict:
+        return {k: walk(v) if isinstance(v, dict) else resolve(table, k) for k, v in table.items()}
+    return walk(data)
 
 
 def _pick(data: dict, lines: dict[str, int], section: str, key: str) -> tuple[Any, int | None] | None:

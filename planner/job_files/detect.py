@@ -13,8 +13,8 @@ from paraplan.planner.job_files.imported import ImportedJob
 MAX_JOB_FILE_BYTES = 64 * 1024 * 1024
 """Scripts and configs are a few KiB; a training log's arguments block sits in its first few hundred KiB, but
 the log goes on per iteration: 64 MiB holds days of logging while refusing a checkpoint passed by mistake."""
-KINDS = ("Megatron-LM launch script or training log, Megatron-Bridge/NeMo YAML, torchtitan TOML or launch script, "
-         "DeepSpeed ds_config.json or launch script")
+KINDS = ("Megatron-LM launch script or log, Megatron-Bridge/NeMo YAML, torchtitan TOML or launch script, DeepSpeed "
+         "ds_config.json or launch script")
 
 
 def detect_format(path: Path, text: str) -> str:
@@ -23,8 +23,8 @@ def detect_format(path: Path, text: str) -> str:
     if stripped.startswith("{"):
         if deepspeed.is_ds_config(parse_user_json(text, str(path), top=None)):
             return "deepspeed-json"
-        raise InputError(f"{path}: a JSON file but not a DeepSpeed config (no train_batch_size, "
-                         f"train_micro_batch_size_per_gpu or zero_optimization); --from reads {KINDS}")
+        raise InputError(f"{path}: JSON, but not a DeepSpeed config (no train_batch_size, train_micro_batch_size_per_gpu "
+                         "or zero_optimization); is this the ds_config.json the launch script names?")
     if megatron.is_megatron_log(text):
         return "megatron-log"
     if torchtitan.is_torchtitan_toml(text) and not stripped.startswith(("#!", "export ")):
@@ -32,8 +32,8 @@ def detect_format(path: Path, text: str) -> str:
     if _yaml_mapping(path, text) is not None:
         if bridge.is_bridge(_yaml_mapping(path, text)):
             return "megatron-bridge"
-        raise InputError(f"{path}: a YAML file but not a Megatron-Bridge or NeMo config (no model.tensor_model_"
-                         f"parallel_size with train: or trainer:); --from reads {KINDS}")
+        raise InputError(f"{path}: YAML, but not a Megatron-Bridge or NeMo config (no model.tensor_model_parallel_size "
+                         "beside train: or trainer:); is this the config the recipe dumped?")
     if torchtitan.is_torchtitan_script(text):
         return "torchtitan-args"
     if deepspeed.is_deepspeed_script(text):

@@ -45,6 +45,8 @@ class ImportedJob:
     """A preset name or a config.json path the file names (None when it states the architecture instead)."""
     model_spec: ModelSpec | None = None
     """The architecture built from the file's own model arguments (None when it names a model)."""
+    model_problem: str | None = None
+    """Why the file's model arguments do not make a model (say, no vocabulary size), when they do not."""
     gpu: str | None = None
     """GPU name (launch files rarely say; paraplan's own exports do, in their header)."""
     num_nodes: int | None = None
@@ -126,6 +128,7 @@ class Facts:
         spec = v.get("model_spec")
         return ImportedJob(
             path=self.path, format=self.format, engine=self.engine, model=v.get("model"), model_spec=spec,
+            model_problem=v.get("model_problem"),
             gpu=v.get("gpu"), num_nodes=v.get("num_nodes"), gpus_per_node=v.get("gpus_per_node"),
             num_gpus=v.get("num_gpus"), seq_len=v.get("seq_len"), global_batch=v.get("global_batch"),
             local_batch=v.get("local_batch") if "global_batch" not in v else None,

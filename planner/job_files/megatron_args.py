@@ -82,10 +82,14 @@ def read_megatron(args: Args, model_name: str) -> None:
     """Model, sequence, batch, precision and layout of a Megatron job into ``args.facts``."""
     facts = args.facts
     if args.has("num_layers"):
-        spec = megatron_model(args, model_name)
-        preset = matching_preset(spec)
-        facts.put("model", preset, args.where("num_layers")) if preset else facts.put(
-            "model_spec", spec, args.where("num_layers"))
+        try:
+            spec = megatron_model(args, model_name)
+        except InputError as exc:  # e.g. no vocabulary size: MODEL on the command line can still name it
+            facts.put("model_problem", str(exc), args.where("num_layers"))
+        else:
+            preset = matching_preset(spec)
+            facts.put("model", preset, args.where("num_layers")) if preset else facts.put(
+                "model_spec", spec, args.where("num_layers"))
     for key, name in (("seq_len", "seq_length"), ("seq_len", "encoder_seq_length"), ("global_batch", "global_batch_size"),
                       ("mbs", "micro_batch_size"), ("num_gpus", "world_size")):
         if args.has(name):
@@ -179,8 +183,8 @@ def _memory(args: Args) -> None:
 
 def _precision(args: Args) -> None:
     facts = args.facts
-    fp8 = args.text("fp8") or args.text("fp8_format")
-    if args.text("fp4") or args.text("fp4_format"):
+    fp8 = _enabled(args.text("fp8")) or _enabled(args.text("fp8_format"))
+    if _enabled(args.text("fp4")) or _enabled(args.text("fp4_format")):
         args.put("precision", "fp4_format" if args.has("fp4_format") else "fp4", "fp4")
     elif fp8:
         args.put("precision", "fp8_format" if args.has("fp8_format") else "fp8", "fp8")
@@ -199,6 +203,11 @@ def _precision(args: Args) -> None:
     if backend is not None:
         backend = backend.rsplit(".", 1)[-1]  # a log writes AttnBackend.fused
         args.put("attention", "attention_backend", _ATTENTION.get(backend, "auto"))
+
+
+def _enabled(value: str | None) -> str | None:
+    """A format name, or None for an unset or switched-off one (NeMo writes fp8: False)."""
+    return None if value is None or value.lower() in ("false", "0") else value
 
 
 def _moe_job(args: Args) -> None:

@@ -82,6 +82,8 @@ def missing_flag(job: ImportedJob, values: dict[str, Any]) -> None:
              "num_gpus": values.get("gpus") is None and values.get("cluster") is None,
              "seq_len": values.get("seq_len") is None, "global_batch": values.get("global_batch") is None}
     for key, missing in needs.items():
+        if missing and key == "model" and job.model_problem:
+            raise InputError(job.model_problem)
         if missing:
             what = {"model": "no model shape or name", "gpu": "no GPU type", "num_gpus": "no world size",
                     "seq_len": "no sequence length", "global_batch": "no global batch"}[key]
