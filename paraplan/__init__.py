@@ -3,7 +3,8 @@
 The code lives in one-way layers, installed as sub-packages of this one:
 ``hardware_profiles`` → ``cost_models`` → ``planner`` → ``exporters`` → ``cli``.
 The library entry points (``paraplan/api.py``) load on first use, so ``import paraplan`` stays light:
-``paraplan.plan``, ``paraplan.evaluate``, ``paraplan.plan_document``, ``paraplan.PlanResult``, ``paraplan.InputError``.
+``paraplan.plan``, ``paraplan.evaluate``, ``paraplan.plan_document``, ``paraplan.PlanResult``, ``paraplan.InputError``,
+and ``paraplan.evaluate_file`` / ``paraplan.plan_file`` for a job a launch script, log or engine config describes.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["InputError", "PlanResult", "__version__", "evaluate", "plan", "plan_document"]
+__all__ = ["InputError", "PlanResult", "__version__", "evaluate", "evaluate_file", "plan", "plan_document", "plan_file"]
 
 
 def __getattr__(name: str) -> Any:
@@ -20,7 +21,7 @@ def __getattr__(name: str) -> Any:
         from paraplan.errors import InputError
 
         return InputError
-    if name in ("plan", "evaluate", "plan_document", "PlanResult"):
+    if name in ("plan", "evaluate", "plan_document", "PlanResult", "evaluate_file", "plan_file"):
         from paraplan import api
 
         return getattr(api, name)

@@ -106,6 +106,22 @@ def plan_document(result: PlanResult | Plan, cost_model: str | None = None) -> d
     return {"schema_version": SCHEMA_VERSION, "plans": [plan_to_json(p, model) for p in plans]}
 
 
+def evaluate_file(path: str | Path, **overrides: Any) -> Plan:
+    """Predict the job a launch script, log or engine config describes (``paraplan evaluate --from``): the
+    file's model, cluster, batch, precision and layout, under ``overrides`` (evaluate's keyword arguments)."""
+    from paraplan.planner.job_files import merge, read_job_file
+
+    return evaluate(**merge.api_arguments(read_job_file(Path(path)), overrides, layout=True))
+
+
+def plan_file(path: str | Path, **overrides: Any) -> PlanResult:
+    """Search every layout for the job a file describes (``paraplan plan --from``): its model, cluster, batch
+    and precision, under ``overrides`` (plan's keyword arguments); ``evaluate_file`` prices its own layout."""
+    from paraplan.planner.job_files import merge, read_job_file
+
+    return plan(**merge.api_arguments(read_job_file(Path(path)), overrides, layout=False))
+
+
 # -- helpers --------------------------------------------------------------------------------------------------
 def _job_cluster_axes(model, seq_len, global_batch, gpu, gpus, cluster, nodes, gpus_per_node, precision, engine,
                       job_and_axes: dict[str, Any]) -> tuple[TrainingJob, ClusterSpec, dict[str, list[int]]]:

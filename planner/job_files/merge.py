@@ -88,3 +88,31 @@ def missing_flag(job: ImportedJob, values: dict[str, Any]) -> None:
             what = {"model": "no model shape or name", "gpu": "no GPU type", "num_gpus": "no world size",
                     "seq_len": "no sequence length", "global_batch": "no global batch"}[key]
             raise InputError(f"{job.path} ({job.format}) states {what}; add {_FLAGS[key]}")
+
+
+def api_arguments(job: ImportedJob, overrides: dict[str, Any], layout: bool) -> dict[str, Any]:
+    """Keyword arguments of ``paraplan.evaluate`` (``layout``) or ``paraplan.plan`` for ``job``, under
+    ``overrides`` (the API's own names: model, gpu, gpus, seq_len, tp, recompute ...)."""
+    args: dict[str, Any] = {"model": job.model if job.model is not None else job.model_spec, "seq_len": job.seq_len,
+                            "global_batch": job.global_batch, "gpu": job.gpu, "gpus": job.num_gpus,
+                            "gpus_per_node": job.gpus_per_node, "engine": job.engine, "precision": job.precision,
+                            "fp8_recipe": job.fp8_recipe if job.precision == "fp8" else None, **dict(job.job)}
+    if layout:
+        args.update({k: v for k, v in job.layout.items() if k != "dp" or not _derived(job.sources.get("dp", DEFAULT))})
+    if "cluster" in overrides:
+        args = {k: v for k, v in args.items() if k not in ("gpu", "gpus", "gpus_per_node")}
+    if overrides.keys() & {"cluster", "gpus", "nodes"}:
+        args.pop("dp", None)
+    if "precision" in overrides and overrides["precision"] != "fp8":
+        args.pop("fp8_recipe", None)
+    args = {k: v for k, v in args.items() if v is not None} | overrides
+    if args.get("global_batch") is None and job.local_batch is not None and args.get("gpus"):
+        shape = args.get("tp", 1) * args.get("pp", 1) * args.get("cp", 1)
+        args["global_batch"] = job.local_batch * args["gpus"] // shape
+    names = {"model": "model='llama-3.1-8b' (a preset or a config.json)", "gpu": "gpu='h100-sxm' (or cluster=...)",
+             "gpus": "gpus=N", "seq_len": "seq_len=N", "global_batch": "global_batch=N"}
+    for key, name in names.items():
+        if args.get(key) is None and not (key in ("gpu", "gpus") and "cluster" in args):
+            raise InputError(job.model_problem if key == "model" and job.model_problem else
+                             f"{job.path} ({job.format}) does not give {key}; pass {name}")
+    return args
