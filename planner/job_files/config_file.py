@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from paraplan.errors import InputError
-from paraplan.files import read_user_text
+from paraplan.files import read_user_text, shown
 from paraplan.hardware_profiles.yaml_schema import parse_yaml
 from paraplan.planner.job_files.bridge import yaml_lines
 
@@ -39,7 +39,7 @@ def read_option_file(path: Path, options: Iterable[str], aliases: dict[str, str]
             spelled = sorted({o.replace("_", "-") for o in known} | {a.replace("_", "-") for a in aliases})
             close = difflib.get_close_matches(str(key).replace("_", "-"), spelled, n=1, cutoff=0.5)
             hint = f"; did you mean {close[0]}?" if close else " (the keys are the command's options: see --help)"
-            raise InputError(f"{where}: unknown option {key!r}{hint}")
+            raise InputError(f"{where}: unknown option {shown(key)}{hint}")
         if isinstance(value, str) and not Path(value).is_absolute() and (path.parent / value).exists():
             value = str(path.parent / value)  # a file named relative to the YAML
         out[name] = (value, where)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from paraplan.errors import InputError
-from paraplan.files import parse_user_json, read_user_text
+from paraplan.files import parse_user_json, read_user_text, shown
 from paraplan.planner.job_files.imported import Facts, ImportedJob
 from paraplan.planner.job_files.launch import cluster_facts, find_launch, flag_values, header_facts
 from paraplan.planner.job_files.megatron_args import Args, read_megatron
@@ -56,7 +56,7 @@ def read_ds_config(path: Path, text: str, facts: Facts | None = None) -> Importe
                            "command line")
             return None
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InputError(f"{where(key)}: {key} expects a non-negative integer, got {value!r}")
+            raise InputError(f"{where(key)}: {key} expects a non-negative integer, got {shown(value)}")
         return value
 
     tbs, mbs, gas = number("train_batch_size"), number("train_micro_batch_size_per_gpu"), \
@@ -179,6 +179,6 @@ def _resolve(name: str, script: Path, where: str, required: bool = True) -> Path
             return candidate
     if not required:
         return None
-    raise InputError(f"{where}: names {name!r}, which is not beside {script.name} ({script.parent}); pass "
+    raise InputError(f"{where}: names {shown(name)}, which is not beside {script.name} ({script.parent}); pass "
                      "ds_config.json to --from directly")
 

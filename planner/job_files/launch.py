@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from paraplan.errors import InputError
+from paraplan.files import shown
 from paraplan.planner.job_files.imported import Facts
 from paraplan.planner.job_files.shell import Script, Word
 
@@ -106,7 +107,7 @@ def _put_count(facts: Facts, key: str, value: tuple, name: str) -> None:
     if re.fullmatch(r"[0-9]+", text) and int(text) > 0:
         facts.put(key, int(text), facts.at(line))
     elif not text.startswith("$"):
-        raise InputError(f"{facts.at(line)}: {name} {text!r} is not a positive number of "
+        raise InputError(f"{facts.at(line)}: {name} {shown(text)} is not a positive number of "
                          f"{'nodes' if key == 'num_nodes' else 'GPUs per node'}")
 
 

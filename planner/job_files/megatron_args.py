@@ -12,6 +12,7 @@ import re
 
 from paraplan.cost_models.context_parallel import MEGATRON_CP_COMM_TYPES
 from paraplan.errors import InputError
+from paraplan.files import shown
 from paraplan.planner.job_files.imported import Facts
 from paraplan.planner.job_files.megatron_model import matching_preset, megatron_model
 
@@ -64,7 +65,7 @@ class Args:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise InputError(f"{self.where(name)}: {self.spell(name)} expects a non-negative integer, got {text!r}")
+            raise InputError(f"{self.where(name)}: {self.spell(name)} expects a non-negative integer, got {shown(text)}")
         return value
 
     def flag(self, name: str, default: bool = False) -> bool:
@@ -117,7 +118,7 @@ def _parallel(args: Args) -> None:
     cp_comm = args.text("cp_comm_type")
     if cp_comm is not None and args.facts.values["cp"] > 1:
         if cp_comm not in _CP_COMM:
-            raise InputError(f"{args.where('cp_comm_type')}: {args.spell('cp_comm_type')} {cp_comm!r} is not one of "
+            raise InputError(f"{args.where('cp_comm_type')}: {args.spell('cp_comm_type')} {shown(cp_comm)} is not one of "
                              f"{', '.join(_CP_COMM)}")
         args.put("cp_comm", "cp_comm_type", _CP_COMM[cp_comm])
     if args.has("num_experts"):

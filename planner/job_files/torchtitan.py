@@ -16,7 +16,7 @@ from typing import Any
 import tomllib
 
 from paraplan.errors import InputError
-from paraplan.files import read_user_text
+from paraplan.files import read_user_text, shown
 from paraplan.planner.job_files.imported import Facts, ImportedJob
 from paraplan.planner.job_files.launch import cluster_facts, find_launch, flag_values, header_facts
 from paraplan.planner.job_files.models import resolve_model
@@ -130,7 +130,7 @@ def _beside(name: str, script: Path, where: str) -> Path:
     for candidate in (Path(name), script.parent / name, script.parent / Path(name).name):
         if "$" not in str(candidate) and candidate.is_file():
             return candidate
-    raise InputError(f"{where}: --job.config_file {name!r} is not beside {script.name}; pass the TOML to --from")
+    raise InputError(f"{where}: --job.config_file {shown(name)} is not beside {script.name}; pass the TOML to --from")
 
 
 def apply_fields(fields: Fields, facts: Facts, version: str) -> None:
@@ -158,7 +158,7 @@ def apply_fields(fields: Fields, facts: Facts, version: str) -> None:
     facts.put("sp", bool(tp_sp[0]) and degrees["tp"] > 1 if version == "0.3" else degrees["tp"] > 1, tp_sp[1])
     mode = get("activation_checkpoint", "mode", registry.get("recompute", "selective"))
     if mode[0] not in ("none", "selective", "full"):
-        raise InputError(f"{mode[1]}: activation_checkpoint mode {mode[0]!r} is not none, selective or full")
+        raise InputError(f"{mode[1]}: activation_checkpoint mode {shown(mode[0])} is not none, selective or full")
     facts.put("recompute", mode[0], mode[1])
     compiled = get("compile", "enable", None)
     compiled = compiled if compiled[0] is not None else get("training", "compile", False)  # before 0.2
@@ -175,7 +175,7 @@ def _int(value: Any, name: str, where: str) -> int:
     except ValueError:
         number = None
     if number is None or isinstance(value, bool):
-        raise InputError(f"{where}: {name} expects an integer, got {value!r}")
+        raise InputError(f"{where}: {name} expects an integer, got {shown(value)}")
     return number
 
 
@@ -233,7 +233,7 @@ def _pipeline(get, facts: Facts, pp: int) -> None:
         facts.default("vpp", 1)
         return
     if schedule not in _SCHEDULES:
-        raise InputError(f"{where}: pipeline_parallel_schedule {schedule!r} is not one of {', '.join(_SCHEDULES)}")
+        raise InputError(f"{where}: pipeline_parallel_schedule {shown(schedule)} is not one of {', '.join(_SCHEDULES)}")
     name, interleaved = _SCHEDULES[schedule]
     facts.put("pp_schedule", name, where)
     parts = get("parallelism", "module_fqns_per_model_part", None)
