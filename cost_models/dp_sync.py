@@ -8,6 +8,8 @@ ZeRO-3/FSDP) are prefetched under forward compute the same way.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from paraplan.cost_models.collectives import collective_latency_s, collective_time_s
@@ -25,19 +27,33 @@ def _exposed(comm_s, window_s, last_bucket_frac):
     return np.maximum(comm_s - window_s, comm_s * last_bucket_frac)
 
 
-def dp_exposed_s(work: Workload, t: ConfigTable, cluster: ClusterSpec, rates: ComputeRates, params_per_gpu,
-                 layer_params_per_gpu, stage_time_s, num_microbatches, stage_layers=1, tensors_per_layer=1,
-                 vectors_per_layer=0, group=None, stride=None):
-    """Seconds of data-parallel traffic the step waits for (arrays over configs).
+@dataclass(frozen=True, slots=True)
+class DataParallelTraffic:
+    """One stage's data-parallel collectives per row, before compute hides any of them (arrays over configs)."""
 
-    ``stage_layers`` and ``tensors_per_layer`` count the separate all-gathers of sharded weights
-    (one per layer, or one per parameter tensor when the engine gathers that way); each pays the
-    collective's latency on top of the bandwidth term of the whole stage's bytes, the LL protocol's
-    for the ``vectors_per_layer`` one-dimensional tensors among them. An engine that
-    gathers into per-rank views also pays one copy kernel per rank of each gather, and the copy
-    of the gathered bytes (read and write) through HBM. ``group`` and ``stride`` default to the
-    dense parameters' data-parallel group; routed experts pass their own (edp, ep·etp apart).
-    """
+    reduce_s: np.ndarray
+    """Gradient reduction of the stage: all-reduce, or reduce-scatter where ZeRO shards gradients or states."""
+    gather_s: np.ndarray
+    """All-gather of the stage's updated weights (distributed optimizer, ZeRO)."""
+    microbatch_s: np.ndarray
+    """Sharded weights: the gathers (and reductions) every micro-batch runs."""
+    layer_gather_s: np.ndarray
+    """Sharded weights: one layer's gather, which nothing hides."""
+    bucket_frac: np.ndarray
+    """The last gradient bucket's share of the stage, exposed whatever the overlap."""
+    per_microbatch: np.ndarray
+    """The weights are sharded and gathered every micro-batch."""
+    reduce_every_microbatch: np.ndarray
+    gathers_after_step: np.ndarray
+    """Replicated weights: the distributed optimizer or ZeRO all-gathers the updated weights (ZeRO >= 1)."""
+    active: np.ndarray
+    """The group has more than one member."""
+
+
+def dp_traffic(work: Workload, t: ConfigTable, cluster: ClusterSpec, rates: ComputeRates, params_per_gpu,
+               layer_params_per_gpu, stage_layers=1, tensors_per_layer=1, vectors_per_layer=0, group=None,
+               stride=None) -> DataParallelTraffic:
+    """The collectives of :func:`dp_exposed_s`: everything that does not depend on the stage's compute time."""
     recipe = work.recipe
     # Gradients are reduced over data parallel x context parallel (CP ranks share weights);
     # with rank order tp-cp-dp-pp that group's members sit tp ranks apart.
@@ -51,10 +67,8 @@ def dp_exposed_s(work: Workload, t: ConfigTable, cluster: ClusterSpec, rates: Co
     )
     gather_s = collective_time_s("all_gather", params_per_gpu * recipe.param_gather_bytes, group, stride, cluster)
     bucket_frac = np.minimum(1.0, BUCKET_PARAMS / np.maximum(params_per_gpu, 1.0))
-    backward_s = BACKWARD_SHARE * stage_time_s
-    forward_s = stage_time_s - backward_s
 
-    gathers = np.zeros_like(stage_time_s)
+    gathers = np.zeros(np.shape(t.zero), dtype=float)
     for stage, count in recipe.weight_gathers_per_microbatch.items():
         gathers = np.where(t.zero == stage, float(count), gathers)
     per_microbatch = gathers > 0
@@ -80,11 +94,44 @@ def dp_exposed_s(work: Workload, t: ConfigTable, cluster: ClusterSpec, rates: Co
     layer_gather_s = collective_time_s("all_gather", layer_params_per_gpu * recipe.param_gather_bytes,
                                        group, stride, cluster)
     mb_comm = gathers * (gather_s + gather_overhead_s) + np.where(every_mb_reduce, reduce_s, 0.0)
-    hidden = np.maximum(mb_comm - stage_time_s, 0.0) + layer_gather_s
-    sharded = num_microbatches * (hidden if recipe.gathers_overlap_compute else mb_comm)
-    sharded = sharded + np.where(every_mb_reduce, 0.0, _exposed(reduce_s, backward_s, bucket_frac))
+    shape = np.broadcast_shapes(np.shape(mb_comm), np.shape(group))
+    return DataParallelTraffic(
+        reduce_s=np.broadcast_to(reduce_s, shape), gather_s=np.broadcast_to(gather_s, shape),
+        microbatch_s=np.broadcast_to(mb_comm, shape), layer_gather_s=np.broadcast_to(layer_gather_s, shape),
+        bucket_frac=np.broadcast_to(bucket_frac, shape), per_microbatch=np.broadcast_to(per_microbatch, shape),
+        reduce_every_microbatch=np.broadcast_to(every_mb_reduce, shape),
+        gathers_after_step=np.broadcast_to(t.zero >= 1, shape), active=np.broadcast_to(np.asarray(group) > 1, shape))
+
+
+def dp_exposed_from(work: Workload, traffic: DataParallelTraffic, stage_time_s, num_microbatches):
+    """Seconds of ``traffic`` the step waits for, given the stage's time per micro-batch and the micro-batches."""
+    backward_s = BACKWARD_SHARE * stage_time_s
+    forward_s = stage_time_s - backward_s
+    mb_comm, reduce_s, bucket_frac = traffic.microbatch_s, traffic.reduce_s, traffic.bucket_frac
+    hidden = np.maximum(mb_comm - stage_time_s, 0.0) + traffic.layer_gather_s
+    sharded = num_microbatches * (hidden if work.recipe.gathers_overlap_compute else mb_comm)
+    sharded = sharded + np.where(traffic.reduce_every_microbatch, 0.0, _exposed(reduce_s, backward_s, bucket_frac))
     # Replicated weights: one reduction per step under the last backward; the distributed
     # optimizer (and ZeRO-2) then all-gather updated weights under the next forward.
     replicated = _exposed(reduce_s, backward_s, bucket_frac)
-    replicated = replicated + np.where(t.zero >= 1, _exposed(gather_s, forward_s, bucket_frac), 0.0)
-    return np.where(group > 1, np.where(per_microbatch, sharded, replicated), 0.0)
+    replicated = replicated + np.where(traffic.gathers_after_step, _exposed(traffic.gather_s, forward_s, bucket_frac),
+                                       0.0)
+    return np.where(traffic.active, np.where(traffic.per_microbatch, sharded, replicated), 0.0)
+
+
+def dp_exposed_s(work: Workload, t: ConfigTable, cluster: ClusterSpec, rates: ComputeRates, params_per_gpu,
+                 layer_params_per_gpu, stage_time_s, num_microbatches, stage_layers=1, tensors_per_layer=1,
+                 vectors_per_layer=0, group=None, stride=None):
+    """Seconds of data-parallel traffic the step waits for (arrays over configs).
+
+    ``stage_layers`` and ``tensors_per_layer`` count the separate all-gathers of sharded weights
+    (one per layer, or one per parameter tensor when the engine gathers that way); each pays the
+    collective's latency on top of the bandwidth term of the whole stage's bytes, the LL protocol's
+    for the ``vectors_per_layer`` one-dimensional tensors among them. An engine that
+    gathers into per-rank views also pays one copy kernel per rank of each gather, and the copy
+    of the gathered bytes (read and write) through HBM. ``group`` and ``stride`` default to the
+    dense parameters' data-parallel group; routed experts pass their own (edp, ep·etp apart).
+    """
+    traffic = dp_traffic(work, t, cluster, rates, params_per_gpu, layer_params_per_gpu, stage_layers,
+                         tensors_per_layer, vectors_per_layer, group, stride)
+    return dp_exposed_from(work, traffic, stage_time_s, num_microbatches)

@@ -20,7 +20,7 @@ import numpy as np
 from paraplan.cost_models.collectives import p2p_time_s
 from paraplan.cost_models.compute import ComputeRates, analytical_rates, gemm_time_s, memory_bound_time_s
 from paraplan.cost_models.device_memory import usable_capacity_bytes
-from paraplan.cost_models.dp_sync import dp_exposed_s
+from paraplan.cost_models.dp_sync import DataParallelTraffic, dp_exposed_from, dp_traffic
 from paraplan.cost_models.fp8_recipes import with_fp8_recipe
 from paraplan.cost_models.layer import ACTIVATION_BYTES, LayerTimes, layer_times
 from paraplan.cost_models.memory import (
@@ -31,7 +31,13 @@ from paraplan.cost_models.memory import (
     trimmed_to_capacity,
 )
 from paraplan.cost_models.model_spec import ModelSpec
-from paraplan.cost_models.schedules import dual_bubble_ratio, is_bidirectional, rank_work, schedule_bubble_s
+from paraplan.cost_models.schedules import (
+    RankWork,
+    dual_bubble_ratio,
+    is_bidirectional,
+    rank_work,
+    schedule_bubble_s,
+)
 from paraplan.cost_models.stages import stage_layout
 from paraplan.cost_models.table import ConfigTable, Workload, distinct_rows, take_rows
 from paraplan.hardware_profiles import ClusterSpec
@@ -153,18 +159,63 @@ def layer_terms(model: ModelSpec, work: Workload, t: ConfigTable, rates: Compute
                       recompute_flops_per_token=np.broadcast_to(_recompute_flops_per_token(model, work, t), (len(t),)))
 
 
+# Columns the per-stage terms read: the schedule's per-rank work (stages.stage_layout, schedules.rank_work), the
+# data-parallel collectives (dp_sync.dp_traffic) and the optimizer step; computed once per combination too.
+STAGE_AXES = ("tp", "pp", "vpp", "pp_schedule", "ep", "etp", "dp", "cp", "zero", "recompute")
+
+
+@dataclass(frozen=True, slots=True)
+class StageTerms:
+    """What STAGE_AXES decide, per row: the pipeline ranks' work and the data-parallel traffic of the busiest."""
+
+    ranks: RankWork
+    dense_traffic: DataParallelTraffic
+    """Gradients and weights outside the routed experts, over dp·cp."""
+    expert_traffic: DataParallelTraffic | None
+    """Routed experts over their own data-parallel group (None for dense models)."""
+    optimizer_s: np.ndarray
+
+
+def stage_terms(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTable,
+                rates: ComputeRates) -> StageTerms:
+    """The STAGE_AXES terms of every row of ``t``."""
+    ranks = rank_work(model, stage_layout(model, t.tp, t.pp, t.vpp, t.ep * t.etp, work.pipeline_split), t.tp, t.pp,
+                      t.vpp, t.pp_schedule, t.ep * t.etp, work.pipeline_split)
+    layout = ranks.layout
+    stage_params = np.maximum(layout.first_params, layout.last_params)
+    stage_layers = np.maximum(layout.first_layers, layout.last_layers)
+    dense = dp_traffic(work, t, cluster, rates, stage_params, model.shared_params_per_layer_mean() / t.tp, stage_layers,
+                       model.layer_param_tensors(), model.layer_vector_tensors())
+    updated = stage_params / np.where(t.zero >= 1, t.dp * t.cp, 1)
+    experts = None
+    if model.is_moe:  # routed experts reduce over their own data-parallel group, ep·etp ranks apart
+        edp = expert_data_parallel(t)
+        expert_params = np.maximum(layout.first_expert_params, layout.last_expert_params)
+        experts = dp_traffic(work, t, cluster, rates, expert_params,
+                             model.routed_params_per_layer_mean() / (t.ep * t.etp), stage_layers,
+                             model.layer_param_tensors(), model.layer_vector_tensors(), group=edp, stride=t.ep * t.etp)
+        updated = updated + expert_params / np.where(t.zero >= 1, edp, 1)
+    optimizer = memory_bound_time_s(updated * OPTIMIZER_BYTES_PER_PARAM, OPTIMIZER_KERNELS, rates)
+    return StageTerms(ranks=ranks, dense_traffic=dense, expert_traffic=experts,
+                      optimizer_s=np.broadcast_to(optimizer, (len(t),)))
+
+
 def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTable,
              rates: ComputeRates | None = None) -> EstimateTable:
     """Predict every row of ``t``. Infeasible rows are still priced; ``fits`` says which fit."""
     rates = _with_recipe(rates, cluster, work) if rates is not None else default_rates(cluster, work)
     layer_rows, layer_of_row = distinct_rows(t, LAYER_AXES)
     layers = layer_terms(model, work, layer_rows, rates, cluster)
+    stage_rows, stage_of_row = distinct_rows(t, STAGE_AXES)
+    stages = stage_terms(model, cluster, work, stage_rows, rates)
     if len(t) <= ROWS_PER_BLOCK:
-        return _estimate_rows(model, cluster, work, t, rates, take_rows(layers, layer_of_row))
+        return _estimate_rows(model, cluster, work, t, rates, take_rows(layers, layer_of_row),
+                              take_rows(stages, stage_of_row))
     result = None
     for start in range(0, len(t), ROWS_PER_BLOCK):
         rows = slice(start, start + ROWS_PER_BLOCK)
-        block = _estimate_rows(model, cluster, work, t.take(rows), rates, take_rows(layers, layer_of_row[rows]))
+        block = _estimate_rows(model, cluster, work, t.take(rows), rates, take_rows(layers, layer_of_row[rows]),
+                               take_rows(stages, stage_of_row[rows]))
         result = _allocated_like(block, len(t)) if result is None else result
         _fill(result, rows, block)
     return result
@@ -194,13 +245,12 @@ def _fill(whole, rows: slice, block) -> None:
 
 
 def _estimate_rows(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTable, rates: ComputeRates,
-                   layers: LayerTerms) -> EstimateTable:
-    """Predict the rows of ``t`` whose per-layer terms are ``layers``."""
+                   layers: LayerTerms, stages: StageTerms) -> EstimateTable:
+    """Predict the rows of ``t`` whose per-layer and per-stage terms are ``layers`` and ``stages``."""
     m = work.global_batch / (t.dp * t.mbs)
     tokens = t.mbs * work.seq_len / t.cp
     lt = layers.times
-    ranks = rank_work(model, stage_layout(model, t.tp, t.pp, t.vpp, t.ep * t.etp, work.pipeline_split), t.tp, t.pp,
-                      t.vpp, t.pp_schedule, t.ep * t.etp, work.pipeline_split)
+    ranks = stages.ranks
     layout = ranks.layout
     embed_s, output_s = layers.embed_s, layers.output_s
 
@@ -232,20 +282,10 @@ def _estimate_rows(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: Co
     ratio = dual_bubble_ratio(lt.forward_compute_s, lt.backward_compute_s + lt.recompute_s, lt.weight_grad_s)
     bubble = schedule_bubble_s(t.pp_schedule, t.pp, slowest, (total - slowest) / t.vpp, ratio)
 
-    stage_params = np.maximum(layout.first_params, layout.last_params)
-    stage_layers = np.maximum(layout.first_layers, layout.last_layers)
-    dp_comm = dp_exposed_s(work, t, cluster, rates, stage_params, model.shared_params_per_layer_mean() / t.tp, slowest,
-                           m, stage_layers, model.layer_param_tensors(), model.layer_vector_tensors())
-    updated = stage_params / np.where(t.zero >= 1, t.dp * t.cp, 1)
-    if model.is_moe:  # routed experts reduce over their own data-parallel group, ep·etp ranks apart
-        edp = expert_data_parallel(t)
-        expert_params = np.maximum(layout.first_expert_params, layout.last_expert_params)
-        dp_comm = dp_comm + dp_exposed_s(work, t, cluster, rates, expert_params,
-                                         model.routed_params_per_layer_mean() / (t.ep * t.etp), slowest, m,
-                                         stage_layers, model.layer_param_tensors(), model.layer_vector_tensors(),
-                                         group=edp, stride=t.ep * t.etp)
-        updated = updated + expert_params / np.where(t.zero >= 1, edp, 1)
-    optimizer = memory_bound_time_s(updated * OPTIMIZER_BYTES_PER_PARAM, OPTIMIZER_KERNELS, rates)
+    dp_comm = dp_exposed_from(work, stages.dense_traffic, slowest, m)
+    if stages.expert_traffic is not None:
+        dp_comm = dp_comm + dp_exposed_from(work, stages.expert_traffic, slowest, m)
+    optimizer = stages.optimizer_s
 
     tp_total = m * critical_layers * lt.tp_comm_s
     cp_total = m * critical_layers * lt.cp_comm_s
