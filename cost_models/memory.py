@@ -240,9 +240,8 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
     middle_total = np.where(has_middle, states(middle_params, middle_experts) + middle_acts + middle_transient, 0.0)
     # Worst stage: 0 first, 1 last, 2 the busiest middle rank (ties go to the earlier label).
     worst = np.argmax(np.stack([first_total, np.where(pp1, 0.0, last_total), middle_total]), axis=0)
-    pick = lambda first, last, middle: np.choose(worst, [np.broadcast_to(first, worst.shape),
-                                                         np.broadcast_to(last, worst.shape),
-                                                         np.broadcast_to(middle, worst.shape)])
+    at_first, at_last = worst == 0, worst == 1  # np.where, not np.choose: the same values, several times faster
+    pick = lambda first, last, middle: np.where(at_first, first, np.where(at_last, last, middle))
     params = pick(layout.first_params, layout.last_params, middle_params)
     experts = pick(layout.first_expert_params, layout.last_expert_params, middle_experts)
     activation_peak = np.maximum(np.maximum(first_total, last_total), middle_total)
