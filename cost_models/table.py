@@ -88,34 +88,44 @@ class ConfigTable:
         return ConfigTable(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
 
-# Past this many possible keys, distinct_rows sorts instead of marking a presence table.
-_PRESENCE_TABLE_MAX_KEYS = 1 << 25
+# Columns whose values all lie in [0, SMALL_VALUES) serve as their own codes in distinct_index.
+SMALL_VALUES = 64
+
+
+def _presence_limit(size: int) -> int:
+    """The largest value a presence table over ``size`` integers may cover before a sort is cheaper."""
+    return max(4 * size, 1 << 20)
 
 
 def _distinct_codes(values: np.ndarray) -> tuple[int, np.ndarray]:
     """(how many distinct values, each value's rank among them): a presence table over non-negative
-    integers (linear time), a sort otherwise."""
+    integers (linear time; zero-filled pages nothing lands on are never touched), a sort otherwise."""
     low, high = (int(values.min()), int(values.max())) if len(values) else (0, 0)
-    if low < 0 or high >= max(_PRESENCE_TABLE_MAX_KEYS, 2 * len(values)):
+    if low < 0 or high >= _presence_limit(len(values)):
         distinct, codes = np.unique(values, return_inverse=True)
         return len(distinct), codes.reshape(-1)
     present = np.zeros(high + 1, dtype=bool)
     present[values] = True
-    rank = np.cumsum(present, dtype=np.int64) - 1
-    return int(rank[-1]) + 1, rank[values]
+    distinct = np.flatnonzero(present)
+    rank = np.zeros(high + 1, dtype=np.int32 if len(distinct) < 2**31 else np.int64)
+    rank[distinct] = np.arange(len(distinct), dtype=rank.dtype)
+    return len(distinct), rank[values]
 
 
 def distinct_index(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(a row holding each distinct combination of equal-length integer ``columns``, each row's combination
-    index): combinations numbered in mixed radix of the columns' own distinct values, in linear time."""
+    index): combinations numbered in mixed radix of the columns' codes, renumbered densely whenever the
+    radix would outgrow a presence table, in linear time."""
     size = len(columns[0]) if columns else 0
     if size == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     key, combinations = np.zeros(size, dtype=np.int64), 1
-    for column in columns:
-        count, codes = _distinct_codes(np.asarray(column))
-        if combinations * count >= 1 << 62:  # keep the mixed-radix key within int64
+    for column in map(np.asarray, columns):
+        low, high = int(column.min()), int(column.max())
+        count, codes = (high + 1, column) if low >= 0 and high < SMALL_VALUES else _distinct_codes(column)
+        if combinations * count >= _presence_limit(size):
             combinations, key = _distinct_codes(key)
+            key = key.astype(np.int64)
         key *= count
         key += codes
         combinations *= count
