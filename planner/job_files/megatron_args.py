@@ -126,9 +126,9 @@ def _parallel(args: Args) -> None:
         # Megatron sets ETP to the dense TP degree when it is not given.
         args.facts.put("etp", etp, args.where("expert_tensor_parallel_size")) if etp else args.facts.default(
             "etp", args.facts.values["tp"])
-    args.facts.put("vpp", _virtual_stages(args), args.where("num_layers_per_virtual_pipeline_stage")
-                   if args.has("num_layers_per_virtual_pipeline_stage") else args.where(
-                       "virtual_pipeline_model_parallel_size"))
+    source = next((n for n in ("virtual_pipeline_model_parallel_size", "pipeline_model_parallel_layout",
+                                "num_layers_per_virtual_pipeline_stage") if args.has(n)), "")
+    args.facts.put("vpp", _virtual_stages(args), args.where(source))
     args.facts.default("vpp", 1)
     for key, name in (("sp", "sequence_parallel"), ("tp_overlap", "tp_comm_overlap"),
                       ("ep_overlap", "overlap_moe_expert_parallel_comm")):
@@ -136,13 +136,15 @@ def _parallel(args: Args) -> None:
     for name in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
                  "pipeline_model_parallel_layout", "num_layers_in_first_pipeline_stage"):
         if args.has(name):
-            args.facts.note(f"{args.spell(name)} ({args.where(name)}) is not read: layers per stage are priced as "
-                            "the engine splits them")
+            args.facts.note(f"{args.spell(name)} ({args.where(name)}): layers per stage are priced as the engine "
+                            "splits them")
 
 
 def _virtual_stages(args: Args) -> int | None:
     if args.has("virtual_pipeline_model_parallel_size"):
         return args.int("virtual_pipeline_model_parallel_size")
+    if args.has("pipeline_model_parallel_layout"):
+        return _layout_stages(args)
     if not args.has("num_layers_per_virtual_pipeline_stage"):
         return None
     per_chunk, pp = args.int("num_layers_per_virtual_pipeline_stage"), args.int("pipeline_model_parallel_size") or 1
@@ -152,6 +154,20 @@ def _virtual_stages(args: Args) -> int | None:
         raise InputError(f"{args.where('num_layers_per_virtual_pipeline_stage')}: {layers} layers do not split into "
                          f"{pp} stages of {args.spell('num_layers_per_virtual_pipeline_stage')} {per_chunk}")
     return layers // (pp * per_chunk)
+
+
+def _layout_stages(args: Args) -> int:
+    """Virtual stages of --pipeline-model-parallel-layout: its '|'-separated chunks (``(tttt|)*14`` unrolled,
+    as PipelineParallelLayerLayout.parse_str_to_list does) over the pipeline ranks."""
+    text = re.sub(r"[\s,'\"]", "", args.text("pipeline_model_parallel_layout") or "")
+    previous = None
+    while previous != text:  # innermost groups first
+        previous, text = text, re.sub(r"\(([^()]*)\)\*([0-9]+)", lambda m: m.group(1) * int(m.group(2)), text)
+    chunks, pp = text.count("|") + 1, args.int("pipeline_model_parallel_size") or 1
+    if chunks % pp:
+        raise InputError(f"{args.where('pipeline_model_parallel_layout')}: the layout has {chunks} chunks, not a "
+                         f"multiple of {args.spell('pipeline_model_parallel_size')} {pp}")
+    return chunks // pp
 
 
 def _memory(args: Args) -> None:
