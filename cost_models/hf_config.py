@@ -157,7 +157,7 @@ def _shared_expert(config: dict[str, Any], traits: FamilyTraits, expert_ffn: int
 
 
 def _attention_layout(config: dict[str, Any], traits: FamilyTraits, layers: int, hidden: int, q_lora: int,
-                      origin: str) -> dict[str, Any]:
+                      q_width: int, origin: str) -> dict[str, Any]:
     """Windows, chunks and linear-attention layers, with the exact counts of what is not priced."""
     kinds = hf_layers.layer_kinds(config, traits, layers, origin)
     window = config.get(traits.window_key)
@@ -170,7 +170,11 @@ def _attention_layout(config: dict[str, Any], traits: FamilyTraits, layers: int,
         fields.update(sliding_window=_int(window, traits.window_key, origin), sliding_layers=windowed,
                       window_kind=traits.window_kind)
     linear = kinds.count("linear_attention")
-    if linear:
+    if linear and traits.linear_attention == "lightning":
+        fields.update(linear_attention_layers=linear,
+                      linear_attention_params=hf_layers.lightning_attention_params(q_width, hidden))
+        unpriced.append(f"lightning (linear) attention in {linear} of {layers} layers")
+    elif linear:
         def positive(key: str) -> int:
             return _int(config.get(key), key, origin)
         fields.update(linear_attention_layers=linear,
@@ -241,7 +245,7 @@ def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
     if traits.mla:  # MLA: every head has its own K and V; a query/key head is nope + rope wide
         head_dim = moe["qk_nope_head_dim"] + moe["qk_rope_head_dim"]
     ffn = _get(config, "ffn_size", name, default=resolve(traits.ffn, config) or (
-        moe["expert_ffn_size"] if moe and len(moe["moe_layers"]) == layers else None), traits=traits)
+        moe["expert_ffn_size"] if len(moe.get("moe_layers", ())) == layers else None), traits=traits)
     kv_heads = heads if traits.mla else resolve(traits.kv_heads, config) or _get(
         config, "num_kv_heads", name, default=heads, traits=traits)
     quantization = config.get("quantization_config")
@@ -261,7 +265,8 @@ def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
             weights=None if quantization is None else weight_format(quantization, f"{name} quantization_config"),
             **_traits(config, traits, hidden, name),
             **moe,
-            **_attention_layout(config, traits, layers, hidden, moe.get("q_lora_rank", 0), name),
+            **_attention_layout(config, traits, layers, hidden, moe.get("q_lora_rank", 0),
+                                _int(heads, "num_attention_heads", name) * _int(head_dim, "head_dim", name), name),
         )
     except ValueError as exc:
         raise InputError(str(exc)) from None

@@ -79,6 +79,12 @@ def layer_kinds(config: dict[str, Any], traits: FamilyTraits, layers: int, origi
         return ["full_attention"] * layers
     if config.get("layer_types") is not None:
         return per_layer(config["layer_types"], "layer_types", layers, origin, LAYER_KINDS)
+    if traits.linear_attention == "lightning" and config.get("attn_type_list") is not None:
+        # MiniMax-Text-01's original config: 1 = softmax attention, 0 = lightning attention.
+        flags = _bounded_list(config["attn_type_list"], "attn_type_list", origin, MAX_LAYERS)
+        if len(flags) != layers or any(flag not in (0, 1) for flag in flags):
+            raise InputError(f"{origin}: attn_type_list must list 0 or 1 for each of the {layers} layers")
+        return ["full_attention" if flag else "linear_attention" for flag in flags]
     if traits.linear_attention and config.get("full_attention_interval") is not None:
         step = config["full_attention_interval"]
         if isinstance(step, bool) or not isinstance(step, int) or not 0 < step <= MAX_LAYERS:
@@ -152,6 +158,12 @@ def gated_deltanet_params(config: dict[str, Any], hidden: int, positive) -> int:
     key_dim, value_dim = nk * dk, nv * dv
     return (hidden * (2 * key_dim + 2 * value_dim) + hidden * 2 * nv + (2 * key_dim + value_dim) * kernel
             + 2 * nv + dv + value_dim * hidden)
+
+
+def lightning_attention_params(q_width: int, hidden: int) -> int:
+    """One lightning-attention mixer (MiniMaxLightningAttention): qkv_proj h -> 3·q, out_proj q -> h,
+    output_gate h -> q, an RMSNorm of q; q = heads · head_dim."""
+    return 3 * hidden * q_width + 2 * q_width * hidden + q_width
 
 
 def indexer_params(config: dict[str, Any], hidden: int, q_lora_rank: int, positive, layers: int, origin: str) -> int:

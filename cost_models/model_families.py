@@ -108,7 +108,9 @@ class FamilyTraits:
     mla: bool = False
     mtp_key: str = ""
     indexer: bool = False
-    linear_attention: bool = False
+    linear_attention: Literal["", "gated_deltanet", "lightning"] = ""
+    """The linear-attention mixer of the hybrid layers: Qwen3-Next's Gated DeltaNet, MiniMax-01's lightning
+    attention ('' = none)."""
     attention_output_gate: Trait = False
     dropout_default: float = 0.0
     """Dropout rate of resid_pdrop when the config omits it (GPT-2: 0.1)."""
@@ -226,7 +228,8 @@ DEEPSEEK = replace(LLAMA, mla=True, moe="deepseek", shared="deepseek", router_bi
                    group_limited=_deepseek_group_limited, mtp_key="num_nextn_predict_layers")
 DSA = replace(DEEPSEEK, moe="mlp_layer_types", indexer=True, router_bias=True, group_limited=True)
 QWEN_NEXT = replace(QWEN3, moe="qwen", shared="qwen", shared_gate=True, windows="layer_types",
-                    default_layer_types=_every(4, "full_attention", "linear_attention"), linear_attention=True,
+                    default_layer_types=_every(4, "full_attention", "linear_attention"),
+                    linear_attention="gated_deltanet",
                     attention_output_gate=True)
 COHERE = replace(LLAMA, norm="layernorm", norms_per_layer=1, parallel_residual=True,
                  qk_norm=lambda c: "full" if c.get("use_qk_norm") else False,
@@ -244,6 +247,14 @@ FAMILIES: dict[str, FamilyTraits] = {
     "qwen3": QWEN3,
     "qwen3_vl_text": QWEN3,
     "granite": LLAMA,
+    "helium": LLAMA,
+    "internlm3": LLAMA,
+    "arcee": replace(LLAMA, gated_mlp=False),
+    "nanochat": replace(LLAMA, norm_weight=False, gated_mlp=False),
+    "granite_swa": replace(LLAMA, attention_sinks=True, tied=key("tie_word_embeddings", default=True),
+                           windows="layer_types"),
+    "vaultgemma": replace(GEMMA, windows="layer_types", default_layer_types=_alternating),
+    "youtu": replace(LLAMA, mla=True, tied=key("tie_word_embeddings", default=True)),
     "smollm3": replace(LLAMA, tied=key("tie_word_embeddings", default=True)),
     "ernie4_5": replace(LLAMA, qkv_bias=key("use_bias"), out_bias=key("use_bias"), mlp_bias=key("use_bias"),
                         tied=key("tie_word_embeddings", default=True)),
@@ -282,6 +293,10 @@ FAMILIES: dict[str, FamilyTraits] = {
     "gpt_neox": replace(GPT2, qkv_bias=key("attention_bias", default=True), out_bias=key("attention_bias", default=True),
                         position="rope", tied=key("tie_word_embeddings"), ffn=None,
                         parallel_residual=key("use_parallel_residual", default=True), dropout_default=0.0),
+    "codegen": replace(GPT2, norms_per_layer=1, qkv_bias=False, out_bias=False, position="rope",
+                       tied=key("tie_word_embeddings"), parallel_residual=True, output_bias=True, dropout_default=0.0),
+    "persimmon": replace(GPT2, position="rope", tied=key("tie_word_embeddings"), ffn=None, dropout_default=0.0,
+                         qk_norm=lambda c: "head" if c.get("qk_layernorm", True) else False, qk_norm_bias=True),
     "mpt": replace(GPT2, norm_bias=_mpt_bias, qkv_bias=_mpt_bias, out_bias=_mpt_bias, mlp_bias=_mpt_bias, tied=True,
                    position=_mpt_position, ffn=_mpt_ffn, dropout_default=0.0),
     "bloom": replace(GPT2, position="alibi", embedding_norm=True, dropout_default=0.0),
@@ -301,6 +316,9 @@ FAMILIES: dict[str, FamilyTraits] = {
     "qwen3_vl_moe_text": QWEN_MOE,
     "olmoe": replace(OLMO2, moe="all"),
     "granitemoe": replace(LLAMA, moe="all"),
+    "granitemoe_swa": replace(LLAMA, moe="all", attention_sinks=True, tied=key("tie_word_embeddings", default=True),
+                              windows="layer_types", shared="width", shared_width_key="shared_intermediate_size"),
+    "flex_olmo": replace(OLMO2, moe="all"),
     "granitemoeshared": replace(LLAMA, moe="all", shared="width", shared_width_key="shared_intermediate_size"),
     "minimax_m2": replace(LLAMA, moe="all", qk_norm=_minimax_qk, router_bias=True),
     "hunyuan_v1_moe": replace(LLAMA, moe="all", shared="width", shared_width_key="intermediate_size",
@@ -324,6 +342,11 @@ FAMILIES: dict[str, FamilyTraits] = {
     "glm4_moe": replace(LLAMA, moe="deepseek", shared="deepseek", router_bias=True, group_limited=True,
                         qk_norm=lambda c: "head" if c.get("use_qk_norm") else False, mtp_key="num_nextn_predict_layers"),
     "dots1": replace(QWEN3, moe="deepseek", shared="deepseek", router_bias=True, group_limited=True),
+    "solar_open": replace(LLAMA, moe="all", shared="deepseek", router_bias=True, group_limited=True),
+    "exaone_moe": replace(LLAMA, qk_norm="head", windows="layer_types", default_layer_types=_every(4, "full_attention"),
+                          moe="mlp_layer_types", shared="deepseek", router_bias=True, group_limited=True,
+                          aliases={"num_shared_experts": ("num_shared_experts",)}),
+    "glm4_moe_lite": replace(DEEPSEEK, moe="mlp_layer_types", router_bias=True, group_limited=True),
     "deepseek_v2": DEEPSEEK,
     # DeepseekV3TopkRouter always holds e_score_correction_bias (transformers 5.24), whatever topk_method says.
     "deepseek_v3": replace(DEEPSEEK, router_bias=True),
@@ -332,6 +355,9 @@ FAMILIES: dict[str, FamilyTraits] = {
     "glm_moe_dsa": DSA,
     # -- hybrid linear attention (counted, not priced) ------------------------------------------
     "qwen3_next": QWEN_NEXT,
+    "minimax": replace(LLAMA, moe="all", windows="layer_types", linear_attention="lightning",
+                       default_layer_types=lambda n: ["full_attention" if (i + 1) % 2 else "linear_attention"
+                                                      for i in range(n)]),
     "qwen3_5_text": replace(QWEN_NEXT, moe="none", attention_output_gate=key("attn_output_gate", default=True)),
     "qwen3_5_moe_text": replace(QWEN_NEXT, attention_output_gate=key("attn_output_gate", default=True)),
 }

@@ -3,9 +3,9 @@
 The oracle: transformers' own config class gives a config (its defaults, shrunk to small widths so the
 model builds in milliseconds on the meta device), ``config.to_dict()`` is what paraplan reads, and
 ``AutoModelForCausalLM.from_config`` under ``torch.device("meta")`` is what it must count: every parameter
-(shared tensors once) plus the persistent buffers a checkpoint stores (DeepSeek-style routers keep
-``e_score_correction_bias`` as a buffer: it is not trained by gradients, yet it is a checkpoint weight and
-part of the published counts). MTP modules, which transformers does not build, are outside ``total_params``.
+(shared tensors once) plus the learned router biases it keeps as buffers (DeepSeek-style routers hold
+``e_score_correction_bias`` so: it is not trained by gradients, yet it is a checkpoint weight and part of the
+published counts; constant tables registered as buffers, such as MiniMax-01's decay tables, are not). MTP modules, which transformers does not build, are outside ``total_params``.
 """
 
 from __future__ import annotations
@@ -81,6 +81,12 @@ def _shrunk(source: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return changes
 
 
+def _router_bias_buffers(model) -> int:
+    """The learned router biases transformers keeps as buffers (DeepSeek-V3's e_score_correction_bias and its
+    kin): checkpoint weights, unlike the constant tables some models register (MiniMax-01's decay tables)."""
+    return sum(b.numel() for name, b in model.named_buffers() if name.endswith("e_score_correction_bias"))
+
+
 def _oracle(model_type: str, extra: dict[str, Any], shrink: bool = True):
     """(config dict as paraplan reads it, transformers' count of the decoder's checkpoint tensors)."""
     transformers = pytest.importorskip("transformers", reason="the oracle needs transformers (extra: oracle)")
@@ -108,9 +114,7 @@ def _oracle(model_type: str, extra: dict[str, Any], shrink: bool = True):
         except ValueError:  # Qwen-VL text configs build only as a text model: add its untied output head
             model = transformers.AutoModel.from_config(config)
             head = 0 if values.get("tie_word_embeddings") else config.vocab_size * config.hidden_size
-    state = set(model.state_dict())
-    count = head + sum(p.numel() for p in model.parameters())
-    count += sum(b.numel() for name, b in model.named_buffers() if name in state)
+    count = head + sum(p.numel() for p in model.parameters()) + _router_bias_buffers(model)
     read = config.to_dict()
     if text is not None:  # read through the wrapper, as a multimodal checkpoint's config.json is
         read = {"model_type": model_type, "tie_word_embeddings": outer.tie_word_embeddings, "text_config": read}
@@ -205,10 +209,9 @@ def _transformers_count(config: dict[str, Any]) -> int:
             model = transformers.AutoModelForCausalLM.from_config(built)
         except ValueError:  # a multimodal checkpoint: build it whole, count all but its vision tower
             model = transformers.AutoModelForImageTextToText.from_config(built)
-    state = set(model.state_dict())
-    tensors = list(model.named_parameters()) + [(n, b) for n, b in model.named_buffers() if n in state]
     towers = ("visual", "vision", "multi_modal_projector", "mm_projector")
-    return sum(t.numel() for name, t in tensors if not any(tower in name for tower in towers))
+    return _router_bias_buffers(model) + sum(p.numel() for name, p in model.named_parameters()
+                                             if not any(tower in name for tower in towers))
 
 
 @pytest.mark.parametrize("path", _real_configs() or [pytest.param(None, marks=pytest.mark.skip(
