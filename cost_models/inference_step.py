@@ -1,0 +1,268 @@
+"""Time of one inference step (a prefill chunk or a decode step) on one GPU, vectorized over deployments.
+
+A step runs every layer once over the step's tokens. Each weight GEMM costs the larger of its FLOPs at
+the GPU's rate (``compute.analytical_rates``: the datasheet peak of the GEMM dtype times the calibrated
+fraction, times the shape saturation m/(m + d½) in the token dimension) and its weight bytes at the
+achieved HBM bandwidth: the roofline of docs/cost-model.md. Decode (few tokens) is weight- and KV-bound;
+prefill (thousands of tokens) is compute-bound. Mixture-of-Experts layers read only the experts the
+step's routed tokens hit: with c routed copies spread uniformly over E experts, a GPU holding E/ep of
+them reads E/ep · (1 − (1 − 1/E)^c) experts. Attention reads every sequence's KV cache (decode) or
+computes causal attention over the prompt (prefill). Tensor parallelism adds two all-reduces per layer
+(``collectives.collective_time_s``: latency-bound at decode sizes); attention data parallelism gathers
+the tokens of all DP ranks before the MoE layer and scatters them back after it.
+
+Sharding (the names the serving engines use): ``tp`` shards attention (and dense MLPs) over tp GPUs;
+``dp`` attention-data-parallel ranks each run their own sequences; the MoE layers spread over the
+tp·dp GPUs as ``moe_tp`` (each expert's width split) × ``moe_ep`` (experts split).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from paraplan.cost_models.collectives import collective_time_s
+from paraplan.cost_models.compute import ComputeRates, analytical_rates
+from paraplan.cost_models.model_spec import ModelSpec
+from paraplan.errors import InputError
+from paraplan.hardware_profiles import ClusterSpec
+
+ACTIVATION_BYTES = 2.0
+"""Activations, all-reduced partial sums and the 16-bit parts of a checkpoint: bf16."""
+ELEMENTWISE_BYTES_PER_HIDDEN = 24.0
+"""HBM bytes per token per hidden element per layer outside the GEMMs: two fused norm+residual kernels
+(read 2 B x + 2 B residual, write 2 B each), rotary and the MLP activation (about 12 reads/writes of
+16-bit values)."""
+KERNELS_PER_LAYER = 12
+"""Kernels of one decoder layer in an inference engine with fused norms: norm, QKV, rotary/cache write,
+attention, output projection, all-reduce, norm, gate+up, activation, down, all-reduce, residual."""
+MOE_EXTRA_KERNELS = 6
+"""An MoE layer adds router GEMM, top-k, permute, the grouped up and down GEMMs' second launches, unpermute."""
+GRAPH_KERNEL_OVERHEAD_S = 1.5e-6
+"""Per-kernel gap inside a CUDA graph (no CPU launch, only the GPU's kernel drain and start): 1-2 us on
+Hopper/Blackwell (NVIDIA's CUDA Graphs posts measure ~2 us per node for short kernels); used for decode
+steps, which every engine here replays as CUDA graphs. Prefill steps are launched eagerly at the GPU's
+``kernel_overhead_s`` (efficiency.yaml)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WeightPrecision:
+    """How the deployed weights and KV cache are stored and which GEMM kernels they run."""
+
+    dense_dtype: str
+    """Compute dtype of the attention and dense-MLP GEMMs: bf16, fp8 or fp4 (weight-only int4 runs bf16)."""
+    dense_bytes: float
+    """Bytes per attention/dense-MLP weight, block scales included (fp8 1.0, nvfp4 0.5625, bf16 2.0)."""
+    expert_dtype: str
+    """Compute dtype of the routed-expert GEMMs."""
+    expert_bytes: float
+    """Bytes per routed-expert weight, scales included."""
+    attention_bytes: float
+    """Bytes per attention weight (checkpoints often keep attention in 16-bit while quantizing the MLPs)."""
+    kv_bytes: float
+    """Bytes per cached K/V (or MLA latent) element: 2 for bf16, 1 for fp8."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sharding:
+    """How one model replica is split over GPUs; arrays broadcast against each other (one entry a deployment)."""
+
+    tp: np.ndarray
+    """Attention tensor-parallel degree (also shards dense MLPs, the shared expert and the output head)."""
+    dp: np.ndarray
+    """Attention data-parallel ranks per replica; the replica spans tp·dp GPUs (times pp)."""
+    moe_tp: np.ndarray
+    """Tensor parallel degree inside each routed expert (moe_tp·moe_ep = tp·dp for MoE models)."""
+    moe_ep: np.ndarray
+    """Expert-parallel degree: the routed experts split over moe_ep groups."""
+    pp: np.ndarray
+    """Pipeline stages (each holds num_layers/pp layers)."""
+
+    @staticmethod
+    def of(tp, dp=1, moe_tp=None, moe_ep=1, pp=1) -> Sharding:
+        """A sharding from scalars or arrays; ``moe_tp`` defaults to tp·dp/moe_ep."""
+        tp, dp, moe_ep, pp = (np.asarray(v, dtype=float) for v in (tp, dp, moe_ep, pp))
+        moe_tp = tp * dp / moe_ep if moe_tp is None else np.asarray(moe_tp, dtype=float)
+        return Sharding(tp=tp, dp=dp, moe_tp=moe_tp, moe_ep=moe_ep, pp=pp)
+
+    @property
+    def gpus(self) -> np.ndarray:
+        """GPUs of one replica."""
+        return self.tp * self.dp * self.pp
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepTime:
+    """Seconds of one step on the busiest GPU, itemised (arrays, one entry a deployment)."""
+
+    gemm_s: np.ndarray
+    """Attention projections, dense MLPs, shared experts, router and output head."""
+    experts_s: np.ndarray
+    """Routed-expert GEMMs (weights of the experts hit, or their FLOPs)."""
+    attention_s: np.ndarray
+    """Attention core: KV-cache reads (decode) or causal attention FLOPs (prefill)."""
+    elementwise_s: np.ndarray
+    """Norms, residuals, rotary, activations: memory-bound."""
+    comm_s: np.ndarray
+    """TP all-reduces and attention-DP gathers, exposed."""
+    overhead_s: np.ndarray
+    """Kernel launch gaps."""
+
+    @property
+    def total_s(self) -> np.ndarray:
+        """The step."""
+        return self.gemm_s + self.experts_s + self.attention_s + self.elementwise_s + self.comm_s + self.overhead_s
+
+
+def rates_for(cluster: ClusterSpec, dtype: str) -> ComputeRates:
+    """The GPU's GEMM rates for ``dtype``. A 4-bit format on a GPU without fp4 tensor cores (Hopper) runs as
+    weight-only quantization: 4-bit weights dequantized in the kernel, bf16 math (vLLM's Marlin and MXFP4
+    kernels, TRT-LLM's W4A16 path)."""
+    try:
+        cluster.gpu.peak(dtype)
+    except (KeyError, ValueError):
+        if dtype != "fp4":
+            raise InputError(f"{cluster.gpu.name} has no {dtype} tensor cores; pick another precision") from None
+        dtype = "bf16"
+    return analytical_rates(cluster.gpu, dtype, "fused")
+
+
+def _saturation(m, half_dim: float):
+    m = np.maximum(np.asarray(m, dtype=float), 1e-9)
+    return m / (m + half_dim)
+
+
+def _roofline_s(flops, weight_bytes, tokens, rates: ComputeRates):
+    """max(FLOPs at the shape-saturated GEMM rate, weight bytes at achieved HBM bandwidth)."""
+    compute = np.asarray(flops, dtype=float) / (rates.gemm_flops_per_s * _saturation(tokens, rates.gemm_half_dim))
+    return np.maximum(compute, np.asarray(weight_bytes, dtype=float) / rates.memory_bytes_per_s)
+
+
+def attention_params_per_gpu(model: ModelSpec, tp) -> np.ndarray:
+    """Attention weights one GPU holds: projections split over tp, except MLA's down projections (replicated)
+    and K/V heads, replicated once tp exceeds the KV heads."""
+    tp = np.asarray(tp, dtype=float)
+    h = model.hidden_size
+    if model.is_mla:
+        down = h * (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim)
+        return down + (model.attention_weight_params() - down) / tp
+    q_and_out = h * model.q_width * (2 + model.attention_output_gate)
+    kv = 2 * h * model.head_dim * np.maximum(model.num_kv_heads / tp, 1.0)
+    return q_and_out / tp + kv
+
+
+def _dense_layer_params(model: ModelSpec, moe_layer: bool, tp) -> np.ndarray:
+    """Weights of one layer outside the routed experts that one GPU reads: attention, dense MLP or shared
+    expert and router."""
+    mlp = model.shared_expert_params() + model.router_params() if moe_layer else model.mlp_params()
+    return attention_params_per_gpu(model, tp), mlp / np.asarray(tp, dtype=float)
+
+
+def kv_bytes_per_token_per_layer(model: ModelSpec, tp, kv_bytes: float) -> np.ndarray:
+    """KV-cache bytes one GPU stores per token per softmax-attention layer: K and V of its KV heads (replicated
+    once tp exceeds them), or MLA's latent plus rotary key, which every attention-TP rank holds whole."""
+    tp = np.asarray(tp, dtype=float)
+    if model.is_mla:
+        return np.broadcast_to(float((model.kv_lora_rank + model.qk_rope_head_dim) * kv_bytes), tp.shape).copy()
+    return 2.0 * model.head_dim * np.maximum(model.num_kv_heads / tp, 1.0) * kv_bytes
+
+
+def decode_attention_flops_per_key(model: ModelSpec, tp) -> np.ndarray:
+    """Attention-core FLOPs one GPU spends per cached key per layer for one decoding query: QKᵀ and AV over
+    its heads (4·heads·d_head), or under MLA with the up projections absorbed, against the latent and rotary
+    key (2·heads·(2·kv_lora + d_rope))."""
+    heads = model.num_heads / np.asarray(tp, dtype=float)
+    if model.is_mla:
+        return 2.0 * heads * (2 * model.kv_lora_rank + model.qk_rope_head_dim)
+    return 2.0 * heads * (model.qk_head_dim + model.value_head_dim)
+
+
+def prefill_attention_flops(model: ModelSpec, prompt_tokens) -> tuple[np.ndarray, np.ndarray]:
+    """Causal attention-core FLOPs of one prompt per layer over all heads, (full layers, sliding layers):
+    2·keys·heads·(d_qk + d_v) with keys = s²/2 causal, or s·w − w²/2 inside a window w."""
+    s = np.asarray(prompt_tokens, dtype=float)
+    per_key = 2.0 * model.num_heads * (model.qk_head_dim + model.value_head_dim)
+    w = np.minimum(s, model.sliding_window) if model.sliding_window else s
+    return per_key * s * s / 2.0, per_key * (s * w - w * w / 2.0)
+
+
+def _layer_counts(model: ModelSpec) -> tuple[int, int, int, int]:
+    """(dense, MoE, full-attention, sliding-window) layer counts of the main stack."""
+    if model.unpriced_features:
+        raise InputError(model.unpriced_reason())
+    sliding = model.sliding_layers if model.sliding_window else 0
+    return model.num_dense_layers, model.num_moe_layers, model.num_layers - sliding, sliding
+
+
+def _comm_per_layer_s(model: ModelSpec, tokens_per_rank, shard: Sharding, cluster: ClusterSpec, moe_layer: bool):
+    """Exposed collective seconds of one layer: the attention output all-reduce over tp, then the MLP's:
+    an all-reduce over tp, or with attention DP an all-gather and reduce-scatter of every DP rank's
+    tokens over the MoE group."""
+    size = np.asarray(tokens_per_rank, dtype=float) * model.hidden_size * ACTIVATION_BYTES
+    attention = collective_time_s("all_reduce", size, shard.tp, 1, cluster)
+    if not moe_layer:
+        return 2.0 * attention
+    world = shard.tp * shard.dp
+    gathered = size * shard.dp
+    dp_path = collective_time_s("all_gather", gathered, world, 1, cluster) \
+        + collective_time_s("reduce_scatter", gathered, world, 1, cluster)
+    return attention + np.where(shard.dp > 1, dp_path, attention)
+
+
+def _experts_s(model: ModelSpec, tokens_per_rank, shard: Sharding, prec: WeightPrecision, rates: ComputeRates):
+    """Routed-expert seconds of one MoE layer on one GPU: the experts its share of the routed copies hits."""
+    copies = np.asarray(tokens_per_rank, dtype=float) * shard.dp * model.experts_per_token  # whole MoE group
+    local = model.num_experts / shard.moe_ep
+    hit = local * (1.0 - (1.0 - 1.0 / model.num_experts) ** copies)
+    width = model.expert_ffn_size / shard.moe_tp
+    expert_weights = model.mlp_matrices * model.hidden_size * width
+    copies_here = copies / shard.moe_ep
+    per_expert = copies_here / np.maximum(hit, 1e-9)
+    compute = 2.0 * copies_here * expert_weights / (rates.gemm_flops_per_s * _saturation(per_expert, rates.gemm_half_dim))
+    return np.maximum(compute, hit * expert_weights * prec.expert_bytes / rates.memory_bytes_per_s)
+
+
+def step_time(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, shard: Sharding, *,
+              tokens_per_rank, sequences_per_rank, attended_keys, attention_flops, decode: bool) -> StepTime:
+    """One step over every layer on one GPU of every pipeline stage in turn (a token crosses all of them).
+
+    ``tokens_per_rank``: tokens each attention-DP rank runs this step; ``sequences_per_rank``: how many
+    sequences they belong to (the output head runs once per sequence); ``attended_keys``: KV-cache entries
+    read per layer per rank at decode, as (full-attention keys, sliding-window keys) summed over the rank's
+    sequences; ``attention_flops``: (full, sliding) attention-core FLOPs per layer per rank at prefill.
+    """
+    dense_layers, moe_layers, full_layers, sliding_layers = _layer_counts(model)
+    dense_rates = rates_for(cluster, prec.dense_dtype)
+    expert_rates = rates_for(cluster, prec.expert_dtype)
+    tokens = np.asarray(tokens_per_rank, dtype=float)
+    attn_params, dense_mlp = _dense_layer_params(model, False, shard.tp)
+    _, moe_shared = _dense_layer_params(model, True, shard.tp)
+    attn_s = _roofline_s(2.0 * tokens * attn_params, attn_params * prec.attention_bytes, tokens, dense_rates)
+    dense_mlp_s = _roofline_s(2.0 * tokens * dense_mlp, dense_mlp * prec.dense_bytes, tokens, dense_rates)
+    shared_s = _roofline_s(2.0 * tokens * moe_shared, moe_shared * prec.dense_bytes, tokens, dense_rates)
+    head = model.vocab_size * model.hidden_size / shard.tp
+    seqs = np.asarray(sequences_per_rank, dtype=float)
+    head_s = _roofline_s(2.0 * seqs * head, head * ACTIVATION_BYTES, seqs, dense_rates)
+    gemm = model.num_layers * attn_s + dense_layers * dense_mlp_s + moe_layers * shared_s + head_s
+    experts = moe_layers * _experts_s(model, tokens, shard, prec, expert_rates) if moe_layers else 0.0 * tokens
+    full_keys, sliding_keys = attended_keys
+    kv_token = kv_bytes_per_token_per_layer(model, shard.tp, prec.kv_bytes)
+    if decode:
+        keys = full_layers * np.asarray(full_keys, dtype=float) + sliding_layers * np.asarray(sliding_keys, dtype=float)
+        attention = np.maximum(keys * kv_token / dense_rates.memory_bytes_per_s,
+                               keys * decode_attention_flops_per_key(model, shard.tp) / dense_rates.attention_flops_per_s)
+    else:
+        full_flops, sliding_flops = attention_flops
+        attention = (full_layers * np.asarray(full_flops) + sliding_layers * np.asarray(sliding_flops)) \
+            / shard.tp / dense_rates.attention_flops_per_s
+    elementwise = model.num_layers * tokens * model.hidden_size * ELEMENTWISE_BYTES_PER_HIDDEN \
+        / dense_rates.memory_bytes_per_s
+    comm = dense_layers * _comm_per_layer_s(model, tokens, shard, cluster, False) \
+        + moe_layers * _comm_per_layer_s(model, tokens, shard, cluster, True)
+    kernels = model.num_layers * KERNELS_PER_LAYER + moe_layers * MOE_EXTRA_KERNELS
+    overhead = kernels * (GRAPH_KERNEL_OVERHEAD_S if decode else dense_rates.kernel_overhead_s) + 0.0 * tokens
+    # Pipeline stages: each GPU holds 1/pp of the layers and a token crosses every stage, so the step is the
+    # same sum over all layers (pp = 1 in every measured row; pipelined micro-batches are not modelled).
+    return StepTime(gemm_s=gemm, experts_s=experts, attention_s=attention, elementwise_s=elementwise,
+                    comm_s=comm, overhead_s=overhead)

@@ -1,0 +1,317 @@
+"""Serving a model at a fixed concurrency: engine memory, the largest batch that fits, TTFT and TPOT.
+
+Built on ``inference_step.step_time``. The steady state a fixed-concurrency benchmark measures, per
+attention-DP rank running B = min(concurrency, largest batch that fits) sequences:
+
+- TPOT = decode step at batch B (mean context isl + osl/2) + the engine's per-step overhead + the
+  prefills that continuous batching mixes into decode: each of the B sequences is replaced once per osl
+  steps, so every generated token carries B/osl prompts' prefill time (of every DP rank: the MoE layers
+  make DP ranks wait for each other).
+- TTFT = the request's own prefill + half a step (it arrives mid-step) + the wait for a free slot when the
+  concurrency exceeds what fits (a closed loop: (C − B)/B request lifetimes).
+- Disaggregated: TTFT from the prefill pool (its prefill, its queue at the pool's utilisation, the KV
+  transfer to the decode worker); TPOT from a decode worker at its batch, with no prefill mixed in.
+
+Engine memory (what each engine reserves, at its default): vLLM ``gpu_memory_utilization`` 0.9 of HBM;
+SGLang ``mem_fraction_static`` (its heuristic gives about 0.85 on 80-280 GB parts); TensorRT-LLM
+``free_gpu_memory_fraction`` 0.9 of what is free after weights and activations (KvCacheConfig default,
+nvidia.github.io/TensorRT-LLM llm-api reference). The KV pool is what remains after weights, activations
+at the engine's max batched tokens and the CUDA context.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from paraplan.cost_models.device_memory import CUDA_CONTEXT_BYTES, NCCL_BYTES_PER_COMMUNICATOR, usable_capacity_bytes
+from paraplan.cost_models.inference_step import (
+    ACTIVATION_BYTES,
+    Sharding,
+    WeightPrecision,
+    attention_params_per_gpu,
+    kv_bytes_per_token_per_layer,
+    prefill_attention_flops,
+    step_time,
+)
+from paraplan.cost_models.model_spec import ModelSpec
+from paraplan.errors import InputError
+from paraplan.hardware_profiles import ClusterSpec
+from paraplan.hardware_profiles.units import BYTES_PER_GIB
+
+ENGINES = ("vllm", "sglang", "trtllm")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineTraits:
+    """What an inference engine does by default that its costs depend on."""
+
+    name: str
+    """vllm, sglang or trtllm."""
+    memory_frac: float
+    """Default fraction of memory the engine takes (see ``budget``)."""
+    budget: str
+    """``profiled``: weights, profiled activations, non-torch memory and the KV pool = memory_frac × HBM (vLLM);
+    ``total``: weights + KV pool = memory_frac × HBM (SGLang); ``free``: KV pool = memory_frac × what is free
+    after weights and activations (TensorRT-LLM)."""
+    max_batched_tokens: int
+    """Tokens one step may carry (vLLM max_num_batched_tokens, SGLang chunked_prefill_size, TRT-LLM max_num_tokens)."""
+    max_running: int
+    """Largest running batch (vLLM max_num_seqs, SGLang max_running_requests cap, TRT-LLM max_batch_size)."""
+    step_overhead_s: float
+    """CPU scheduling and sampling per step not hidden behind the GPU (fitted, see serving_reference)."""
+    request_overhead_s: float
+    """Per-request latency before the first token outside the GPU steps: HTTP, tokenization, scheduling
+    admission, detokenizing and streaming the first token (fitted, see serving_reference)."""
+    source: str
+    """Where the defaults come from."""
+
+
+ENGINE_TRAITS = {
+    "vllm": EngineTraits(
+        name="vllm", memory_frac=0.9, budget="profiled", max_batched_tokens=8192, max_running=1024,
+        step_overhead_s=0.0, request_overhead_s=0.0,
+        source="vLLM 0.11-0.19 CacheConfig.gpu_memory_utilization 0.9; V1 online serving on >=70 GiB GPUs: "
+               "max_num_batched_tokens 8192, max_num_seqs 1024"),
+    "sglang": EngineTraits(
+        name="sglang", memory_frac=0.85, budget="total", max_batched_tokens=8192, max_running=4096,
+        step_overhead_s=0.0, request_overhead_s=0.0,
+        source="SGLang 0.5 server_args: mem_fraction_static from its reserved-memory heuristic (~0.85 on 80-280 GB "
+               "GPUs), chunked_prefill_size 8192"),
+    "trtllm": EngineTraits(
+        name="trtllm", memory_frac=0.9, budget="free", max_batched_tokens=8192, max_running=2048,
+        step_overhead_s=0.0, request_overhead_s=0.0,
+        source="TensorRT-LLM 1.x KvCacheConfig.free_gpu_memory_fraction 0.9; max_num_tokens 8192, max_batch_size 2048"),
+}
+"""Engine defaults; ``step_overhead_s`` is replaced by the fitted value where one is given."""
+
+_QUANT_MODES = {  # gemm/moe quant mode -> (compute dtype, bytes per weight with scales)
+    "bf16": ("bf16", 2.0),
+    "fp8": ("fp8", 1.0),  # per-tensor scale
+    "fp8_block": ("fp8", 1.0 + 4.0 / (128 * 128)),  # one fp32 scale per 128x128 block
+    "nvfp4": ("fp4", 0.5 + 1.0 / 16),  # one fp8 scale per 16 elements
+    "int4_wo": ("bf16", 0.5 + 2.0 / 32),  # weight-only int4, a bf16 scale per group of 32; bf16 GEMMs
+}
+
+
+def weight_precision(model: ModelSpec, gemm_mode: str, moe_mode: str, kv_dtype: str) -> WeightPrecision:
+    """Bytes and GEMM dtypes from an engine's quantization modes (bf16, fp8, fp8_block, nvfp4, int4_wo).
+
+    A checkpoint that lists its attention among unquantized modules keeps it 16-bit; an MoE checkpoint
+    quantized to nvfp4 keeps attention and dense layers in fp8 (NVIDIA's ModelOpt NVFP4 MoE recipes
+    quantize the experts).
+    """
+    for mode in (gemm_mode, moe_mode):
+        if mode not in _QUANT_MODES:
+            raise InputError(f"quantization mode {mode!r} is not one of {', '.join(_QUANT_MODES)}")
+    if kv_dtype not in ("bf16", "fp8"):
+        raise InputError(f"KV cache dtype {kv_dtype!r} must be bf16 or fp8")
+    dense_dtype, dense_bytes = _QUANT_MODES[gemm_mode]
+    expert_dtype, expert_bytes = _QUANT_MODES[moe_mode]
+    if model.is_moe and gemm_mode == "nvfp4":
+        dense_dtype, dense_bytes = _QUANT_MODES["fp8"]
+    unquantized = model.weights.unquantized_modules if model.weights else ()
+    attention_16bit = any("self_attn" in pattern for pattern in unquantized)
+    return WeightPrecision(dense_dtype=dense_dtype, dense_bytes=dense_bytes, expert_dtype=expert_dtype,
+                           expert_bytes=expert_bytes, attention_bytes=2.0 if attention_16bit else dense_bytes,
+                           kv_bytes=2.0 if kv_dtype == "bf16" else 1.0)
+
+
+def weight_bytes_per_gpu(model: ModelSpec, prec: WeightPrecision, shard: Sharding) -> np.ndarray:
+    """Weights one GPU holds: its layers' attention and dense/shared MLPs split over tp, its experts split over
+    moe_ep·moe_tp, the embedding and output head split over tp (16-bit)."""
+    layers = model.num_layers / shard.pp
+    moe_frac = model.num_moe_layers / model.num_layers
+    attention = attention_params_per_gpu(model, shard.tp) * prec.attention_bytes
+    dense = ((1 - moe_frac) * model.mlp_params() + moe_frac * (model.shared_expert_params() + model.router_params())) \
+        / shard.tp * prec.dense_bytes
+    experts = moe_frac * model.num_experts * model.expert_params() / (shard.moe_ep * shard.moe_tp) * prec.expert_bytes
+    edges = (model.embedding_params() + model.output_params()) / shard.tp * ACTIVATION_BYTES
+    return layers * (attention + dense + experts) + edges
+
+
+def kv_bytes_per_sequence(model: ModelSpec, tp, context_tokens, kv_bytes: float) -> np.ndarray:
+    """KV-cache bytes one GPU holds for one sequence of ``context_tokens``: full-attention layers keep every
+    token, sliding-window layers at most the window (engines with per-window pools: vLLM's hybrid allocator,
+    TRT-LLM's per-window pools)."""
+    s = np.asarray(context_tokens, dtype=float)
+    sliding = model.sliding_layers if model.sliding_window else 0
+    window = np.minimum(s, model.sliding_window) if sliding else 0.0
+    per_layer = kv_bytes_per_token_per_layer(model, tp, kv_bytes)
+    return per_layer * ((model.num_layers - sliding) * s + sliding * window)
+
+
+def activation_bytes(model: ModelSpec, tp, batched_tokens: int) -> np.ndarray:
+    """Transient activations of one step at the engine's max batched tokens (what vLLM's profiling run and
+    TRT-LLM's warm-up measure): the widest MLP intermediate (gate+up of the dense or routed experts' copies),
+    the QKV output and a few hidden-wide buffers, 16-bit, plus fp32 logits of up to 256 sampled rows."""
+    tp = np.asarray(tp, dtype=float)
+    widest = max(model.mlp_matrices * model.ffn_size / 1.0,
+                 model.experts_per_token * model.mlp_matrices * model.expert_ffn_size)
+    per_token = (widest / tp + (model.q_width + 2 * model.kv_width) / tp + 4 * model.hidden_size) * ACTIVATION_BYTES
+    return batched_tokens * per_token + 256 * model.vocab_size / tp * 4.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineMemory:
+    """One GPU's memory under an engine's defaults (bytes; arrays, one entry a deployment)."""
+
+    weights_bytes: np.ndarray
+    """Weights the GPU holds."""
+    activation_bytes: np.ndarray
+    """Activations reserved for the largest step."""
+    fixed_bytes: np.ndarray
+    """CUDA context and communicator buffers."""
+    kv_pool_bytes: np.ndarray
+    """KV cache pool (negative: the engine would not start)."""
+    kv_bytes_per_sequence: np.ndarray
+    """KV bytes of one sequence at its full length (isl + osl)."""
+
+    @property
+    def max_sequences(self) -> np.ndarray:
+        """Sequences of full length that fit the pool at once (0 when the engine would not start)."""
+        return np.floor(np.maximum(self.kv_pool_bytes, 0.0) / self.kv_bytes_per_sequence)
+
+
+def engine_memory(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec: WeightPrecision,
+                  shard: Sharding, sequence_tokens) -> EngineMemory:
+    """What the engine reserves on one GPU and the KV pool left for ``sequence_tokens``-long sequences."""
+    hbm = usable_capacity_bytes(cluster.gpu.hbm_bytes)
+    weights = weight_bytes_per_gpu(model, prec, shard)
+    act = activation_bytes(model, shard.tp, engine.max_batched_tokens)
+    # CUDA context, one communicator per parallel group and the CUDA-graph pool (about 1 GiB in the engines' logs).
+    fixed = CUDA_CONTEXT_BYTES + 3 * NCCL_BYTES_PER_COMMUNICATOR + 1.0 * BYTES_PER_GIB + 0.0 * weights
+    if engine.budget == "free":  # TRT-LLM: a fraction of what is free once weights and warm-up activations sit
+        pool = engine.memory_frac * (hbm - weights - act - fixed)
+    elif engine.budget == "profiled":  # vLLM: the fraction covers weights, profiled activations, non-torch memory
+        pool = engine.memory_frac * hbm - weights - act - fixed
+    else:  # SGLang: mem_fraction_static covers weights and the KV pool; activations live in the rest
+        pool = engine.memory_frac * hbm - weights
+    per_seq = kv_bytes_per_sequence(model, shard.tp, sequence_tokens, prec.kv_bytes) / shard.pp
+    return EngineMemory(weights_bytes=weights, activation_bytes=act, fixed_bytes=fixed, kv_pool_bytes=pool,
+                        kv_bytes_per_sequence=per_seq)
+
+
+def prefill_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, shard: Sharding, prompt_tokens):
+    """Seconds to prefill one prompt alone on its attention-DP rank (compute-bound GEMMs, causal attention)."""
+    tokens = np.asarray(prompt_tokens, dtype=float) + 0.0 * shard.tp
+    return step_time(model, cluster, prec, shard, tokens_per_rank=tokens, sequences_per_rank=1.0 + 0.0 * tokens,
+                     attended_keys=(0.0, 0.0), attention_flops=prefill_attention_flops(model, tokens),
+                     decode=False).total_s
+
+
+def decode_step_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, shard: Sharding, batch,
+                  context_tokens):
+    """Seconds of one decode step of ``batch`` sequences per attention-DP rank at ``context_tokens`` each."""
+    b = np.asarray(batch, dtype=float)
+    ctx = np.asarray(context_tokens, dtype=float)
+    window = np.minimum(ctx, model.sliding_window) if model.sliding_window else ctx
+    return step_time(model, cluster, prec, shard, tokens_per_rank=b, sequences_per_rank=b,
+                     attended_keys=(b * ctx, b * window), attention_flops=(0.0, 0.0), decode=True).total_s
+
+
+RAISED_MEMORY_FRAC = 0.95
+"""Where an engine's default memory fraction leaves no KV pool, a deployment that runs anyway was started with
+the fraction raised; priced as 0.95 of the memory free after weights, activations and the CUDA context."""
+
+
+def running_capacity(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec: WeightPrecision,
+                     shard: Sharding, sequence_tokens) -> tuple[np.ndarray, np.ndarray]:
+    """(sequences of full length that fit per attention-DP rank, whether the engine starts at its defaults).
+    Where it does not, the capacity with the memory fraction raised (``RAISED_MEMORY_FRAC``)."""
+    default = engine_memory(model, cluster, engine, prec, shard, sequence_tokens).max_sequences
+    raised = replace(engine, budget="free", memory_frac=RAISED_MEMORY_FRAC)
+    fits_raised = engine_memory(model, cluster, raised, prec, shard, sequence_tokens).max_sequences
+    starts = default >= 1.0
+    return np.where(starts, default, fits_raised), starts
+
+
+BENCHMARK_WAVES = 10.0
+"""Default number of request waves a fixed-concurrency benchmark runs (requests sent / concurrency); the
+first wave arrives at once. A benchmark-protocol input of ``aggregated``/``disaggregated``: inf gives the
+pure steady state. serving_reference fits it (as one global constant) to the measured TTFTs."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServingLatency:
+    """Steady state of a fixed-concurrency benchmark (seconds; arrays, one entry a deployment)."""
+
+    ttft_steady_s: np.ndarray
+    """Time to first token once requests arrive spread out: own prefill, half a step, the wait for a slot."""
+    ttft_burst_s: np.ndarray
+    """Mean time to first token of the first wave, whose requests all arrive at once and prefill in turn."""
+    tpot_s: np.ndarray
+    """Mean time per output token after the first."""
+    running_batch: np.ndarray
+    """Sequences decoding together on one attention-DP rank."""
+    decode_step_s: np.ndarray
+    """One decode step at that batch, without mixed-in prefills."""
+    prefill_s: np.ndarray
+    """One prompt's prefill alone."""
+    max_sequences: np.ndarray
+    """Largest batch the KV pool holds at full length (per attention-DP rank)."""
+    starts_at_defaults: np.ndarray
+    """Whether the engine starts with its default memory fraction (else priced with it raised)."""
+    request_overhead_s: float
+    """The engine's per-request latency outside the GPU (added to every TTFT)."""
+    waves: float
+    """Request waves of the benchmark (the first arrives at once)."""
+
+    @property
+    def ttft_s(self) -> np.ndarray:
+        """Mean time to first token over all waves: the first wave's burst weighs 1/waves."""
+        return self.request_overhead_s + self.ttft_steady_s + (self.ttft_burst_s - self.ttft_steady_s) / self.waves
+
+
+def aggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec: WeightPrecision, shard: Sharding,
+               *, concurrency, isl, osl, waves: float = BENCHMARK_WAVES) -> ServingLatency:
+    """Prefill and decode on the same GPUs (continuous batching), ``concurrency`` requests in flight per replica."""
+    isl, osl = np.asarray(isl, dtype=float), np.asarray(osl, dtype=float)
+    per_rank = np.asarray(concurrency, dtype=float) / shard.dp
+    fits, starts = running_capacity(model, cluster, engine, prec, shard, isl + osl)
+    batch = np.maximum(np.minimum(np.minimum(per_rank, fits), engine.max_running), 1.0)
+    step = decode_step_s(model, cluster, prec, shard, batch, isl + osl / 2.0) + engine.step_overhead_s
+    prefill = prefill_s(model, cluster, prec, shard, isl) + engine.step_overhead_s
+    tpot = step + shard.dp * batch * prefill / osl
+    lifetime = osl * tpot + prefill
+    queued = np.maximum(per_rank - batch, 0.0) / batch * lifetime
+    steady = prefill + tpot / 2.0 + queued
+    burst = prefill * (batch + 1.0) / 2.0 + queued
+    return ServingLatency(ttft_steady_s=steady, ttft_burst_s=burst, tpot_s=tpot, running_batch=batch,
+                          decode_step_s=step, prefill_s=prefill, max_sequences=fits, starts_at_defaults=starts,
+                          request_overhead_s=engine.request_overhead_s, waves=waves)
+
+
+def kv_transfer_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, prefill: Sharding, isl):
+    """Seconds to move one prompt's KV cache from a prefill worker to a decode worker: the prefill GPUs send
+    their shards in parallel over the scale-out NICs (NVLink inside one NVLink domain is faster; the NIC
+    bounds the general case)."""
+    per_gpu = kv_bytes_per_sequence(model, prefill.tp, isl, prec.kv_bytes) / prefill.pp
+    bandwidth = cluster.nic_bytes_per_s_per_gpu * cluster.gpu.efficiency.nic_frac
+    return per_gpu / bandwidth + cluster.inter_node_latency_s
+
+
+def disaggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec: WeightPrecision,
+                  prefill: Sharding, decode: Sharding, *, concurrency, prefill_workers, decode_workers, isl,
+                  osl, waves: float = BENCHMARK_WAVES) -> ServingLatency:
+    """Prefill workers hand each prompt's KV cache to decode workers; ``concurrency`` requests in flight in all."""
+    isl, osl = np.asarray(isl, dtype=float), np.asarray(osl, dtype=float)
+    concurrency = np.asarray(concurrency, dtype=float)
+    per_rank = concurrency / (np.asarray(decode_workers, dtype=float) * decode.dp)
+    fits, starts = running_capacity(model, cluster, engine, prec, decode, isl + osl)
+    batch = np.maximum(np.minimum(np.minimum(per_rank, fits), engine.max_running), 1.0)
+    step = decode_step_s(model, cluster, prec, decode, batch, isl + osl / 2.0) + engine.step_overhead_s
+    one = prefill_s(model, cluster, prec, prefill, isl) + engine.step_overhead_s
+    lifetime = osl * step
+    # Prefill pool: requests arrive at concurrency / lifetime; each prefill rank serves one at a time (M/D/1).
+    servers = np.asarray(prefill_workers, dtype=float) * prefill.dp
+    utilisation = np.minimum(concurrency / np.maximum(lifetime, 1e-9) * one / servers, 0.95)
+    wait = utilisation * one / (2.0 * (1.0 - utilisation))
+    queued = np.maximum(per_rank - batch, 0.0) / batch * lifetime
+    transfer = kv_transfer_s(model, cluster, prec, prefill, isl)
+    steady = one + wait + transfer + queued
+    burst = one * (concurrency / servers + 1.0) / 2.0 + transfer + queued
+    return ServingLatency(ttft_steady_s=steady, ttft_burst_s=burst, tpot_s=step, running_batch=batch,
+                          decode_step_s=step, prefill_s=one, max_sequences=fits, starts_at_defaults=starts,
+                          request_overhead_s=engine.request_overhead_s, waves=waves)
