@@ -122,7 +122,7 @@ class Facts:
     def build(self) -> ImportedJob:
         """The ImportedJob, after the cross-checks a file can fail on its own."""
         v = self.values
-        self._derive_world()
+        self.derive_world()
         self._check_world()
         self._check_batch()
         spec = v.get("model_spec")
@@ -137,7 +137,8 @@ class Facts:
             layout=MappingProxyType({k: v[k] for k in LAYOUT_KEYS if k in v}),
             sources=MappingProxyType(dict(self.sources)), notes=tuple(self.notes))
 
-    def _derive_world(self) -> None:
+    def derive_world(self) -> None:
+        """World size from nodes x GPUs per node (or nodes from the other two), once the launcher is read."""
         v = self.values
         if "num_gpus" not in v and "num_nodes" in v and "gpus_per_node" in v:
             self.put("num_gpus", v["num_nodes"] * v["gpus_per_node"],

@@ -97,6 +97,7 @@ def cluster_facts(launch: Launch | None, script: Script, facts: Facts) -> None:
             if name in sbatch:
                 _put_count(facts, key, sbatch[name], f"#SBATCH --{name}")
                 break
+    facts.derive_world()
 
 
 def _put_count(facts: Facts, key: str, value: tuple, name: str) -> None:

@@ -110,7 +110,9 @@ def read_torchtitan_script(path: Path, text: str) -> ImportedJob:
     cluster_facts(launch, script, facts)
     for name, (value, line) in program.items():
         section, _, key = name.rpartition(".")
-        if section and section != "job":
+        if not section and key not in ("module", "config"):
+            fields.setdefault("registry", {})[key] = (value, facts.at(line))  # Trainer.Config's own fields
+        elif section and section != "job":
             negated = key.startswith("no_") and value is True
             fields.setdefault(section, {})[key[3:] if negated else key] = (
                 not negated if value is True else value, facts.at(line))
@@ -135,19 +137,25 @@ def _beside(name: str, script: Path, where: str) -> Path:
 
 def apply_fields(fields: Fields, facts: Facts, version: str) -> None:
     """torchtitan's sections as a job, with its defaults for what is left out."""
-    def get(section: str, key: str, default: Any = None) -> tuple[Any, str]:
-        return fields.get(section, {}).get(key, (default, "engine default"))
-
     registry = _registry(fields, facts)
+
+    def get(section: str, key: str, default: Any = None, registry_key: str | None = None) -> tuple[Any, str]:
+        """The file's value, else the config-registry function's, else torchtitan's default."""
+        if key in fields.get(section, {}):
+            return fields[section][key]
+        if registry_key in registry:
+            return registry[registry_key], f"{registry['where']} (config registry)"
+        return default, "engine default"
+
     _model(fields, facts, registry)
-    seq, where = get("training", "seq_len", registry.get("seq_len", _SEQ_LEN))
+    seq, where = get("training", "seq_len", _SEQ_LEN, "seq_len")
     facts.put("seq_len", _int(seq, "training.seq_len", where), where)
     names = {"tp": "tensor_parallel_degree", "pp": "pipeline_parallel_degree", "cp": "context_parallel_degree",
              "ep": "expert_parallel_degree", "etp": "expert_tensor_parallel_degree",
              "replicate": "data_parallel_replicate_degree"}
     degrees: dict[str, int] = {}
     for key, name in names.items():
-        value, where = get("parallelism", name, registry.get(key, 1))
+        value, where = get("parallelism", name, 1, key)
         degrees[key] = _int(value, f"parallelism.{name}", where)
         if key != "replicate":
             facts.put(key, degrees[key], where)
@@ -156,7 +164,7 @@ def apply_fields(fields: Fields, facts: Facts, version: str) -> None:
     _batch(get, facts, registry, degrees["pp"])
     tp_sp = get("parallelism", "enable_sequence_parallel", True)
     facts.put("sp", bool(tp_sp[0]) and degrees["tp"] > 1 if version == "0.3" else degrees["tp"] > 1, tp_sp[1])
-    mode = get("activation_checkpoint", "mode", registry.get("recompute", "selective"))
+    mode = get("activation_checkpoint", "mode", "selective", "recompute")
     if mode[0] not in ("none", "selective", "full"):
         raise InputError(f"{mode[1]}: activation_checkpoint mode {shown(mode[0])} is not none, selective or full")
     facts.put("recompute", mode[0], mode[1])
@@ -257,7 +265,7 @@ def _batch(get, facts: Facts, registry: dict[str, Any], pp: int) -> None:
     # torchtitan before 0.2 named the local batch batch_size.
     local, where = get("training", "local_batch_size", None)
     if local is None:
-        local, where = get("training", "batch_size", registry.get("local_batch_size", _LOCAL_BATCH))
+        local, where = get("training", "batch_size", _LOCAL_BATCH, "local_batch_size")
     local = _int(local, "training.local_batch_size", where)
     if pp > 1:
         mbs, mbs_where = get("parallelism", "pipeline_parallel_microbatch_size", 1)
