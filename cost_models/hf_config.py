@@ -90,7 +90,7 @@ def _optional_int(config: dict[str, Any], key: str, origin: str) -> int:
     return 0 if value is None or value == 0 else _int(value, key, origin)
 
 
-def _traits(config: dict[str, Any], traits: FamilyTraits, hidden: int, origin: str) -> dict[str, Any]:
+def _traits(config: dict[str, Any], traits: FamilyTraits, origin: str) -> dict[str, Any]:
     """The family's fixed facts resolved against this config, as ModelSpec keyword arguments."""
     values = {name: resolve(getattr(traits, name), config) for name in (
         "norm", "norm_bias", "norm_weight", "norms_per_layer", "qk_norm", "qkv_bias", "out_bias", "mlp_bias",
@@ -156,34 +156,38 @@ def _shared_expert(config: dict[str, Any], traits: FamilyTraits, expert_ffn: int
     return {"shared_expert_ffn_size": width, "shared_expert_gate": traits.shared_gate and width > 0}
 
 
-def _attention_layout(config: dict[str, Any], traits: FamilyTraits, layers: int, hidden: int, q_lora: int,
-                      q_width: int, origin: str) -> dict[str, Any]:
-    """Windows, chunks and linear-attention layers, with the exact counts of what is not priced."""
-    kinds = hf_layers.layer_kinds(config, traits, layers, origin)
+def _windows(config: dict[str, Any], traits: FamilyTraits, kinds: list[str], origin: str) -> dict[str, Any]:
+    """Sliding-window (or chunked) layers: every layer when the family slides all, else those layer_types names."""
     window = config.get(traits.window_key)
+    windowed = len(kinds) if traits.windows == "all" else \
+        sum(kind in ("sliding_attention", "chunked_attention") for kind in kinds)
+    if traits.windows == "none" or not window or not windowed:
+        return {}
+    return {"sliding_window": _int(window, traits.window_key, origin), "sliding_layers": windowed,
+            "window_kind": traits.window_kind}
+
+
+def _unpriced_mixers(config: dict[str, Any], traits: FamilyTraits, kinds: list[str], widths: tuple[int, int, int],
+                     origin: str) -> dict[str, Any]:
+    """Exact counts of the token mixers the cost model does not price, and the list that says so.
+    ``widths``: hidden size, all query heads' width, the query latent rank (MLA)."""
+    hidden, q_width, q_lora = widths
+
+    def positive(key: str) -> int:
+        return _int(config.get(key), key, origin)
+
     fields: dict[str, Any] = {}
     unpriced: list[str] = []
-    if traits.windows == "all" and window:
-        fields.update(sliding_window=_int(window, traits.window_key, origin), sliding_layers=layers)
-    windowed = sum(kind in ("sliding_attention", "chunked_attention") for kind in kinds)
-    if traits.windows == "layer_types" and window and windowed:
-        fields.update(sliding_window=_int(window, traits.window_key, origin), sliding_layers=windowed,
-                      window_kind=traits.window_kind)
     linear = kinds.count("linear_attention")
-    if linear and traits.linear_attention == "lightning":
-        fields.update(linear_attention_layers=linear,
-                      linear_attention_params=hf_layers.lightning_attention_params(q_width, hidden))
-        unpriced.append(f"lightning (linear) attention in {linear} of {layers} layers")
-    elif linear:
-        def positive(key: str) -> int:
-            return _int(config.get(key), key, origin)
-        fields.update(linear_attention_layers=linear,
-                      linear_attention_params=hf_layers.gated_deltanet_params(config, hidden, positive))
-        unpriced.append(f"Gated DeltaNet linear attention in {linear} of {layers} layers")
+    if linear:
+        lightning = traits.linear_attention == "lightning"
+        params = hf_layers.lightning_attention_params(q_width, hidden) if lightning \
+            else hf_layers.gated_deltanet_params(config, hidden, positive)
+        fields.update(linear_attention_layers=linear, linear_attention_params=params)
+        kind = "lightning (linear) attention" if lightning else "Gated DeltaNet linear attention"
+        unpriced.append(f"{kind} in {linear} of {len(kinds)} layers")
     if traits.indexer:
-        def positive(key: str) -> int:
-            return _int(config.get(key), key, origin)
-        fields["indexer_params"] = hf_layers.indexer_params(config, hidden, q_lora, positive, layers, origin)
+        fields["indexer_params"] = hf_layers.indexer_params(config, hidden, q_lora, positive, len(kinds), origin)
         unpriced.append("the sparse-attention indexer (DSA)")
     if resolve(traits.attention_output_gate, config):
         unpriced.append("the gated attention output")
@@ -223,6 +227,28 @@ def supported_model_types() -> tuple[str, ...]:
     return SUPPORTED_TYPES
 
 
+def _shape(config: dict[str, Any], traits: FamilyTraits, moe: dict[str, Any], name: str) -> dict[str, int]:
+    """Widths and counts every family states (under its own spellings), as ModelSpec keyword arguments."""
+    hidden = _int(_get(config, "hidden_size", name, traits=traits), "hidden_size", name)
+    heads = _int(_get(config, "num_heads", name, traits=traits), "num_attention_heads", name)
+    layers = _int(_get(config, "num_layers", name, traits=traits), "num_hidden_layers", name)
+    # Without head_dim transformers uses hidden // heads, rounding down (its Glm4MoeConfig defaults: 4096 // 96).
+    head_dim = _get(config, "head_dim", name, default=hidden // heads or None, traits=traits)
+    if traits.mla:  # MLA: every head has its own K and V; a query/key head is nope + rope wide
+        head_dim = moe["qk_nope_head_dim"] + moe["qk_rope_head_dim"]
+    # Families whose every layer is MoE (Mixtral, DBRX) may state no dense width: it is the experts'.
+    ffn = _get(config, "ffn_size", name, default=resolve(traits.ffn, config) or (
+        moe["expert_ffn_size"] if len(moe.get("moe_layers", ())) == layers else None), traits=traits)
+    kv_heads = heads if traits.mla else resolve(traits.kv_heads, config) or _get(
+        config, "num_kv_heads", name, default=heads, traits=traits)
+    return {"num_layers": layers, "hidden_size": hidden, "num_heads": heads,
+            "num_kv_heads": _int(kv_heads, "num_key_value_heads", name), "head_dim": _int(head_dim, "head_dim", name),
+            "ffn_size": _int(ffn, "intermediate_size", name),
+            "vocab_size": _int(_get(config, "vocab_size", name, traits=traits), "vocab_size", name),
+            "max_positions": _int(_get(config, "max_positions", name, default=2048, traits=traits),
+                                  "max_position_embeddings", name)}
+
+
 def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
     """Read the shape of a dense, MoE or hybrid transformer decoder from a parsed config.json."""
     config, name = _unwrap(config, name)
@@ -236,37 +262,17 @@ def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
     reason = traits.refuse(config) if traits.refuse else ""
     if reason:
         raise InputError(f"{name}: {model_type} with {reason}")
-    hidden = _int(_get(config, "hidden_size", name, traits=traits), "hidden_size", name)
-    heads = _int(_get(config, "num_heads", name, traits=traits), "num_attention_heads", name)
     layers = _int(_get(config, "num_layers", name, traits=traits), "num_hidden_layers", name)
     moe = _moe_fields(config, traits, layers, name)
-    # Without head_dim transformers uses hidden // heads, rounding down (GLM-4.5's default: 4096 // 96 = 42).
-    head_dim = _get(config, "head_dim", name, default=hidden // heads or None, traits=traits)
-    if traits.mla:  # MLA: every head has its own K and V; a query/key head is nope + rope wide
-        head_dim = moe["qk_nope_head_dim"] + moe["qk_rope_head_dim"]
-    ffn = _get(config, "ffn_size", name, default=resolve(traits.ffn, config) or (
-        moe["expert_ffn_size"] if len(moe.get("moe_layers", ())) == layers else None), traits=traits)
-    kv_heads = heads if traits.mla else resolve(traits.kv_heads, config) or _get(
-        config, "num_kv_heads", name, default=heads, traits=traits)
+    shape = _shape(config, traits, moe, name)
+    kinds = hf_layers.layer_kinds(config, traits, layers, name)
+    widths = (shape["hidden_size"], shape["num_heads"] * shape["head_dim"], moe.get("q_lora_rank", 0))
     quantization = config.get("quantization_config")
     try:
         return ModelSpec(
-            name=name,
-            model_type=model_type,
-            num_layers=layers,
-            hidden_size=hidden,
-            num_heads=heads,
-            num_kv_heads=_int(kv_heads, "num_key_value_heads", name),
-            head_dim=_int(head_dim, "head_dim", name),
-            ffn_size=_int(ffn, "intermediate_size", name),
-            vocab_size=_int(_get(config, "vocab_size", name, traits=traits), "vocab_size", name),
-            max_positions=_int(_get(config, "max_positions", name, default=2048, traits=traits),
-                               "max_position_embeddings", name),
+            name=name, model_type=model_type, **shape, **_traits(config, traits, name), **moe,
+            **_windows(config, traits, kinds, name), **_unpriced_mixers(config, traits, kinds, widths, name),
             weights=None if quantization is None else weight_format(quantization, f"{name} quantization_config"),
-            **_traits(config, traits, hidden, name),
-            **moe,
-            **_attention_layout(config, traits, layers, hidden, moe.get("q_lora_rank", 0),
-                                _int(heads, "num_attention_heads", name) * _int(head_dim, "head_dim", name), name),
         )
     except ValueError as exc:
         raise InputError(str(exc)) from None

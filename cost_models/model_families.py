@@ -220,6 +220,7 @@ QWEN2 = replace(LLAMA, qkv_bias=_qwen2_qkv_bias, out_bias=False)
 QWEN3 = replace(LLAMA, qk_norm="head")
 MISTRAL = replace(LLAMA, windows="all")
 GEMMA = replace(LLAMA, tied=key("tie_word_embeddings", default=True))
+# GPT-2 configs default resid_pdrop to 0.1 when the key is absent (transformers GPT2Config; GPTBigCodeConfig too).
 GPT2 = FamilyTraits(norm="layernorm", norm_bias=True, qkv_bias=True, out_bias=True, mlp_bias=True, gated_mlp=False,
                     tied=key("tie_word_embeddings", default=True), position="learned", ffn=_four_h,
                     dropout_default=0.1)
