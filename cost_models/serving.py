@@ -127,8 +127,11 @@ def weight_bytes_per_gpu(model: ModelSpec, prec: WeightPrecision, shard: Shardin
     dense = ((1 - moe_frac) * model.mlp_params() + moe_frac * (model.shared_expert_params() + model.router_params())) \
         / shard.tp * prec.dense_bytes
     experts = moe_frac * model.num_experts * model.expert_params() / (shard.moe_ep * shard.moe_tp) * prec.expert_bytes
+    # Norm weights, biases and QK norms are replicated (16-bit): a layer's parameters beyond its weight matrices.
+    vectors = (model.layer_params() - model.attention_weight_params() - model.mlp_matrices * model.hidden_size
+               * model.ffn_size) * ACTIVATION_BYTES
     edges = (model.embedding_params() + model.output_params()) / shard.tp * ACTIVATION_BYTES
-    return layers * (attention + dense + experts) + edges
+    return layers * (attention + dense + experts + vectors) + edges
 
 
 def kv_bytes_per_sequence(model: ModelSpec, tp, context_tokens, kv_bytes: float) -> np.ndarray:
@@ -270,6 +273,7 @@ def aggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, pre
     isl, osl = np.asarray(isl, dtype=float), np.asarray(osl, dtype=float)
     per_rank = np.asarray(concurrency, dtype=float) / shard.dp
     fits, starts = running_capacity(model, cluster, engine, prec, shard, isl + osl)
+    fits, starts = fits + 0.0 * per_rank, starts | (per_rank < 0)
     batch = np.maximum(np.minimum(np.minimum(per_rank, fits), engine.max_running), 1.0)
     step = decode_step_s(model, cluster, prec, shard, batch, isl + osl / 2.0) + engine.step_overhead_s
     prefill = prefill_s(model, cluster, prec, shard, isl) + engine.step_overhead_s
@@ -300,6 +304,7 @@ def disaggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, 
     concurrency = np.asarray(concurrency, dtype=float)
     per_rank = concurrency / (np.asarray(decode_workers, dtype=float) * decode.dp)
     fits, starts = running_capacity(model, cluster, engine, prec, decode, isl + osl)
+    fits, starts = fits + 0.0 * per_rank, starts | (per_rank < 0)
     batch = np.maximum(np.minimum(np.minimum(per_rank, fits), engine.max_running), 1.0)
     step = decode_step_s(model, cluster, prec, decode, batch, isl + osl / 2.0) + engine.step_overhead_s
     one = prefill_s(model, cluster, prec, prefill, isl) + engine.step_overhead_s
