@@ -125,6 +125,11 @@ class Facts:
         self.derive_world()
         self._check_world()
         self._check_batch()
+        if v.get("zero", 0) > 0 and v.get("dp", 0) * v.get("cp", 1) == 1:
+            # One data-parallel rank: nothing to shard, and the search refuses the duplicate row.
+            self.note(f"ZeRO / distributed optimizer ({self.sources['zero']}) over one data-parallel rank is priced "
+                      "as none")
+            v["zero"], self.sources["zero"] = 0, f"{self.sources['zero']} (one data-parallel rank)"
         spec = v.get("model_spec")
         return ImportedJob(
             path=self.path, format=self.format, engine=self.engine, model=v.get("model"), model_spec=spec,
