@@ -123,6 +123,29 @@ def _estimate(job: TrainingJob, cluster: ClusterSpec, table: ConfigTable, rates:
     return apply_step_factor(est, rates.step_time_factor) if rates is not None else est
 
 
+def _rank(key: np.ndarray, table: ConfigTable, rows: np.ndarray) -> np.ndarray:
+    """Order of ``rows`` of ``table`` by ``key`` (one value per row), ties by TIE_BREAK (smaller values first),
+    then by position: what np.lexsort over all of them gives, without sorting every row by every column.
+    Ties are few, so the rows are sorted by ``key`` alone and only the tied runs by the rest."""
+    by_key = np.argsort(key)
+    sorted_key = key[by_key]
+    tied = sorted_key[1:] == sorted_key[:-1]  # position i ties with i + 1
+    if np.isnan(sorted_key[-1:]).any():  # NaN never equals itself: leave such keys to the full sort
+        return np.lexsort(tuple(getattr(table, axis)[rows] for axis in reversed(TIE_BREAK)) + (key,))
+    if not tied.any():
+        return by_key
+    in_run = np.zeros(len(key), dtype=bool)
+    in_run[:-1] |= tied
+    in_run[1:] |= tied
+    positions = np.flatnonzero(in_run)
+    run = np.cumsum(np.r_[True, sorted_key[positions[1:]] != sorted_key[positions[:-1]]])
+    tied_rows = by_key[positions]
+    within = np.lexsort((tied_rows,) + tuple(getattr(table, axis)[rows[tied_rows]] for axis in reversed(TIE_BREAK))
+                        + (run,))
+    by_key[positions] = tied_rows[within]
+    return by_key
+
+
 def search(job: TrainingJob, cluster: ClusterSpec, fixed: dict[str, list[int]] | None = None,
            objective: str = "throughput", rates: ComputeRates | None = None) -> SearchResult:
     """Every valid configuration of ``job`` on ``cluster``, ranked by ``objective``."""
@@ -154,10 +177,8 @@ def search(job: TrainingJob, cluster: ClusterSpec, fixed: dict[str, list[int]] |
         if int(failed.sum()):
             rejected[reason] = int(failed.sum())
     key = _objective_key(objective, job, cluster, est)
-    # Deterministic ties: the objective, then TIE_BREAK, smaller values first.
     fitting = np.flatnonzero(fits)
-    ranked = fitting[np.lexsort(tuple(getattr(table, axis)[fitting] for axis in reversed(TIE_BREAK))
-                                + (np.round(key[fitting], 12),))]
+    ranked = fitting[_rank(np.round(key[fitting], 12), table, fitting)]
     smallest = float(est.memory.required_bytes.min()) if len(table) else float("nan")
     return SearchResult(table=table, estimates=est, ranked=ranked, rejected=rejected,
                         considered=space.considered, smallest_memory_bytes=smallest)
