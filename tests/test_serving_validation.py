@@ -1,0 +1,68 @@
+"""``validate --serving``: aiconfigurator's 5,221 measured deployments predicted, with coverage and held-out error."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from paraplan.planner.serving_reference import (
+    GROUP_KEYS,
+    load_measurements,
+    serving_data_dir,
+    validate_serving,
+)
+
+try:
+    FOLDER = serving_data_dir()
+except Exception as exc:  # noqa: BLE001 - any reason the shared data is absent skips these tests
+    FOLDER = None
+    REASON = f"serving measurements not available: {exc}"
+else:
+    REASON = ""
+
+pytestmark = pytest.mark.skipif(FOLDER is None, reason=REASON or "serving measurements not available")
+
+
+@pytest.fixture(scope="module")
+def report():
+    return validate_serving(FOLDER)
+
+
+def test_every_row_is_read_with_its_concurrency():
+    rows = load_measurements(FOLDER)
+    assert len(rows) == 5221
+    # The concurrency comes from the source note (or batch x attention-DP, or the decode pool's batch).
+    assert rows["concurrency"].notna().sum() >= 5214
+
+
+def test_coverage_and_every_uncovered_row_has_a_reason(report):
+    overall = report.table[report.table["backend"] == "all"].iloc[0]
+    assert overall["rows"] == 5221
+    assert overall["covered_frac"] >= 0.90
+    uncovered = round((1 - overall["covered_frac"]) * 5221)
+    assert sum(report.uncovered.values()) == uncovered
+    assert all(reason for reason in report.uncovered)
+
+
+def test_table_has_one_row_per_engine_gpu_mode(report):
+    groups = report.table[report.table["backend"] != "all"]
+    assert len(groups) == 26
+    assert set(groups.columns) >= {*GROUP_KEYS, "rows", "covered_frac", "tpot_median_err", "ttft_median_err"}
+    assert groups["rows"].sum() == 5221
+
+
+def test_accuracy_does_not_regress(report):
+    """Bounds at the accuracy reached when this was written (docs/serving.md), so a change that loses accuracy fails."""
+    overall = report.table[report.table["backend"] == "all"].iloc[0]
+    assert overall["tpot_median_err"] <= 0.22
+    assert overall["ttft_median_err"] <= 0.45
+    for tpot, ttft in report.held_out.values():
+        assert np.isfinite(tpot) and tpot <= 0.25
+        assert np.isfinite(ttft) and ttft <= 0.50
+
+
+@pytest.mark.xfail(strict=True, reason="issue 18 targets TPOT median <= 10% and TTFT median <= 20%; reached: see "
+                                       "docs/serving.md (TTFT's burst and queueing, disaggregated worker counts)")
+def test_issue_18_targets(report):
+    overall = report.table[report.table["backend"] == "all"].iloc[0]
+    assert overall["tpot_median_err"] <= 0.10 and overall["ttft_median_err"] <= 0.20
