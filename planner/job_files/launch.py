@@ -81,22 +81,24 @@ def _is_number(text: str) -> bool:
     return re.fullmatch(r"-?[0-9.]+(e-?[0-9]+)?", text) is not None
 
 
+# Where nodes and GPUs per node are stated, most direct first: torchrun's and deepspeed's own options, then
+# srun's / #SBATCH's. A task count is a GPU count only where each task is one process (srun python ...), so
+# it comes last (srun starting one torchrun per node says --ntasks-per-node=1).
+_NODES = (("launcher", "nnodes"), ("launcher", "num_nodes"), ("launcher", "nodes"), ("launcher", "N"),
+          ("sbatch", "nodes"), ("sbatch", "N"))
+_PER_NODE = (("launcher", "nproc_per_node"), ("launcher", "num_gpus"), ("launcher", "gpus_per_node"),
+             ("sbatch", "gpus_per_node"), ("launcher", "ntasks_per_node"), ("sbatch", "ntasks_per_node"))
+
+
 def cluster_facts(launch: Launch | None, script: Script, facts: Facts) -> None:
-    """Nodes and GPUs per node from the launcher's options, else from #SBATCH directives."""
-    options = launch.launcher if launch is not None else {}
-    for key, names in (("num_nodes", ("nnodes", "num_nodes", "nodes", "N")),
-                       ("gpus_per_node", ("nproc_per_node", "num_gpus", "ntasks_per_node", "gpus_per_node"))):
-        for name in names:
-            if name in options:
-                _put_count(facts, key, options[name], name)
-                break
-    sbatch = flag_values([Word(part, c.line) for c in script.comments if c.text.startswith("SBATCH")
-                          for part in c.text.split()[1:]])
-    for key, names in (("num_nodes", ("nodes", "N")), ("gpus_per_node", ("gpus_per_node", "ntasks_per_node"))):
-        for name in names:
-            if name in sbatch:
-                _put_count(facts, key, sbatch[name], f"#SBATCH --{name}")
-                break
+    """Nodes and GPUs per node from the launcher's options and #SBATCH directives."""
+    found = {"launcher": launch.launcher if launch is not None else {},
+             "sbatch": flag_values([Word(part, c.line) for c in script.comments if c.text.startswith("SBATCH")
+                                    for part in c.text.split()[1:]])}
+    for key, places in (("num_nodes", _NODES), ("gpus_per_node", _PER_NODE)):
+        for place, name in places:
+            if name in found[place] and key not in facts.values:
+                _put_count(facts, key, found[place][name], f"#SBATCH --{name}" if place == "sbatch" else name)
     facts.derive_world()
 
 

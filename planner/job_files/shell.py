@@ -140,6 +140,12 @@ def _one(words: list[str]) -> bool:
         if "$" in words[1]:
             raise ValueError("unknown variable")
         return (words[1] == "") == (words[0] == "-z")
+    numeric = {"-eq": int.__eq__, "-ne": int.__ne__, "-lt": int.__lt__, "-gt": int.__gt__, "-le": int.__le__,
+               "-ge": int.__ge__}
+    if len(words) == 3 and words[1] in numeric:
+        if not all(re.fullmatch(r"-?[0-9]+", w) for w in (words[0], words[2])):
+            raise ValueError("not integers")
+        return numeric[words[1]](int(words[0]), int(words[2]))
     if len(words) == 3 and words[1] in ("==", "=", "!="):
         if "$" in words[0] + words[2]:
             raise ValueError("unknown variable")
