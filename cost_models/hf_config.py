@@ -21,7 +21,14 @@ from typing import Any
 
 from paraplan.cost_models import hf_layers
 from paraplan.cost_models.hf_checkpoint import REPO_ID, cached_config_path, not_cached_message, weight_format
-from paraplan.cost_models.model_families import FAMILIES, TEXT_CONFIG_WRAPPERS, FamilyTraits, resolve, shown
+from paraplan.cost_models.model_families import (
+    FAMILIES,
+    REFUSED,
+    TEXT_CONFIG_WRAPPERS,
+    FamilyTraits,
+    resolve,
+    shown,
+)
 from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.errors import InputError
 from paraplan.files import parse_user_json, read_user_json
@@ -215,6 +222,8 @@ def _unsupported(model_type: Any, name: str) -> InputError:
     if model_type is None:
         return InputError(f"{name}: config.json lacks model_type (as in \"model_type\": \"llama\"); "
                           f"{len(SUPPORTED_TYPES)} types are read ({SUPPORTED_LIST_HINT})")
+    if isinstance(model_type, str) and model_type in REFUSED:
+        return InputError(f"{name}: model_type {model_type!r} is not read: {REFUSED[model_type]}")
     close = difflib.get_close_matches(str(model_type), SUPPORTED_TYPES, n=3, cutoff=0.6) \
         if isinstance(model_type, str) else []
     hint = f"; closest: {', '.join(close)}" if close else ""

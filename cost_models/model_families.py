@@ -378,3 +378,23 @@ TEXT_CONFIG_WRAPPERS: dict[str, str] = {
 """Multimodal checkpoints whose ``text_config`` is the decoder paraplan reads, with the text model_type its
 transformers config defaults to (the text_config's own model_type wins). Vision and audio towers are not
 counted."""
+
+_SSM_HYBRID = "its layers mix Mamba state-space blocks with attention, a layer structure ModelSpec does not describe"
+REFUSED: dict[str, str] = {
+    "jamba": _SSM_HYBRID, "bamba": _SSM_HYBRID, "nemotron_h": _SSM_HYBRID, "falcon_h1": _SSM_HYBRID,
+    "granitemoehybrid": _SSM_HYBRID, "zamba": _SSM_HYBRID, "zamba2": _SSM_HYBRID,
+    "mamba": "it is a pure state-space model (no attention)", "mamba2": "it is a pure state-space model (no attention)",
+    "falcon_mamba": "it is a pure state-space model (no attention)", "rwkv": "it is a recurrent (RWKV) model",
+    "recurrent_gemma": "its recurrent (RG-LRU) blocks are not modelled", "xlstm": "its xLSTM blocks are not modelled",
+    "lfm2": "its short-convolution blocks are not modelled", "lfm2_moe": "its short-convolution blocks are not modelled",
+    "kimi_linear": "its Kimi Delta Attention layers are not modelled",
+    "gemma3n": "its per-layer embeddings and AltUp streams are not modelled",
+    "apertus": "its xIELU activation carries trained parameters that are not modelled",
+    "jetmoe": "its mixture-of-attention-heads layers are not modelled",
+    "bitnet": "its sub-norms inside attention and MLP are not modelled",
+    "t5": "it is an encoder-decoder model; paraplan plans decoder-only transformers",
+    "bart": "it is an encoder-decoder model; paraplan plans decoder-only transformers",
+    "bert": "it is an encoder-only model; paraplan plans decoder-only transformers",
+    "roberta": "it is an encoder-only model; paraplan plans decoder-only transformers",
+}
+"""Known model_types paraplan does not read, with the reason (said instead of 'not supported')."""

@@ -456,3 +456,13 @@ def test_plan_shape_round_trips_quantized_and_new_fields():
     shape = json.loads(json.dumps(model_shape(spec)))
     assert model_from_shape("g", shape) == spec
     assert schema_errors(shape, plan_schema()["properties"]["model"]["properties"]["shape"]) == []
+
+
+@pytest.mark.parametrize("model_type", ["nemotron_h", "jamba", "mamba", "t5", "gemma3n"])
+def test_known_unread_families_say_why(model_type):
+    from paraplan.cost_models.model_families import REFUSED
+
+    with pytest.raises(InputError) as info:
+        model_from_config({**BASES[0], "model_type": model_type}, "m")
+    message = str(info.value)
+    assert message.endswith(REFUSED[model_type]) and "\n" not in message and len(message) < 300
