@@ -110,16 +110,22 @@ def hub_cache_dir() -> Path:
 
 
 def cached_config_path(repo_id: str) -> Path | None:
-    """config.json of ``repo_id`` at the revision refs/main names, when the local cache holds it."""
+    """config.json of ``repo_id`` in the local cache: at the revision refs/main names, else in the only
+    snapshot that holds one (a download pinned to a revision writes no refs/main)."""
     repo = hub_cache_dir() / f"models--{repo_id.replace('/', '--')}"
     try:
         revision = (repo / "refs" / "main").read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError):
+        revision = ""
+    if re.fullmatch(r"[0-9a-fA-F]{7,64}", revision):
+        path = repo / "snapshots" / revision / "config.json"
+        return path if path.is_file() else None
+    try:
+        found = [snapshot / "config.json" for snapshot in (repo / "snapshots").iterdir()
+                 if (snapshot / "config.json").is_file()]
+    except OSError:
         return None
-    if not re.fullmatch(r"[0-9a-fA-F]{7,64}", revision):
-        return None
-    path = repo / "snapshots" / revision / "config.json"
-    return path if path.is_file() else None
+    return found[0] if len(found) == 1 else None
 
 
 def not_cached_message(repo_id: str) -> str:

@@ -466,3 +466,10 @@ def test_known_unread_families_say_why(model_type):
         model_from_config({**BASES[0], "model_type": model_type}, "m")
     message = str(info.value)
     assert message.endswith(REFUSED[model_type]) and "\n" not in message and len(message) < 300
+
+
+def test_repo_id_pinned_to_a_revision_reads_its_only_snapshot(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    _fake_cache(tmp_path, "acme/Pinned", BASES[0])
+    (tmp_path / "models--acme--Pinned" / "refs" / "main").unlink()
+    assert load_model("acme/Pinned").total_params() == model_from_config(BASES[0], "x").total_params()
