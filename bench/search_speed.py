@@ -4,11 +4,13 @@
 - DeepSeek-V3 on 2,048 H800 SXM, sequence 4096, global batch 15,360, fp8 (ep, etp, EP overlap free);
 - Llama-3.1-405B on 16,384 H100 SXM at sequence 131,072, global batch 64 (long context: cp free).
 
-Run: python bench/search_speed.py   (prints candidates, wall time and candidates per second per case)
+Run: python bench/search_speed.py [--repeat 3]   (prints candidates, wall and CPU time of the best of
+--repeat searches, and the cost pass's candidates per second per case)
 """
 
 from __future__ import annotations
 
+import argparse
 import time
 
 from paraplan.cost_models.context_parallel import CP_COMM_NAMES
@@ -27,12 +29,18 @@ CASES = (
 )
 
 
-def run_case(model: str, gpu: str, num_gpus: int, seq_len: int, global_batch: int, precision: str) -> None:
+def run_case(model: str, gpu: str, num_gpus: int, seq_len: int, global_batch: int, precision: str,
+             repeat: int = 1) -> None:
     job = TrainingJob(model=load_model(model), seq_len=seq_len, global_batch=global_batch, precision=precision)
     cluster = quick_cluster(gpu, num_gpus)
-    start = time.perf_counter()
-    result = search(job, cluster)
-    total_s = time.perf_counter() - start
+    walls, cpus = [], []
+    for _ in range(repeat):  # best of several: a shared machine's other work only ever adds time
+        result = None  # free the previous search's arrays before the next one allocates its own
+        start, start_cpu = time.perf_counter(), time.process_time()
+        result = search(job, cluster)
+        walls.append(time.perf_counter() - start)
+        cpus.append(time.process_time() - start_cpu)
+    total_s, cpu_s = min(walls), min(cpus)
     space = enumerate_space(job, cluster, engine_rules("megatron"), collapse_cp_comm=True)  # as search() runs it
     start = time.perf_counter()
     estimate(job.model, cluster, job.workload(), space.table)
@@ -42,7 +50,8 @@ def run_case(model: str, gpu: str, num_gpus: int, seq_len: int, global_batch: in
     print(f"== {model} on {num_gpus:,} {gpu}, sequence {seq_len:,}, global batch {global_batch:,}, {precision}")
     print(f"candidates considered: {result.considered:,}")
     print(f"candidates evaluated (rule-valid): {len(result.table):,}; fitting: {len(result.ranked):,}")
-    print(f"full search wall time: {total_s:.3f} s")
+    print(f"full search wall time: {total_s:.3f} s, CPU time {cpu_s:.3f} s (best of {repeat}: "
+          f"{', '.join(f'{w:.2f}' for w in walls)} s wall)")
     print(f"vectorized cost pass: {vector_s * 1e3:.1f} ms = {len(space.table) / vector_s:,.0f} candidates/s")
     if top is not None:
         t = result.table
@@ -52,10 +61,13 @@ def run_case(model: str, gpu: str, num_gpus: int, seq_len: int, global_batch: in
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description="Wall and CPU time of the full search on the issue's cases.")
+    parser.add_argument("--repeat", type=int, default=1, help="searches per case; the best is reported")
+    repeat = parser.parse_args().repeat
     search(TrainingJob(model=load_model("llama-3.1-8b"), seq_len=4096, global_batch=64),
            quick_cluster("h100-sxm", 16))  # warm imports and caches
     for case in CASES:
-        run_case(*case)
+        run_case(*case, repeat=repeat)
 
 
 if __name__ == "__main__":
