@@ -68,6 +68,15 @@ class Args:
             raise InputError(f"{self.where(name)}: {self.spell(name)} expects a non-negative integer, got {shown(text)}")
         return value
 
+    def number(self, name: str) -> float | None:
+        text = self.text(name)
+        if text is None:
+            return None
+        try:
+            return float(text)
+        except ValueError:
+            raise InputError(f"{self.where(name)}: {self.spell(name)} expects a number, got {shown(text)}") from None
+
     def flag(self, name: str, default: bool = False) -> bool:
         if name not in self.values or self.values[name][0] in _UNSET:
             return default
@@ -234,4 +243,4 @@ def _moe_job(args: Args) -> None:
     elif args.text("moe_token_dispatcher_type") == "alltoall":
         args.put("dispatcher", "moe_token_dispatcher_type", "alltoall")
     if args.has("moe_expert_capacity_factor"):
-        args.put("capacity_factor", "moe_expert_capacity_factor", float(args.text("moe_expert_capacity_factor")))
+        args.put("capacity_factor", "moe_expert_capacity_factor", args.number("moe_expert_capacity_factor"))

@@ -73,7 +73,8 @@ def _as_stated(spec: ModelSpec, args, moe: int) -> ModelSpec:
         "add_bias_linear", default=True)
     position = args.text("position_embedding_type") or "learned_absolute"
     norm = (args.text("normalization") or "LayerNorm").lower()
-    dropout = any(float(args.text(key) or 0.1) > 0 for key in ("hidden_dropout", "attention_dropout"))
+    # Megatron's --hidden-dropout and --attention-dropout default to 0.1.
+    dropout = any((args.number(key) if args.has(key) else 0.1) > 0 for key in ("hidden_dropout", "attention_dropout"))
     fields = {"gated_mlp": args.flag("swiglu"), "norm": "rmsnorm" if norm == "rmsnorm" else "layernorm",
               "norm_bias": norm != "rmsnorm", "linear_bias": bias, "out_bias": None,
               "qkv_bias": bias or args.flag("add_qkv_bias"), "qk_norm": args.flag("qk_layernorm"),
