@@ -5,8 +5,8 @@ attention-DP rank running B = min(concurrency, largest batch that fits) sequence
 
 - TPOT = decode step at batch B (mean context isl + osl/2) + the engine's per-step overhead + the
   prefills that continuous batching mixes into decode: each of the B sequences is replaced once per osl
-  steps, so every generated token carries B/osl prompts' prefill time (of every DP rank: the MoE layers
-  make DP ranks wait for each other).
+  steps, so every generated token carries B/osl prompts' prefill time (attention-DP ranks prefill their
+  own prompts in the same steps).
 - TTFT = the request's own prefill + half a step (it arrives mid-step) + the wait for a free slot when the
   concurrency exceeds what fits (a closed loop: (C − B)/B request lifetimes).
 - Disaggregated: TTFT from the prefill pool (its prefill, its queue at the pool's utilisation, the KV
@@ -57,6 +57,10 @@ class EngineTraits:
     after weights and activations (TensorRT-LLM)."""
     max_batched_tokens: int
     """Tokens one step may carry (vLLM max_num_batched_tokens, SGLang chunked_prefill_size, TRT-LLM max_num_tokens)."""
+    reserves_full_length: bool
+    """The scheduler admits a request only with KV blocks for its whole length reserved (TRT-LLM's default
+    GUARANTEED_NO_EVICT policy); otherwise blocks are allocated as tokens arrive (vLLM, SGLang), so a running
+    sequence holds isl + osl/2 tokens on average."""
     max_running: int
     """Largest running batch (vLLM max_num_seqs, SGLang max_running_requests cap, TRT-LLM max_batch_size)."""
     step_overhead_s: float
@@ -70,17 +74,17 @@ class EngineTraits:
 
 ENGINE_TRAITS = {
     "vllm": EngineTraits(
-        name="vllm", memory_frac=0.9, budget="profiled", max_batched_tokens=8192, max_running=1024,
+        name="vllm", memory_frac=0.9, budget="profiled", max_batched_tokens=8192, reserves_full_length=False, max_running=1024,
         step_overhead_s=0.0, request_overhead_s=0.0,
         source="vLLM 0.11-0.19 CacheConfig.gpu_memory_utilization 0.9; V1 online serving on >=70 GiB GPUs: "
                "max_num_batched_tokens 8192, max_num_seqs 1024"),
     "sglang": EngineTraits(
-        name="sglang", memory_frac=0.85, budget="total", max_batched_tokens=8192, max_running=4096,
+        name="sglang", memory_frac=0.85, budget="total", max_batched_tokens=8192, reserves_full_length=False, max_running=4096,
         step_overhead_s=0.0, request_overhead_s=0.0,
         source="SGLang 0.5 server_args: mem_fraction_static from its reserved-memory heuristic (~0.85 on 80-280 GB "
                "GPUs), chunked_prefill_size 8192"),
     "trtllm": EngineTraits(
-        name="trtllm", memory_frac=0.9, budget="free", max_batched_tokens=8192, max_running=2048,
+        name="trtllm", memory_frac=0.9, budget="free", max_batched_tokens=8192, reserves_full_length=True, max_running=2048,
         step_overhead_s=0.0, request_overhead_s=0.0,
         source="TensorRT-LLM 1.x KvCacheConfig.free_gpu_memory_fraction 0.9; max_num_tokens 8192, max_batch_size 2048"),
 }
@@ -230,6 +234,13 @@ def running_capacity(model: ModelSpec, cluster: ClusterSpec, engine: EngineTrait
     return np.where(starts, default, fits_raised), starts
 
 
+def held_tokens(engine: EngineTraits, isl, osl):
+    """KV tokens one running sequence holds for admission: its whole length where the engine reserves it,
+    else its mean over its life (isl + osl/2)."""
+    isl, osl = np.asarray(isl, dtype=float), np.asarray(osl, dtype=float)
+    return isl + osl if engine.reserves_full_length else isl + osl / 2.0
+
+
 BENCHMARK_WAVES = 10.0
 """Default number of request waves a fixed-concurrency benchmark runs (requests sent / concurrency); the
 first wave arrives at once. A benchmark-protocol input of ``aggregated``/``disaggregated``: inf gives the
@@ -272,12 +283,12 @@ def aggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, pre
     """Prefill and decode on the same GPUs (continuous batching), ``concurrency`` requests in flight per replica."""
     isl, osl = np.asarray(isl, dtype=float), np.asarray(osl, dtype=float)
     per_rank = np.asarray(concurrency, dtype=float) / shard.dp
-    fits, starts = running_capacity(model, cluster, engine, prec, shard, isl + osl)
+    fits, starts = running_capacity(model, cluster, engine, prec, shard, held_tokens(engine, isl, osl))
     fits, starts = fits + 0.0 * per_rank, starts | (per_rank < 0)
     batch = np.maximum(np.minimum(np.minimum(per_rank, fits), engine.max_running), 1.0)
     step = decode_step_s(model, cluster, prec, shard, batch, isl + osl / 2.0) + engine.step_overhead_s
     prefill = prefill_s(model, cluster, prec, shard, isl) + engine.step_overhead_s
-    tpot = step + shard.dp * batch * prefill / osl
+    tpot = step + batch * prefill / osl
     lifetime = osl * tpot + prefill
     queued = np.maximum(per_rank - batch, 0.0) / batch * lifetime
     steady = prefill + tpot / 2.0 + queued
@@ -303,7 +314,7 @@ def disaggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, 
     isl, osl = np.asarray(isl, dtype=float), np.asarray(osl, dtype=float)
     concurrency = np.asarray(concurrency, dtype=float)
     per_rank = concurrency / (np.asarray(decode_workers, dtype=float) * decode.dp)
-    fits, starts = running_capacity(model, cluster, engine, prec, decode, isl + osl)
+    fits, starts = running_capacity(model, cluster, engine, prec, decode, held_tokens(engine, isl, osl))
     fits, starts = fits + 0.0 * per_rank, starts | (per_rank < 0)
     batch = np.maximum(np.minimum(np.minimum(per_rank, fits), engine.max_running), 1.0)
     step = decode_step_s(model, cluster, prec, decode, batch, isl + osl / 2.0) + engine.step_overhead_s

@@ -26,6 +26,7 @@ from paraplan.cost_models.serving import (
     aggregated,
     decode_step_s,
     disaggregated,
+    held_tokens,
     prefill_s,
     running_capacity,
     weight_precision,
@@ -144,7 +145,7 @@ workers as keep the prefill pool at most half busy."""
 def _workers(rows: pd.DataFrame, model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec,
              prefill: Sharding, decode: Sharding, concurrency, isl, osl) -> tuple[np.ndarray, np.ndarray]:
     """(prefill workers, decode workers): as stated, else sized not to queue (UNSTATED_PREFILL_UTILISATION)."""
-    fits, _ = running_capacity(model, cluster, engine, prec, decode, isl + osl)
+    fits, _ = running_capacity(model, cluster, engine, prec, decode, held_tokens(engine, isl, osl))
     per_worker = decode.dp * np.maximum(np.minimum(fits, engine.max_running), 1.0)
     decode_workers = _stated(rows, "decode_num_workers", np.ceil(concurrency / per_worker))
     batch = np.maximum(concurrency / (decode_workers * decode.dp), 1.0)
