@@ -48,7 +48,7 @@ def run_parser(parser: Parser, count: int, seed: int, folder: Path, show: int) -
     rng = random.Random(f"{parser.name}:{seed}")
     tally: Counter = Counter()
     failures: list[str] = []
-    slowest = 0.0
+    slowest, began = 0.0, time.perf_counter()
     for index in range(count):
         data = make_input(parser, rng)
         path = write_input(parser, data, folder, rng)
@@ -74,7 +74,8 @@ def run_parser(parser: Parser, count: int, seed: int, folder: Path, show: int) -
             signal.setitimer(signal.ITIMER_REAL, 0)
         slowest = max(slowest, time.perf_counter() - start)
         tally[outcome] += 1
-    return {"tally": tally, "failures": failures[:show], "failures_total": len(failures), "slowest_s": slowest}
+    return {"tally": tally, "failures": failures[:show], "failures_total": len(failures), "slowest_s": slowest,
+            "total_s": time.perf_counter() - began}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         args.error(f"unknown parser(s) {', '.join(unknown)}")
     signal.signal(signal.SIGALRM, _alarm)
     columns = ("tried", "rejected", "accepted", "crashed", "bad message", "over 5 s")
-    print(f"{'parser':<22}" + "".join(f"{c:>12}" for c in columns) + f"{'slowest s':>11}")
+    print(f"{'parser':<22}" + "".join(f"{c:>12}" for c in columns) + f"{'slowest s':>11}{'total s':>9}")
     bad = 0
     details = []
     with tempfile.TemporaryDirectory(prefix="paraplan-fuzz-") as folder:
@@ -99,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
             tally = result["tally"]
             row = [options.per_parser, tally["rejected"], tally["accepted"], tally["crashed"], tally["bad message"],
                    tally["over 5 s"]]
-            print(f"{name:<22}" + "".join(f"{v:>12,}" for v in row) + f"{result['slowest_s']:>11.2f}", flush=True)
+            print(f"{name:<22}" + "".join(f"{v:>12,}" for v in row) + f"{result['slowest_s']:>11.2f}{result['total_s']:>9.0f}",
+                  flush=True)
             bad += result["failures_total"]
             if result["failures"]:
                 types = Counter(f.split(" ")[1] for f in result["failures"])

@@ -59,7 +59,7 @@ def _read_sql(store: Path, query: str, params: tuple = ()):
     conn = _connect(store, create=False)
     try:
         return pd.read_sql_query(query, conn, params=params)
-    except (sqlite3.Error, pd.errors.DatabaseError) as exc:
+    except (sqlite3.Error, pd.errors.DatabaseError, UnicodeDecodeError) as exc:  # a damaged file's text
         raise _foreign(store, exc) from None
     finally:
         conn.close()
@@ -78,8 +78,8 @@ def _connect(path: Path, create: bool) -> sqlite3.Connection:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(str(path), isolation_level=None)
         conn.executescript(SCHEMA)
-    except (OSError, sqlite3.Error) as exc:
-        raise InputError(f"cannot open the profile store {path}: {exc}") from None
+    except (OSError, sqlite3.Error, UnicodeDecodeError) as exc:
+        raise InputError(one_line(f"cannot open the profile store {path}: {exc}")) from None
     return conn
 
 
@@ -93,7 +93,7 @@ def ingest_parsed(parsed: ParsedFile, store: Path) -> IngestResult:
     conn = _connect(store, create=True)
     try:
         return _ingest(conn, parsed)
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, UnicodeDecodeError) as exc:
         raise _foreign(store, exc) from None
     finally:
         conn.close()
@@ -134,7 +134,7 @@ def count_rows(store: Path) -> int:
     conn = _connect(store, create=False)
     try:
         return int(conn.execute("SELECT COUNT(*) FROM measurements").fetchone()[0])
-    except (sqlite3.Error, TypeError, ValueError) as exc:
+    except (sqlite3.Error, TypeError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
         raise _foreign(store, exc) from None
     finally:
         conn.close()

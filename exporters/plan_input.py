@@ -7,6 +7,7 @@ InputError: one line naming the problem.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -166,10 +167,10 @@ def plan_from_document(plan: dict[str, Any]) -> ExportPlan:
                          f"GPUs, a whole number of {per_node}-GPU nodes")
     recipe = job.get("fp8_recipe", "tensorwise")
     if recipe not in engine_rules(job["engine"]).fp8_recipes:
-        raise InputError(f"plan job fp8_recipe {recipe!r} is not a recipe {job['engine']} runs "
+        raise InputError(f"plan job fp8_recipe {shown(recipe, 30)} is not a recipe {job['engine']} runs "
                          f"({', '.join(engine_rules(job['engine']).fp8_recipes)}); re-plan for that engine")
     if config.pp_schedule not in engine_rules(job["engine"]).pipeline_schedules:
-        raise InputError(f"plan config pp_schedule {config.pp_schedule!r} is not a schedule {job['engine']} runs "
+        raise InputError(f"plan config pp_schedule {shown(config.pp_schedule, 30)} is not a schedule {job['engine']} runs "
                          f"({', '.join(engine_rules(job['engine']).pipeline_schedules)}); re-plan for that engine")
     if job["global_batch"] % (config.mbs * config.dp):
         raise InputError(f"plan global batch {job['global_batch']} is not a multiple of "
@@ -187,6 +188,10 @@ def plan_from_document(plan: dict[str, Any]) -> ExportPlan:
 
 def _model_of(section: dict[str, Any]) -> ModelSpec:
     if "shape" in section:
+        known = {field.name for field in dataclasses.fields(ModelSpec)} - {"name"}
+        unknown = sorted(set(section["shape"]) - known)
+        if unknown:
+            raise InputError(f"plan model.shape: unknown key {shown(unknown[0], 40)}; is this a plan paraplan wrote?")
         return model_from_shape(section["name"], section["shape"])
     try:
         return load_model(section["name"])
@@ -204,9 +209,9 @@ def _stage_layers(plan: dict[str, Any], model: ModelSpec, config: ParallelConfig
         return stored  # a stage partition's (or a typed pipeline's) layers per stage
     if stored is not None and stored != layout:
         # With virtual stages the launch formats express the engine's own split only.
-        raise InputError(f"plan placement.stage_layers {stored} is not a split the launch formats can express "
+        raise InputError(f"plan placement.stage_layers {shown(stored, 60)} is not a split the launch formats can express "
                          f"for {model.num_layers} layers over pp·vpp = {config.pp * config.vpp} chunks: one chunk "
-                         f"per rank with at least one layer each, or the engine's own split {layout}")
+                         f"per rank with at least one layer each, or the engine's own split {shown(layout, 60)}")
     return layout
 
 
@@ -219,7 +224,7 @@ def _ranks(plan: dict[str, Any], config: ParallelConfig, per_node: int) -> list[
         raise InputError(f"plan placement.rank_map differs from the {plan['placement']['rank_order']} layout of its "
                          "degrees; the launch formats can only start ranks in that layout")
     if plan["placement"]["rank_order"] != RANK_ORDER:
-        raise InputError(f"plan placement.rank_order {plan['placement']['rank_order']!r} is not {RANK_ORDER!r}, the "
+        raise InputError(f"plan placement.rank_order {shown(plan['placement']['rank_order'], 30)} is not {RANK_ORDER!r}, the "
                          "only order the launch formats start")
     return default
 

@@ -120,7 +120,7 @@ def _group_nodes(group: Any, where: str, first: int, num_leaves: int, catalog: C
                          "placement handles; place a part of the cluster")
     leaf = group.get("leaf", 0)
     if isinstance(leaf, bool) or not isinstance(leaf, int) or not 0 <= leaf < num_leaves:
-        raise InputError(f"{where}.leaf must be an index into leaves (0 to {num_leaves - 1}), got {leaf!r}")
+        raise InputError(f"{where}.leaf must be an index into leaves (0 to {num_leaves - 1}), got {shown(leaf, 40)}")
     hosts = group.get("hosts", [f"node{first + i}" for i in range(count)])
     if not isinstance(hosts, list) or len(hosts) != count or \
             not all(isinstance(h, str) and 0 < len(h) <= MAX_HOST_CHARS for h in hosts):
