@@ -501,6 +501,12 @@ def validate(json_path: JsonOpt = None, force: ForceOpt = False,
                  "--cross-source", help="Also refit the efficiency fractions with each source (and each table of "
                  "one) left out and predict it with constants it did not influence: in-sample beside left-out "
                  "error per source (about a minute more).")] = False,
+             serving: Annotated[bool, typer.Option(
+                 "--serving", help="Validate the serving cost model instead: predict TTFT and TPOT of the 5,221 "
+                 "measured serving deployments (../shared/data/serving) and report per engine, GPU and mode.")] = False,
+             serving_data: Annotated[Path | None, typer.Option(
+                 "--serving-data", help="Folder with aiconfigurator_silicon_sample.csv and model_configs/; default "
+                 "$PARAPLAN_SERVING_DATA or ../shared/data/serving.")] = None,
              ) -> None:
     """Predict every published reference run and report the error against its measurement."""
     from paraplan.planner.reference import load_reference_runs, predict_all, summarize  # pandas: this command only
@@ -508,6 +514,9 @@ def validate(json_path: JsonOpt = None, force: ForceOpt = False,
     render.route_human_output(json_path)
     if json_path is not None:
         render.check_writable(json_path, force)
+    if serving:
+        _serving_validation(json_path, force, serving_data)
+        return
     memory = _memory_validation(memory_runs)
     frame = load_reference_runs()
     with render.working(render.make_console(stderr=True), f"predicting {len(frame)} reference runs"):
@@ -530,6 +539,18 @@ def validate(json_path: JsonOpt = None, force: ForceOpt = False,
         clean = {s: {k: _finite(v) for k, v in summary.items()} for s, summary in summaries.items()}
         render.write_json(json_path, {"schema_version": 1, "runs": rows, "summary": clean,
                                       "memory": memory, "cross_source": held_out}, force)
+
+
+def _serving_validation(json_path: Path | None, force: bool, folder: Path | None) -> None:
+    """``validate --serving``: the serving accuracy table (and its JSON)."""
+    from paraplan.cli.render_serving import serving_validation
+    from paraplan.planner.serving_reference import validate_serving, validation_document
+
+    with render.working(render.make_console(stderr=True), "predicting the measured serving deployments"):
+        document = validation_document(validate_serving(folder))
+    serving_validation(render.make_console(), document)
+    if json_path is not None:
+        render.write_json(json_path, document, force)
 
 
 def _cross_source_validation(frame) -> dict:

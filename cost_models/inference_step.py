@@ -195,24 +195,26 @@ def _layer_counts(model: ModelSpec) -> tuple[int, int, int, int]:
     return model.num_dense_layers, model.num_moe_layers, model.num_layers - sliding, sliding
 
 
-def _comm_per_layer_s(model: ModelSpec, tokens_per_rank, shard: Sharding, cluster: ClusterSpec, moe_layer: bool):
+def _comm_per_layer_s(model: ModelSpec, tokens_per_rank, moe_tokens, shard: Sharding, cluster: ClusterSpec,
+                      moe_layer: bool):
     """Exposed collective seconds of one layer: the attention output all-reduce over tp, then the MLP's:
-    an all-reduce over tp, or with attention DP an all-gather and reduce-scatter of every DP rank's
-    tokens over the MoE group."""
+    an all-reduce over tp, or with attention DP an all-gather and reduce-scatter of the ``moe_tokens`` all DP
+    ranks send to the MoE group."""
     size = np.asarray(tokens_per_rank, dtype=float) * model.hidden_size * ACTIVATION_BYTES
     attention = collective_time_s("all_reduce", size, shard.tp, 1, cluster)
     if not moe_layer:
         return 2.0 * attention
     world = shard.tp * shard.dp
-    gathered = size * shard.dp
+    gathered = np.asarray(moe_tokens, dtype=float) * model.hidden_size * ACTIVATION_BYTES
     dp_path = collective_time_s("all_gather", gathered, world, 1, cluster) \
         + collective_time_s("reduce_scatter", gathered, world, 1, cluster)
     return attention + np.where(shard.dp > 1, dp_path, attention)
 
 
-def _experts_s(model: ModelSpec, tokens_per_rank, shard: Sharding, prec: WeightPrecision, rates: ComputeRates):
-    """Routed-expert seconds of one MoE layer on one GPU: the experts its share of the routed copies hits."""
-    copies = np.asarray(tokens_per_rank, dtype=float) * shard.dp * model.experts_per_token  # whole MoE group
+def _experts_s(model: ModelSpec, moe_tokens, shard: Sharding, prec: WeightPrecision, rates: ComputeRates):
+    """Routed-expert seconds of one MoE layer on one GPU: the experts its share of the routed copies of the
+    MoE group's ``moe_tokens`` hits."""
+    copies = np.asarray(moe_tokens, dtype=float) * model.experts_per_token
     local = model.num_experts / shard.moe_ep
     hit = local * (1.0 - (1.0 - 1.0 / model.num_experts) ** copies)
     width = model.expert_ffn_size / shard.moe_tp
@@ -224,14 +226,18 @@ def _experts_s(model: ModelSpec, tokens_per_rank, shard: Sharding, prec: WeightP
 
 
 def step_time(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, shard: Sharding, *,
-              tokens_per_rank, sequences_per_rank, attended_keys, attention_flops, decode: bool) -> StepTime:
+              tokens_per_rank, sequences_per_rank, attended_keys, attention_flops, decode: bool,
+              moe_tokens=None) -> StepTime:
     """One step over every layer on one GPU of every pipeline stage in turn (a token crosses all of them).
 
     ``tokens_per_rank``: tokens each attention-DP rank runs this step; ``sequences_per_rank``: how many
     sequences they belong to (the output head runs once per sequence); ``attended_keys``: KV-cache entries
     read per layer per rank at decode, as (full-attention keys, sliding-window keys) summed over the rank's
-    sequences; ``attention_flops``: (full, sliding) attention-core FLOPs per layer per rank at prefill.
+    sequences; ``attention_flops``: (full, sliding) attention-core FLOPs per layer per rank at prefill;
+    ``moe_tokens``: tokens the MoE group receives from all attention-DP ranks (default: every rank runs
+    ``tokens_per_rank``).
     """
+    moe_tokens = np.asarray(tokens_per_rank, dtype=float) * shard.dp if moe_tokens is None else moe_tokens
     dense_layers, moe_layers, full_layers, sliding_layers = _layer_counts(model)
     dense_rates = rates_for(cluster, prec.dense_dtype)
     expert_rates = rates_for(cluster, prec.expert_dtype)
@@ -245,7 +251,7 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, sha
     seqs = np.asarray(sequences_per_rank, dtype=float)
     head_s = _roofline_s(2.0 * seqs * head, head * ACTIVATION_BYTES, seqs, dense_rates)
     gemm = model.num_layers * attn_s + dense_layers * dense_mlp_s + moe_layers * shared_s + head_s
-    experts = moe_layers * _experts_s(model, tokens, shard, prec, expert_rates) if moe_layers else 0.0 * tokens
+    experts = moe_layers * _experts_s(model, moe_tokens, shard, prec, expert_rates) if moe_layers else 0.0 * tokens
     full_keys, sliding_keys = attended_keys
     kv_token = kv_bytes_per_token_per_layer(model, shard.tp, prec.kv_bytes)
     if decode:
@@ -258,8 +264,8 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, sha
             / shard.tp / dense_rates.attention_flops_per_s
     elementwise = model.num_layers * tokens * model.hidden_size * ELEMENTWISE_BYTES_PER_HIDDEN \
         / dense_rates.memory_bytes_per_s
-    comm = dense_layers * _comm_per_layer_s(model, tokens, shard, cluster, False) \
-        + moe_layers * _comm_per_layer_s(model, tokens, shard, cluster, True)
+    comm = dense_layers * _comm_per_layer_s(model, tokens, moe_tokens, shard, cluster, False) \
+        + moe_layers * _comm_per_layer_s(model, tokens, moe_tokens, shard, cluster, True)
     kernels = model.num_layers * KERNELS_PER_LAYER + moe_layers * MOE_EXTRA_KERNELS
     overhead = kernels * (GRAPH_KERNEL_OVERHEAD_S if decode else dense_rates.kernel_overhead_s) + 0.0 * tokens
     # Pipeline stages: each GPU holds 1/pp of the layers and a token crosses every stage, so the step is the

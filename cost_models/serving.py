@@ -200,12 +200,30 @@ def engine_memory(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, 
                         kv_bytes_per_sequence=per_seq)
 
 
-def prefill_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, shard: Sharding, prompt_tokens):
-    """Seconds to prefill one prompt alone on its attention-DP rank (compute-bound GEMMs, causal attention)."""
-    tokens = np.asarray(prompt_tokens, dtype=float) + 0.0 * shard.tp
-    return step_time(model, cluster, prec, shard, tokens_per_rank=tokens, sequences_per_rank=1.0 + 0.0 * tokens,
-                     attended_keys=(0.0, 0.0), attention_flops=prefill_attention_flops(model, tokens),
-                     decode=False).total_s
+def prefill_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, shard: Sharding, prompt_tokens,
+              prompts=1.0, all_ranks: bool = False):
+    """Seconds of one prefill step of ``prompts`` prompts together on an attention-DP rank (compute-bound GEMMs,
+    causal attention per prompt). ``all_ranks``: every DP rank prefills as much at once (a burst), so the MoE
+    layers see all their tokens; otherwise the other ranks send only decode tokens, which are not counted."""
+    prompts = np.asarray(prompts, dtype=float)
+    tokens = np.asarray(prompt_tokens, dtype=float) * prompts + 0.0 * shard.tp
+    full, sliding = prefill_attention_flops(model, np.asarray(prompt_tokens, dtype=float))
+    return step_time(model, cluster, prec, shard, tokens_per_rank=tokens, sequences_per_rank=prompts + 0.0 * tokens,
+                     attended_keys=(0.0, 0.0), attention_flops=(prompts * full, prompts * sliding), decode=False,
+                     moe_tokens=tokens * shard.dp if all_ranks else tokens).total_s
+
+
+def burst_ttft_s(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec: WeightPrecision, shard: Sharding,
+                 isl, arrivals) -> np.ndarray:
+    """Mean time to first token of ``arrivals`` prompts that reach an attention-DP rank at once: the engine
+    prefills as many as fit its max batched tokens per step, step after step; the k-th step's prompts wait
+    k steps."""
+    isl = np.asarray(isl, dtype=float)
+    per_step = np.maximum(np.floor(engine.max_batched_tokens / isl), 1.0)
+    per_step = np.minimum(per_step, np.maximum(arrivals, 1.0))
+    step = prefill_s(model, cluster, prec, shard, isl, per_step, all_ranks=True) + engine.step_overhead_s
+    steps = np.ceil(np.maximum(arrivals, 1.0) / per_step)
+    return step * (steps + 1.0) / 2.0
 
 
 def decode_step_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, shard: Sharding, batch,
@@ -292,7 +310,7 @@ def aggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, pre
     lifetime = osl * tpot + prefill
     queued = np.maximum(per_rank - batch, 0.0) / batch * lifetime
     steady = prefill + tpot / 2.0 + queued
-    burst = prefill * (batch + 1.0) / 2.0 + queued
+    burst = burst_ttft_s(model, cluster, engine, prec, shard, isl, batch) + queued
     return ServingLatency(ttft_steady_s=steady, ttft_burst_s=burst, tpot_s=tpot, running_batch=batch,
                           decode_step_s=step, prefill_s=prefill, max_sequences=fits, starts_at_defaults=starts,
                           request_overhead_s=engine.request_overhead_s, waves=waves)
@@ -327,7 +345,7 @@ def disaggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, 
     queued = np.maximum(per_rank - batch, 0.0) / batch * lifetime
     transfer = kv_transfer_s(model, cluster, prec, prefill, isl)
     steady = one + wait + transfer + queued
-    burst = one * (concurrency / servers + 1.0) / 2.0 + transfer + queued
+    burst = burst_ttft_s(model, cluster, engine, prec, prefill, isl, concurrency / servers) + transfer + queued
     return ServingLatency(ttft_steady_s=steady, ttft_burst_s=burst, tpot_s=step, running_batch=batch,
                           decode_step_s=step, prefill_s=one, max_sequences=fits, starts_at_defaults=starts,
                           request_overhead_s=engine.request_overhead_s, waves=waves)

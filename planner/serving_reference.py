@@ -365,3 +365,24 @@ def validate_serving(path: str | Path | None = None) -> ServingValidation:
         scores[label] = (_stats(tpot)[0], _stats(ttft)[0])
     return ServingValidation(constants=constants, table=summarise(predicted), held_out=scores,
                              uncovered=uncovered_reasons(predicted).to_dict())
+
+
+def _plain(value: float) -> float | None:
+    """JSON has no NaN: a group without covered rows reports null."""
+    return None if not np.isfinite(value) else float(value)
+
+
+def validation_document(report: ServingValidation) -> dict:
+    """The report as plain data (the ``--json`` output of ``validate --serving``)."""
+    groups = [{key: (_plain(value) if isinstance(value, float) else value) for key, value in row.items()}
+              for row in report.table.to_dict(orient="records")]
+    for group in groups:
+        group["rows"] = int(group["rows"])
+    c = report.constants
+    return {"schema_version": 1, "groups": groups,
+            "held_out": {label: {"tpot_median_err": _plain(tpot), "ttft_median_err": _plain(ttft)}
+                         for label, (tpot, ttft) in report.held_out.items()},
+            "constants": {"step_overhead_s": c.step_overhead_s, "request_overhead_s": c.request_overhead_s,
+                          "benchmark_waves": _plain(c.waves), "fitted_rows": c.fitted_rows},
+            "uncovered": report.uncovered,
+            "source": "aiconfigurator 0.12.0 systems/silicon_sample.csv (../shared/data/serving)"}

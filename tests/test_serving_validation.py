@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
+from conftest import assert_bad_input
+from typer.testing import CliRunner
 
+from paraplan.cli.app import app
 from paraplan.planner.serving_reference import (
     GROUP_KEYS,
     load_measurements,
@@ -66,3 +71,20 @@ def test_accuracy_does_not_regress(report):
 def test_issue_18_targets(report):
     overall = report.table[report.table["backend"] == "all"].iloc[0]
     assert overall["tpot_median_err"] <= 0.10 and overall["ttft_median_err"] <= 0.20
+
+
+def test_cli_prints_the_table_and_writes_json(tmp_path):
+    out = tmp_path / "serving.json"
+    result = CliRunner(env={"COLUMNS": "160"}).invoke(app, ["validate", "--serving", "--serving-data", str(FOLDER),
+                                                            "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "TPOT med" in result.stdout and "leave one model out" in result.stdout
+    document = json.loads(out.read_text())
+    overall = next(g for g in document["groups"] if g["backend"] == "all")
+    assert overall["rows"] == 5221 and overall["covered_frac"] >= 0.9
+    assert set(document["held_out"]) == {"leave one model out", "leave one GPU out"}
+
+
+def test_cli_refuses_a_folder_without_measurements(tmp_path):
+    result = CliRunner().invoke(app, ["validate", "--serving", "--serving-data", str(tmp_path)])
+    assert_bad_input(result, "aiconfigurator_silicon_sample.csv")
