@@ -50,8 +50,9 @@ def per_layer(value: Any, field: str, layers: int, origin: str, allowed: tuple[s
 
 def _pattern_kinds(config: dict[str, Any], layers: int, origin: str) -> list[str] | None:
     """Older configs state the window layout as sliding_window_pattern: every p-th layer is full (Gemma 3,
-    Cohere 2), or a string of L (local) and G (global) repeated (EXAONE 4)."""
-    pattern = config.get("sliding_window_pattern", config.get("_sliding_window_pattern"))
+    Cohere 2; AFMoE's global_attn_every_n_layers), or a string of L (local) and G (global) repeated (EXAONE 4)."""
+    pattern = next((config[key] for key in ("sliding_window_pattern", "_sliding_window_pattern",
+                                            "global_attn_every_n_layers") if config.get(key) is not None), None)
     if pattern is None:
         return None
     if isinstance(pattern, str) and 0 < len(pattern) <= 64 and set(pattern) <= {"L", "G"}:
@@ -102,9 +103,9 @@ def layer_kinds(config: dict[str, Any], traits: FamilyTraits, layers: int, origi
     return kinds or ["full_attention"] * layers
 
 
-def _first_dense(config: dict[str, Any], layers: int, origin: str) -> list[int]:
-    """DeepseekV3DecoderLayer: MoE from first_k_dense_replace on, every moe_layer_freq-th layer."""
-    first = non_negative_int(config.get("first_k_dense_replace") or 0, "first_k_dense_replace", origin)
+def _first_dense(config: dict[str, Any], layers: int, origin: str, key: str) -> list[int]:
+    """DeepseekV3DecoderLayer: MoE from first_k_dense_replace (``key``) on, every moe_layer_freq-th layer."""
+    first = non_negative_int(config.get(key) or 0, key, origin)
     freq = config.get("moe_layer_freq") or 1
     if isinstance(freq, bool) or not isinstance(freq, int) or not 0 < freq <= MAX_LAYERS:
         raise InputError(f"{origin}: moe_layer_freq must be a positive integer, got {shown(freq)}")
@@ -132,7 +133,7 @@ def moe_layers(config: dict[str, Any], traits: FamilyTraits, layers: int, origin
         kinds = per_layer(config["mlp_layer_types"], "mlp_layer_types", layers, origin, ("dense", "sparse"))
         return tuple(i for i, kind in enumerate(kinds) if kind == "sparse")
     if rule in ("deepseek", "mlp_layer_types"):
-        return tuple(_first_dense(config, layers, origin))
+        return tuple(_first_dense(config, layers, origin, traits.first_dense_key))
     if rule == "llama4":  # Llama4TextDecoderLayer: is_moe_layer = layer_idx in config.moe_layers
         if config.get("moe_layers") is not None:
             chosen = layer_indices(config["moe_layers"], "moe_layers", layers, origin)

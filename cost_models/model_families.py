@@ -97,6 +97,8 @@ class FamilyTraits:
     window_key: str = "sliding_window"
     window_kind: Literal["sliding", "chunked"] = "sliding"
     moe: MoeRule = "none"
+    first_dense_key: str = "first_k_dense_replace"
+    """For moe == "deepseek": the key counting the leading dense layers (AFMoE: num_dense_layers)."""
     shared: SharedRule = "none"
     shared_width_key: str = ""
     """For shared == "width": the key giving the shared expert's width."""
@@ -275,6 +277,11 @@ FAMILIES: dict[str, FamilyTraits] = {
     "exaone4": replace(LLAMA, qk_norm="head", windows="layer_types", default_layer_types=_every(4, "full_attention")),
     "cohere": COHERE,
     "cohere2": replace(COHERE, qk_norm=False, windows="layer_types", default_layer_types=_every(4, "full_attention")),
+    "cohere2_moe": replace(COHERE, qk_norm=False, windows="layer_types", default_layer_types=_every(4, "full_attention"),
+                           moe="mlp_layer_types", shared="deepseek",
+                           aliases={"ffn_size": ("prefix_dense_intermediate_size",),
+                                    "expert_ffn_size": ("intermediate_size",),
+                                    "num_shared_experts": ("num_shared_experts",)}),
     "nemotron": replace(LLAMA, norm="layernorm", norm_bias=True, gated_mlp=False),
     "starcoder2": replace(LLAMA, norm="layernorm", norm_bias=True, qkv_bias=key("use_bias", default=True),
                           out_bias=key("use_bias", default=True), mlp_bias=key("use_bias", default=True),
@@ -343,6 +350,10 @@ FAMILIES: dict[str, FamilyTraits] = {
     "glm4_moe": replace(LLAMA, moe="deepseek", shared="deepseek", router_bias=True, group_limited=True,
                         qk_norm=lambda c: "head" if c.get("use_qk_norm") else False, mtp_key="num_nextn_predict_layers"),
     "dots1": replace(QWEN3, moe="deepseek", shared="deepseek", router_bias=True, group_limited=True),
+    "afmoe": replace(LLAMA, norms_per_layer=4, qk_norm="head", attention_output_gate=True, moe="deepseek",
+                     first_dense_key="num_dense_layers", shared="deepseek", router_bias=True, windows="layer_types",
+                     default_layer_types=_every(4, "full_attention"),
+                     aliases={"num_shared_experts": ("num_shared_experts",)}),
     "solar_open": replace(LLAMA, moe="all", shared="deepseek", router_bias=True, group_limited=True),
     "exaone_moe": replace(LLAMA, qk_norm="head", windows="layer_types", default_layer_types=_every(4, "full_attention"),
                           moe="mlp_layer_types", shared="deepseek", router_bias=True, group_limited=True,

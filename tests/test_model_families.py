@@ -61,6 +61,8 @@ VARIANTS: dict[str, list[dict[str, Any]]] = {
     "phimoe": [{"lm_head_bias": True}],
     "seed_oss": [{"attention_out_bias": True}],
     "gemma2": [{"tie_word_embeddings": False}],
+    "cohere2_moe": [{"num_shared_experts": 2, "mlp_layer_types": ["dense"] + ["sparse"] * 5,
+                     "prefix_dense_intermediate_size": 96}],
 }
 
 
