@@ -258,8 +258,22 @@ def _shape(config: dict[str, Any], traits: FamilyTraits, moe: dict[str, Any], na
                                   "max_position_embeddings", name)}
 
 
+MAX_ORIGIN_CHARS = 100
+"""Messages name the config by its last 100 characters: a deep path still leaves room for the sentence
+within the 300-character line an InputError may take."""
+
+
 def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
     """Read the shape of a dense, MoE or hybrid transformer decoder from a parsed config.json."""
+    spec_name = _unwrap(config, name)[1]
+    origin = name if len(name) <= MAX_ORIGIN_CHARS else "..." + name[3 - MAX_ORIGIN_CHARS:]
+    try:
+        return _read(config, origin, spec_name)
+    except InputError as exc:
+        raise InputError(str(exc).replace(spec_name, origin)) from None
+
+
+def _read(config: dict[str, Any], name: str, spec_name: str) -> ModelSpec:
     config, name = _unwrap(config, name)
     model_type = config.get("model_type")
     traits = FAMILIES.get(model_type) if isinstance(model_type, str) else None
@@ -279,7 +293,7 @@ def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
     quantization = config.get("quantization_config")
     try:
         return ModelSpec(
-            name=name, model_type=model_type, **shape, **_traits(config, traits, name), **moe,
+            name=spec_name, model_type=model_type, **shape, **_traits(config, traits, name), **moe,
             **_windows(config, traits, kinds, name), **_unpriced_mixers(config, traits, kinds, widths, name),
             weights=None if quantization is None else weight_format(quantization, f"{name} quantization_config"),
         )

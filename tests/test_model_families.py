@@ -475,3 +475,13 @@ def test_repo_id_pinned_to_a_revision_reads_its_only_snapshot(tmp_path, monkeypa
     _fake_cache(tmp_path, "acme/Pinned", BASES[0])
     (tmp_path / "models--acme--Pinned" / "refs" / "main").unlink()
     assert load_model("acme/Pinned").total_params() == model_from_config(BASES[0], "x").total_params()
+
+
+def test_a_deep_path_still_gives_a_short_message():
+    deep = "/" + "/".join(["very-long-folder-name"] * 20) + "/config.json"
+    with pytest.raises(InputError) as info:
+        model_from_config({**BASES[2], "text_config": {**BASES[2]["text_config"], "hidden_size": -1}}, deep)
+    message = str(info.value)
+    assert message.startswith("...") and "hidden_size" in message and len(message) < 300
+    spec = model_from_config(BASES[2], deep)
+    assert spec.name.startswith(deep) and "text decoder of qwen3_5_moe" in spec.name
