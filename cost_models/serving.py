@@ -261,8 +261,9 @@ def held_tokens(engine: EngineTraits, isl, osl):
 
 BENCHMARK_WAVES = 10.0
 """Default number of request waves a fixed-concurrency benchmark runs (requests sent / concurrency); the
-first wave arrives at once. A benchmark-protocol input of ``aggregated``/``disaggregated``: inf gives the
-pure steady state. serving_reference fits it (as one global constant) to the measured TTFTs."""
+first wave arrives at once and is prefilled before it decodes. A benchmark-protocol input of
+``aggregated``/``disaggregated``: inf gives the pure steady state. serving_reference fits it (one global
+constant) to the measured TTFTs and TPOTs."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -273,8 +274,11 @@ class ServingLatency:
     """Time to first token once requests arrive spread out: own prefill, half a step, the wait for a slot."""
     ttft_burst_s: np.ndarray
     """Mean time to first token of the first wave, whose requests all arrive at once and prefill in turn."""
-    tpot_s: np.ndarray
-    """Mean time per output token after the first."""
+    tpot_steady_s: np.ndarray
+    """Time per output token once requests arrive spread out: every token carries its share of the prefills
+    mixed into the decode steps."""
+    tpot_burst_s: np.ndarray
+    """Time per output token of the first wave, prefilled together before decoding: the decode step alone."""
     running_batch: np.ndarray
     """Sequences decoding together on one attention-DP rank."""
     decode_step_s: np.ndarray
@@ -289,6 +293,11 @@ class ServingLatency:
     """The engine's per-request latency outside the GPU (added to every TTFT)."""
     waves: float
     """Request waves of the benchmark (the first arrives at once)."""
+
+    @property
+    def tpot_s(self) -> np.ndarray:
+        """Mean time per output token over all waves (the first wave's weighs 1/waves)."""
+        return self.tpot_steady_s + (self.tpot_burst_s - self.tpot_steady_s) / self.waves
 
     @property
     def ttft_s(self) -> np.ndarray:
@@ -311,7 +320,8 @@ def aggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, pre
     queued = np.maximum(per_rank - batch, 0.0) / batch * lifetime
     steady = prefill + tpot / 2.0 + queued
     burst = burst_ttft_s(model, cluster, engine, prec, shard, isl, batch) + queued
-    return ServingLatency(ttft_steady_s=steady, ttft_burst_s=burst, tpot_s=tpot, running_batch=batch,
+    return ServingLatency(ttft_steady_s=steady, ttft_burst_s=burst, tpot_steady_s=tpot, tpot_burst_s=step,
+                          running_batch=batch,
                           decode_step_s=step, prefill_s=prefill, max_sequences=fits, starts_at_defaults=starts,
                           request_overhead_s=engine.request_overhead_s, waves=waves)
 
@@ -346,6 +356,7 @@ def disaggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, 
     transfer = kv_transfer_s(model, cluster, prec, prefill, isl)
     steady = one + wait + transfer + queued
     burst = burst_ttft_s(model, cluster, engine, prec, prefill, isl, concurrency / servers) + transfer + queued
-    return ServingLatency(ttft_steady_s=steady, ttft_burst_s=burst, tpot_s=step, running_batch=batch,
+    return ServingLatency(ttft_steady_s=steady, ttft_burst_s=burst, tpot_steady_s=step, tpot_burst_s=step,
+                          running_batch=batch,
                           decode_step_s=step, prefill_s=one, max_sequences=fits, starts_at_defaults=starts,
                           request_overhead_s=engine.request_overhead_s, waves=waves)

@@ -133,7 +133,7 @@ def _predict_group(rows: pd.DataFrame, model: ModelSpec, cluster: ClusterSpec, e
                                                    concurrency, isl, osl)
         out = disaggregated(model, cluster, engine, prec, prefill, decode, concurrency=concurrency,
                             prefill_workers=prefill_workers, decode_workers=decode_workers, isl=isl, osl=osl)
-    return np.stack([out.tpot_s, out.ttft_steady_s, out.ttft_burst_s])
+    return np.stack([out.tpot_steady_s, out.tpot_burst_s, out.ttft_steady_s, out.ttft_burst_s])
 
 
 UNSTATED_PREFILL_UTILISATION = 0.5
@@ -159,7 +159,7 @@ def _stated(rows: pd.DataFrame, column: str, otherwise: np.ndarray) -> np.ndarra
     return np.where(np.isfinite(values) & (values > 0), values, np.maximum(otherwise, 1.0))
 
 
-PREDICTED = ("tpot_pred_s", "ttft_steady_s", "ttft_burst_s")
+PREDICTED = ("tpot_steady_s", "tpot_burst_s", "ttft_steady_s", "ttft_burst_s")
 
 
 def predict_rows(rows: pd.DataFrame, folder: Path, engines: dict[str, EngineTraits] | None = None) -> pd.DataFrame:
@@ -219,60 +219,59 @@ WAVES_GRID = (1.0, 2.0, 3.0, 5.0, 8.0, 12.0, 20.0, 40.0, np.inf)
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OverheadGrid:
-    """Predictions of every row at each step overhead of ``STEP_OVERHEAD_GRID_S`` (arrays [grid, rows])."""
+    """Predictions of every row at each step overhead of ``STEP_OVERHEAD_GRID_S`` (arrays [grid, rows]); the
+    waves and request overheads enter in closed form."""
 
     rows: pd.DataFrame
     """The measurements with ``reason`` (covered rows have '')."""
-    tpot_s: np.ndarray
+    tpot_steady_s: np.ndarray
+    tpot_burst_s: np.ndarray
     ttft_steady_s: np.ndarray
     ttft_burst_s: np.ndarray
 
 
 def overhead_grid(rows: pd.DataFrame, folder: Path) -> OverheadGrid:
-    """Every row predicted once per step-overhead value (the other constants enter TTFT in closed form)."""
+    """Every row predicted once per step-overhead value."""
     runs = [predict_rows(rows, folder, with_overheads(dict.fromkeys(ENGINE_TRAITS, o))) for o in STEP_OVERHEAD_GRID_S]
     stack = {c: np.stack([run[c].to_numpy(dtype=float) for run in runs]) for c in PREDICTED}
-    return OverheadGrid(rows=runs[0].drop(columns=list(PREDICTED)), tpot_s=stack["tpot_pred_s"],
-                        ttft_steady_s=stack["ttft_steady_s"], ttft_burst_s=stack["ttft_burst_s"])
+    return OverheadGrid(rows=runs[0].drop(columns=list(PREDICTED)), **stack)
 
 
 def _log_err(predicted, measured):
     return np.abs(np.log(predicted / measured))
 
 
+def _mix(steady, burst, waves: float):
+    return steady + (burst - steady) / waves
+
+
 def fit_constants(grid: OverheadGrid, mask: np.ndarray) -> FittedConstants:
-    """Constants minimising the median |log error| on the covered rows in ``mask``: per engine the step overhead
-    (TPOT), then one benchmark wave count and per engine the request overhead (TTFT)."""
+    """Constants minimising the median |log error| on the covered rows in ``mask``: for each benchmark wave count,
+    per engine the step overhead (on TPOT) and the request overhead (on TTFT); the wave count whose TPOT and
+    TTFT medians sum lowest wins."""
     rows = grid.rows
     mask = mask & (rows["reason"] == "").to_numpy()
-    tpot_ms, ttft_ms = rows["silicon_tpot_ms"].to_numpy() / 1e3, rows["silicon_ttft_ms"].to_numpy() / 1e3
-    step, pick = {}, np.zeros(len(rows), dtype=int)
-    for engine in ENGINE_TRAITS:
-        sel = mask & (rows["backend"] == engine).to_numpy()
-        if not sel.any():
-            step[engine] = 0.0
-            continue
-        best = int(np.argmin([np.median(_log_err(grid.tpot_s[g, sel], tpot_ms[sel])) for g in range(len(STEP_OVERHEAD_GRID_S))]))
-        step[engine], pick[(rows["backend"] == engine).to_numpy()] = STEP_OVERHEAD_GRID_S[best], best
-    steady = grid.ttft_steady_s[pick, np.arange(len(rows))]
-    burst = grid.ttft_burst_s[pick, np.arange(len(rows))]
-    best_total, best = np.inf, (1.0, {})
+    tpot_s, ttft_s = rows["silicon_tpot_ms"].to_numpy() / 1e3, rows["silicon_ttft_ms"].to_numpy() / 1e3
+    engines = {e: mask & (rows["backend"] == e).to_numpy() for e in ENGINE_TRAITS}
+    best_score, best = np.inf, None
     for waves in WAVES_GRID:
-        base = steady + (burst - steady) / waves
-        request, total = {}, []
-        for engine in ENGINE_TRAITS:
-            sel = mask & (rows["backend"] == engine).to_numpy()
+        tpot = _mix(grid.tpot_steady_s, grid.tpot_burst_s, waves)
+        ttft = _mix(grid.ttft_steady_s, grid.ttft_burst_s, waves)
+        step, request, tpot_errs, ttft_errs = {}, {}, [], []
+        for engine, sel in engines.items():
             if not sel.any():
-                request[engine] = 0.0
+                step[engine], request[engine] = 0.0, 0.0
                 continue
-            errs = [np.median(_log_err(base[sel] + r, ttft_ms[sel])) for r in REQUEST_OVERHEAD_GRID_S]
-            request[engine] = REQUEST_OVERHEAD_GRID_S[int(np.argmin(errs))]
-            total.append(_log_err(base[sel] + request[engine], ttft_ms[sel]))
-        score = np.median(np.concatenate(total)) if total else np.inf
-        if score < best_total:
-            best_total, best = score, (waves, request)
-    return FittedConstants(step_overhead_s=step, request_overhead_s=best[1], waves=best[0],
-                           fitted_rows=int(mask.sum()))
+            g = int(np.argmin([np.median(_log_err(tpot[i, sel], tpot_s[sel])) for i in range(len(STEP_OVERHEAD_GRID_S))]))
+            errs = [np.median(_log_err(ttft[g, sel] + r, ttft_s[sel])) for r in REQUEST_OVERHEAD_GRID_S]
+            step[engine], request[engine] = STEP_OVERHEAD_GRID_S[g], REQUEST_OVERHEAD_GRID_S[int(np.argmin(errs))]
+            tpot_errs.append(_log_err(tpot[g, sel], tpot_s[sel]))
+            ttft_errs.append(_log_err(ttft[g, sel] + request[engine], ttft_s[sel]))
+        score = np.median(np.concatenate(tpot_errs)) + np.median(np.concatenate(ttft_errs)) if tpot_errs else np.inf
+        if score < best_score:
+            best_score, best = score, (waves, step, request)
+    waves, step, request = best if best else (1.0, {}, {})
+    return FittedConstants(step_overhead_s=step, request_overhead_s=request, waves=waves, fitted_rows=int(mask.sum()))
 
 
 def apply_constants(grid: OverheadGrid, constants: FittedConstants) -> pd.DataFrame:
@@ -280,10 +279,9 @@ def apply_constants(grid: OverheadGrid, constants: FittedConstants) -> pd.DataFr
     rows = grid.rows.copy()
     index = np.array([STEP_OVERHEAD_GRID_S.index(constants.step_overhead_s[b]) for b in rows["backend"]])
     at = np.arange(len(rows))
-    steady, burst = grid.ttft_steady_s[index, at], grid.ttft_burst_s[index, at]
     request = rows["backend"].map(constants.request_overhead_s).to_numpy(dtype=float)
-    rows["tpot_pred_s"] = grid.tpot_s[index, at]
-    rows["ttft_pred_s"] = request + steady + (burst - steady) / constants.waves
+    rows["tpot_pred_s"] = _mix(grid.tpot_steady_s[index, at], grid.tpot_burst_s[index, at], constants.waves)
+    rows["ttft_pred_s"] = request + _mix(grid.ttft_steady_s[index, at], grid.ttft_burst_s[index, at], constants.waves)
     return rows
 
 
