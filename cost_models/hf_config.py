@@ -214,7 +214,7 @@ def _unwrap(config: dict[str, Any], name: str) -> tuple[dict[str, Any], str]:
         # The checkpoint's top-level model ties (or not) its output head, so the outer key wins.
         inner = {**text, **{key: config[key] for key in ("tie_word_embeddings", "quantization_config") if key in config}}
         inner.setdefault("model_type", TEXT_CONFIG_WRAPPERS.get(outer))
-        return inner, f"{name} (text decoder of {outer}; vision/audio towers not counted)"
+        return inner, f"{name} (text decoder of {outer}; encoder towers not counted)"
     return config, name
 
 

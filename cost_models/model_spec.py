@@ -223,9 +223,10 @@ class ModelSpec:
         """One line saying why this model cannot be planned ('' when every feature is priced)."""
         if not self.unpriced_features:
             return ""
-        features = "; ".join(self.unpriced_features)[:150]
-        return (f"{self.name[:60]}: its parameters are counted, but the cost model does not price {features}, "
-                "so paraplan cannot plan it yet")
+        features = "; ".join(self.unpriced_features)[:120]
+        label = self.name.rsplit("/", 1)[-1]  # the file, not its folders
+        label = label if len(label) <= 100 else label[:97] + "..."
+        return f"{label}: parameters counted, but paraplan does not price {features}, so it cannot plan it yet"
 
     @property
     def num_moe_layers(self) -> int:
