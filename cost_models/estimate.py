@@ -24,10 +24,13 @@ from paraplan.cost_models.dp_sync import DataParallelTraffic, dp_exposed_from, d
 from paraplan.cost_models.fp8_recipes import with_fp8_recipe
 from paraplan.cost_models.layer import ACTIVATION_BYTES, LayerTimes, layer_times
 from paraplan.cost_models.memory import (
+    LayerMemory,
     MemoryBreakdown,
+    StateShares,
     expert_data_parallel,
+    layer_memory,
     memory_breakdown,
-    stored_layer_bytes,
+    state_shares,
     trimmed_to_capacity,
 )
 from paraplan.cost_models.model_spec import ModelSpec
@@ -142,8 +145,8 @@ class LayerTerms:
     """What LAYER_AXES decide, per row: one layer's times and stored bytes, the edge stages' extras."""
 
     times: LayerTimes
-    stored_bytes: np.ndarray
-    """memory.stored_layer_bytes: activations one layer keeps per micro-batch."""
+    memory: LayerMemory
+    """Activations one layer keeps per micro-batch, the loss's logits, transient buffers."""
     embed_s: np.ndarray
     output_s: np.ndarray
     recompute_flops_per_token: np.ndarray
@@ -154,7 +157,7 @@ def layer_terms(model: ModelSpec, work: Workload, t: ConfigTable, rates: Compute
     """The LAYER_AXES terms of every row of ``t``."""
     tokens = t.mbs * work.seq_len / t.cp
     embed_s, output_s = edge_times(model, t, tokens, rates)
-    return LayerTerms(times=layer_times(model, work, t, rates, cluster), stored_bytes=stored_layer_bytes(model, work, t),
+    return LayerTerms(times=layer_times(model, work, t, rates, cluster), memory=layer_memory(model, work, t),
                       embed_s=embed_s, output_s=output_s,
                       recompute_flops_per_token=np.broadcast_to(_recompute_flops_per_token(model, work, t), (len(t),)))
 
@@ -174,6 +177,8 @@ class StageTerms:
     expert_traffic: DataParallelTraffic | None
     """Routed experts over their own data-parallel group (None for dense models)."""
     optimizer_s: np.ndarray
+    shares: StateShares
+    """Bytes per parameter of each state and the gathered buffers."""
 
 
 def stage_terms(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTable,
@@ -197,7 +202,7 @@ def stage_terms(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: Confi
         updated = updated + expert_params / np.where(t.zero >= 1, edp, 1)
     optimizer = memory_bound_time_s(updated * OPTIMIZER_BYTES_PER_PARAM, OPTIMIZER_KERNELS, rates)
     return StageTerms(ranks=ranks, dense_traffic=dense, expert_traffic=experts,
-                      optimizer_s=np.broadcast_to(optimizer, (len(t),)))
+                      optimizer_s=np.broadcast_to(optimizer, (len(t),)), shares=state_shares(model, work, t))
 
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTable,
@@ -255,7 +260,7 @@ def _estimate_rows(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: Co
     embed_s, output_s = layers.embed_s, layers.output_s
 
     layer_compute = lt.forward_compute_s + lt.backward_compute_s + lt.recompute_s
-    layer_bytes = layers.stored_bytes
+    layer_bytes = layers.memory.per_layer_bytes
     offload = offload_exposed_s(layer_bytes, t.offload, lt.forward_compute_s, lt.backward_compute_s, cluster)
     first_compute = layout.first_layers * layer_compute + ranks.embedding_on_first * embed_s \
         + ranks.output_on_first * output_s + offload
@@ -300,7 +305,8 @@ def _estimate_rows(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: Co
     recompute_per_token = layers.recompute_flops_per_token
     peak = cluster.gpu.peak(work.precision)
     per_gpu_flops = flops_per_token * tokens_per_s / num_gpus
-    memory = trimmed_to_capacity(memory_breakdown(model, work, t, layout, m, layer_bytes, ranks),
+    memory = trimmed_to_capacity(memory_breakdown(model, work, t, layout, m, layer_bytes, ranks, layers.memory,
+                                                  stages.shares),
                                  usable_capacity_bytes(cluster.gpu.hbm_bytes))
     return EstimateTable(
         step_time_s=step, compute_s=compute_total, tp_comm_s=tp_total, cp_comm_s=cp_total, ep_comm_s=ep_total,

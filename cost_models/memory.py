@@ -166,40 +166,108 @@ def stored_layer_bytes(model: ModelSpec, work: Workload, t: ConfigTable):
     return per_layer + np.where(t.recompute == 0, _scores_bytes(model, work, t, tokens), 0.0)
 
 
+def _per_row(value, size: tuple[int]) -> np.ndarray:
+    """``value`` (a scalar or an array over rows) as its own writable array of ``size``."""
+    return np.array(np.broadcast_to(value, size), dtype=float)
+
+
+@dataclass(frozen=True, slots=True)
+class LayerMemory:
+    """Bytes per row that the layer's shape alone decides (tp, sp, cp, cp_comm, etp, mbs, recompute): computed once
+    per distinct shape by a caller pricing many rows (cost_models.estimate)."""
+
+    per_layer_bytes: np.ndarray
+    """:func:`stored_layer_bytes`."""
+    embedding_output_bytes: np.ndarray
+    loss_bytes: np.ndarray
+    """The loss's logits of one micro-batch, on a rank that runs it."""
+    working_set_bytes: np.ndarray
+    """:func:`_working_set_bytes`."""
+    largest_logits_bytes: np.ndarray
+    largest_layer_tensor_bytes: np.ndarray
+
+
+def layer_memory(model: ModelSpec, work: Workload, t: ConfigTable) -> LayerMemory:
+    """The :class:`LayerMemory` of every row of ``t``."""
+    tokens = t.mbs * work.seq_len / t.cp
+    seq_shard = np.where(t.sp == 1, t.tp, 1)
+    size = (len(t),)
+    return LayerMemory(
+        per_layer_bytes=_per_row(stored_layer_bytes(model, work, t), size),
+        embedding_output_bytes=_per_row(tokens * ACTIVATION_BYTES * model.hidden_size / seq_shard, size),
+        loss_bytes=_per_row(work.loss_bytes_per_logit * tokens * model.vocab_size / t.tp, size),
+        working_set_bytes=_per_row(_working_set_bytes(model, work, t, tokens), size),
+        largest_logits_bytes=_per_row(_largest_logits_bytes(model, work, t, tokens), size),
+        largest_layer_tensor_bytes=_per_row(_largest_layer_tensor_bytes(model, t, tokens), size))
+
+
+@dataclass(frozen=True, slots=True)
+class StateShares:
+    """Bytes per parameter of each model state one GPU holds, and the buffers ZeRO/FSDP gathers, per row: what
+    the ZeRO stage and the parallel degrees alone decide (zero, tp, pp, dp, cp, ep, etp)."""
+
+    weights_frac: np.ndarray
+    grads_frac: np.ndarray
+    optimizer_frac: np.ndarray
+    expert_weights_frac: np.ndarray
+    expert_grads_frac: np.ndarray
+    expert_optimizer_frac: np.ndarray
+    gathered_bytes: np.ndarray
+    """:func:`_gathered_bytes`."""
+    root_gathered_frac: np.ndarray
+    """Bytes per embedding/output parameter kept gathered (FSDP2's root)."""
+    non_torch_bytes: np.ndarray
+
+
+def state_shares(model: ModelSpec, work: Workload, t: ConfigTable) -> StateShares:
+    """The :class:`StateShares` of every row of ``t``."""
+    recipe, size = work.recipe, (len(t),)
+    # States shard over the data-parallel group including context parallel (Megatron's
+    # dp-cp group, torchtitan's dp_shard x cp mesh): CP ranks hold the same weights.
+    dense = recipe.sharded_bytes_per_param(t.zero, t.dp * t.cp)
+    # Routed experts shard over their own data-parallel group, edp = tp·dp·cp / (ep·etp).
+    experts = recipe.sharded_bytes_per_param(t.zero, expert_data_parallel(t))
+    root_gathered = np.where(work.fsdp_root_stays_gathered & (t.zero >= recipe.weights_sharded_from_zero),
+                             recipe.param_gather_bytes / t.tp, 0.0)
+    return StateShares(*(_per_row(share, size) for share in (*dense, *experts)),
+                       gathered_bytes=_per_row(_gathered_bytes(model, work, t), size),
+                       root_gathered_frac=_per_row(root_gathered, size),
+                       non_torch_bytes=_per_row(non_torch_bytes(t.tp, t.pp, t.dp, t.cp, t.ep), size))
+
+
 def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: StageLayout,
-                     num_microbatches, per_layer=None, ranks: RankWork | None = None) -> MemoryBreakdown:
+                     num_microbatches, per_layer=None, ranks: RankWork | None = None,
+                     layer: LayerMemory | None = None, shares: StateShares | None = None) -> MemoryBreakdown:
     """Itemised peak memory of the first and last stage; the larger one is reported.
 
     ``per_layer``: :func:`stored_layer_bytes`, when the caller has it already. ``ranks``: the schedule's
-    per-rank work (schedules.rank_work) whose ``layout`` is ``layout``; None = 1F1B's placement.
+    per-rank work (schedules.rank_work) whose ``layout`` is ``layout``; None = 1F1B's placement. ``layer``
+    and ``shares``: :func:`layer_memory` and :func:`state_shares` of ``t``, when the caller has them.
     """
     recipe = work.recipe
-    tokens = t.mbs * work.seq_len / t.cp
-    per_layer = stored_layer_bytes(model, work, t) if per_layer is None else per_layer
-    seq_shard = np.where(t.sp == 1, t.tp, 1)
+    layer = layer_memory(model, work, t) if layer is None else layer
+    shares = state_shares(model, work, t) if shares is None else shares
+    per_layer = layer.per_layer_bytes if per_layer is None else per_layer
     pp1 = t.pp == 1
     # Offload runs with pp = 1 only, so one micro-batch is in flight and the first stage is the model.
     first_in_flight = in_flight_microbatches(t.pp_schedule, t.pp, num_microbatches,
                                              in_flight_chunks(t.pp, t.vpp, num_microbatches, last_rank=False) / t.vpp)
     last_in_flight = in_flight_microbatches(t.pp_schedule, t.pp, num_microbatches,
                                             in_flight_chunks(t.pp, t.vpp, num_microbatches, last_rank=True) / t.vpp)
-    embedding_output = tokens * ACTIVATION_BYTES * model.hidden_size / seq_shard
+    embedding_output = layer.embedding_output_bytes
     first_acts = (per_layer * (layout.first_layers - t.offload) + embedding_output) * first_in_flight
     last_acts = per_layer * layout.last_layers * last_in_flight
     # The ranks that run the loss: the last under 1F1B; the first under DualPipeV; both edges under DualPipe.
     loss_on_first = pp1 | (ranks is not None and ranks.output_on_first > 0)
     loss_on_last = ranks.output_on_last > 0 if ranks is not None else True
-    loss = work.loss_bytes_per_logit * tokens * model.vocab_size / t.tp
-    working_set = _working_set_bytes(model, work, t, tokens)
-    # States shard over the data-parallel group including context parallel (Megatron's
-    # dp-cp group, torchtitan's dp_shard x cp mesh): CP ranks hold the same weights.
-    weights_frac, grads_frac, optim_frac = recipe.sharded_bytes_per_param(t.zero, t.dp * t.cp)
-    # Routed experts shard over their own data-parallel group, edp = tp·dp·cp / (ep·etp).
-    expert_fracs = recipe.sharded_bytes_per_param(t.zero, expert_data_parallel(t))
+    loss = layer.loss_bytes
+    working_set = layer.working_set_bytes
+    weights_frac, grads_frac, optim_frac = shares.weights_frac, shares.grads_frac, shares.optimizer_frac
+    expert_fracs = shares.expert_weights_frac, shares.expert_grads_frac, shares.expert_optimizer_frac
     # Gradients freed after every step exist at the first micro-batch's activation peak only when an
     # earlier micro-batch's backward has run (accumulation or a pipeline schedule).
     grads_held = np.where(work.frees_grads_between_steps & (num_microbatches <= 1) & pp1, 0.0, 1.0)
-    gathered = _gathered_bytes(model, work, t)
+    gathered = shares.gathered_bytes
     # Reshard-after-backward only (FSDP SHARD_GRAD_OP): the whole stage stays gathered in compute.
     stage_gathered = np.where((t.zero == 2) & (recipe.weights_sharded_from_zero == 2), recipe.param_gather_bytes, 0.0)
     # Pipelined FSDP2 (torchtitan): after the first micro-batch's backward the stage's weights stay gathered
@@ -207,8 +275,7 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
     pipelined_fsdp = work.pipeline_fsdp_unsharded & ~pp1 & (t.zero >= recipe.weights_sharded_from_zero) \
         & (np.asarray(num_microbatches) > 1)
     stage_gathered = np.where(pipelined_fsdp, recipe.param_gather_bytes + recipe.grad_bytes, stage_gathered)
-    root_gathered = np.where(work.fsdp_root_stays_gathered & (t.zero >= recipe.weights_sharded_from_zero),
-                             recipe.param_gather_bytes / t.tp, 0.0)
+    root_gathered = shares.root_gathered_frac
 
     def states(params, expert_params, grads=grads_held):
         held = weights_frac + grads * grads_frac + optim_frac
@@ -255,10 +322,9 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
     # gradient bytes; torchtitan's 8 -> 128 rank rows fall by 16 B per parameter, not 12).
     reserved = np.maximum(reserved_bytes(activation_peak, work.allocator) + late_grads(params, experts),
                           reserved_bytes(step_peak, work.allocator))
-    outside = non_torch_bytes(t.tp, t.pp, t.dp, t.cp, t.ep)
+    outside = shares.non_torch_bytes
     holds_loss = np.where(worst == 0, loss_on_first, np.where(worst == 1, loss_on_last, False))
-    largest = np.where(holds_loss, _largest_logits_bytes(model, work, t, tokens),
-                       _largest_layer_tensor_bytes(model, t, tokens))
+    largest = np.where(holds_loss, layer.largest_logits_bytes, layer.largest_layer_tensor_bytes)
     return MemoryBreakdown(
         weights_bytes=params * weights_frac + experts * expert_fracs[0],
         grads_bytes=np.where(allocated > activation_peak, 1.0, grads_held) * (params * grads_frac + experts * expert_fracs[1]),
