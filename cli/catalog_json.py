@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from paraplan.cost_models.model_spec import ModelSpec
@@ -20,7 +21,8 @@ def model_document(spec: ModelSpec, seq_len: int | None = None) -> dict[str, Any
     }
     if seq_len is not None:
         document["seq_len"] = seq_len
-        document["model_flops_per_token"] = spec.model_flops_per_token(seq_len, "full")
+        flops = spec.model_flops_per_token(seq_len, "full")  # NaN: a feature paraplan does not price (shape lists it)
+        document["model_flops_per_token"] = None if math.isnan(flops) else flops
     return document
 
 

@@ -120,8 +120,8 @@ def percent(frac: float, signed: bool = False) -> str:
 
 
 def count(value: float) -> str:
-    """A count with thousands separators."""
-    return f"{round(value):,}"
+    """A count with thousands separators; NaN (a model feature paraplan does not price) as 'not priced'."""
+    return "not priced" if math.isnan(value) else f"{round(value):,}"
 
 
 def config_text(config: dict[str, Any]) -> str:

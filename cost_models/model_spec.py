@@ -13,6 +13,7 @@ Features whose parameters are counted exactly but whose time and memory the cost
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -442,7 +443,11 @@ class ModelSpec:
 
         With ``full`` attention this is the PaLM/MFU convention; for GPT shapes it equals
         72·l·h²·(1 + s/6h + V/12lh) per token, i.e. Narayanan et al. Eq. 3 without the recompute pass.
+        NaN for a model with ``unpriced_features``: its linear-attention recurrences or sparse-attention
+        indexer have no FLOPs formula here, and a number without them would look right and be wrong.
         """
+        if self.unpriced_features:
+            return math.nan
         gemm = self.num_dense_layers * self.layer_gemm_flops_per_token() \
             + self.num_moe_layers * self.moe_layer_gemm_flops_per_token()
         attention = self.num_layers * self.attention_core_flops_per_token(seq_len, convention)

@@ -11,6 +11,7 @@ published counts; constant tables registered as buffers, such as MiniMax-01's de
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -249,8 +250,10 @@ def test_unpriced_models_are_refused_when_a_job_is_built():
         TrainingJob(model=spec, seq_len=4096, global_batch=8)
     assert "\n" not in str(info.value) and len(str(info.value)) < 300
     dsa, _, _ = _oracle("glm_moe_dsa", {})
+    glm5 = model_from_config(dsa, "glm5")
     with pytest.raises(InputError, match="indexer"):
-        TrainingJob(model=model_from_config(dsa, "glm5"), seq_len=4096, global_batch=8)
+        TrainingJob(model=glm5, seq_len=4096, global_batch=8)
+    assert math.isnan(glm5.model_flops_per_token(4096)) and math.isnan(spec.model_flops_per_token(4096))
 
 
 def test_gated_deltanet_and_indexer_counts_by_hand():
@@ -280,6 +283,7 @@ def test_attention_output_gate_doubles_the_query_projection_flops():
     config, _, _ = _oracle("qwen3_next", {})
     spec = model_from_config(config, "q")
     import dataclasses
+    spec = dataclasses.replace(spec, linear_attention_layers=0, unpriced_features=())
     plain = dataclasses.replace(spec, attention_output_gate=False)
     extra = spec.attention_weight_params() - plain.attention_weight_params()
     assert extra == spec.hidden_size * spec.q_width
@@ -485,3 +489,15 @@ def test_a_deep_path_still_gives_a_short_message():
     assert message.startswith("...") and "hidden_size" in message and len(message) < 300
     spec = model_from_config(BASES[2], deep)
     assert spec.name.startswith(deep) and "text decoder of qwen3_5_moe" in spec.name
+
+
+def test_models_show_says_not_priced_for_unpriced_flops():
+    from paraplan.cli.catalog_json import model_document
+    from paraplan.cli.render import count
+
+    config, _, _ = _oracle("glm_moe_dsa", {})
+    document = model_document(model_from_config(config, "glm5"), seq_len=4096)
+    assert document["model_flops_per_token"] is None
+    assert document["shape"]["unpriced_features"] == ["the sparse-attention indexer (DSA)"]
+    json.dumps(document, allow_nan=False)
+    assert count(math.nan) == "not priced" and count(1234.4) == "1,234"
