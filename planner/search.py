@@ -80,13 +80,14 @@ def _fastest_cp_comm(job: TrainingJob, cluster: ClusterSpec, space: SearchSpace,
     work = job.workload()
     rates = rates or default_rates(cluster, work)
     several = np.flatnonzero(allowed & (allowed - 1))
-    subset = table.take(several)
     # The variants' times read only CP_VARIANT_AXES: decide once per distinct combination and allowed mask.
-    distinct, of_row = distinct_index([getattr(subset, axis) for axis in CP_VARIANT_AXES] + [allowed[several]])
-    times = cp_comm_variants_per_layer_s(job.model, work, subset.take(distinct), rates, cluster)
+    distinct, of_row = distinct_index([getattr(table, axis)[several] for axis in CP_VARIANT_AXES]
+                                      + [allowed[several]])
+    representative = several[distinct]
+    times = cp_comm_variants_per_layer_s(job.model, work, table.take(representative), rates, cluster)
     codes = np.asarray(sorted(times))
     gathers = codes == ALL_GATHER
-    permitted = np.stack([(allowed[several][distinct] >> code & 1).astype(bool) for code in codes])
+    permitted = np.stack([(allowed[representative] >> code & 1).astype(bool) for code in codes])
     if objective == "memory":
         key = np.stack([np.full(len(distinct), 1.0 if g else 0.0) for g in gathers])
     else:
