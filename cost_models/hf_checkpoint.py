@@ -96,8 +96,22 @@ def weight_format(q: Any, origin: str) -> WeightFormat:
         return WeightFormat(method=method, weight_format=f"int{bits}", bits=float(bits),
                             block_size=() if group in (None, -1) else _ints(group, "group_size", origin),
                             unquantized_modules=skip)
+    if method == "bitsandbytes":  # BitsAndBytesConfig: load_in_4bit (fp4 unless it says nf4) or load_in_8bit;
+        # the 4-bit block size is bitsandbytes' backend default, which the config does not state.
+        if q.get("load_in_4bit"):
+            kind = "nf4" if q.get("bnb_4bit_quant_type") == "nf4" else "fp4"
+            return WeightFormat(method=method, weight_format=kind, bits=4.0,
+                                unquantized_modules=_names(q.get("llm_int8_skip_modules"), "llm_int8_skip_modules",
+                                                           origin))
+        if q.get("load_in_8bit"):
+            return WeightFormat(method=method, weight_format="int8", bits=8.0,
+                                unquantized_modules=_names(q.get("llm_int8_skip_modules"), "llm_int8_skip_modules",
+                                                           origin))
+    if method == "fbgemm_fp8":  # FbgemmFp8Config: per-channel float8_e4m3fn weights
+        return WeightFormat(method=method, weight_format="float8_e4m3fn", bits=8.0, unquantized_modules=skip)
     raise InputError(f"{origin}: quantization_config.quant_method {shown(method)} is not read (paraplan reads fp8, "
-                     "mxfp4, compressed-tensors, modelopt, gptq, awq); remove the block to plan with 16-bit weights")
+                     "mxfp4, compressed-tensors, modelopt, gptq, awq, bitsandbytes, fbgemm_fp8); remove the block to "
+                     "plan with 16-bit weights")
 
 
 def hub_cache_dir() -> Path:

@@ -40,7 +40,8 @@ class WeightFormat:
     bits: float
     """Bits per quantized weight element, scales excluded (8, 4, ...)."""
     block_size: tuple[int, ...] = ()
-    """Elements sharing one scale: (128, 128) for DeepSeek's fp8 blocks, (32,) for a group of 32; () = per tensor."""
+    """Elements sharing one scale: (128, 128) for DeepSeek's fp8 blocks, (32,) for a group of 32; () = per tensor
+    or channel, or not stated by the config (bitsandbytes)."""
     unquantized_modules: tuple[str, ...] = ()
     """Module names or patterns kept in the checkpoint's higher precision (as the config lists them)."""
 

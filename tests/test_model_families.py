@@ -398,6 +398,8 @@ def test_deep_stacks_and_huge_lists_stay_fast():
         "num_bits": 4, "type": "float", "group_size": 16}}}, "ignore": ["lm_head"]},
      ("compressed-tensors", "nvfp4", 4.0, (16,), ("lm_head",))),
     ({"quant_method": "gptq", "bits": 4, "group_size": 128}, ("gptq", "int4", 4.0, (128,), ())),
+    ({"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"},
+     ("bitsandbytes", "nf4", 4.0, (), ())),
 ])
 def test_quantization_config_is_read_and_counts_stay_logical(quant, expected):
     plain = model_from_config(BASES[0], "plain")
