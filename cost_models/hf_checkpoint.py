@@ -14,8 +14,8 @@ from paraplan.cost_models.model_spec import WeightFormat
 from paraplan.errors import InputError
 
 MAX_UNQUANTIZED_MODULES = 100_000
-"""Module names a quantization config may list as kept unquantized: Qwen3-235B-A22B-FP8 lists 3 per layer
-(282, ../shared/data/serving/model_configs); 100,000 leaves room for per-expert lists of the largest MoEs."""
+"""Module names a quantization config may list as kept unquantized: Qwen3-235B-A22B-FP8 lists 283 (lm_head and 3 per
+layer of 94, ../shared/data/serving/model_configs); 100,000 leaves room for per-expert lists of the largest MoEs."""
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 """A Hugging Face repo id, owner/name (huggingface_hub's validate_repo_id: letters, digits, '.', '_', '-')."""
 

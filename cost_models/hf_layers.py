@@ -14,8 +14,8 @@ LAYER_KINDS = ("full_attention", "sliding_attention", "chunked_attention", "line
 
 
 def non_negative_int(value: Any, field: str, origin: str) -> int:
-    """A count that may be 0."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LAYERS * 1_000:
+    """A layer count or index that may be 0 (at most MAX_LAYERS)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LAYERS:
         raise InputError(f"{origin}: {field} must be a non-negative integer, got {shown(value)}")
     return value
 
@@ -28,11 +28,12 @@ def _bounded_list(value: Any, field: str, origin: str, most: int) -> list:
     return value
 
 
-def layer_indices(value: Any, field: str, layers: int, origin: str) -> set[int]:
-    """A list of 0-based layer indices, each in range."""
+def layer_indices(value: Any, field: str, origin: str) -> set[int]:
+    """A list of 0-based layer indices. transformers tests ``layer_idx in config.<field>``, so an index past
+    the last layer selects nothing (Llama4TextConfig's default moe_layers may list more than the model has)."""
     items = _bounded_list(value, field, origin, MAX_LAYERS)
-    if any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < max(layers, MAX_LAYERS) for i in items):
-        raise InputError(f"{origin}: {field} must list layer indices 0..{layers - 1}, got {shown(value)}")
+    if any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < MAX_LAYERS for i in items):
+        raise InputError(f"{origin}: {field} must list layer indices (0 to {MAX_LAYERS - 1:,}), got {shown(value)}")
     return set(items)
 
 
@@ -127,7 +128,7 @@ def moe_layers(config: dict[str, Any], traits: FamilyTraits, layers: int, origin
         return tuple(range(layers))
     if rule == "qwen":  # Qwen2MoeDecoderLayer / Qwen3MoeDecoderLayer / Qwen3NextDecoderLayer
         step = _step(config, "decoder_sparse_step", 1, origin)
-        dense = layer_indices(config.get("mlp_only_layers") or [], "mlp_only_layers", layers, origin)
+        dense = layer_indices(config.get("mlp_only_layers") or [], "mlp_only_layers", origin)
         return tuple(i for i in range(layers) if i not in dense and (i + 1) % step == 0)
     if rule == "mlp_layer_types" and config.get("mlp_layer_types") is not None:
         kinds = per_layer(config["mlp_layer_types"], "mlp_layer_types", layers, origin, ("dense", "sparse"))
@@ -136,7 +137,7 @@ def moe_layers(config: dict[str, Any], traits: FamilyTraits, layers: int, origin
         return tuple(_first_dense(config, layers, origin, traits.first_dense_key))
     if rule == "llama4":  # Llama4TextDecoderLayer: is_moe_layer = layer_idx in config.moe_layers
         if config.get("moe_layers") is not None:
-            chosen = layer_indices(config["moe_layers"], "moe_layers", layers, origin)
+            chosen = layer_indices(config["moe_layers"], "moe_layers", origin)
             return tuple(i for i in range(layers) if i in chosen)
         step = _step(config, "interleave_moe_layer_step", 1, origin)
         return tuple(range(step - 1, layers, step))
