@@ -503,3 +503,14 @@ def test_models_show_says_not_priced_for_unpriced_flops():
     assert document["shape"]["unpriced_features"] == ["the sparse-attention indexer (DSA)"]
     json.dumps(document, allow_nan=False)
     assert count(math.nan) == "not priced" and count(1234.4) == "1,234"
+
+
+def test_any_text_config_wrapper_reads_its_decoder():
+    """An unlisted multimodal wrapper (LLaVA) still reads its text_config; a listed one without the inner
+    model_type gets its transformers default (Mistral 3 -> mistral)."""
+    llama = model_from_config(BASES[0], "x")
+    inner = {k: v for k, v in BASES[0].items() if k != "model_type"}
+    llava = model_from_config({"model_type": "llava", "text_config": BASES[0]}, "llava")
+    mistral3 = model_from_config({"model_type": "mistral3", "text_config": inner}, "m3")
+    assert llava.total_params() == mistral3.total_params() == llama.total_params()
+    assert mistral3.model_type == "mistral" and "text decoder of llava" in llava.name
