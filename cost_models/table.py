@@ -88,10 +88,6 @@ class ConfigTable:
         return ConfigTable(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
 
-# Columns whose values all lie in [0, SMALL_VALUES) serve as their own codes in distinct_index.
-SMALL_VALUES = 64
-
-
 def _presence_limit(size: int) -> int:
     """The largest value a presence table over ``size`` integers may cover before a sort is cheaper."""
     return max(4 * size, 1 << 20)
@@ -112,24 +108,67 @@ def _distinct_codes(values: np.ndarray) -> tuple[int, np.ndarray]:
     return len(distinct), rank[values]
 
 
+# distinct_index composes keys this many rows at a time, so each block's key stays in cache across the columns.
+_KEY_BLOCK_ROWS = 1 << 16
+
+
+def _coder(column: np.ndarray) -> tuple[int, np.ndarray | None, np.ndarray | None]:
+    """(radix: how many distinct values, a rank table to look values up in (None where the values are their own
+    ranks, 0 to radix - 1), the codes themselves where a sort had to make them)."""
+    if len(column) == 0:
+        return 1, None, None
+    counts = None
+    if int(column.max()) < _presence_limit(len(column)):
+        try:
+            counts = np.bincount(column)  # a presence table; refuses negative values
+        except ValueError:
+            pass
+    if counts is None:
+        count, codes = _distinct_codes(column)
+        return count, None, codes
+    distinct = np.flatnonzero(counts)
+    if distinct[-1] == len(distinct) - 1:
+        return len(distinct), None, None
+    rank = np.zeros(len(counts), dtype=np.int64)
+    rank[distinct] = np.arange(len(distinct))
+    return len(distinct), rank, None
+
+
+def _mixed_radix_key(columns: list[np.ndarray], coders: list[tuple], size: int) -> np.ndarray:
+    """Σ code · (product of the later radices) per row, block by block (codes: ranks among the distinct values;
+    a column of one value adds nothing)."""
+    key = np.zeros(size, dtype=np.int64)
+    varying = [(column, coder) for column, coder in zip(columns, coders) if coder[0] > 1]
+    for start in range(0, size, _KEY_BLOCK_ROWS):
+        rows = slice(start, start + _KEY_BLOCK_ROWS)
+        block = key[rows]
+        for column, (radix, rank, codes) in varying:
+            block *= radix
+            block += codes[rows] if codes is not None else column[rows] if rank is None else rank[column[rows]]
+    return key
+
+
 def distinct_index(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(a row holding each distinct combination of equal-length integer ``columns``, each row's combination
-    index): combinations numbered in mixed radix of the columns' codes, renumbered densely whenever the
-    radix would outgrow a presence table, in linear time."""
+    index), in linear time: the columns' codes combine in mixed radix (in groups small enough for a presence
+    table, whose dense codes then combine the same way) and a presence table numbers the combinations."""
     size = len(columns[0]) if columns else 0
     if size == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    key, combinations = np.zeros(size, dtype=np.int64), 1
-    for column in map(np.asarray, columns):
-        low, high = int(column.min()), int(column.max())
-        count, codes = (high + 1, column) if low >= 0 and high < SMALL_VALUES else _distinct_codes(column)
-        if combinations * count >= _presence_limit(size):
-            combinations, key = _distinct_codes(key)
-            key = key.astype(np.int64)
-        key *= count
-        key += codes
-        combinations *= count
-    count, index = _distinct_codes(key)
+    columns = [np.asarray(column) for column in columns]
+    coders = [_coder(column) for column in columns]
+    groups, combinations = [[]], 1
+    for position, (radix, _, _) in enumerate(coders):
+        if groups[-1] and combinations * radix >= _presence_limit(size):
+            groups.append([])
+            combinations = 1
+        groups[-1].append(position)
+        combinations *= radix
+    keys = [_mixed_radix_key([columns[i] for i in group], [coders[i] for i in group], size) for group in groups]
+    count, index = _distinct_codes(keys[0])
+    for key in keys[1:]:  # fold the groups in: dense codes of each, combined in mixed radix and renumbered
+        group_count, codes = _distinct_codes(key)
+        count, index = _distinct_codes(index.astype(np.int64) * group_count + codes)
     representative = np.empty(count, dtype=np.int64)
     representative[index] = np.arange(size, dtype=np.int64)
     return representative, index
