@@ -305,7 +305,7 @@ JSON_SCALARS = (st.none() | st.booleans() | st.integers(min_value=-(10**30), max
                 | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=12))
 JSON_VALUES = st.recursive(JSON_SCALARS, lambda inner: st.lists(inner, max_size=4)
                            | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=12)
-FUZZ_KEYS = sorted({"model_type", "text_config", "hidden_size", "num_hidden_layers", "num_attention_heads",
+FUZZ_KEYS = sorted({"model_type", "text_config", "topk_method", "rotary_dim", "qk_norm_type", "use_routing_bias", "hidden_size", "num_hidden_layers", "num_attention_heads",
                     "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size", "layer_types",
                     "sliding_window", "mlp_only_layers", "decoder_sparse_step", "moe_layers", "mlp_layer_types",
                     "first_k_dense_replace", "moe_layer_freq", "n_group", "topk_group", "num_experts",
@@ -350,8 +350,12 @@ def _read_or_refuse(config: Any) -> None:
     assert time.perf_counter() - started < 0.25
 
 
+# The real checkpoints' configs as fuzz seeds too, when the shared folder is there.
+FUZZ_BASES = BASES + [json.loads(path.read_text()) for path in _real_configs()]
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(base=st.sampled_from(BASES), changes=st.lists(st.tuples(st.sampled_from(FUZZ_KEYS), JSON_VALUES), max_size=4),
+@given(base=st.sampled_from(FUZZ_BASES), changes=st.lists(st.tuples(st.sampled_from(FUZZ_KEYS), JSON_VALUES), max_size=4),
        inner=st.booleans())
 def test_mutated_configs_give_a_spec_or_one_input_error(base, changes, inner):
     config = json.loads(json.dumps(base))
