@@ -24,6 +24,7 @@ import numpy as np
 
 from paraplan.cost_models.collectives import collective_time_s
 from paraplan.cost_models.compute import ComputeRates, analytical_rates
+from paraplan.cost_models.inference_mixers import NO_MIXERS, MixerShapes, unpriced_for_serving
 from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
@@ -140,16 +141,16 @@ def _roofline_s(flops, weight_bytes, tokens, rates: ComputeRates):
 
 
 def attention_params_per_gpu(model: ModelSpec, tp) -> np.ndarray:
-    """Attention weights one GPU holds: projections split over tp, except MLA's down projections (replicated)
-    and K/V heads, replicated once tp exceeds the KV heads."""
+    """Attention weights one GPU holds: projections split over tp, except MLA's down projections and a sparse-
+    attention indexer (replicated) and K/V heads, replicated once tp exceeds the KV heads."""
     tp = np.asarray(tp, dtype=float)
     h = model.hidden_size
     if model.is_mla:
         down = h * (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim)
-        return down + (model.attention_weight_params() - down) / tp
+        return down + model.indexer_params + (model.attention_weight_params() - down) / tp
     q_and_out = h * model.q_width * (2 + model.attention_output_gate)
     kv = 2 * h * model.head_dim * np.maximum(model.num_kv_heads / tp, 1.0)
-    return q_and_out / tp + kv
+    return q_and_out / tp + kv + model.indexer_params
 
 
 def _dense_layer_params(model: ModelSpec, moe_layer: bool, tp) -> np.ndarray:
@@ -178,21 +179,29 @@ def decode_attention_flops_per_key(model: ModelSpec, tp) -> np.ndarray:
     return 2.0 * heads * (model.qk_head_dim + model.value_head_dim)
 
 
-def prefill_attention_flops(model: ModelSpec, prompt_tokens) -> tuple[np.ndarray, np.ndarray]:
+def prefill_attention_flops(model: ModelSpec, prompt_tokens, mixers: MixerShapes = NO_MIXERS
+                            ) -> tuple[np.ndarray, np.ndarray]:
     """Causal attention-core FLOPs of one prompt per layer over all heads, (full layers, sliding layers):
-    2·keys·heads·(d_qk + d_v) with keys = s²/2 causal, or s·w − w²/2 inside a window w."""
+    2·keys·heads·(d_qk + d_v) with keys = s²/2 causal, or s·w − w²/2 inside a window w; with a sparse-attention
+    indexer, s·k − k²/2 keys (each query attends to at most top-k) plus the indexer's s²/2 scored pairs."""
     s = np.asarray(prompt_tokens, dtype=float)
     per_key = 2.0 * model.num_heads * (model.qk_head_dim + model.value_head_dim)
     w = np.minimum(s, model.sliding_window) if model.sliding_window else s
-    return per_key * s * s / 2.0, per_key * (s * w - w * w / 2.0)
+    full = per_key * s * s / 2.0
+    if mixers.index_topk:
+        k = np.minimum(s, mixers.index_topk)
+        full = per_key * (s * k - k * k / 2.0) + mixers.index_flops_per_key * s * s / 2.0
+    return full, per_key * (s * w - w * w / 2.0)
 
 
-def _layer_counts(model: ModelSpec) -> tuple[int, int, int, int]:
-    """(dense, MoE, full-attention, sliding-window) layer counts of the main stack."""
-    if model.unpriced_features:
-        raise InputError(model.unpriced_reason())
+def _layer_counts(model: ModelSpec, mixers: MixerShapes) -> tuple[int, int, int, int, int]:
+    """(dense, MoE, full-attention, sliding-window, linear-attention) layer counts of the main stack."""
+    reason = unpriced_for_serving(model, mixers)
+    if reason:
+        raise InputError(reason)
     sliding = model.sliding_layers if model.sliding_window else 0
-    return model.num_dense_layers, model.num_moe_layers, model.num_layers - sliding, sliding
+    linear = model.linear_attention_layers
+    return model.num_dense_layers, model.num_moe_layers, model.num_layers - sliding - linear, sliding, linear
 
 
 def _comm_per_layer_s(model: ModelSpec, tokens_per_rank, moe_tokens, shard: Sharding, cluster: ClusterSpec,
@@ -227,7 +236,7 @@ def _experts_s(model: ModelSpec, moe_tokens, shard: Sharding, prec: WeightPrecis
 
 def step_time(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, shard: Sharding, *,
               tokens_per_rank, sequences_per_rank, attended_keys, attention_flops, decode: bool,
-              moe_tokens=None) -> StepTime:
+              moe_tokens=None, mixers: MixerShapes = NO_MIXERS) -> StepTime:
     """One step over every layer on one GPU of every pipeline stage in turn (a token crosses all of them).
 
     ``tokens_per_rank``: tokens each attention-DP rank runs this step; ``sequences_per_rank``: how many
@@ -235,10 +244,10 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, sha
     read per layer per rank at decode, as (full-attention keys, sliding-window keys) summed over the rank's
     sequences; ``attention_flops``: (full, sliding) attention-core FLOPs per layer per rank at prefill;
     ``moe_tokens``: tokens the MoE group receives from all attention-DP ranks (default: every rank runs
-    ``tokens_per_rank``).
+    ``tokens_per_rank``); ``mixers``: shapes of linear-attention layers and a sparse-attention indexer.
     """
     moe_tokens = np.asarray(tokens_per_rank, dtype=float) * shard.dp if moe_tokens is None else moe_tokens
-    dense_layers, moe_layers, full_layers, sliding_layers = _layer_counts(model)
+    dense_layers, moe_layers, full_layers, sliding_layers, linear_layers = _layer_counts(model, mixers)
     dense_rates = rates_for(cluster, prec.dense_dtype)
     expert_rates = rates_for(cluster, prec.expert_dtype)
     tokens = np.asarray(tokens_per_rank, dtype=float)
@@ -250,18 +259,28 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, sha
     head = model.vocab_size * model.hidden_size / shard.tp
     seqs = np.asarray(sequences_per_rank, dtype=float)
     head_s = _roofline_s(2.0 * seqs * head, head * ACTIVATION_BYTES, seqs, dense_rates)
-    gemm = model.num_layers * attn_s + dense_layers * dense_mlp_s + moe_layers * shared_s + head_s
+    linear_params = model.linear_attention_params / shard.tp
+    linear_s = _roofline_s(2.0 * tokens * linear_params, linear_params * prec.attention_bytes, tokens, dense_rates)
+    gemm = (model.num_layers - linear_layers) * attn_s + linear_layers * linear_s + dense_layers * dense_mlp_s \
+        + moe_layers * shared_s + head_s
     experts = moe_layers * _experts_s(model, moe_tokens, shard, prec, expert_rates) if moe_layers else 0.0 * tokens
     full_keys, sliding_keys = attended_keys
     kv_token = kv_bytes_per_token_per_layer(model, shard.tp, prec.kv_bytes)
     if decode:
-        keys = full_layers * np.asarray(full_keys, dtype=float) + sliding_layers * np.asarray(sliding_keys, dtype=float)
+        scanned = np.asarray(full_keys, dtype=float)
+        attended = np.minimum(scanned, seqs * mixers.index_topk) if mixers.index_topk else scanned
+        keys = full_layers * attended + sliding_layers * np.asarray(sliding_keys, dtype=float)
         attention = np.maximum(keys * kv_token / dense_rates.memory_bytes_per_s,
                                keys * decode_attention_flops_per_key(model, shard.tp) / dense_rates.attention_flops_per_s)
+        indexer = full_layers * scanned * np.maximum(mixers.index_key_bytes / dense_rates.memory_bytes_per_s,
+                                                     mixers.index_flops_per_key / dense_rates.attention_flops_per_s)
+        states = linear_layers * seqs * 2.0 * mixers.linear_state_bytes(shard.tp) / dense_rates.memory_bytes_per_s
+        attention = attention + indexer + states
     else:
         full_flops, sliding_flops = attention_flops
         attention = (full_layers * np.asarray(full_flops) + sliding_layers * np.asarray(sliding_flops)) \
-            / shard.tp / dense_rates.attention_flops_per_s
+            / shard.tp / dense_rates.attention_flops_per_s \
+            + linear_layers * tokens * mixers.linear_prefill_flops_per_token(shard.tp) / dense_rates.attention_flops_per_s
     elementwise = model.num_layers * tokens * model.hidden_size * ELEMENTWISE_BYTES_PER_HIDDEN \
         / dense_rates.memory_bytes_per_s
     comm = dense_layers * _comm_per_layer_s(model, tokens, moe_tokens, shard, cluster, False) \

@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from paraplan.cost_models.hf_config import load_model
+from paraplan.cost_models.hf_config import MAX_CONFIG_BYTES, load_model
+from paraplan.cost_models.inference_mixers import MixerShapes, mixer_shapes
 from paraplan.cost_models.inference_step import Sharding
 from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.cost_models.serving import (
@@ -32,7 +33,7 @@ from paraplan.cost_models.serving import (
     weight_precision,
 )
 from paraplan.errors import InputError
-from paraplan.files import read_user_text
+from paraplan.files import parse_user_json, read_user_text
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.hardware_profiles.catalog import load_cluster, quick_cluster
 
@@ -91,6 +92,12 @@ def _config_path(folder: Path, repo_id: str) -> Path:
     return folder / "model_configs" / f"{repo_id.replace('/', '--')}_config.json"
 
 
+def _load(path: Path) -> tuple[ModelSpec, MixerShapes]:
+    """The model and the shapes of the mixers ModelSpec does not carry (linear attention, DSA indexer)."""
+    config = parse_user_json(read_user_text(path, MAX_CONFIG_BYTES, "model config"), str(path))
+    return load_model(str(path)), mixer_shapes(config)
+
+
 def _cluster(system: str) -> ClusterSpec:
     if system not in SYSTEMS:
         raise InputError(f"unknown system {system!r}")
@@ -119,20 +126,21 @@ def _sharding(rows: pd.DataFrame, prefix: str, model: ModelSpec) -> Sharding:
     return Sharding.of(tp, dp, moe_tp, moe_ep, _axis(rows, f"{prefix}pp_size"))
 
 
-def _predict_group(rows: pd.DataFrame, model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits,
-                   gemm_mode: str, moe_mode: str) -> np.ndarray:
+def _predict_group(rows: pd.DataFrame, model: ModelSpec, mixers: MixerShapes, cluster: ClusterSpec,
+                   engine: EngineTraits, gemm_mode: str, moe_mode: str) -> np.ndarray:
     prec = weight_precision(model, gemm_mode, moe_mode, _kv_dtype(engine.name, gemm_mode))
     isl, osl = rows["isl"].to_numpy(dtype=float), rows["osl"].to_numpy(dtype=float)
     concurrency = rows["concurrency"].to_numpy(dtype=float)
     if rows["mode"].iloc[0] == "agg":
         out = aggregated(model, cluster, engine, prec, _sharding(rows, "", model), concurrency=concurrency,
-                         isl=isl, osl=osl)
+                         isl=isl, osl=osl, mixers=mixers)
     else:
         prefill, decode = _sharding(rows, "prefill_", model), _sharding(rows, "decode_", model)
-        prefill_workers, decode_workers = _workers(rows, model, cluster, engine, prec, prefill, decode,
+        prefill_workers, decode_workers = _workers(rows, model, mixers, cluster, engine, prec, prefill, decode,
                                                    concurrency, isl, osl)
         out = disaggregated(model, cluster, engine, prec, prefill, decode, concurrency=concurrency,
-                            prefill_workers=prefill_workers, decode_workers=decode_workers, isl=isl, osl=osl)
+                            prefill_workers=prefill_workers, decode_workers=decode_workers, isl=isl, osl=osl,
+                            mixers=mixers)
     return np.stack([out.tpot_steady_s, out.tpot_burst_s, out.ttft_steady_s, out.ttft_burst_s])
 
 
@@ -142,15 +150,15 @@ queue: as many decode workers as the concurrency needs at the engine's batch lim
 workers as keep the prefill pool at most half busy."""
 
 
-def _workers(rows: pd.DataFrame, model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec,
-             prefill: Sharding, decode: Sharding, concurrency, isl, osl) -> tuple[np.ndarray, np.ndarray]:
+def _workers(rows: pd.DataFrame, model: ModelSpec, mixers: MixerShapes, cluster: ClusterSpec, engine: EngineTraits,
+             prec, prefill: Sharding, decode: Sharding, concurrency, isl, osl) -> tuple[np.ndarray, np.ndarray]:
     """(prefill workers, decode workers): as stated, else sized not to queue (UNSTATED_PREFILL_UTILISATION)."""
-    fits, _ = running_capacity(model, cluster, engine, prec, decode, held_tokens(engine, isl, osl))
+    fits, _ = running_capacity(model, cluster, engine, prec, decode, held_tokens(engine, isl, osl), mixers)
     per_worker = decode.dp * np.maximum(np.minimum(fits, engine.max_running), 1.0)
     decode_workers = _stated(rows, "decode_num_workers", np.ceil(concurrency / per_worker))
     batch = np.maximum(concurrency / (decode_workers * decode.dp), 1.0)
-    lifetime = osl * decode_step_s(model, cluster, prec, decode, batch, isl + osl / 2.0)
-    busy = concurrency / lifetime * prefill_s(model, cluster, prec, prefill, isl) / prefill.dp
+    lifetime = osl * decode_step_s(model, cluster, prec, decode, batch, isl + osl / 2.0, mixers)
+    busy = concurrency / lifetime * prefill_s(model, cluster, prec, prefill, isl, mixers=mixers) / prefill.dp
     return _stated(rows, "prefill_num_workers", np.ceil(busy / UNSTATED_PREFILL_UTILISATION)), decode_workers
 
 
@@ -174,21 +182,21 @@ def predict_rows(rows: pd.DataFrame, folder: Path, engines: dict[str, EngineTrai
     gemm = rows["gemm_quant_mode"].fillna("bf16")
     moe = rows["moe_quant_mode"].fillna(gemm)
     keys = [rows["model_path"], rows["system"], rows["backend"], gemm, moe, rows["mode"]]
-    models: dict[str, ModelSpec | str] = {}
+    models: dict[str, tuple[ModelSpec, MixerShapes] | str] = {}
     for (repo, system, backend, gemm_mode, moe_mode, _), index in rows.groupby(keys).groups.items():
         if repo not in models:
             path = _config_path(folder, repo)
             try:
-                models[repo] = load_model(str(path)) if path.is_file() else f"no config.json for {repo}"
+                models[repo] = _load(path) if path.is_file() else f"no config.json for {repo}"
             except InputError as exc:
                 models[repo] = str(exc)
-        model = models[repo]
+        loaded = models[repo]
         try:
-            if isinstance(model, str):
-                raise InputError(model)
-            if model.unpriced_features:
-                raise InputError("unpriced: " + "; ".join(model.unpriced_features))
-            values = _predict_group(rows.loc[index], model, _cluster(system), engines[backend], gemm_mode, moe_mode)
+            if isinstance(loaded, str):
+                raise InputError(loaded)
+            model, mixers = loaded
+            values = _predict_group(rows.loc[index], model, mixers, _cluster(system), engines[backend], gemm_mode,
+                                    moe_mode)
             out.loc[index, list(PREDICTED)] = values.T
         except InputError as exc:
             out.loc[index, "reason"] = str(exc)[:200]

@@ -158,7 +158,7 @@ def test_concurrency_beyond_the_kv_pool_queues(h100):
 
 
 def test_unpriced_feature_and_fp8_on_ampere_are_refused():
-    with pytest.raises(InputError, match="Gated DeltaNet"):
+    with pytest.raises(InputError, match="linear attention in 1 layers without its head shapes"):
         decode_step_s(small_model(linear_attention_layers=1, linear_attention_params=10,
                                   unpriced_features=("Gated DeltaNet linear attention in 1 of 2 layers",)),
                       load_cluster("dgx-h100", num_gpus=8), BF16, Sharding.of(1), 1, 10)
@@ -167,3 +167,32 @@ def test_unpriced_feature_and_fp8_on_ampere_are_refused():
         decode_step_s(small_model(), load_cluster("dgx-a100", num_gpus=8), fp8, Sharding.of(1), 1, 10)
     with pytest.raises(InputError, match="quantization mode"):
         weight_precision(small_model(), "int3", "fp8", "bf16")
+
+
+def test_linear_attention_state_and_dsa_indexer_by_hand(h100):
+    from paraplan.cost_models.inference_mixers import MixerShapes, mixer_shapes
+
+    # Qwen3.5's Gated DeltaNet: 64 value heads of 128 x 128 fp32 states (4,194,304 B) plus a 3-step convolution
+    # state of 2 x 16 x 128 + 64 x 128 channels in bf16 (73,728 B), per sequence per layer, split over tp.
+    qwen = mixer_shapes({"text_config": {"linear_num_key_heads": 16, "linear_num_value_heads": 64,
+                                         "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+                                         "linear_conv_kernel_dim": 4, "mamba_ssm_dtype": "float32"}})
+    assert qwen.linear_state_bytes([1, 4]).tolist() == [4268032, 4268032 / 4]
+    hybrid = small_model(num_layers=4, linear_attention_layers=3, linear_attention_params=1000,
+                         unpriced_features=("Gated DeltaNet linear attention in 3 of 4 layers",))
+    # One softmax layer keeps 1,000 tokens x 4,096 B; three linear layers keep their state whatever the length.
+    assert kv_bytes_per_sequence(hybrid, 1, 1000, 2.0, qwen) == 1000 * 4096 + 3 * 4268032
+    # DSA: the indexer scans every cached key (fp8 key + 4-B scale, 2 x 32 x 128 FLOPs per key), attention reads
+    # only the top 2,048 latents (576 B each in fp8).
+    dsa = MixerShapes(index_heads=32, index_head_dim=128, index_topk=2048)
+    mla = small_model(num_heads=16, num_kv_heads=16, head_dim=192, kv_lora_rank=512, q_lora_rank=256,
+                      qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, indexer_params=10,
+                      unpriced_features=("the sparse-attention indexer (DSA)",))
+    fp8 = weight_precision(mla, "fp8", "fp8", "fp8")
+    got = step_time(mla, h100, fp8, Sharding.of(1), tokens_per_rank=1.0, sequences_per_rank=1.0,
+                    attended_keys=(10000.0, 0.0), attention_flops=(0.0, 0.0), decode=True, mixers=dsa).attention_s
+    latents = max(2048 * 576 / HBM, 2048 * 2 * 16 * (2 * 512 + 64) / ATTN)
+    indexer = 10000 * max(132 / HBM, 2 * 32 * 128 / ATTN)
+    assert got == pytest.approx(2 * (latents + indexer), rel=1e-12)
+    with pytest.raises(InputError, match="cannot price"):
+        decode_step_s(mla, h100, fp8, Sharding.of(1), 1, 10)
