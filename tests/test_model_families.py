@@ -518,3 +518,25 @@ def test_any_text_config_wrapper_reads_its_decoder():
     mistral3 = model_from_config({"model_type": "mistral3", "text_config": inner}, "m3")
     assert llava.total_params() == mistral3.total_params() == llama.total_params()
     assert mistral3.model_type == "mistral" and "text decoder of llava" in llava.name
+
+
+def test_post_norms_are_priced_in_stored_activations_and_elementwise_bytes():
+    """Gemma 2's two post-norms: each keeps its 16-bit input for backward (2 bytes x h per token) and reads and
+    writes h values once (4 bytes x h per token), on top of the two pre-norms."""
+    import dataclasses
+
+    import numpy as np
+
+    from paraplan.cost_models.layer import _elementwise_bytes_per_token
+    from paraplan.cost_models.memory import layer_activation_bytes_per_token
+
+    config, _, _ = _oracle("gemma2", {})
+    four = model_from_config(config, "g")
+    two = dataclasses.replace(four, norms_per_layer=2)
+    h, one = four.hidden_size, np.array([1])
+    stored = layer_activation_bytes_per_token(four, one, one * 0, one * 0) \
+        - layer_activation_bytes_per_token(two, one, one * 0, one * 0)
+    assert stored == pytest.approx(2 * 2 * h)
+    moved = _elementwise_bytes_per_token(four, one, one * 0, "bf16") - _elementwise_bytes_per_token(two, one, one * 0,
+                                                                                                      "bf16")
+    assert moved == pytest.approx(2 * 2 * 2 * h)
