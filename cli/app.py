@@ -429,6 +429,23 @@ def models_list(json_path: JsonOpt = None, force: ForceOpt = False) -> None:
                                       "models": [catalog_json.model_document(m) for m in models]}, force)
 
 
+@models_app.command("types")
+@user_errors
+def models_types(json_path: JsonOpt = None, force: ForceOpt = False) -> None:
+    """Every Hugging Face model_type a config.json may have, and the known ones refused with their reason."""
+    from paraplan.cost_models.hf_config import supported_model_types
+    from paraplan.cost_models.model_families import REFUSED, TEXT_CONFIG_WRAPPERS
+
+    render.route_human_output(json_path)
+    if json_path is not None:
+        render.check_writable(json_path, force)
+    decoders = [t for t in supported_model_types() if t not in TEXT_CONFIG_WRAPPERS]
+    render.model_types(render.make_console(), decoders, TEXT_CONFIG_WRAPPERS, REFUSED)
+    if json_path is not None:
+        render.write_json(json_path, {"schema_version": catalog_json.SCHEMA_VERSION, "read": decoders,
+                                      "text_config_wrappers": TEXT_CONFIG_WRAPPERS, "refused": REFUSED}, force)
+
+
 @models_app.command("show")
 @user_errors
 def models_show(model: ModelArg,

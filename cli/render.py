@@ -297,6 +297,21 @@ def model_list(console: Console, models: list[ModelSpec]) -> None:
     console.print(table)
 
 
+def model_types(console: Console, decoders: list[str], wrappers: dict[str, str], refused: dict[str, str]) -> None:
+    """The model_types read (decoders, then multimodal wrappers and the decoder each reads) and those refused."""
+    console.print(f"[bold]read ({len(decoders)}):[/] " + ", ".join(decoders))
+    console.print(f"[bold]multimodal, text_config read ({len(wrappers)}):[/] "
+                  + ", ".join(f"{outer} ({inner})" for outer, inner in wrappers.items()))
+    console.print("Counted exactly but refused for planning, with the reason: linear-attention layers (Qwen3-Next, "
+                  "Qwen3.5, MiniMax-01), the DSA indexer (DeepSeek-V3.2, GLM-5), a gated attention output.")
+    table = Table(title=f"known, not read ({len(refused)})", title_justify="left")
+    table.add_column("model_type")
+    table.add_column("why", overflow="fold")
+    for model_type, reason in sorted(refused.items()):
+        table.add_row(model_type, escape(reason))
+    console.print(table)
+
+
 def _shape_rows(m: ModelSpec) -> list[tuple[str, object]]:
     rows: list[tuple[str, object]] = [
         ("layers", m.num_layers), ("hidden", m.hidden_size), ("heads / KV heads", f"{m.num_heads} / {m.num_kv_heads}"),
@@ -354,6 +369,8 @@ def model_detail(console: Console, m: ModelSpec, seq_len: int) -> None:
         flops.add_row(convention, count(m.model_flops_per_token(seq_len, convention)))
     for table in (shape, params, flops):
         print_table(console, table)
+    if m.unpriced_features:
+        console.print(escape(f"not priced, so not planned: {'; '.join(m.unpriced_features)}"), soft_wrap=True)
 
 
 # -- hardware ---------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from paraplan.limits import MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_SEQ_LEN, MAX
 
 SUPPORTED_TYPES = tuple(sorted(FAMILIES)) + tuple(sorted(TEXT_CONFIG_WRAPPERS))
 """Every model_type read: the decoder families and the multimodal wrappers whose text_config is read."""
-SUPPORTED_LIST_HINT = "paraplan.cost_models.hf_config.supported_model_types() lists them"
+SUPPORTED_LIST_HINT = "'paraplan models types' lists them"
 """Where the unsupported-type message points for the full list."""
 MAX_CONFIG_BYTES = 4 * 1024 * 1024
 """A config.json is a few KiB: the largest of the 13 in ../shared/data/serving/model_configs is 12.6 KiB

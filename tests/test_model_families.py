@@ -540,3 +540,31 @@ def test_post_norms_are_priced_in_stored_activations_and_elementwise_bytes():
     moved = _elementwise_bytes_per_token(four, one, one * 0, "bf16") - _elementwise_bytes_per_token(two, one, one * 0,
                                                                                                       "bf16")
     assert moved == pytest.approx(2 * 2 * 2 * h)
+
+
+def test_models_types_lists_every_type_read_and_every_refusal():
+    from typer.testing import CliRunner
+
+    from paraplan.cli.app import app
+    from paraplan.cost_models.model_families import REFUSED
+
+    result = CliRunner().invoke(app, ["models", "types", "--json", "-"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert set(document["read"]) | set(document["text_config_wrappers"]) == set(supported_model_types())
+    assert not set(document["read"]) & set(document["text_config_wrappers"])
+    assert document["refused"] == REFUSED and not set(REFUSED) & set(supported_model_types())
+    with pytest.raises(InputError, match="paraplan models types"):
+        model_from_config({"model_type": "lama", "hidden_size": 64}, "x.json")
+
+
+@pytest.mark.skipif(not SHARED_CONFIGS.is_dir(), reason=f"{SHARED_CONFIGS} is absent (the shared folder beside the checkout)")
+def test_models_show_names_what_is_not_priced():
+    from typer.testing import CliRunner
+
+    from paraplan.cli.app import app
+
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(
+        app, ["models", "show", str(SHARED_CONFIGS / "zai-org--GLM-5_config.json")])
+    assert result.exit_code == 0, result.output
+    assert "not priced, so not planned: the sparse-attention indexer (DSA)" in result.stdout
