@@ -43,7 +43,7 @@ def test_every_row_is_read_with_its_concurrency():
 def test_coverage_and_every_uncovered_row_has_a_reason(report):
     overall = report.table[report.table["backend"] == "all"].iloc[0]
     assert overall["rows"] == 5221
-    assert overall["covered_frac"] >= 0.90
+    assert overall["covered_frac"] >= 0.99  # every row since Gated DeltaNet and DSA are priced
     uncovered = round((1 - overall["covered_frac"]) * 5221)
     assert sum(report.uncovered.values()) == uncovered
     assert all(reason for reason in report.uncovered)
@@ -59,11 +59,27 @@ def test_table_has_one_row_per_engine_gpu_mode(report):
 def test_accuracy_does_not_regress(report):
     """Bounds at the accuracy reached when this was written (docs/serving.md), so a change that loses accuracy fails."""
     overall = report.table[report.table["backend"] == "all"].iloc[0]
-    assert overall["tpot_median_err"] <= 0.22
-    assert overall["ttft_median_err"] <= 0.45
+    assert overall["tpot_median_err"] <= 0.21
+    assert overall["ttft_median_err"] <= 0.43
     for tpot, ttft in report.held_out.values():
-        assert np.isfinite(tpot) and tpot <= 0.25
-        assert np.isfinite(ttft) and ttft <= 0.50
+        assert np.isfinite(tpot) and tpot <= 0.24
+        assert np.isfinite(ttft) and ttft <= 0.48
+
+
+def test_llama70b_fp8_h200_trtllm_tpot_across_tensor_parallel_sizes():
+    """A clean sweep: Llama 3.1 70B fp8 on H200 under TRT-LLM, 1024/1024 at concurrency 16, tp 1-8 (measured
+    23.0 / 13.4 / 8.9 / 7.7 ms): weight streaming, KV reads and small all-reduces within 15% each."""
+    from paraplan.planner.serving_reference import predict_rows
+
+    rows = load_measurements(FOLDER)
+    pick = rows[(rows["model_path"] == "meta-llama/Llama-3.1-70B") & (rows["system"] == "h200_sxm")
+                & (rows["backend"] == "trtllm") & (rows["isl"] == 1024) & (rows["osl"] == 1024)
+                & (rows["concurrency"] == 16) & (rows["precision"] == "fp8")]
+    predicted = predict_rows(pick, FOLDER)
+    measured = pick["silicon_tpot_ms"].to_numpy() / 1e3
+    tpot = predicted["tpot_steady_s"].to_numpy()  # steady state with the engine's default step overhead
+    assert sorted(pick["tp_size"].astype(int)) == [1, 2, 4, 8]
+    assert np.all(np.abs(tpot / measured - 1) < 0.15), (tpot, measured)
 
 
 @pytest.mark.xfail(strict=True, reason="issue 18 targets TPOT median <= 10% and TTFT median <= 20%; reached: see "
