@@ -10,7 +10,7 @@ layer counts to those rows alone instead of multiplying the whole grid.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from itertools import product
 
@@ -281,30 +281,89 @@ def _variant_counts(columns: dict[str, np.ndarray]):
     return sum((mask >> code) & 1 for code in range(len(CP_COMM_CODES)))
 
 
-def _expand_valid(columns: dict[str, np.ndarray], axis: str, values: list[int], rules: list[Rule],
-                  counts: dict[str, int], weight: int) -> dict[str, np.ndarray]:
+class _Rows(Mapping):
+    """Rows of the valid shapes (``parent`` indexes the shape columns) with the detail columns expanded so far.
+    A shape column is gathered only when something reads it, so the detail pass does not copy every shape
+    column at every stage, and the last gather writes the final table."""
+
+    def __init__(self, shapes: dict[str, np.ndarray], parent: np.ndarray | None, details: dict[str, np.ndarray]):
+        self.shapes, self.parent, self.details = shapes, parent, details
+        self.size = len(parent) if parent is not None else len(next(iter(shapes.values())))
+        self._gathered: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name in self.details:
+            return self.details[name]
+        if name not in self._gathered:
+            column = self.shapes[name]
+            self._gathered[name] = column if self.parent is None else column[self.parent]
+        return self._gathered[name]
+
+    def __contains__(self, name) -> bool:
+        return name in self.details or name in self.shapes
+
+    def __iter__(self):
+        return iter([*self.shapes, *self.details])
+
+    def __len__(self) -> int:
+        return len(self.shapes) + len(self.details)
+
+    def subset(self, rows: np.ndarray, drop: str | None = None) -> _Rows:
+        """The rows at indices ``rows``, without the detail column ``drop``."""
+        parent = rows if self.parent is None else self.parent[rows]
+        return _Rows(self.shapes, parent, {name: column[rows] for name, column in self.details.items() if name != drop})
+
+    def with_column(self, name: str, column: np.ndarray) -> _Rows:
+        return _Rows(self.shapes, self.parent, {**self.details, name: column})
+
+    def followed_by(self, other: _Rows) -> _Rows:
+        """These rows, then ``other``'s (rows of the same shapes with the same detail columns)."""
+        parents = [np.arange(self.size) if self.parent is None else self.parent,
+                   np.arange(other.size) if other.parent is None else other.parent]
+        return _Rows(self.shapes, np.concatenate(parents),
+                     {name: np.concatenate([column, other.details[name]]) for name, column in self.details.items()})
+
+
+class _Grid(Mapping):
+    """What a rule reads while ``axis`` is expanded: the existing columns as (rows, 1), the new axis as
+    (1, values), so that they broadcast to the expanded table without building it."""
+
+    def __init__(self, rows: _Rows, axis: str, choices: np.ndarray):
+        self.rows, self.axis, self.choices = rows, axis, choices
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.choices[None, :] if name == self.axis else self.rows[name][:, None]
+
+    def __iter__(self):
+        return iter([*self.rows, self.axis])
+
+    def __len__(self) -> int:
+        return len(self.rows) + 1
+
+
+def _expand_valid(columns: _Rows, axis: str, values: list[int], rules: list[Rule], counts: dict[str, int],
+                  weight: int) -> _Rows:
     """Every row once per value of ``axis`` (value-minor order), less the rows a rule rejects; each rejected
     row stands for ``weight`` candidates per CP variant. The rules see the old columns as (rows, 1) and the
     new axis as (1, values) and broadcast, so the expanded table is never built: only its surviving rows."""
-    size, choices = len(next(iter(columns.values()))), np.asarray(values, dtype=np.int64)
-    grid = {name: column[:, None] for name, column in columns.items()}
-    grid[axis] = choices[None, :]
+    size, choices = columns.size, np.asarray(values, dtype=np.int64)
+    grid = _Grid(columns, axis, choices)
     reasons = [(check(grid), label) for _, check, label in rules]
     code = _first_reason(reasons, (size, len(choices)))
     variants = _variant_counts(columns)
     _count(counts, reasons, code, weight * (variants[:, None] if np.ndim(variants) else variants))
     kept = np.flatnonzero(code.reshape(-1) == -1)
     if len(choices) == 1 and len(kept) == size:  # nothing to expand or drop
-        return {**columns, axis: np.full(size, choices[0], dtype=np.int64)}
+        return columns.with_column(axis, np.full(size, choices[0], dtype=np.int64))
     parent, choice = np.divmod(kept, len(choices))
-    return {**{name: column[parent] for name, column in columns.items()}, axis: choices[choice]}
+    return columns.subset(parent).with_column(axis, choices[choice])
 
 
 def _detail_pass(shapes: dict[str, np.ndarray], values: dict[str, list[int]], rules: list[Rule],
-                 counts: dict[str, int]) -> dict[str, np.ndarray]:
+                 counts: dict[str, int]) -> _Rows:
     """Expand the valid shapes one detail axis at a time, applying each rule once its axes exist: a row
     rejected early is counted for all the later-axis combinations it would have had."""
-    columns, done = shapes, set()
+    columns, done = _Rows(shapes, None, {}), set()
     remaining = int(np.prod([len(values[a]) for a in DETAIL_AXES]))
     for axis in DETAIL_AXES:
         remaining //= len(values[axis])
@@ -314,12 +373,11 @@ def _detail_pass(shapes: dict[str, np.ndarray], values: dict[str, list[int]], ru
     return columns
 
 
-def _offload_variants(columns: dict[str, np.ndarray], offloads: list[int], rules: list[Rule],
-                      counts: dict[str, int]) -> dict[str, np.ndarray]:
+def _offload_variants(columns: _Rows, offloads: list[int], rules: list[Rule], counts: dict[str, int]) -> _Rows:
     """Valid rows again with each layer count offloaded, where pp = 1 and recompute is off."""
-    base = (columns["pp"] == 1) & (columns["recompute"] == 0)
-    rows = {name: column[base] for name, column in columns.items() if name != "offload"}
-    return _expand_valid(rows, "offload", offloads, [rule for rule in rules if "offload" in rule[0]], counts, 1)
+    base = np.flatnonzero((columns["pp"] == 1) & (columns["recompute"] == 0))
+    return _expand_valid(columns.subset(base, drop="offload"), "offload", offloads,
+                         [rule for rule in rules if "offload" in rule[0]], counts, 1)
 
 
 def _collapse_cp_comm(shapes: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -375,7 +433,7 @@ def enumerate_space(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules,
         variants = _offload_variants(columns, extra_offload, rules, counts)
         offloadable = (columns["pp"] == 1) & (columns["recompute"] == 0)
         considered += int(np.sum(np.where(offloadable, _variant_counts(columns), 0))) * len(extra_offload)
-        columns = {name: np.concatenate([columns[name], variants[name]]) for name in columns}
+        columns = columns.followed_by(variants)
     table = ConfigTable.from_columns(**{axis: columns[axis] for axis in AXES})
     return SearchSpace(table=table, rejected=counts, considered=considered,
                        cp_comm_allowed=columns.get("cp_comm_allowed"))
