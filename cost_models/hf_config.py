@@ -115,6 +115,7 @@ def _traits(config: dict[str, Any], traits: FamilyTraits, origin: str) -> dict[s
         tied_embeddings=bool(values["tied"]), position=values["position"],
         parallel_attn_mlp=bool(values["parallel_residual"]), embedding_norm=traits.embedding_norm,
         position_offset=traits.position_offset, attention_sinks=traits.attention_sinks,
+        post_norm_only=traits.post_norm_only,
         dropout=isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0,
     )
     return fields

@@ -71,6 +71,8 @@ class FamilyTraits:
     norm_bias: Trait = False
     norm_weight: Trait = True
     norms_per_layer: Trait = 2
+    post_norm_only: bool = False
+    """The layer's two norms follow attention and the MLP instead of preceding them (OLMo 2, EXAONE 4)."""
     qk_norm: Trait = False
     """False, "head" (one head_dim-wide weight per q and k) or "full" (every channel of all heads)."""
     qk_norm_bias: bool = False
@@ -237,7 +239,7 @@ QWEN_NEXT = replace(QWEN3, moe="qwen", shared="qwen", shared_gate=True, windows=
 COHERE = replace(LLAMA, norm="layernorm", norms_per_layer=1, parallel_residual=True,
                  qk_norm=lambda c: "full" if c.get("use_qk_norm") else False,
                  tied=key("tie_word_embeddings", default=True))
-OLMO2 = replace(LLAMA, qk_norm="full")
+OLMO2 = replace(LLAMA, qk_norm="full", post_norm_only=True)
 
 FAMILIES: dict[str, FamilyTraits] = {
     # -- dense, Llama-style (RMSNorm, SwiGLU, RoPE) -----------------------------------------------
@@ -274,7 +276,7 @@ FAMILIES: dict[str, FamilyTraits] = {
     "olmo": replace(LLAMA, norm="layernorm", norm_weight=False),
     "olmo2": OLMO2,
     "olmo3": replace(OLMO2, windows="layer_types", default_layer_types=_every(4, "full_attention")),
-    "exaone4": replace(LLAMA, qk_norm="head", windows="layer_types", default_layer_types=_every(4, "full_attention")),
+    "exaone4": replace(LLAMA, qk_norm="head", post_norm_only=True, windows="layer_types", default_layer_types=_every(4, "full_attention")),
     "cohere": COHERE,
     "cohere2": replace(COHERE, qk_norm=False, windows="layer_types", default_layer_types=_every(4, "full_attention")),
     "cohere2_moe": replace(COHERE, qk_norm=False, windows="layer_types", default_layer_types=_every(4, "full_attention"),
@@ -322,7 +324,7 @@ FAMILIES: dict[str, FamilyTraits] = {
     "qwen2_moe": replace(QWEN2, moe="qwen", shared="qwen", shared_gate=True),
     "qwen3_moe": QWEN_MOE,
     "qwen3_vl_moe_text": QWEN_MOE,
-    "olmoe": replace(OLMO2, moe="all"),
+    "olmoe": replace(OLMO2, moe="all", post_norm_only=False),
     "granitemoe": replace(LLAMA, moe="all"),
     "granitemoe_swa": replace(LLAMA, moe="all", attention_sinks=True, tied=key("tie_word_embeddings", default=True),
                               windows="layer_types", shared="width", shared_width_key="shared_intermediate_size"),

@@ -152,6 +152,9 @@ class ModelSpec:
     norms_per_layer: int = 2
     """Norms over the residual width in one decoder layer: 2 (pre-attention, pre-MLP), 4 with Gemma 2/3's
     and GLM-4's post-norms, 1 where attention and MLP share one input norm (Cohere, GPT-J, Falcon-7B)."""
+    post_norm_only: bool = False
+    """The two norms of a layer follow attention and the MLP (OLMo 2/3, FlexOlmo, EXAONE 4) rather than
+    precede them; the same parameters and element-wise bytes, a different graph for an exporter to state."""
     qk_norm_width: QKNormWidth = "head"
     """With ``qk_norm``: one head_dim-wide norm shared by all heads (Qwen3, Gemma 3), or one weight per
     channel of all query and key heads (OLMo 2, MiniMax-M2, Cohere's per-head LayerNorm)."""

@@ -307,4 +307,26 @@ def unexpressed(model: ModelSpec) -> tuple[str, ...]:
         notes.append("sliding-window layers and attention sinks are not expressed (--window-size, --softmax-type)")
     if model.is_moe and (model.router_bias or model.expert_bias or model.shared_expert_gate):
         notes.append("router/expert biases and the shared-expert gate are not expressed; check the moe-router flags")
+    notes += [note for present, note in _family_traits(model) if present]
     return tuple(notes)
+
+
+def _family_traits(model: ModelSpec) -> tuple[tuple[bool, str], ...]:
+    """Traits of newer model families that pretrain_gpt.py's arguments cannot state (their layer specs live in
+    model code: NeMo / Megatron-Bridge providers), each with what the launch would build instead."""
+    return (
+        (model.norms_per_layer > 2, (f"{model.norms_per_layer} norms per layer (post-norms): these arguments "
+                                     "build pre-norm layers only; use the family's Megatron-Bridge provider")),
+        (model.norms_per_layer == 1, "one norm shared by attention and MLP: these arguments build two"),
+        (model.post_norm_only, "norms after attention and the MLP (OLMo 2 style): these arguments build pre-norms"),
+        (not model.norm_weight, "non-parametric norms (no scale): Megatron's norms carry a weight"),
+        (model.qk_norm and model.qk_norm_width != "head",
+         "QK norms over the full query/key width: --qk-layernorm normalises each head"),
+        (model.qk_norm_bias, "QK norms with biases are not expressed"),
+        (model.embedding_norm, "the norm after the token embedding is not expressed"),
+        (not model.final_norm, "the model has no final norm; Megatron adds one"),
+        (model.output_bias, "the output projection's bias is not expressed"),
+        (model.window_kind == "chunked" and model.sliding_layers > 0,
+         "chunked attention (Llama 4) is not expressed; --window-size would slide instead"),
+        (model.attention_output_gate, "the gated attention output is not expressed"),
+    )
