@@ -182,11 +182,11 @@ class EngineMemory:
     kv_pool_bytes: np.ndarray
     """KV cache pool (negative: the engine would not start)."""
     kv_bytes_per_sequence: np.ndarray
-    """KV bytes of one sequence at its full length (isl + osl)."""
+    """KV bytes of one sequence at the length the engine holds for it (``held_tokens``)."""
 
     @property
     def max_sequences(self) -> np.ndarray:
-        """Sequences of full length that fit the pool at once (0 when the engine would not start)."""
+        """Sequences that fit the pool at once (0 when the engine would not start)."""
         return np.floor(np.maximum(self.kv_pool_bytes, 0.0) / self.kv_bytes_per_sequence)
 
 
@@ -197,7 +197,7 @@ def engine_memory(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, 
     weights = weight_bytes_per_gpu(model, prec, shard)
     act = activation_bytes(model, shard.tp, engine.max_batched_tokens)
     # CUDA context, one communicator per parallel group and the CUDA-graph pool (about 1 GiB in the engines' logs).
-    fixed = CUDA_CONTEXT_BYTES + 3 * NCCL_BYTES_PER_COMMUNICATOR + 1.0 * BYTES_PER_GIB + 0.0 * weights
+    fixed = np.full_like(weights, CUDA_CONTEXT_BYTES + 3 * NCCL_BYTES_PER_COMMUNICATOR + 1.0 * BYTES_PER_GIB)
     if engine.budget == "free":  # TRT-LLM: a fraction of what is free once weights and warm-up activations sit
         pool = engine.memory_frac * (hbm - weights - act - fixed)
     elif engine.budget == "profiled":  # vLLM: the fraction covers weights, profiled activations, non-torch memory
@@ -322,7 +322,7 @@ def aggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, pre
     isl, osl = np.asarray(isl, dtype=float), np.asarray(osl, dtype=float)
     per_rank = np.asarray(concurrency, dtype=float) / shard.dp
     fits, starts = running_capacity(model, cluster, engine, prec, shard, held_tokens(engine, isl, osl), mixers)
-    fits, starts = fits + 0.0 * per_rank, starts | (per_rank < 0)
+    fits, starts, _ = np.broadcast_arrays(fits, starts, per_rank)  # one entry per deployment
     batch = np.maximum(np.minimum(np.minimum(per_rank, fits), engine.max_running), 1.0)
     step = decode_step_s(model, cluster, prec, shard, batch, isl + osl / 2.0, mixers) + engine.step_overhead_s
     prefill = prefill_s(model, cluster, prec, shard, isl, mixers=mixers) + engine.step_overhead_s
@@ -355,7 +355,7 @@ def disaggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, 
     concurrency = np.asarray(concurrency, dtype=float)
     per_rank = concurrency / (np.asarray(decode_workers, dtype=float) * decode.dp)
     fits, starts = running_capacity(model, cluster, engine, prec, decode, held_tokens(engine, isl, osl), mixers)
-    fits, starts = fits + 0.0 * per_rank, starts | (per_rank < 0)
+    fits, starts, _ = np.broadcast_arrays(fits, starts, per_rank)  # one entry per deployment
     batch = np.maximum(np.minimum(np.minimum(per_rank, fits), engine.max_running), 1.0)
     step = decode_step_s(model, cluster, prec, decode, batch, isl + osl / 2.0, mixers) + engine.step_overhead_s
     one = prefill_s(model, cluster, prec, prefill, isl, mixers=mixers) + engine.step_overhead_s
