@@ -257,3 +257,38 @@ def test_the_guarded_readers_load_no_yaml_until_a_yaml_file_is_read():
     code = "import sys, paraplan.files; print('yaml' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
     assert out.stdout.strip() == "False"
+
+
+# -- the CLI: a hostile file is exit 2 and one 'error:' line, for every command that reads one ------------------
+BOMB = HOSTILE_TEXTS[3]
+JOB = ["--seq-len", "4096", "--global-batch", "64"]
+
+
+@pytest.mark.parametrize(("file_name", "content", "command", "needle"), [
+    ("site.yaml", BOMB, ["plan", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "8", *JOB, "--hardware", "{}"],
+     "values once its aliases are expanded"),
+    ("c.yaml", "a: &x [1, *x]\n", ["plan", "llama-3.1-8b", "--cluster", "{}", "--nodes", "1", *JOB],
+     "refers to a node that contains it"),
+    ("c.yaml", ("gpu: h100-sxm\ngpus_per_node: 1\nnvlink_domain_gpus: 1\nnic_gb_per_s_per_gpu: 50\n"
+     "inter_node_latency_us: 5\nintra_domain_latency_us: 2\nnum_nodes: 1000000000\n"),
+     ["plan", "llama-3.1-8b", "--cluster", "{}", *JOB], "num_nodes"),
+    ("plan.json", "[" * 100_000, ["export", "{}", "-f", "json", "-o", "{out}"], "nested more than"),
+    ("plan.json", '{"schema_version": 1, "plans": [{"rank": "' + "x" * 10_000 + '"}]}',
+     ["export", "{}", "-f", "json", "-o", "{out}"], "does not match the plan schema"),
+    ("all_reduce_perf.txt", "# nThread 1 nGpus 1\n#  size count type redop root time algbw busbw\n1 1 f s -1 "
+     + "9" * 5000 + " 1 1\n", ["ingest", "{}", "--hardware", "h100-sxm", "--store", "{out}.sqlite"], "line 3"),
+    ("trace.json", '{"traceEvents": [{"ph": "X", "cat": "kernel", "dur": 1' + "0" * 400 + "}]}",
+     ["ingest", "{}", "--kind", "torch-trace", "--hardware", "h100-sxm", "--store", "{out}.sqlite"], "dur"),
+])
+def test_hostile_files_through_the_cli_are_one_line_and_exit_2(tmp_path, file_name, content, command, needle):
+    from conftest import assert_bad_input
+    from typer.testing import CliRunner
+
+    from paraplan.cli.app import app
+
+    path = tmp_path / file_name
+    path.write_text(content)
+    args = [str(path) if arg == "{}" else arg.replace("{out}", str(tmp_path / "out")) for arg in command]
+    with time_limit(30):
+        line = assert_bad_input(CliRunner().invoke(app, args), needle)
+    assert len(line) <= len("error: ") + 300
