@@ -352,7 +352,7 @@ def _seed_json(name: str) -> str:
     """The seed's document as JSON text (parsed once; each mutation starts from a fresh copy)."""
     parser = PARSERS[name]
     seed = parser.seed()
-    return seed.decode() if parser.fmt == "json" else json.dumps(yaml.load(seed, Loader=yaml.CSafeLoader), default=str)
+    return seed.decode() if parser.fmt == "json" else json.dumps(yaml.load(seed, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)), default=str)
 
 
 def _parse_seed(parser: Parser, seed: bytes) -> Any:
