@@ -9,9 +9,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from paraplan.cost_models.model_families import shown
 from paraplan.cost_models.model_spec import WeightFormat
 from paraplan.errors import InputError
+from paraplan.files import shown
 
 MAX_UNQUANTIZED_MODULES = 100_000
 """Module names a quantization config may list as kept unquantized: Qwen3-235B-A22B-FP8 lists 283 (lm_head and 3 per

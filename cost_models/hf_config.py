@@ -27,11 +27,10 @@ from paraplan.cost_models.model_families import (
     TEXT_CONFIG_WRAPPERS,
     FamilyTraits,
     resolve,
-    shown,
 )
 from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.errors import InputError
-from paraplan.files import parse_user_json, read_user_json
+from paraplan.files import parse_user_json, read_user_json, shown
 from paraplan.limits import MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB, MAX_WIDTH
 
 SUPPORTED_TYPES = tuple(sorted(FAMILIES)) + tuple(sorted(TEXT_CONFIG_WRAPPERS))

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from paraplan.cost_models.model_families import FamilyTraits, shown
+from paraplan.cost_models.model_families import FamilyTraits
 from paraplan.errors import InputError
+from paraplan.files import shown
 from paraplan.limits import MAX_LAYERS
 
 LAYER_KINDS = ("full_attention", "sliding_attention", "chunked_attention", "linear_attention")

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from paraplan.files import shown
+
 MoeRule = Literal["none", "all", "qwen", "deepseek", "mlp_layer_types", "llama4", "ernie"]
 SharedRule = Literal["none", "qwen", "deepseek", "width"]
 WindowRule = Literal["none", "all", "layer_types"]
@@ -36,18 +38,6 @@ class Key:
 def key(*names: str, default: Any = False) -> Key:
     """A :class:`Key` over ``names`` (first present wins)."""
     return Key(names, default)
-
-
-def shown(value: Any, most: int = 40) -> str:
-    """A config value for a one-line message: repr (newlines escaped) cut to ``most`` characters; lists and
-    objects by their size, and integers too long to print (Python's 4,300-digit limit) by their magnitude,
-    so that a hostile value is never walked or printed whole."""
-    if isinstance(value, (list, dict)):
-        return f"a {'list' if isinstance(value, list) else 'JSON object'} of {len(value):,} entries"
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
-        return f"an integer of about {int(value.bit_length() * 0.30103)} digits"
-    text = repr(value)
-    return text if len(text) <= most else text[: most - 3] + "..."
 
 
 Trait = Any

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import re
+import reprlib
 from functools import cache
 from io import StringIO
 from pathlib import Path
@@ -23,11 +25,28 @@ MAX_MESSAGE_CHARS = 300
 """Longest InputError line: one terminal line and a half, room for the file, the key, the problem and the fix."""
 
 
+class _ShortRepr(reprlib.Repr):
+    """reprlib's bounded repr (a few items of each container, two levels deep), and integers beyond 64 bits
+    by their size: Python refuses to print one of more than 4,300 digits, and a long one says nothing."""
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 64:
+            return f"<an integer of about {int(x.bit_length() * math.log10(2)):,} digits>"
+        return super().repr_int(x, level)
+
+
+_SHORT_REPR = _ShortRepr()  # Python 3.10/3.11's Repr takes no arguments: its limits are attributes
+(_SHORT_REPR.maxlevel, _SHORT_REPR.maxstring, _SHORT_REPR.maxlong, _SHORT_REPR.maxother) = (2, 80, 40, 80)
+for _kind in ("maxtuple", "maxlist", "maxarray", "maxdict", "maxset", "maxfrozenset", "maxdeque"):
+    setattr(_SHORT_REPR, _kind, 4)
+
+
 def shown(value: Any, limit: int = 60) -> str:
-    """``repr(value)`` on one line, cut to ``limit`` characters, so a message never echoes a huge value."""
-    text = repr(value)
-    if isinstance(value, (dict, list, tuple, set)) and len(text) > limit:
-        text = f"a {type(value).__name__} of {len(value):,} items"
+    """A user's value for a one-line message, cut to ``limit`` characters: a container of more than four items
+    by its size, anything else by a bounded repr (never walks or prints a huge value whole)."""
+    if isinstance(value, (dict, list, tuple, set)) and len(value) > 4:
+        return f"a {type(value).__name__} of {len(value):,} items"
+    text = repr(value[: limit + 1]) if isinstance(value, str) else _SHORT_REPR.repr(value)
     text = " ".join(text.split())
     return text if len(text) <= limit else f"{text[:limit - 3]}..."
 

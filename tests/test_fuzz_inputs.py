@@ -248,6 +248,8 @@ def test_messages_echo_values_cut_to_one_short_line():
     assert shown("x" * 1000) == "'" + "x" * 56 + "..."
     assert shown(list(range(10**4))) == "a list of 10,000 items"
     assert shown("a\nb") == "'a\\nb'"
+    assert shown(10**5000) == "<an integer of about 5,000 digits>"  # repr() itself would raise past 4,300 digits
+    assert shown([[list(range(10**6))]]) == "[[[...]]]"  # nested depth cut, the million items never walked
     assert one_line("a\n  b\tc") == "a b c" and len(one_line("y" * 999)) == 300
     assert listed(["alpha", "beta", "gamma"], 12) == "alpha, beta, ... (3 in all)"
     assert listed(["alpha", "beta"], 40) == "alpha, beta"
