@@ -138,6 +138,9 @@ LAYER_AXES = ("tp", "cp", "cp_comm", "ep", "etp", "mbs", "recompute", "sp", "tp_
 # Rows priced together: the temporaries of a block (half a MB per column) stay in cache and are reused
 # instead of each being a fresh, page-faulted array of the whole table.
 ROWS_PER_BLOCK = 1 << 16
+# Tables this small (paraplan evaluate, placement's candidates) price every term on every row: finding the
+# distinct combinations would cost more than it saves.
+FEW_ROWS = 2048
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,13 +205,16 @@ def stage_terms(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: Confi
         updated = updated + expert_params / np.where(t.zero >= 1, edp, 1)
     optimizer = memory_bound_time_s(updated * OPTIMIZER_BYTES_PER_PARAM, OPTIMIZER_KERNELS, rates)
     return StageTerms(ranks=ranks, dense_traffic=dense, expert_traffic=experts,
-                      optimizer_s=np.broadcast_to(optimizer, (len(t),)), shares=state_shares(model, work, t))
+                      optimizer_s=np.array(np.broadcast_to(optimizer, (len(t),)), dtype=float), shares=state_shares(model, work, t))
 
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTable,
              rates: ComputeRates | None = None) -> EstimateTable:
     """Predict every row of ``t``. Infeasible rows are still priced; ``fits`` says which fit."""
     rates = _with_recipe(rates, cluster, work) if rates is not None else default_rates(cluster, work)
+    if len(t) <= FEW_ROWS:  # nothing worth sharing: every term on every row, as the shared path gives it
+        return _estimate_rows(model, cluster, work, t, rates, layer_terms(model, work, t, rates, cluster),
+                              stage_terms(model, cluster, work, t, rates))
     layer_rows, layer_of_row = distinct_rows(t, LAYER_AXES)
     layers = layer_terms(model, work, layer_rows, rates, cluster)
     stage_rows, stage_of_row = distinct_rows(t, STAGE_AXES)
