@@ -71,13 +71,27 @@ def _params(store: Path, text: object) -> dict:
     return parse_user_json(text, f"{store}: measurement params")
 
 
+STORE_TABLES = frozenset({"files", "measurements"})
+"""The tables paraplan writes; a store file holding other tables is someone else's database."""
+
+
 def _connect(path: Path, create: bool) -> sqlite3.Connection:
-    if not create and not Path(path).is_file():
+    """A connection to the store: read-only unless ``create`` (ingest), and never one that adds paraplan's tables
+    to a database paraplan did not write."""
+    exists = Path(path).is_file()
+    if not create and not exists:
         raise InputError(f"no profile store at {path}; run 'paraplan ingest FILE...' first or pass --store PATH")
     try:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(str(path), isolation_level=None)
-        conn.executescript(SCHEMA)
+        if not exists:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        mode = "rwc" if create else "ro"
+        conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode={mode}", uri=True, isolation_level=None)
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if tables and not STORE_TABLES <= tables:
+            conn.close()
+            raise _foreign(path, ValueError(f"its tables are {', '.join(sorted(tables)[:4])}"))
+        if create:
+            conn.executescript(SCHEMA)
     except (OSError, sqlite3.Error, UnicodeDecodeError) as exc:
         raise InputError(one_line(f"cannot open the profile store {path}: {exc}")) from None
     return conn

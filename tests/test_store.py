@@ -79,3 +79,16 @@ def test_default_path(monkeypatch, tmp_path):
     assert default_store_path() == tmp_path / "paraplan" / "profiles.sqlite"
     monkeypatch.setenv("PARAPLAN_STORE", str(tmp_path / "x.sqlite"))
     assert default_store_path() == tmp_path / "x.sqlite"
+
+
+def test_a_foreign_database_is_refused_and_left_untouched(tmp_path):
+    need_vidur()
+    foreign = tmp_path / "other.sqlite"
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE accounts (id INTEGER)")
+    before = foreign.read_bytes()
+    with pytest.raises(InputError, match="not one paraplan wrote .*accounts"):
+        load_measurements(foreign)
+    with pytest.raises(InputError, match="not one paraplan wrote .*accounts"):
+        ingest_parsed(parse_file(H100_ALL_REDUCE), foreign)
+    assert foreign.read_bytes() == before  # neither reading nor the refused ingest added paraplan's tables
