@@ -33,13 +33,17 @@ from paraplan.cost_models.serving import (
     weight_precision,
 )
 from paraplan.errors import InputError
-from paraplan.files import parse_user_json, read_user_text
+from paraplan.files import one_line, parse_user_json, read_user_text
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.hardware_profiles.catalog import load_cluster, quick_cluster
 
 SERVING_DATA_ENV = "PARAPLAN_SERVING_DATA"
 DEFAULT_SERVING_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "serving"
 MEASUREMENTS_FILE = "aiconfigurator_silicon_sample.csv"
+MEASURED_COLUMNS = ("silicon_data_source", "backend", "model_path", "system", "mode", "isl", "osl", "batch_size",
+                    "attention_dp_size", "gemm_quant_mode", "moe_quant_mode", "decode_batch_size",
+                    "decode_num_workers", "decode_attention_dp_size", "silicon_ttft_ms", "silicon_tpot_ms")
+"""Columns the predictions read (README of ../shared/data/serving); a file without them is refused by name."""
 MAX_MEASUREMENTS_BYTES = 64 * 1024 * 1024
 """The file is 1.9 MB; 64 MiB leaves 30x room."""
 
@@ -77,8 +81,16 @@ def serving_data_dir(path: str | Path | None = None) -> Path:
 
 def load_measurements(folder: Path) -> pd.DataFrame:
     """The measurement rows with the concurrency read from each row's source note."""
-    text = read_user_text(folder / MEASUREMENTS_FILE, MAX_MEASUREMENTS_BYTES, "serving measurements")
-    rows = pd.read_csv(StringIO(text))
+    path = folder / MEASUREMENTS_FILE
+    text = read_user_text(path, MAX_MEASUREMENTS_BYTES, "serving measurements")
+    try:
+        rows = pd.read_csv(StringIO(text))
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
+        raise InputError(one_line(f"{path}: not a CSV of serving measurements ({exc})")) from None
+    missing = [c for c in MEASURED_COLUMNS if c not in rows.columns]
+    if missing:
+        raise InputError(one_line(f"{path}: lacks the columns {', '.join(missing)} (the aiconfigurator "
+                                  "silicon_sample.csv layout, ../shared/data/serving/README.md)"))
     stated = rows["silicon_data_source"].astype(str).str.extract(r"silicon_concurrency=(\d+)")[0].astype(float)
     agg = rows["batch_size"] * rows["attention_dp_size"].fillna(1.0).clip(lower=1.0)
     disagg = rows["decode_batch_size"] * rows["decode_num_workers"].fillna(1.0) \

@@ -104,3 +104,15 @@ def test_cli_prints_the_table_and_writes_json(tmp_path):
 def test_cli_refuses_a_folder_without_measurements(tmp_path):
     result = CliRunner().invoke(app, ["validate", "--serving", "--serving-data", str(tmp_path)])
     assert_bad_input(result, "aiconfigurator_silicon_sample.csv")
+
+
+def test_a_file_that_is_not_the_measurements_layout_is_one_line(tmp_path):
+    from paraplan.errors import InputError
+    from paraplan.planner.serving_reference import MEASUREMENTS_FILE, load_measurements
+
+    (tmp_path / MEASUREMENTS_FILE).write_text("id,backend\nx,vllm\n")
+    with pytest.raises(InputError, match="lacks the columns silicon_data_source"):
+        load_measurements(tmp_path)
+    (tmp_path / MEASUREMENTS_FILE).write_text('a,b\n"1,2\n')
+    with pytest.raises(InputError, match="not a CSV of serving measurements"):
+        load_measurements(tmp_path)
