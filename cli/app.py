@@ -61,6 +61,8 @@ _SP_VALUES = {"on": [1], "off": [0], "both": [0, 1]}
 # -- options shared by plan and evaluate ------------------------------------------------------
 _CLUSTER, _JOB, _CONFIG = "Cluster", "Job", "Parallel configuration"
 ModelArg = Annotated[str, typer.Argument(help="Preset name (see 'paraplan models list') or a config.json path.")]
+JobModelArg = Annotated[str | None, typer.Argument(
+    help="Preset name (see 'paraplan models list') or a config.json path; optional with --from or --config.")]
 ClusterOpt = Annotated[str | None, typer.Option(help="Built-in cluster name or a cluster YAML file.",
                                                 rich_help_panel=_CLUSTER)]
 NodesOpt = Annotated[int | None, typer.Option(help="Nodes of the --cluster.", rich_help_panel=_CLUSTER)]
@@ -74,8 +76,15 @@ HardwareFileOpt = Annotated[Path | None, typer.Option(
     "--hardware", help="Your own hardware file (gpus: and clusters: in the catalog's schema) beside the built-in "
                        "catalog; default $PARAPLAN_HARDWARE. See docs/hardware.md.",
     rich_help_panel=_CLUSTER)]
-SeqLenOpt = Annotated[int, typer.Option(help="Tokens per sequence.", rich_help_panel=_JOB)]
-BatchOpt = Annotated[int, typer.Option(help="Sequences per optimizer step.", rich_help_panel=_JOB)]
+SeqLenOpt = Annotated[int | None, typer.Option(help="Tokens per sequence.", rich_help_panel=_JOB)]
+BatchOpt = Annotated[int | None, typer.Option(help="Sequences per optimizer step.", rich_help_panel=_JOB)]
+FromOpt = Annotated[Path | None, typer.Option(
+    "--from", help="Read model, cluster, batch, precision and layout from a job file: a Megatron-LM launch script or "
+                   "log, Megatron-Bridge/NeMo YAML, torchtitan TOML or launch script, DeepSpeed ds_config.json or "
+                   "launch script. Flags given here override it.", rich_help_panel="Job file")]
+ConfigOpt = Annotated[Path | None, typer.Option(
+    "--config", help="A YAML file of this command's options (seq-len: 4096, gpu: h100-sxm, tp: 8, from: train.sh); "
+                     "flags given here override it.", rich_help_panel="Job file")]
 EngineOpt = Annotated[str, typer.Option(help="megatron, deepspeed or torchtitan.", rich_help_panel=_JOB)]
 PrecisionOpt = Annotated[str, typer.Option(help="GEMM precision: bf16, fp8 or fp4.", rich_help_panel=_JOB)]
 AttentionOpt = Annotated[str, typer.Option(
@@ -232,7 +241,7 @@ def make_job(model: str, seq_len: int, global_batch: int, precision: str, engine
     """The TrainingJob, with its own validation errors reported as bad input."""
     if convention not in get_args(AttentionFlops):
         raise InputError(f"--flops-convention expects {' or '.join(get_args(AttentionFlops))}, got {convention!r}")
-    spec = load_model(model)
+    spec = load_model(model) if isinstance(model, str) else model  # a ModelSpec read from a job file
     moe_flags = [flag for flag, value in (("--expert-imbalance", expert_imbalance), ("--routing", routing),
                                           ("--capacity-factor", capacity_factor),
                                           ("--dispatcher", None if dispatcher == "auto" else dispatcher))
@@ -271,7 +280,8 @@ def write_plans(path: Path | None, plans: list[Plan], cost_model: str, force: bo
 @app.command()
 @user_errors
 def plan(
-    model: ModelArg, seq_len: SeqLenOpt, global_batch: BatchOpt, cluster: ClusterOpt = None, nodes: NodesOpt = None,
+    ctx: typer.Context, model: JobModelArg = None, seq_len: SeqLenOpt = None, global_batch: BatchOpt = None,
+    cluster: ClusterOpt = None, nodes: NodesOpt = None,
     gpu: GpuOpt = None, gpus: GpusOpt = None, gpus_per_node: PerNodeOpt = None, hardware: HardwareFileOpt = None,
     engine: EngineOpt = "megatron",
     attention: AttentionOpt = "auto", precision: PrecisionOpt = "bf16", flops_convention: ConventionOpt = "full",
@@ -296,9 +306,14 @@ def plan(
     pp_schedule: _axis_opt(_SCHEDULE_HELP) = None,
     tp_comm_overlap: _axis_opt(_TP_OVERLAP_HELP + " on, off or both.") = None,
     cost_model: profile_cmd.CostModelOpt = "auto", store: profile_cmd.StoreOpt = None,
-    stack_profile: calibrate_cmd.StackProfileOpt = None,
+    stack_profile: calibrate_cmd.StackProfileOpt = None, from_file: FromOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Search every parallel layout and show the fastest plans that fit."""
+    from paraplan.cli import from_file as job_file  # --from / --config: the job a user's file states
+
+    if from_file is not None or config is not None:
+        return plan(**job_file.merged(ctx, plan, from_file, config, searching=True))
+    job_file.require(model=model, seq_len=seq_len, global_batch=global_batch)
     catalog = resolve_catalog(hardware)
     spec = make_cluster(cluster, nodes, gpu, gpus, gpus_per_node, catalog)
     job = make_job(model, seq_len, global_batch, precision, engine, flops_convention, headroom, attention,
@@ -328,6 +343,7 @@ def plan(
     render.search_summary(console, result.rejected, result.considered, len(result.table), len(result.ranked))
     render.hardware_origin(console, spec.gpu)
     documents = [plan_to_json(p, result.estimates.cost_model) for p in plans]
+    from_job = job_file.compare(ctx, job, spec, rates, plans[0], result.estimates.cost_model)
     if place or (cluster is not None and is_topology_file(Path(cluster))):
         topology = place_cmd.placement_topology(cluster, spec, catalog)
         typed = place_cmd.typed_pipeline_rows(topology, result, skip=len(plans), limit=top) \
@@ -336,7 +352,8 @@ def plan(
                       for rank, row in typed]
         documents = place_cmd.refine(documents, topology, objective, keep=top)
     if json_path is not None:
-        render.write_json(json_path, {"schema_version": SCHEMA_VERSION, "plans": documents}, force)
+        render.write_json(json_path, {"schema_version": SCHEMA_VERSION, "plans": documents,
+                                      **({"from_job": from_job} if from_job else {})}, force)
     if export is not None:
         export_cmd.export_plan_document(documents[0], export, out, force)
 
@@ -349,8 +366,8 @@ app.command("place")(user_errors(place_cmd.place))
 @app.command()
 @user_errors
 def evaluate(
-    model: ModelArg, seq_len: SeqLenOpt, global_batch: BatchOpt, tp: _axis_opt("Tensor parallel."),
-    pp: _axis_opt("Pipeline parallel."), cluster: ClusterOpt = None, nodes: NodesOpt = None, gpu: GpuOpt = None,
+    ctx: typer.Context, model: JobModelArg = None, seq_len: SeqLenOpt = None, global_batch: BatchOpt = None,
+    tp: _axis_opt("Tensor parallel.") = None, pp: _axis_opt("Pipeline parallel.") = None, cluster: ClusterOpt = None, nodes: NodesOpt = None, gpu: GpuOpt = None,
     gpus: GpusOpt = None, gpus_per_node: PerNodeOpt = None, hardware: HardwareFileOpt = None,
     engine: EngineOpt = "megatron",
     attention: AttentionOpt = "auto", precision: PrecisionOpt = "bf16", flops_convention: ConventionOpt = "full",
@@ -368,14 +385,21 @@ def evaluate(
     tp_comm_overlap: _axis_opt(_TP_OVERLAP_HELP + " on or off.") = "off",
     json_path: JsonOpt = None, force: ForceOpt = False, cost_model: profile_cmd.CostModelOpt = "auto",
     store: profile_cmd.StoreOpt = None, stack_profile: calibrate_cmd.StackProfileOpt = None,
+    from_file: FromOpt = None, config: ConfigOpt = None,
 ) -> None:
     """Predict step time, throughput and memory of one parallel configuration."""
+    from paraplan.cli import from_file as job_file  # --from / --config: the job a user's file states
+
+    if from_file is not None or config is not None:
+        return evaluate(**job_file.merged(ctx, evaluate, from_file, config, searching=False))
+    job_file.require(model=model, seq_len=seq_len, global_batch=global_batch, tp=tp, pp=pp)
     spec = make_cluster(cluster, nodes, gpu, gpus, gpus_per_node, resolve_catalog(hardware))
     job = make_job(model, seq_len, global_batch, precision, engine, flops_convention, headroom, attention,
                    expert_imbalance, routing, capacity_factor, dispatcher, compile_model, async_tp, fp8_recipe)
     fixed = constraints(tp=tp, pp=pp, dp=dp, cp=cp, cp_comm=cp_comm, ep=ep, etp=etp, vpp=vpp, mbs=mbs, zero=zero,
                         recompute=recompute, sp=sp, offload=offload, pp_schedule=pp_schedule,
                         tp_overlap=tp_comm_overlap)
+    fixed.update(job_file.fixed_extras(ctx))  # a job file's axes that have no flag (ep_overlap)
     several = [axis for axis, values in fixed.items() if len(values) > 1]
     if several:
         raise InputError(f"evaluate takes one value per flag; --{several[0]} has {len(fixed[several[0]])} "
