@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typing
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 from rich.markup import escape
@@ -23,14 +23,6 @@ from paraplan.files import shown
 if typing.TYPE_CHECKING:
     from paraplan.planner.job_files import ImportedJob
 
-_PANEL = "Job file"
-FromOpt = Annotated[Path | None, typer.Option(
-    "--from", help="Read model, cluster, batch, precision and layout from a job file: a Megatron-LM launch script or "
-                   "log, Megatron-Bridge/NeMo YAML, torchtitan TOML or launch, DeepSpeed ds_config.json or launch. "
-                   "Flags given here override it.", rich_help_panel=_PANEL)]
-ConfigOpt = Annotated[Path | None, typer.Option(
-    "--config", help="A YAML file of this command's options (seq-len: 4096, gpu: h100-sxm, tp: 8, from: train.sh); "
-                     "flags given here override it.", rich_help_panel=_PANEL)]
 META_KEY = "paraplan.from_job"
 AXIS_PARAMS = ("tp", "pp", "dp", "cp", "cp_comm", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "offload",
                "pp_schedule", "tp_comm_overlap")
