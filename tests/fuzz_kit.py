@@ -210,6 +210,23 @@ def _store(path: Path) -> object:
     return count_rows(path), load_measurements(path), summarize(path), stored_files(path)
 
 
+def _job_file(path: Path) -> object:
+    from paraplan.planner.job_files.detect import read_job_file
+
+    return read_job_file(path)
+
+
+def _job_seed(name: str) -> Callable[[], bytes]:
+    return lambda: Path(__file__).parent.joinpath("job_files", name).read_bytes()
+
+
+def _option_file(path: Path) -> object:
+    from paraplan.planner.job_files.config_file import read_option_file
+
+    return read_option_file(path, {"gpu", "gpus", "seq_len", "global_batch", "tp", "pp", "from_file"},
+                            {"from": "from_file"})
+
+
 PARSERS: dict[str, Parser] = {p.name: p for p in [
     Parser("hardware-yaml", "site.yaml", _call("paraplan.hardware_profiles.user_file", "load_user_catalog"), "yaml",
            _hardware_seed),
@@ -242,6 +259,15 @@ PARSERS: dict[str, Parser] = {p.name: p for p in [
            _artifact_meta_seed),
     Parser("model-config-json", "model/config.json", _call("paraplan.cost_models.hf_config", "load_model",
                                                            as_text=True), "json", _model_config_seed),
+    # plan/evaluate --from FILE: each job-file format the detector tells apart, seeded with the test fixtures
+    Parser("job-megatron-script", "train.sh", _job_file, "text", _job_seed("megatron_llama3_8b_fp8.sh")),
+    Parser("job-megatron-log", "train.log", _job_file, "text", _job_seed("megatron_gpt_1b_tp4.log")),
+    Parser("job-bridge-yaml", "config.yaml", _job_file, "yaml", _job_seed("bridge_llama3_8b_fp8_mx.yaml")),
+    Parser("job-nemo-yaml", "nemo.yaml", _job_file, "yaml", _job_seed("nemo_llama2_13b.yaml")),
+    Parser("job-torchtitan-toml", "job.toml", _job_file, "text", _job_seed("torchtitan_llama3_8b.toml")),
+    Parser("job-ds-config", "ds_config.json", _job_file, "json", _job_seed("ds_config_zero2.json")),
+    Parser("job-options-yaml", "job.yaml", _option_file, "yaml",
+           _const(b"gpu: h100-sxm\ngpus: 16\nseq-len: 8192\nglobal_batch: 64\ntp: 2\nfrom: train.sh\n")),
 ]}
 NOT_OURS = ("model-config-json",)
 """Parsers another part of the project owns: the bench reports them, the test suite leaves them to their tests."""

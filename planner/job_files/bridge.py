@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from paraplan.errors import InputError
+from paraplan.files import shown
 from paraplan.hardware_profiles.yaml_schema import parse_yaml
 from paraplan.planner.job_files.imported import Facts, ImportedJob
 from paraplan.planner.job_files.megatron_args import Args, read_megatron
@@ -103,8 +104,16 @@ def _pick(data: dict, lines: dict[str, int], section: str, key: str) -> tuple[An
     return (value if isinstance(value, list) else str(value), lines.get(f"{section}.{key}"))
 
 
+def _section(data: dict, key: str, facts: Facts) -> dict:
+    """``data[key]`` when it is a mapping (absent or null: empty); InputError naming the key otherwise."""
+    value = data.get(key) or {}
+    if not isinstance(value, dict):
+        raise InputError(f"{facts.path}: {key} must be a mapping of settings, got {shown(value)}")
+    return value
+
+
 def _container(data: dict, lines: dict[str, int], facts: Facts) -> dict:
-    values = {k: v for k in data.get("model", {}) if (v := _pick(data, lines, "model", k)) is not None}
+    values = {k: v for k in _section(data, "model", facts) if (v := _pick(data, lines, "model", k)) is not None}
     renames = {"gated_linear_unit": "swiglu", "num_moe_experts": "num_experts"}
     for old, new in renames.items():
         if old in values:
@@ -145,7 +154,7 @@ def _mixed_precision(data: dict, lines: dict[str, int], values: dict, facts: Fac
 
 
 def _nemo1(data: dict, lines: dict[str, int], facts: Facts) -> dict:
-    trainer, model = data.get("trainer") or {}, data.get("model") or {}
+    trainer, model = _section(data, "trainer", facts), _section(data, "model", facts)
     for key, name in (("num_nodes", "num_nodes"), ("gpus_per_node", "devices")):
         if isinstance(trainer.get(name), int) and not isinstance(trainer.get(name), bool):
             facts.put(key, trainer[name], facts.at(lines.get(f"trainer.{name}")))

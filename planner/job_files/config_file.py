@@ -40,7 +40,16 @@ def read_option_file(path: Path, options: Iterable[str], aliases: dict[str, str]
             close = difflib.get_close_matches(str(key).replace("_", "-"), spelled, n=1, cutoff=0.5)
             hint = f"; did you mean {close[0]}?" if close else " (the keys are the command's options: see --help)"
             raise InputError(f"{where}: unknown option {shown(key)}{hint}")
-        if isinstance(value, str) and not Path(value).is_absolute() and (path.parent / value).exists():
+        if isinstance(value, str) and not Path(value).is_absolute() and _exists(path.parent / value):
             value = str(path.parent / value)  # a file named relative to the YAML
         out[name] = (value, where)
     return out
+
+
+def _exists(path: Path) -> bool:
+    """Whether ``path`` names an existing file or folder; a name the system cannot even look up (too long,
+    a NUL byte) names none."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False

@@ -16,6 +16,7 @@ from typing import Any
 
 from paraplan.errors import InputError
 from paraplan.files import parse_user_json, read_user_text, shown
+from paraplan.limits import MAX_GLOBAL_BATCH
 from paraplan.planner.job_files.imported import Facts, ImportedJob
 from paraplan.planner.job_files.launch import cluster_facts, find_launch, flag_values, header_facts
 from paraplan.planner.job_files.megatron_args import Args, read_megatron
@@ -55,8 +56,9 @@ def read_ds_config(path: Path, text: str, facts: Facts | None = None) -> Importe
                 facts.note(f"{key} is \"auto\" ({where(key)}): the Hugging Face Trainer fills it in; give it on the "
                            "command line")
             return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InputError(f"{where(key)}: {key} expects a non-negative integer, got {shown(value)}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_GLOBAL_BATCH:
+            raise InputError(f"{where(key)}: {key} expects an integer from 0 to {MAX_GLOBAL_BATCH:,}, got "
+                             f"{shown(value)}")
         return value
 
     tbs, mbs, gas = number("train_batch_size"), number("train_micro_batch_size_per_gpu"), \

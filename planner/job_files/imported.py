@@ -8,6 +8,8 @@ from typing import Any
 
 from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.errors import InputError
+from paraplan.files import shown
+from paraplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_LAYERS, MAX_SEQ_LEN
 
 FORMATS: dict[str, str] = {
     "megatron-script": "Megatron-LM launch script (torchrun ... pretrain_gpt.py --tensor-model-parallel-size ...)",
@@ -28,6 +30,13 @@ JOB_KEYS = ("attention", "dispatcher", "capacity_factor", "compiled", "async_tp"
 REQUIRED = ("model", "gpu", "num_gpus", "seq_len", "global_batch")
 """What a prediction needs from the file or the command line."""
 DEFAULT = "engine default"
+COUNT_BOUNDS = {
+    **dict.fromkeys(("num_gpus", "num_nodes", "tp", "pp", "dp", "cp", "ep", "etp", "vpp"), (1, MAX_GPUS)),
+    "gpus_per_node": (1, MAX_GPUS_PER_NODE), "global_batch": (1, MAX_GLOBAL_BATCH), "mbs": (1, MAX_GLOBAL_BATCH),
+    "seq_len": (1, MAX_SEQ_LEN), "zero": (0, 3), "offload": (0, MAX_LAYERS),
+}
+"""The range of every count a job file states (paraplan.limits gives the reasons): a 0 would divide by zero, a
+50-digit data-parallel degree would fill the message."""
 """Source of a value the engine assumes when the file leaves it out."""
 
 
@@ -105,9 +114,14 @@ class Facts:
         return f"{self.path}:{line}" if line else self.path
 
     def put(self, key: str, value: Any, where: str) -> None:
-        """Record ``key`` (a field of ImportedJob, a LAYOUT_KEYS or JOB_KEYS name) unless already set."""
+        """Record ``key`` (a field of ImportedJob, a LAYOUT_KEYS or JOB_KEYS name) unless already set; a count
+        outside its plausible range (COUNT_BOUNDS) is refused here, before any arithmetic divides by it."""
         if value is None or key in self.values:
             return
+        if key in COUNT_BOUNDS and isinstance(value, int) and not isinstance(value, bool):
+            low, high = COUNT_BOUNDS[key]
+            if not low <= value <= high:
+                raise InputError(f"{where}: {key} = {shown(value)} is out of range (from {low} to {high:,})")
         self.values[key] = value
         self.sources[key] = where
 

@@ -112,7 +112,7 @@ def _control(head: str, statement: list, branches: list[list[bool]], expander: E
 def _test(tokens: list, expander: Expander, script: Script) -> bool:
     words: list[str] = []
     for token in tokens:  # `||` and `&&` stay as words; an empty "$X" stays as an empty word
-        words += ([w.text for w in expander.words(token)] or [""]) if isinstance(token, RawWord) else [token]
+        words += ([w.text for w in expander.words(token)] or [""]) if isinstance(token, RawWord) else [str(token)]
     words = [w for w in words if w not in ("[[", "]]", "[", "]")]
     try:
         return _or(words)
