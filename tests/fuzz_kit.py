@@ -313,6 +313,10 @@ def _set(document: Any, path: tuple, value: Any) -> Any:
     return document
 
 
+MAX_REPEAT_BYTES = 1_000_000
+"""Most bytes one 'item repeated' mutation adds to a document."""
+
+
 def mutate_structure(document: Any, rng: random.Random) -> Any:
     """One structure-aware change to a parsed JSON/YAML document: a value replaced by an edge value, a key
     dropped or added, an item repeated, a branch nested deeper."""
@@ -327,7 +331,10 @@ def mutate_structure(document: Any, rng: random.Random) -> Any:
     if choice < 0.7 and path and isinstance(parent, dict):
         parent.pop(path[-1], None)
     elif choice < 0.8 and path and isinstance(parent, list):
-        parent.extend([parent[path[-1]]] * rng.choice((2, 100, 5000)))
+        # At most ~1 MB more per mutation: a repeated item that holds earlier repeats would otherwise grow the
+        # input geometrically (5,000^k items; the generator, not the parser, ran out of 24 GB).
+        item_bytes = len(json.dumps(parent[path[-1]], default=str)) + 2
+        parent.extend([parent[path[-1]]] * min(rng.choice((2, 100, 5000)), max(1, MAX_REPEAT_BYTES // item_bytes)))
     elif choice < 0.9 and isinstance(parent, dict):
         parent[rng.choice(("extra", "name", "num_nodes", "gpu", "plans", "rank"))] = rng.choice(EDGE_VALUES)
     else:

@@ -354,3 +354,14 @@ def test_the_installed_command_reads_a_job_file_from_a_neutral_folder(tmp_path):
     plan = json.loads(result.stdout)["plans"][0]
     assert (plan["config"]["tp"], plan["config"]["dp"], plan["job"]["fp8_recipe"]) == (2, 8, "delayed")
     assert "read from" in result.stderr  # the provenance table goes to stderr with --json -
+
+
+def test_an_empty_substitution_is_kept_as_written(tmp_path):
+    """bash calls ${} a bad substitution; the reader keeps it as text instead of failing (a fuzz finding)."""
+    from paraplan.planner.job_files.detect import read_job_file
+
+    script = tmp_path / "train.sh"
+    script.write_text('#!/bin/bash\nNOTE="${}"\ntorchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size 2 '
+                      "--seq-length 4096 --global-batch-size 64 --micro-batch-size 1\n")
+    job = read_job_file(script)
+    assert job.layout["tp"] == 2 and job.seq_len == 4096 and job.num_gpus == 8

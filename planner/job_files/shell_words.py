@@ -173,8 +173,12 @@ class Expander:
                 continue
             match = _PARAM.match(text, i)
             if match:
-                value = self.param(match.group("braced") or match.group("plain"), match.group(0)) \
-                    if match.group("braced") is not None else self._plain(match.group("plain"), match.group(0))
+                braced = match.group("braced")
+                if braced == "":  # bash calls ${} a bad substitution; kept as written, it names no setting
+                    value = match.group(0)
+                else:
+                    value = self.param(braced, match.group(0)) if braced is not None \
+                        else self._plain(match.group("plain"), match.group(0))
                 out.append(" ".join(w.text for w in value) if isinstance(value, list) else value)
                 i = match.end()
                 continue
