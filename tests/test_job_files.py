@@ -364,4 +364,4 @@ def test_an_empty_substitution_is_kept_as_written(tmp_path):
     script.write_text('#!/bin/bash\nNOTE="${}"\ntorchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size 2 '
                       "--seq-length 4096 --global-batch-size 64 --micro-batch-size 1\n")
     job = read_job_file(script)
-    assert job.layout["tp"] == 2 and job.seq_len == 4096 and job.num_gpus == 8
+    assert job.layout["tp"] == 2 and job.seq_len == 4096 and job.global_batch == 64
