@@ -115,9 +115,8 @@ def _unknown_name(kind: str, name: str, known: list[str], user_file: str | None 
     if close:
         return InputError(f"unknown {kind} {shown(name, 40)}; did you mean {' or '.join(close)}? (see 'paraplan "
                           f"hardware list'){more}")
-    where = "built-in and in the hardware file" if user_file else "built-in"
-    return InputError(f"unknown {kind} {shown(name, 40)} (known, {where}: {listed(known, 80)}; see 'paraplan "
-                      f"hardware list'){more}")
+    # Kept short (about 190 characters): callers prefix the file and the key, and the line stays under 300.
+    return InputError(f"unknown {kind} {shown(name, 40)} ({listed(known, 50)}: 'paraplan hardware list'){more}")
 
 
 def _efficiency(entry: dict[str, Any], where: str) -> EfficiencySpec:

@@ -7,13 +7,39 @@ for a report and exits with INTERNAL_ERROR_EXIT_CODE; any other exception reachi
 too and is reported the same way, after its traceback.
 """
 
+import re
+
 INTERNAL_ERROR_EXIT_CODE = 70
 """EX_SOFTWARE of BSD's sysexits.h: an internal software error, told apart from bad input (2)."""
 REPORT_REQUEST = "please report it to the paraplan maintainers with the command you ran and the files it read"
 
 
+MAX_MESSAGE_CHARS = 300
+"""Longest InputError line: one terminal line and a half, room for the file, the key, the problem and the fix."""
+_LONG_PATH = re.compile(r"(?:/[^/\s:'\"]+){4,}")  # an absolute path of four or more parts
+
+
+def _shorter_paths(message: str) -> str:
+    """``message`` with long absolute paths cut to ``.../parent/name``, first to last, until the line fits: it
+    still names the file the user gave, a deep temporary or home folder does not push the fix off the line, and
+    a path the fix itself names (often the last) keeps as much as the line allows."""
+    for match in list(_LONG_PATH.finditer(message)):
+        if len(message) <= MAX_MESSAGE_CHARS:
+            break
+        parts = match.group(0).rsplit("/", 2)
+        cut = f".../{parts[-2]}/{parts[-1]}"
+        start = message.find(match.group(0))
+        message = message[:start] + cut + message[start + len(match.group(0)):]
+    return message
+
+
 class InputError(ValueError):
-    """Bad input from the user: an unknown name, a malformed file, an impossible request."""
+    """Bad input from the user: an unknown name, a malformed file, an impossible request. A message longer than
+    MAX_MESSAGE_CHARS has its long paths shortened (the rest of the line is what says what to fix)."""
+
+    def __init__(self, message: object = "", *args: object) -> None:
+        text = str(message)
+        super().__init__(_shorter_paths(text) if len(text) > MAX_MESSAGE_CHARS else text, *args)
 
 
 class InternalError(Exception):

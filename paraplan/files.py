@@ -19,10 +19,7 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
-from paraplan.errors import InputError
-
-MAX_MESSAGE_CHARS = 300
-"""Longest InputError line: one terminal line and a half, room for the file, the key, the problem and the fix."""
+from paraplan.errors import MAX_MESSAGE_CHARS, InputError
 
 
 class _ShortRepr(reprlib.Repr):

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import settings
+
+# The suite's property tests draw the same examples on every run, so CI is red only for a change, never for a
+# rare input found by chance; exploring new inputs is bench/fuzz.py's job (--seed N), or run the suite with
+# HYPOTHESIS_PROFILE=explore to draw fresh ones.
+settings.register_profile("deterministic", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
 from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.cost_models.table import ConfigTable

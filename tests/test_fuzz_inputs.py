@@ -294,3 +294,12 @@ def test_hostile_files_through_the_cli_are_one_line_and_exit_2(tmp_path, file_na
     with time_limit(30):
         line = assert_bad_input(CliRunner().invoke(app, args), needle)
     assert len(line) <= len("error: ") + 300
+
+
+def test_a_deep_folder_never_pushes_the_fix_off_the_line():
+    deep = "/home/someone/projects/cluster-configs/2026/november/experiments/site-a/topology.yaml"
+    message = f"{deep}: node_groups[1].gpu: unknown GPU 'h1OO' " + "(a list of what is known) " * 8 + "; fix it"
+    assert len(message) > 300
+    shortened = str(InputError(message))
+    assert shortened.startswith(".../site-a/topology.yaml: node_groups[1].gpu: unknown GPU") and len(shortened) < 300
+    assert str(InputError(f"{deep}: short")) == f"{deep}: short"  # a line that fits keeps the whole path
