@@ -38,7 +38,9 @@ from paraplan.hardware_profiles import ClusterSpec
 from paraplan.hardware_profiles.catalog import load_cluster, quick_cluster
 
 SERVING_DATA_ENV = "PARAPLAN_SERVING_DATA"
-DEFAULT_SERVING_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "serving"
+DEFAULT_SERVING_DATA = Path("..") / "shared" / "data" / "serving"
+"""Relative to the working directory, as ../shared/calibration/ is for memory runs: the project's shared folder
+beside a checkout (an installed package has no checkout to be beside)."""
 MEASUREMENTS_FILE = "aiconfigurator_silicon_sample.csv"
 MEASURED_COLUMNS = ("silicon_data_source", "backend", "model_path", "system", "mode", "isl", "osl", "batch_size",
                     "attention_dp_size", "gemm_quant_mode", "moe_quant_mode", "decode_batch_size",

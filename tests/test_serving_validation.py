@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,8 +19,11 @@ from paraplan.planner.serving_reference import (
     validate_serving,
 )
 
+SHARED_SERVING = Path(__file__).resolve().parents[2] / "shared" / "data" / "serving"
+"""The shared folder beside this checkout (found from the tests, so a non-editable install finds it too)."""
+
 try:
-    FOLDER = serving_data_dir()
+    FOLDER = serving_data_dir(os.environ.get("PARAPLAN_SERVING_DATA", SHARED_SERVING))
 except Exception as exc:  # noqa: BLE001 - any reason the shared data is absent skips these tests
     FOLDER = None
     REASON = f"serving measurements not available: {exc}"
