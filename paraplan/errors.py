@@ -23,13 +23,11 @@ def _shorter_paths(message: str) -> str:
     """``message`` with long absolute paths cut to ``.../parent/name``, first to last, until the line fits: it
     still names the file the user gave, a deep temporary or home folder does not push the fix off the line, and
     a path the fix itself names (often the last) keeps as much as the line allows."""
-    for match in list(_LONG_PATH.finditer(message)):
+    for path in _LONG_PATH.findall(message):
         if len(message) <= MAX_MESSAGE_CHARS:
             break
-        parts = match.group(0).rsplit("/", 2)
-        cut = f".../{parts[-2]}/{parts[-1]}"
-        start = message.find(match.group(0))
-        message = message[:start] + cut + message[start + len(match.group(0)):]
+        parent, name = path.rsplit("/", 2)[-2:]
+        message = message.replace(path, f".../{parent}/{name}", 1)
     return message
 
 

@@ -103,6 +103,13 @@ def test_each_seed_is_accepted(name, folder):
     _accepted_is_sane(name, result)
 
 
+def _input_path(parser: Parser, folder: Path) -> Path:
+    """Where ``parser`` reads its input inside the work folder (its own subfolder, created)."""
+    path = folder / parser.name / parser.file_name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 # -- random input ------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", OURS)
 @FAST
@@ -111,8 +118,7 @@ def test_random_bytes_are_refused_in_one_line(name, folder, data):
     parser = PARSERS[name]
     if parser.fmt == "sqlite":
         data = b"SQLite format 3\x00" + data  # look like a database, so SQLite reads the rest
-    path = folder / name / parser.file_name
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = _input_path(parser, folder)
     path.write_bytes(data)
     check(parser, path)
 
@@ -122,8 +128,7 @@ def test_random_bytes_are_refused_in_one_line(name, folder, data):
 @given(text=st.text(max_size=400))
 def test_random_text_is_refused_in_one_line(name, folder, text):
     parser = PARSERS[name]
-    path = folder / name / parser.file_name
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = _input_path(parser, folder)
     path.write_text(text, encoding="utf-8", errors="surrogatepass")
     check(parser, path)
 

@@ -3,7 +3,13 @@ Gemma 2 plan never silently launches a Llama-shaped model."""
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
+import pytest
+
 from paraplan.cost_models.hf_config import model_from_config
+from paraplan.cost_models.model_families import FAMILIES
 from paraplan.exporters.megatron import unexpressed
 
 SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4,
@@ -37,16 +43,8 @@ def test_cohere_shared_norm_is_named():
 def test_post_norm_only_matches_transformers_decoder_layers():
     """Oracle: a family's decoder layer in transformers has post_feedforward_layernorm and no input or
     pre-feedforward norm exactly when paraplan's trait table says its norms follow attention and the MLP."""
-    import importlib.util
-
-    import pytest
-
-    from paraplan.cost_models.model_families import FAMILIES
-
     if importlib.util.find_spec("transformers") is None:
         pytest.skip("transformers is not installed (pip install '.[oracle]')")
-    from pathlib import Path
-
     import transformers
 
     models = Path(transformers.__file__).parent / "models"
