@@ -39,12 +39,14 @@ from paraplan.limits import MAX_GPUS, MAX_GPUS_PER_NODE
 _GPU_KEYS = ("display_name", "vendor", "architecture", "dense_tflops", "hbm_gib", "hbm_tb_per_s",
              "nvlink_gb_per_s", "nic_gb_per_s", "host_link_gb_per_s", "host_memory_gib", "sources")
 _GPU_SOURCES = ("dense_tflops", "hbm", "nvlink", "nic", "host")
+_GPU_OPTIONAL = {"price_usd_per_gpu_hour": "price", "board_power_w": "power"}
+"""Optional GPU keys and the ``sources`` key each one then needs."""
 # Plausibility ceilings, about 10x above the largest part in gpus.yaml (GB300: 15,000 dense fp4 TFLOP/s,
-# 279 GiB, 8 TB/s, 900 GB/s NVLink, 100 GB/s NIC): a value beyond them is a unit slip (MB/s for GB/s,
-# sparse for dense, a node's total for a GPU's), not a GPU.
+# 279 GiB, 8 TB/s, 900 GB/s NVLink, 100 GB/s NIC; GB200: 1,200 W board power): a value beyond them is a unit
+# slip (MB/s for GB/s, sparse for dense, a node's total for a GPU's, kW for W), not a GPU.
 _GPU_CEILINGS = {"dense_tflops": 200_000.0, "hbm_gib": 4096.0, "hbm_tb_per_s": 100.0, "nvlink_gb_per_s": 20_000.0,
                  "nic_gb_per_s": 2000.0, "host_link_gb_per_s": 10_000.0, "host_memory_gib": 65_536.0,
-                 "price_usd_per_gpu_hour": 1000.0}
+                 "price_usd_per_gpu_hour": 1000.0, "board_power_w": 15_000.0}
 _CLUSTER_KEYS = ("gpu", "gpus_per_node", "nvlink_domain_gpus", "nic_gb_per_s_per_gpu",
                  "inter_node_latency_us", "intra_domain_latency_us")
 _CLUSTER_OPTIONAL = ("display_name", "oversubscription", "host_memory_gib_per_gpu", "sources")
@@ -184,11 +186,12 @@ def gpu_from_entry(name: str, entry: dict[str, Any], where: str, *, efficiency: 
                    efficiency_from: str, origin: str = BUILTIN, extra_keys: tuple[str, ...] = ()) -> GPUSpec:
     """A GPUSpec from one gpus.yaml-style entry (keys with units), converted to SI; InputError naming
     ``where`` and the key for anything missing, unknown, of the wrong type or out of range."""
-    check_keys(entry, where, _GPU_KEYS, ("price_usd_per_gpu_hour", *extra_keys))
+    check_keys(entry, where, _GPU_KEYS, (*_GPU_OPTIONAL, *extra_keys))
     peaks = check_keys(entry["dense_tflops"], f"{where}.dense_tflops", ("bf16", "fp16"), ("fp8", "fp4", "tf32"))
-    need_sources = _GPU_SOURCES + (("price",) if "price_usd_per_gpu_hour" in entry else ())
-    sources = check_keys(entry["sources"], f"{where}.sources", need_sources, ("price",))
-    price = entry.get("price_usd_per_gpu_hour")
+    # An optional number needs its source: a price with its date, a board power with its datasheet.
+    need_sources = _GPU_SOURCES + tuple(source for key, source in _GPU_OPTIONAL.items() if key in entry)
+    sources = check_keys(entry["sources"], f"{where}.sources", need_sources, tuple(_GPU_OPTIONAL.values()))
+    price, power = entry.get("price_usd_per_gpu_hour"), entry.get("board_power_w")
 
     def number(key: str, scale: float) -> float:
         return positive_number(entry[key], f"{where}.{key}", _GPU_CEILINGS[key]) * scale
@@ -209,6 +212,7 @@ def gpu_from_entry(name: str, entry: dict[str, Any], where: str, *, efficiency: 
         host_link_bytes_per_s=number("host_link_gb_per_s", units.BYTES_PER_GB),
         host_memory_bytes=number("host_memory_gib", units.BYTES_PER_GIB),
         price_usd_per_gpu_hour=None if price is None else number("price_usd_per_gpu_hour", 1.0),
+        board_power_w=None if power is None else number("board_power_w", 1.0),
         efficiency=efficiency,
         efficiency_from=efficiency_from,
         sources={str(k): text(v, f"{where}.sources.{k}") for k, v in sources.items()},

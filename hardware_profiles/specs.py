@@ -78,7 +78,11 @@ class GPUSpec:
     host_memory_bytes: float
     """Host (CPU) memory per GPU on the vendor's reference system, bytes."""
     price_usd_per_gpu_hour: float | None
-    """Public on-demand price per GPU-hour, if known."""
+    """A public list price per GPU-hour in US dollars with its date in ``sources["price"]``; None where
+    the catalog has no sourced figure (run costs are then null unless the user gives a price)."""
+    board_power_w: float | None = None
+    """Board power (max thermal design power) in watts from the vendor datasheet (``sources["power"]``);
+    None where none is sourced (run energy is then null)."""
     efficiency: EfficiencySpec
     """Achieved fractions of the datasheet (see :class:`EfficiencySpec`)."""
     sources: dict[str, str] = field(default_factory=dict)
@@ -97,6 +101,10 @@ class GPUSpec:
                       "host_memory_bytes"):
             if getattr(self, label) <= 0:
                 raise ValueError(f"{self.name}: {label} must be positive")
+        for label in ("price_usd_per_gpu_hour", "board_power_w"):
+            value = getattr(self, label)
+            if value is not None and not value > 0:
+                raise ValueError(f"{self.name}: {label} must be positive or None, got {value!r}")
 
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``; ValueError if this GPU has no such tensor-core mode."""

@@ -86,8 +86,9 @@ def estimate_at(est: EstimateTable, row: int) -> dict[str, Any]:
     }
 
 
-def plan_to_json(plan: Plan, cost_model: str) -> dict[str, Any]:
-    """The plan as a JSON-ready dict, validated against the shipped schema."""
+def plan_to_json(plan: Plan, cost_model: str, run: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The plan as a JSON-ready dict, validated against the shipped schema; ``run`` (planner.run_cost.run_document)
+    adds the whole run's time, cost and goodput when a budget was given."""
     job, cluster = plan.job, plan.cluster
     document = {
         "schema_version": SCHEMA_VERSION,
@@ -114,6 +115,7 @@ def plan_to_json(plan: Plan, cost_model: str) -> dict[str, Any]:
                        # A user GPU's numbers live in the user's file, its efficiency is borrowed: say both.
                        "hardware": {"gpu": cluster.gpu.name, "origin": cluster.gpu.origin,
                                     "efficiency_from": cluster.gpu.efficiency_from}},
+        **({"run": run} if run is not None else {}),
     }
     validate_own(document, plan_schema())
     return document
