@@ -16,7 +16,17 @@ from typing import Annotated, Any, get_args
 import typer
 
 import paraplan
-from paraplan.cli import calibrate_cmd, catalog_json, export_cmd, place_cmd, profile_cmd, render
+from paraplan.cli import (
+    calibrate_cmd,
+    catalog_json,
+    export_cmd,
+    place_cmd,
+    profile_cmd,
+    render,
+    render_run,
+    run_flags,
+    sweep_cmd,
+)
 from paraplan.cost_models.context_parallel import CP_COMM_CODES
 from paraplan.cost_models.device_memory import usable_capacity_bytes
 from paraplan.cost_models.hf_config import load_model, preset_names
@@ -307,6 +317,10 @@ def plan(
     tp_comm_overlap: _axis_opt(_TP_OVERLAP_HELP + " on, off or both.") = None,
     cost_model: profile_cmd.CostModelOpt = "auto", store: profile_cmd.StoreOpt = None,
     stack_profile: calibrate_cmd.StackProfileOpt = None, from_file: FromOpt = None, config: ConfigOpt = None,
+    tokens: run_flags.TokensOpt = None, steps: run_flags.StepsOpt = None, price_per_gpu_hour: run_flags.PriceOpt = None,
+    failure_rate_per_gpu_hour: run_flags.FailureRateOpt = None, checkpoint_write_gbps: run_flags.WriteOpt = None,
+    checkpoint_load_gbps: run_flags.LoadOpt = None, checkpoint: run_flags.ModeOpt = None,
+    restart_s: run_flags.RestartOpt = None,
 ) -> None:
     """Search every parallel layout and show the fastest plans that fit."""
     from paraplan.cli import from_file as job_file  # --from / --config: the job a user's file states
@@ -316,6 +330,9 @@ def plan(
     job_file.require(model=model, seq_len=seq_len, global_batch=global_batch)
     catalog = resolve_catalog(hardware)
     spec = make_cluster(cluster, nodes, gpu, gpus, gpus_per_node, catalog)
+    run_options = run_flags.run_options(tokens, steps, price_per_gpu_hour, failure_rate_per_gpu_hour,
+                                        checkpoint_write_gbps, checkpoint_load_gbps, checkpoint, restart_s)
+    spec = run_flags.with_price(spec, price_per_gpu_hour)
     job = make_job(model, seq_len, global_batch, precision, engine, flops_convention, headroom, attention,
                    expert_imbalance, routing, capacity_factor, dispatcher, compile_model, async_tp, fp8_recipe)
     fixed = constraints(tp=tp, pp=pp, dp=dp, cp=cp, cp_comm=cp_comm, ep=ep, etp=etp, vpp=vpp, mbs=mbs, zero=zero,
@@ -340,9 +357,12 @@ def plan(
              f"best {len(plans)} by {objective}")
     render.plan_table(console, plans, capacity, title)
     render.why_best(console, plans, capacity, result.estimates.cost_model, objective)
+    runs, run_blocks = run_flags.plan_runs(plans, run_options)
+    if runs[0] is not None:
+        render_run.run_breakdown(console, runs[0])
     render.search_summary(console, result.rejected, result.considered, len(result.table), len(result.ranked))
     render.hardware_origin(console, spec.gpu)
-    documents = [plan_to_json(p, result.estimates.cost_model) for p in plans]
+    documents = [plan_to_json(p, result.estimates.cost_model, run) for p, run in zip(plans, run_blocks)]
     from_job = job_file.compare(ctx, job, spec, rates, plans[0], result.estimates.cost_model)
     if place or (cluster is not None and is_topology_file(Path(cluster))):
         topology = place_cmd.placement_topology(cluster, spec, catalog)
@@ -359,6 +379,7 @@ def plan(
 
 
 app.command("export")(user_errors(export_cmd.export))
+app.command("sweep")(user_errors(sweep_cmd.sweep))
 app.command("experts")(user_errors(place_cmd.experts))
 app.command("place")(user_errors(place_cmd.place))
 
@@ -386,6 +407,10 @@ def evaluate(
     json_path: JsonOpt = None, force: ForceOpt = False, cost_model: profile_cmd.CostModelOpt = "auto",
     store: profile_cmd.StoreOpt = None, stack_profile: calibrate_cmd.StackProfileOpt = None,
     from_file: FromOpt = None, config: ConfigOpt = None,
+    tokens: run_flags.TokensOpt = None, steps: run_flags.StepsOpt = None, price_per_gpu_hour: run_flags.PriceOpt = None,
+    failure_rate_per_gpu_hour: run_flags.FailureRateOpt = None, checkpoint_write_gbps: run_flags.WriteOpt = None,
+    checkpoint_load_gbps: run_flags.LoadOpt = None, checkpoint: run_flags.ModeOpt = None,
+    restart_s: run_flags.RestartOpt = None,
 ) -> None:
     """Predict step time, throughput and memory of one parallel configuration."""
     from paraplan.cli import from_file as job_file  # --from / --config: the job a user's file states
@@ -394,6 +419,9 @@ def evaluate(
         return evaluate(**job_file.merged(ctx, evaluate, from_file, config, searching=False))
     job_file.require(model=model, seq_len=seq_len, global_batch=global_batch, tp=tp, pp=pp)
     spec = make_cluster(cluster, nodes, gpu, gpus, gpus_per_node, resolve_catalog(hardware))
+    run_options = run_flags.run_options(tokens, steps, price_per_gpu_hour, failure_rate_per_gpu_hour,
+                                        checkpoint_write_gbps, checkpoint_load_gbps, checkpoint, restart_s)
+    spec = run_flags.with_price(spec, price_per_gpu_hour)
     job = make_job(model, seq_len, global_batch, precision, engine, flops_convention, headroom, attention,
                    expert_imbalance, routing, capacity_factor, dispatcher, compile_model, async_tp, fp8_recipe)
     fixed = constraints(tp=tp, pp=pp, dp=dp, cp=cp, cp_comm=cp_comm, ep=ep, etp=etp, vpp=vpp, mbs=mbs, zero=zero,
@@ -428,7 +456,12 @@ def evaluate(
     console = render.make_console()
     render.evaluation(console, one, capacity_bytes(job, spec), result.estimates.cost_model)
     render.hardware_origin(console, spec.gpu)
-    write_plans(json_path, [one], result.estimates.cost_model, force)
+    runs, run_blocks = run_flags.plan_runs([one], run_options)
+    if runs[0] is not None:
+        render_run.run_breakdown(console, runs[0])
+    if json_path is not None:
+        render.write_json(json_path, {"schema_version": SCHEMA_VERSION, "plans": [
+            plan_to_json(one, result.estimates.cost_model, run_blocks[0])]}, force)
 
 
 app.command("ingest")(user_errors(profile_cmd.ingest))

@@ -436,6 +436,8 @@ def gpu_detail(console: Console, g: GPUSpec) -> None:
                   f"{g.host_memory_bytes / BYTES_PER_GIB:g} GiB per GPU", escape(g.sources.get("host", "")))
     if g.price_usd_per_gpu_hour is not None:
         table.add_row("price USD/GPU-hour", f"{g.price_usd_per_gpu_hour:g}", escape(g.sources.get("price", "")))
+    if g.board_power_w is not None:
+        table.add_row("board power W", f"{g.board_power_w:g}", escape(g.sources.get("power", "")))
     eff = g.efficiency
     fractions = "\n".join([f"GEMM {d} {f:g}" for d, f in eff.gemm_peak_frac.items()] + [
         f"GEMM {d} {f:g} ({stack} stack)" for stack, table in eff.stack_gemm_peak_frac.items()
