@@ -24,6 +24,7 @@ from paraplan.cli import (
     profile_cmd,
     render,
     render_run,
+    report_cmd,
     run_flags,
     sweep_cmd,
 )
@@ -379,6 +380,7 @@ def plan(
 
 
 app.command("export")(user_errors(export_cmd.export))
+app.command("report")(user_errors(report_cmd.report))
 app.command("sweep")(user_errors(sweep_cmd.sweep))
 app.command("experts")(user_errors(place_cmd.experts))
 app.command("place")(user_errors(place_cmd.place))
