@@ -18,7 +18,7 @@ from paraplan.cost_models.learned.step_calibration import apply_step_factor
 from paraplan.cost_models.table import ConfigTable, distinct_index
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
-from paraplan.hardware_profiles.units import BYTES_PER_GIB, SECONDS_PER_HOUR
+from paraplan.hardware_profiles.units import BYTES_PER_GIB
 from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.space import SearchSpace, enumerate_space
@@ -56,12 +56,13 @@ def _objective_key(objective: str, job: TrainingJob, cluster: ClusterSpec, est: 
         return est.step_time_s
     if objective == "memory":
         return est.memory.peak_bytes
-    price = cluster.gpu.price_usd_per_gpu_hour
-    if price is None:
+    if cluster.gpu.price_usd_per_gpu_hour is None:
         raise InputError(f"--objective cost needs a price for {cluster.gpu.name}; the catalog has none "
-                         "(use --objective throughput or memory)")
-    usd_per_s = price * cluster.num_gpus / SECONDS_PER_HOUR
-    return usd_per_s / est.tokens_per_s  # dollars per token
+                         "(give --price-per-gpu-hour, or use --objective throughput or memory)")
+    # Dollars for a fixed budget on one cluster = price x GPUs x steps x step time: the step time times a constant,
+    # so rows rank exactly as by step time (planner/run_cost.py prices the run; a cheaper, slower GPU type can win
+    # only between clusters, as in planner/sweep.py's best_per_size).
+    return est.step_time_s
 
 
 def _fastest_cp_comm(job: TrainingJob, cluster: ClusterSpec, space: SearchSpace, rates: ComputeRates | None,
