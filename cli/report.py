@@ -167,4 +167,4 @@ def write_text_file(path: Path, content: str | bytes, force: bool) -> None:
 def write_report(plan_documents: list[dict], out_dir: Path, force: bool, sweep: dict | None = None) -> Path:
     """Write ``out_dir/report.html`` (the folder is created if missing, nothing else in it is touched)."""
     ranked = sorted(plan_documents, key=lambda d: d["rank"])
-    return write_files(out_dir, [OutputFile(REPORT_NAME, report_html(ranked, sweep))], force)[0]
+    return write_files(out_dir, [OutputFile(name=REPORT_NAME, text=report_html(ranked, sweep))], force)[0]
