@@ -1,0 +1,165 @@
+"""A serving deployment's pools, read from the serving-plan document, and where their processes run.
+
+paraplan's sharding fields are engine-neutral: ``tp`` is the attention tensor-parallel degree,
+``dp_attention`` the attention data-parallel ranks of one worker, ``moe_tp`` x ``moe_ep`` the split of
+the MoE layers over the worker's tp*dp_attention GPUs, ``workers`` the pool's replicas. Workers are
+packed onto nodes pool by pool (prefill pools first, as the plan lists them); a worker larger than a
+node takes whole nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from paraplan.errors import InputError
+from paraplan.hardware_profiles.catalog import builtin_catalog
+
+DEFAULT_NODE_GPUS = 8  # HGX/DGX H100, H200, B200 boards carry 8 GPUs (clusters.yaml dgx-*)
+ROLES = ("aggregated", "prefill", "decode")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServingPool:
+    """One pool of identical engine workers."""
+
+    role: str
+    """aggregated, prefill or decode."""
+    gpu: str
+    """GPU catalog name, e.g. h200-sxm."""
+    num_workers: int
+    """Independent engine instances (replicas) of this pool."""
+    gpus_per_worker: int
+    """GPUs of one worker: tp * dp_attention * pp."""
+    tp: int
+    """Attention tensor-parallel degree."""
+    pp: int
+    """Pipeline-parallel degree."""
+    dp_attention: int
+    """Attention data-parallel ranks per worker."""
+    moe_ep: int
+    """Expert-parallel degree of the MoE layers."""
+    moe_tp: int
+    """Tensor-parallel degree of each expert (moe_tp * moe_ep = tp * dp_attention)."""
+    max_batch: int
+    """Running sequences of one worker (all its attention-DP ranks together)."""
+    max_batched_tokens: int
+    """Tokens of one worker's forward step (all its attention-DP ranks together)."""
+    memory_frac: float
+    """The engine's own memory knob (vLLM gpu_memory_utilization, SGLang mem_fraction_static, TRT-LLM
+    free_gpu_memory_fraction)."""
+    max_model_len: int
+    """Longest request, prompt plus output, in tokens."""
+    num_node_gpus: int
+    """GPUs per node of this GPU type."""
+
+    @property
+    def tp_group(self) -> int:
+        """GPUs of one pipeline stage: tp * dp_attention (SGLang --tp-size, TRT-LLM tensor_parallel_size)."""
+        return self.tp * self.dp_attention
+
+    @property
+    def nodes_per_worker(self) -> int:
+        """Nodes one worker spans (1 when it fits a node)."""
+        return max(1, self.gpus_per_worker // self.num_node_gpus)
+
+    @property
+    def workers_per_node(self) -> int:
+        """Workers sharing one node (1 when a worker spans nodes)."""
+        return max(1, self.num_node_gpus // self.gpus_per_worker)
+
+    @property
+    def num_nodes(self) -> int:
+        """Nodes the pool takes."""
+        if self.nodes_per_worker > 1:
+            return self.num_workers * self.nodes_per_worker
+        return -(-self.num_workers // self.workers_per_node)
+
+
+def node_gpus(gpu: str) -> int:
+    """GPUs per node of ``gpu``: the smallest node among the built-in clusters of that GPU, else 8."""
+    sizes = [int(c["gpus_per_node"]) for c in builtin_catalog().clusters.values() if c.get("gpu") == gpu]
+    return min(sizes) if sizes else DEFAULT_NODE_GPUS
+
+
+def _int(entry: dict[str, Any], key: str, where: str) -> int:
+    value = entry.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"{where}.{key} must be a positive integer, got {value!r}")
+    return value
+
+
+def read_pool(entry: dict[str, Any], where: str) -> ServingPool:
+    """A pool entry of the plan document, with its shape checked (InputError naming the field)."""
+    if entry.get("role") not in ROLES:
+        raise InputError(f"{where}.role must be one of {', '.join(ROLES)}, got {entry.get('role')!r}")
+    ints = {key: _int(entry, key, where) for key in ("workers", "gpus_per_worker", "tp", "pp", "dp_attention",
+                                                      "moe_ep", "moe_tp", "max_batch", "max_batched_tokens",
+                                                      "max_model_len")}
+    frac = entry.get("memory_frac")
+    if isinstance(frac, bool) or not isinstance(frac, int | float) or not 0 < frac <= 1:
+        raise InputError(f"{where}.memory_frac must be a fraction in (0, 1], got {frac!r}")
+    gpu = str(entry.get("gpu", ""))
+    pool = ServingPool(role=entry["role"], gpu=gpu, num_workers=ints["workers"],
+                       gpus_per_worker=ints["gpus_per_worker"], tp=ints["tp"], pp=ints["pp"],
+                       dp_attention=ints["dp_attention"], moe_ep=ints["moe_ep"], moe_tp=ints["moe_tp"],
+                       max_batch=ints["max_batch"], max_batched_tokens=ints["max_batched_tokens"],
+                       memory_frac=float(frac), max_model_len=ints["max_model_len"],
+                       num_node_gpus=int(entry.get("gpus_per_node") or node_gpus(gpu)))
+    _check_shape(pool, where)
+    return pool
+
+
+def _check_shape(pool: ServingPool, where: str) -> None:
+    if pool.tp_group * pool.pp != pool.gpus_per_worker:
+        raise InputError(f"{where}: gpus_per_worker {pool.gpus_per_worker} must equal tp*dp_attention*pp = "
+                         f"{pool.tp}*{pool.dp_attention}*{pool.pp}")
+    if pool.moe_tp * pool.moe_ep != pool.tp_group:
+        raise InputError(f"{where}: moe_tp*moe_ep = {pool.moe_tp}*{pool.moe_ep} must equal tp*dp_attention = "
+                         f"{pool.tp_group}")
+    fits = pool.num_node_gpus % pool.gpus_per_worker == 0 or pool.gpus_per_worker % pool.num_node_gpus == 0
+    if not fits:
+        raise InputError(f"{where}: a {pool.gpus_per_worker}-GPU worker neither divides nor fills whole "
+                         f"{pool.num_node_gpus}-GPU nodes; choose gpus_per_worker dividing or a multiple of "
+                         f"{pool.num_node_gpus}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Process:
+    """One engine command: a worker, or a worker's share of one node when it spans several."""
+
+    pool_index: int
+    """Index of its pool in the deployment."""
+    worker: int
+    """Worker index within the pool."""
+    node: int
+    """Node it runs on (0-based, across the deployment)."""
+    node_in_worker: int
+    """Its node's rank within the worker (0 on the worker's first node)."""
+    first_node: int
+    """The worker's first node: its head (API server, rendezvous)."""
+    gpus: tuple[int, ...]
+    """Local GPU indices it uses on its node."""
+    slot: int
+    """Its index among the processes of its node: offsets its ports."""
+
+
+def place(pools: list[ServingPool]) -> list[Process]:
+    """Every process of the deployment, pools in order, workers packed onto nodes."""
+    processes: list[Process] = []
+    base = 0
+    for index, pool in enumerate(pools):
+        for worker in range(pool.num_workers):
+            if pool.nodes_per_worker > 1:
+                first = base + worker * pool.nodes_per_worker
+                for rank in range(pool.nodes_per_worker):
+                    processes.append(Process(pool_index=index, worker=worker, node=first + rank,
+                                             node_in_worker=rank, first_node=first,
+                                             gpus=tuple(range(pool.num_node_gpus)), slot=0))
+            else:
+                node, slot = base + worker // pool.workers_per_node, worker % pool.workers_per_node
+                gpus = tuple(range(slot * pool.gpus_per_worker, (slot + 1) * pool.gpus_per_worker))
+                processes.append(Process(pool_index=index, worker=worker, node=node, node_in_worker=0,
+                                         first_node=node, gpus=gpus, slot=slot))
+        base += pool.num_nodes
+    return processes
