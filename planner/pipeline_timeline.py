@@ -7,9 +7,11 @@ of the micro-batch, one p2p hop later when that chunk ran on another rank).
 
 Orders: 1F1B and Megatron's interleaved 1F1B run a fixed order per rank (Narayanan et al. 2021, section 2.2:
 ``pp − r − 1`` warm-up forwards on rank r, ``(pp − r − 1)·2 + (vpp − 1)·pp`` chunk forwards with vpp chunks, then
-one forward and one backward in turn). DualPipe and DualPipeV are laid out greedily (a ready backward first, else
-the forward furthest along) with at most the activations schedules.in_flight_microbatches allows on the first rank;
-their drawn bubble approximates the closed form of schedules.py, which prices the plan.
+one forward and one backward in turn). DualPipeV runs the steps of deepseek-ai/DualPipe's dualpipev.py with each
+weight-gradient chunk inside its backward, as schedules.py prices a paired F&B (one after the other); DualPipe is
+laid out greedily (a ready backward first, else the forward furthest along, at most pp + 1 micro-batches started
+and not finished per rank). Without the weight-gradient split their drawn bubble lies above schedules.py's closed
+form, which prices the plan; the figure states both.
 """
 
 from __future__ import annotations
