@@ -25,8 +25,8 @@ SweepOpt = Annotated[Path | None, typer.Option("--sweep", help="A sweep file fro
 OutOpt = Annotated[Path | None, typer.Option("--out", "-o", help="The HTML file to write.", rich_help_panel=_REPORT)]
 PlotOpt = Annotated[str | None, typer.Option("--plot", help=f"One figure to write alone: {', '.join(FIGURES)}.",
                                              rich_help_panel=_REPORT)]
-PlotOutOpt = Annotated[Path | None, typer.Option("--plot-out", help="The figure's file: .svg, or .png (needs "
-                                                 "'pip install paraplan[plot]').", rich_help_panel=_REPORT)]
+PlotOutOpt = Annotated[Path | None, typer.Option("--plot-out", help="The figure's file: .svg, or .png (needs matplotlib, "
+                                                 "the plot extra).", rich_help_panel=_REPORT)]
 
 
 def read_plans(path: Path) -> list[dict[str, Any]]:
