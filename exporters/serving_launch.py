@@ -200,7 +200,7 @@ def _deployment(dep: Deployment, pool: ServingPool, app: str, argv: list[str], e
         "ports": [{"name": "http", "containerPort": K8S_PORT}],
         "resources": {"limits": {"nvidia.com/gpu": pool.gpus_per_worker}},
         # every engine serves GET /health (vLLM serve/instrumentator/health.py, SGLang http_server.py,
-        # TRT-LLM serve/openai_server.py); loading a large checkpoint takes minutes, hence the long threshold
+        # TRT-LLM tensorrt_llm/serve/openai_server.py); loading a large checkpoint takes minutes, hence the long threshold
         "readinessProbe": {"httpGet": {"path": "/health", "port": K8S_PORT}, "periodSeconds": 10,
                            "failureThreshold": 360},
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
