@@ -332,3 +332,23 @@ def test_plot_png_with_matplotlib_or_a_one_line_hint_without(plan_file, tmp_path
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
     assert (width, height) == (900, 420)  # the SVG's own pixel size
+
+
+def test_sweep_then_report_draws_the_scaling_curve(plan_file, tmp_path):
+    sweep = tmp_path / "sweep.json"
+    made = runner.invoke(app, ["sweep", "llama-3.1-8b", "--seq-len", "4096", "--global-batch", "64", "--gpus",
+                               "8,16", "--gpu", "h100-sxm", "--tokens", "1e9", "--price-per-gpu-hour", "2",
+                               "--json", str(sweep)])
+    assert made.exit_code == 0, made.output
+    out = tmp_path / "scaling.svg"
+    result = runner.invoke(app, ["report", str(plan_file), "--sweep", str(sweep), "--plot", "scaling",
+                                 "--plot-out", str(out)])
+    assert result.exit_code == 0, result.output
+    points = json.loads(sweep.read_text())["points"]
+    root = ElementTree.fromstring(out.read_text().split("\n", 1)[1])
+    panels = {g.get("data-quantity"): [c.attrib for c in g.iter("{http://www.w3.org/2000/svg}circle")]
+              for g in root.iter("{http://www.w3.org/2000/svg}g") if g.get("class") == "panel"}
+    assert [float(c["data-value"]) for c in panels["tokens/s"]] == pytest.approx(
+        [p["plan"]["estimate"]["tokens_per_s"] for p in sorted(points, key=lambda p: p["num_gpus"])], rel=1e-5)
+    assert [float(c["data-value"]) for c in panels["USD"]] == pytest.approx(
+        [p["plan"]["run"]["usd"] for p in sorted(points, key=lambda p: p["num_gpus"])], rel=1e-5)
