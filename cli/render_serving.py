@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import typer
 from rich.console import Console
 from rich.table import Table
+
+from paraplan.errors import InputError
 
 
 def _pct(value: float | None) -> str:
@@ -30,3 +35,107 @@ def serving_validation(console: Console, document: dict) -> None:
                   + f"; benchmark waves {c['benchmark_waves']}")
     for reason, count in document["uncovered"].items():
         console.print(f"not covered ({count} rows): {reason}")
+
+
+# -- paraplan serve ----------------------------------------------------------------------------------------------
+
+def _ms(seconds: float) -> str:
+    return "inf" if seconds == float("inf") else f"{1e3 * seconds:,.1f}"
+
+
+def _gib(n_bytes: float) -> str:
+    return f"{n_bytes / 2**30:,.1f}"
+
+
+def document(served, cluster, workload, choices, result) -> dict:
+    """The ``serve --json`` document of a search result."""
+    from paraplan.planner.serving_plan import serving_document
+
+    hardware = {"gpu": cluster.gpu.name, "num_gpus": cluster.num_gpus, "gpus_per_node": cluster.gpus_per_node,
+                "nvlink_domain_gpus": cluster.nvlink_domain_gpus, "cluster": cluster.name}
+    search = {"considered": result.considered, "feasible": result.feasible, "objective": choices.objective,
+              "engines": list(choices.engines), "modes": list(choices.modes)}
+    return serving_document(model=served.to_json(), hardware=hardware, workload=workload, plans=result.plans,
+                            pareto=result.pareto, search=search)
+
+
+def _pool_text(pool: dict) -> str:
+    axes = [f"tp{pool['tp']}"] + [f"dp{pool['dp_attention']}"] * (pool["dp_attention"] > 1) \
+        + [f"pp{pool['pp']}"] * (pool["pp"] > 1) + [f"ep{pool['moe_ep']}"] * (pool["moe_ep"] > 1)
+    role = "" if pool["role"] == "aggregated" else f"{pool['role']} "
+    limits = f"batch {pool['max_batch']}, chunk {pool['max_batched_tokens']}"  # worker totals
+    return f"{role}{pool['workers']}x {' '.join(axes)} ({limits})"
+
+
+def serving_plans(console: Console, doc: dict, problem) -> None:
+    """The ranked deployments, why the best wins, and the throughput/interactivity front."""
+    w = doc["workload"]
+    q = f"p{w['percentile']}"
+    load = f"concurrency {w['concurrency']}" if w["concurrency"] else f"{w['rate_per_s']:g} req/s ({w['arrival']})"
+    table = Table(title=f"{doc['model']['name']} on {doc['hardware']['num_gpus']} {doc['hardware']['gpu']}: "
+                        f"isl {w['isl']}, osl {w['osl']}, {load}; best {len(doc['plans'])} by "
+                        f"{doc['search']['objective']}")
+    for column in ("#", "engine", "mode", "deployment", "GPUs", "KV", f"TTFT {q}", f"TPOT {q}", "tok/s/GPU",
+                   "tok/s/user", "$/Mtok"):
+        table.add_column(column, justify="left" if column in ("engine", "mode", "deployment", "KV") else "right",
+                         no_wrap=column != "deployment", min_width=24 if column == "deployment" else None)
+    for plan in doc["plans"]:
+        e = plan["estimate"]
+        price = e["usd_per_million_output_tokens"]
+        table.add_row(str(plan["rank"]), plan["engine"], plan["mode"], " + ".join(_pool_text(p) for p in plan["pools"]),
+                      str(plan["num_gpus"]), plan["quantization"]["kv_cache_dtype"], _ms(e["ttft_s"][q]) + " ms",
+                      _ms(e["tpot_s"][q]) + " ms", f"{e['tokens_per_s_per_gpu']:,.0f}",
+                      f"{e['tokens_per_s_per_user']:,.1f}", "-" if price is None else f"{price:,.3f}")
+    console.print(table)
+    _why(console, doc, q)
+    console.print(f"searched {doc['search']['considered']:,} deployments, {doc['search']['feasible']:,} meet the "
+                  f"targets; Pareto front: {len(doc['pareto'])} points (tokens/s/GPU vs tokens/s/user, in --json)")
+    console.print(f"cost model: {doc['provenance']['cost_model']}")
+    console.print(f"queueing: {doc['provenance']['queueing']}")
+
+
+def _why(console: Console, doc: dict, q: str) -> None:
+    best = doc["plans"][0]
+    e = best["estimate"]
+    quant = best["quantization"]
+    experts = f", experts {quant['experts']}" if quant["experts"] != quant["weights"] else ""
+    lines = [(f"best: {best['engine']} {best['mode']}, weights {quant['weights']}{experts}, "
+             f"KV cache {quant['kv_cache_dtype']}; running batch {e['running_batch']:.1f} per rank, "
+             f"{e['requests_per_s']:.2f} req/s, {e['tokens_per_s']:,.0f} output tok/s"),
+             "TTFT ms  mean {mean} · p50 {p50} · p90 {p90} · p99 {p99}".format(
+                 **{k: _ms(v) for k, v in e["ttft_s"].items()}),
+             "TPOT ms  mean {mean} · p50 {p50} · p90 {p90} · p99 {p99}".format(
+                 **{k: _ms(v) for k, v in e["tpot_s"].items()}),
+             f"one prompt's prefill {_ms(e['prefill_s'])} ms"
+             + (f", KV transfer {_ms(e['kv_transfer_s'])} ms" if best["mode"] == "disagg" else "")]
+    for pool, mem in zip(best["pools"], e["memory"]):
+        lines.append(f"{pool['role']} GPU ({pool['gpu']}, memory knob {pool['memory_frac']:.2f}): weights "
+                     f"{_gib(mem['weights_bytes'])} GiB, activations {_gib(mem['activation_bytes'])}, fixed "
+                     f"{_gib(mem['fixed_bytes'])}, KV pool {_gib(mem['kv_pool_bytes'])} of "
+                     f"{_gib(mem['capacity_bytes'])} GiB: {mem['kv_capacity_tokens']:,.0f} tokens, "
+                     f"{mem['max_sequences']:,.0f} sequences per rank")
+    console.print("\n".join(lines))
+
+
+def check_export(fmt: str | None, out: Path | None, force: bool) -> None:
+    """Before the search: --export and -o come together and the format is one the serving exporter writes."""
+    if fmt is None:
+        if out is not None:
+            raise InputError("-o/--out goes with --export FORMAT (which launch files to write there)")
+        return
+    if out is None:
+        raise InputError("--export needs -o/--out DIR, the folder to write the launch files into")
+    from paraplan.exporters.serving import SERVING_FORMATS
+
+    if fmt not in SERVING_FORMATS:
+        raise InputError(f"--export {fmt[:40]!r}: choose {', '.join(SERVING_FORMATS)}")
+    if out.exists() and not out.is_dir():
+        raise InputError(f"-o {out} is not a folder")
+
+
+def export(document: dict, fmt: str, out: Path, force: bool) -> None:
+    """Write the best plan's launch files."""
+    from paraplan.exporters.serving import export_serving
+
+    for path in export_serving(document, 0, fmt, out, force):
+        typer.echo(f"wrote {path}")

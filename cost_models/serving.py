@@ -98,12 +98,13 @@ _QUANT_MODES = {  # gemm/moe quant mode -> (compute dtype, bytes per weight with
     "fp8": ("fp8", 1.0),  # per-tensor scale
     "fp8_block": ("fp8", 1.0 + 4.0 / (128 * 128)),  # one fp32 scale per 128x128 block
     "nvfp4": ("fp4", 0.5 + 1.0 / 16),  # one fp8 scale per 16 elements
+    "mxfp4": ("fp4", 0.5 + 1.0 / 32),  # OCP microscaling: one e8m0 (1-byte) scale per 32 elements (gpt-oss experts)
     "int4_wo": ("bf16", 0.5 + 2.0 / 32),  # weight-only int4, a bf16 scale per group of 32; bf16 GEMMs
 }
 
 
 def weight_precision(model: ModelSpec, gemm_mode: str, moe_mode: str, kv_dtype: str) -> WeightPrecision:
-    """Bytes and GEMM dtypes from an engine's quantization modes (bf16, fp8, fp8_block, nvfp4, int4_wo).
+    """Bytes and GEMM dtypes from an engine's quantization modes (bf16, fp8, fp8_block, nvfp4, mxfp4, int4_wo).
 
     A checkpoint that lists its attention among unquantized modules keeps it 16-bit; an MoE checkpoint
     quantized to nvfp4 keeps attention and dense layers in fp8 (NVIDIA's ModelOpt NVFP4 MoE recipes

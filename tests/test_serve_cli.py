@@ -1,0 +1,127 @@
+"""``paraplan serve`` end to end: the table, the JSON against its schema, every export format of a winning plan
+(aggregated and disaggregated), and bad input as one line with exit code 2."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+from conftest import assert_bad_input
+from typer.testing import CliRunner
+
+from paraplan.cli.app import app
+from paraplan.exporters.serving import SERVING_FORMATS
+from paraplan.planner.json_schema import schema_errors
+from paraplan.planner.serving_plan import _schema
+
+runner = CliRunner(env={"COLUMNS": "200"})
+LLAMA = ["serve", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "8", "--isl", "1024", "--osl", "512"]
+QWEN_MOE = ["serve", "qwen3-30b-a3b", "--gpu", "h200-sxm", "--gpus", "16", "--isl", "2048", "--osl", "256"]
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def _document(tmp_path: Path, *args: str) -> dict:
+    path = tmp_path / "serve.json"
+    result = invoke(*args, "--json", str(path))
+    assert result.exit_code == 0, result.output
+    document = json.loads(path.read_text())
+    assert schema_errors(document, _schema()) == []
+    return document
+
+
+def test_serve_table_and_json_agree(tmp_path: Path):
+    path = tmp_path / "serve.json"
+    result = invoke(*LLAMA, "--concurrency", "64", "--tpot-ms", "20", "--json", str(path))
+    assert result.exit_code == 0, result.output
+    document = json.loads(path.read_text())
+    best = document["plans"][0]
+    assert best["rank"] == 1 and best["meets_targets"] and best["estimate"]["tpot_s"]["p50"] <= 0.020
+    assert f"{best['estimate']['tokens_per_s_per_gpu']:,.0f}" in result.stdout
+    assert "TTFT ms  mean" in result.stdout and "cost model:" in result.stdout
+    assert document["search"]["considered"] >= document["search"]["feasible"] > 0
+    assert all(p["num_gpus"] <= 8 for p in document["plans"])
+    front = document["pareto"]
+    assert front and all(a["tokens_per_s_per_gpu"] >= b["tokens_per_s_per_gpu"] for a, b in itertools.pairwise(front))
+
+
+def test_serve_json_to_stdout_keeps_the_table_off_it():
+    result = invoke(*LLAMA, "--concurrency", "16", "--top", "2", "--json", "-")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["kind"] == "serving" and len(document["plans"]) <= 2
+
+
+@pytest.mark.parametrize("mode", ["agg", "disagg"])
+@pytest.mark.parametrize("fmt", SERVING_FORMATS)
+def test_every_export_of_a_winning_plan_is_written(tmp_path: Path, mode: str, fmt: str):
+    out = tmp_path / "launch"
+    result = invoke(*QWEN_MOE, "--rate", "6", "--ttft-ms", "2000", "--tpot-ms", "40", "--mode", mode,
+                    "--export", fmt, "-o", str(out))
+    assert result.exit_code == 0, result.output
+    written = sorted(p.name for p in out.iterdir())
+    assert written and all(f"wrote {out / name}" in result.stdout for name in written)
+    again = invoke(*QWEN_MOE, "--rate", "6", "--mode", mode, "--export", fmt, "-o", str(out))
+    assert_bad_input(again, "--force")
+
+
+def test_each_engine_can_win_and_be_exported(tmp_path: Path):
+    for engine in ("vllm", "sglang", "trtllm"):
+        document = _document(tmp_path, *LLAMA, "--concurrency", "32", "--engine", engine, "--top", "1", "--force")
+        assert document["plans"][0]["engine"] == engine
+        result = invoke("serve", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "8", "--isl", "1024", "--osl",
+                        "512", "--concurrency", "32", "--engine", engine, "--export", "all", "-o",
+                        str(tmp_path / engine))
+        assert result.exit_code == 0, result.output
+
+
+def test_fixed_axes_are_respected(tmp_path: Path):
+    document = _document(tmp_path, *LLAMA, "--concurrency", "32", "--tp", "2", "--batch", "16", "--chunk", "4096",
+                         "--mode", "agg", "--engine", "vllm", "--kv-dtype", "bf16")
+    for plan in document["plans"]:
+        (pool,) = plan["pools"]
+        assert (pool["tp"], pool["max_batch"], pool["max_batched_tokens"]) == (2, 16, 4096)
+        assert plan["quantization"]["kv_cache_dtype"] == "bf16"
+
+
+def test_cost_objective_with_a_price(tmp_path: Path):
+    document = _document(tmp_path, *LLAMA, "--rate", "5", "--objective", "cost", "--price-per-gpu-hour", "2.5",
+                         "--ttft-ms", "800", "--tpot-ms", "30")
+    best = document["plans"][0]
+    e = best["estimate"]
+    # dollars per million output tokens = price x GPUs / (tokens per second x 3600) x 1e6
+    assert e["usd_per_million_output_tokens"] == pytest.approx(2.5 * best["num_gpus"] / (e["tokens_per_s"] * 3600) * 1e6)
+    keys = [p["estimate"]["usd_per_million_output_tokens"] for p in document["plans"]]
+    assert keys == sorted(keys)
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--concurrency", "8", "--rate", "2"], ["one of --concurrency"]),
+    ([], ["one of --concurrency"]),
+    (["--concurrency", "8", "--engine", "tgi"], ["tgi", "vllm"]),
+    (["--concurrency", "8", "--percentile", "75"], ["50, 90 or 99"]),
+    (["--rate", "-1"], ["--rate"]),
+    (["--concurrency", "8", "--tpot-ms", "0.001"], ["meets the targets"]),
+    (["--concurrency", "8", "--isl-dist", "lognormal"], ["--isl-dist", "gamma:CV"]),
+    (["--concurrency", "8", "--mode", "split"], ["--mode"]),
+    (["--concurrency", "8", "--tp", "x"], ["--tp"]),
+    (["--concurrency", "8", "--export", "vllm"], ["-o/--out"]),
+    (["--concurrency", "8", "--export", "helm", "-o", "out"], ["--export", "vllm"]),
+    (["--concurrency", "8", "--precision", "int3"], ["--precision"]),
+    (["--concurrency", "8", "--objective", "speed"], ["--objective"]),
+    (["--rate", "2", "--arrival", "weibull"], ["poisson"]),
+])
+def test_bad_input_is_one_line(args, needles):
+    assert_bad_input(invoke(*LLAMA, *args), *needles)
+
+
+def test_bad_model_and_cluster_are_one_line():
+    assert_bad_input(invoke("serve", "no-such-model", "--gpu", "h100-sxm", "--gpus", "8", "--isl", "8", "--osl", "8",
+                            "--concurrency", "1"), "unknown model")
+    assert_bad_input(invoke("serve", "llama-3.1-8b", "--gpu", "z100", "--gpus", "8", "--isl", "8", "--osl", "8",
+                            "--concurrency", "1"), "z100")
+    assert_bad_input(invoke(*LLAMA[:6], "--isl", "0", "--osl", "8", "--concurrency", "1"), "positive")
