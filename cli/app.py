@@ -26,6 +26,7 @@ from paraplan.cli import (
     render_run,
     report_cmd,
     run_flags,
+    serve_cmd,
     sweep_cmd,
 )
 from paraplan.cost_models.context_parallel import CP_COMM_CODES
@@ -322,6 +323,8 @@ def plan(
     failure_rate_per_gpu_hour: run_flags.FailureRateOpt = None, checkpoint_write_gbps: run_flags.WriteOpt = None,
     checkpoint_load_gbps: run_flags.LoadOpt = None, checkpoint: run_flags.ModeOpt = None,
     restart_s: run_flags.RestartOpt = None,
+    report: Annotated[Path | None, typer.Option("--report", help="Also write an HTML report of the plans (figures: "
+                                                "pipeline timeline, memory, step time) as DIR/report.html.")] = None,
 ) -> None:
     """Search every parallel layout and show the fastest plans that fit."""
     from paraplan.cli import from_file as job_file  # --from / --config: the job a user's file states
@@ -345,6 +348,8 @@ def plan(
     if json_path is not None:
         render.check_writable(json_path, force)
     export_cmd.check_plan_export(export, out, job.engine, force)
+    if report is not None:
+        report_cmd.check_report_folder(report, force)
     rates, spec = profile_cmd.rates_for(cost_model, spec, job, store), profile_cmd.cluster_for(cost_model, spec, store)
     rates = calibrate_cmd.apply_profile(stack_profile, rates, spec.gpu.name, job.engine)
     with render.working(render.make_console(stderr=True), "searching parallel layouts"):
@@ -377,11 +382,14 @@ def plan(
                                       **({"from_job": from_job} if from_job else {})}, force)
     if export is not None:
         export_cmd.export_plan_document(documents[0], export, out, force)
+    if report is not None:
+        typer.echo(f"wrote {report_cmd.write_report(documents, report, force)}")
 
 
 app.command("export")(user_errors(export_cmd.export))
 app.command("report")(user_errors(report_cmd.report))
 app.command("sweep")(user_errors(sweep_cmd.sweep))
+app.command("serve")(user_errors(serve_cmd.serve))
 app.command("experts")(user_errors(place_cmd.experts))
 app.command("place")(user_errors(place_cmd.place))
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from paraplan.cli.report import FIGURES, figures, report_html, write_text_file
+from paraplan.cli.report import FIGURES, REPORT_NAME, figures, report_html, write_report, write_text_file
 from paraplan.cli.report_svg import standalone
 from paraplan.errors import InputError
 from paraplan.exporters.plan_input import MAX_PLAN_BYTES, select_plan
@@ -27,6 +27,19 @@ PlotOpt = Annotated[str | None, typer.Option("--plot", help=f"One figure to writ
                                              rich_help_panel=_REPORT)]
 PlotOutOpt = Annotated[Path | None, typer.Option("--plot-out", help="The figure's file: .svg, or .png (needs matplotlib, "
                                                  "the plot extra).", rich_help_panel=_REPORT)]
+
+
+def check_report_folder(out_dir: Path, force: bool) -> None:
+    """``plan --report DIR``: before the search, DIR can take report.html (not there yet, or --force)."""
+    from paraplan.exporters.writer import check_destination
+
+    try:
+        check_destination(out_dir, [REPORT_NAME], force)
+    except InputError as exc:
+        raise InputError(str(exc).replace("-o folder", "--report folder").replace("-o ", "--report ")) from None
+
+
+__all__ = ["check_report_folder", "read_plans", "read_sweep", "report", "write_report"]
 
 
 def read_plans(path: Path) -> list[dict[str, Any]]:
