@@ -4,7 +4,8 @@ paraplan's sharding fields are engine-neutral: ``tp`` is the attention tensor-pa
 ``dp_attention`` the attention data-parallel ranks of one worker, ``moe_tp`` x ``moe_ep`` the split of
 the MoE layers over the worker's tp*dp_attention GPUs, ``workers`` the pool's replicas. Workers are
 packed onto nodes pool by pool (prefill pools first, as the plan lists them); a worker larger than a
-node takes whole nodes.
+node takes whole nodes. No node holds two pools, so pools of different GPU types (a mixed aggregated
+fleet, or prefill and decode on different GPUs) land on different machines.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ class ServingPool:
     """Longest request, prompt plus output, in tokens."""
     num_node_gpus: int
     """GPUs per node of this GPU type."""
+    traffic_frac: float | None = None
+    """Fraction of the deployment's requests the planner sends to this pool; None when the plan leaves it out."""
 
     @property
     def tp_group(self) -> int:
@@ -99,13 +102,18 @@ def read_pool(entry: dict[str, Any], where: str) -> ServingPool:
     frac = entry.get("memory_frac")
     if isinstance(frac, bool) or not isinstance(frac, int | float) or not 0 < frac <= 1:
         raise InputError(f"{where}.memory_frac must be a fraction in (0, 1], got {frac!r}")
+    traffic = entry.get("traffic_frac")
+    if traffic is not None and (isinstance(traffic, bool) or not isinstance(traffic, int | float)
+                                or not 0 <= traffic <= 1):
+        raise InputError(f"{where}.traffic_frac must be a fraction in [0, 1], got {traffic!r}")
     gpu = str(entry.get("gpu", ""))
     pool = ServingPool(role=entry["role"], gpu=gpu, num_workers=ints["workers"],
                        gpus_per_worker=ints["gpus_per_worker"], tp=ints["tp"], pp=ints["pp"],
                        dp_attention=ints["dp_attention"], moe_ep=ints["moe_ep"], moe_tp=ints["moe_tp"],
                        max_batch=ints["max_batch"], max_batched_tokens=ints["max_batched_tokens"],
                        memory_frac=float(frac), max_model_len=ints["max_model_len"],
-                       num_node_gpus=int(entry.get("gpus_per_node") or node_gpus(gpu)))
+                       num_node_gpus=int(entry.get("gpus_per_node") or node_gpus(gpu)),
+                       traffic_frac=None if traffic is None else float(traffic))
     _check_shape(pool, where)
     return pool
 
@@ -163,3 +171,33 @@ def place(pools: list[ServingPool]) -> list[Process]:
                                          first_node=node, gpus=gpus, slot=slot))
         base += pool.num_nodes
     return processes
+
+
+def pool_labels(pools: list[ServingPool]) -> list[str]:
+    """A name per pool, unique in the deployment: its role, or role-i (i counting the pools of that role) when
+    several pools share the role. It names the pool's options file, k8s objects and logs."""
+    roles = [pool.role for pool in pools]
+    return [role if roles.count(role) == 1 else f"{role}-{roles[:index].count(role)}"
+            for index, role in enumerate(roles)]
+
+
+def gpu_nodes(pools: list[ServingPool]) -> dict[str, list[int]]:
+    """GPU type -> the nodes (0-based, across the deployment) that must be of that type, types in plan order."""
+    nodes: dict[str, list[int]] = {}
+    for proc in place(pools):
+        listed = nodes.setdefault(pools[proc.pool_index].gpu, [])
+        if proc.node not in listed:
+            listed.append(proc.node)
+    return nodes
+
+
+def node_ranges(nodes: list[int]) -> str:
+    """Sorted node indices as ranges: [0, 1, 2, 5] -> "nodes 0-2, 5"."""
+    spans: list[list[int]] = []
+    for node in sorted(nodes):
+        if spans and node == spans[-1][1] + 1:
+            spans[-1][1] = node
+        else:
+            spans.append([node, node])
+    text = ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in spans)
+    return ("nodes " if len(nodes) > 1 else "node ") + text
