@@ -139,6 +139,9 @@ STACK_PROFILE = json.dumps({"schema_version": 1, "kind": "paraplan stack profile
 MEMORY_RUNS = b"id,source,layers,hidden,heads,kv_heads,ffn,seq_len,num_gpus,tp,pp,dp,cp,gbs,measured_memory_gib," \
               b"memory_metric\ntt24-01,torchtitan,32,4096,32,8,14336,8192,8,1,1,8,1,64,71.2,max_reserved\n" \
               b"tt24-02,torchtitan,32,4096,32,8,14336,8192,8,1,1,8,1,64,60.5,max_reserved (compiled)\n"
+ARRIVAL_CSV = b"timestamp,input_len,output_len\n0.0,512,128\n0.4,1024,64\n1.5,300,200\n1.6,800,90\n"
+ARRIVAL_JSONL = b"".join(json.dumps({"timestamp": t, "input_length": 655, "output_length": 52, "hash_ids": [46, 47]})
+                         .encode() + b"\n" for t in (0, 10535, 27482, 27490))
 
 
 @cache
@@ -268,6 +271,11 @@ PARSERS: dict[str, Parser] = {p.name: p for p in [
     Parser("job-ds-config", "ds_config.json", _job_file, "json", _job_seed("ds_config_zero2.json")),
     Parser("job-options-yaml", "job.yaml", _option_file, "yaml",
            _const(b"gpu: h100-sxm\ngpus: 16\nseq-len: 8192\nglobal_batch: 64\ntp: 2\nfrom: train.sh\n")),
+    # serve --arrival trace:PATH: a CSV and a Mooncake-style JSONL request trace
+    Parser("arrival-trace-csv", "trace.csv", _call("paraplan.planner.arrival_trace", "read_trace"), "csv",
+           _const(ARRIVAL_CSV)),
+    Parser("arrival-trace-jsonl", "trace.jsonl", _call("paraplan.planner.arrival_trace", "read_trace"), "text",
+           _const(ARRIVAL_JSONL)),
 ]}
 NOT_OURS = ("model-config-json",)
 """Parsers another part of the project owns: the bench reports them, the test suite leaves them to their tests."""
