@@ -47,24 +47,28 @@ def _gib(n_bytes: float) -> str:
     return f"{n_bytes / 2**30:,.1f}"
 
 
-def document(served, cluster, workload, choices, result) -> dict:
+def document(served, problem, result) -> dict:
     """The ``serve --json`` document of a search result."""
     from paraplan.planner.serving_plan import serving_document
 
-    hardware = {"gpu": cluster.gpu.name, "num_gpus": cluster.num_gpus, "gpus_per_node": cluster.gpus_per_node,
-                "nvlink_domain_gpus": cluster.nvlink_domain_gpus, "cluster": cluster.name}
+    choices, workload = problem.choices, problem.workload
+    hardware = [{"gpu": c.gpu.name, "num_gpus": c.num_gpus, "gpus_per_node": c.gpus_per_node,
+                 "nvlink_domain_gpus": c.nvlink_domain_gpus, "cluster": c.name, "price_usd_per_gpu_hour": problem.price(i)}
+                for i, c in enumerate(problem.clusters)]
     search = {"considered": result.considered, "feasible": result.feasible, "objective": choices.objective,
               "engines": list(choices.engines), "modes": list(choices.modes)}
     return serving_document(model=served.to_json(), hardware=hardware, workload=workload, plans=result.plans,
                             pareto=result.pareto, search=search)
 
 
-def _pool_text(pool: dict) -> str:
+def _pool_text(pool: dict, mixed: bool) -> str:
     axes = [f"tp{pool['tp']}"] + [f"dp{pool['dp_attention']}"] * (pool["dp_attention"] > 1) \
         + [f"pp{pool['pp']}"] * (pool["pp"] > 1) + [f"ep{pool['moe_ep']}"] * (pool["moe_ep"] > 1)
     role = "" if pool["role"] == "aggregated" else f"{pool['role']} "
     limits = f"batch {pool['max_batch']}, chunk {pool['max_batched_tokens']}"  # worker totals
-    return f"{role}{pool['workers']}x {' '.join(axes)} ({limits})"
+    gpu = f"{pool['gpu']} " if mixed else ""
+    share = f", {100 * pool['traffic_frac']:.0f}% of requests" if pool["traffic_frac"] < 1 else ""
+    return f"{role}{pool['workers']}x {gpu}{' '.join(axes)} ({limits}{share})"
 
 
 def serving_plans(console: Console, doc: dict, problem) -> None:
@@ -72,7 +76,8 @@ def serving_plans(console: Console, doc: dict, problem) -> None:
     w = doc["workload"]
     q = f"p{w['percentile']}"
     load = f"concurrency {w['concurrency']}" if w["concurrency"] else f"{w['rate_per_s']:g} req/s ({w['arrival']})"
-    table = Table(title=f"{doc['model']['name']} on {doc['hardware']['num_gpus']} {doc['hardware']['gpu']}: "
+    gpus = " + ".join(f"{h['num_gpus']} {h['gpu']}" for h in doc["hardware"])
+    table = Table(title=f"{doc['model']['name']} on {gpus}: "
                         f"isl {w['isl']}, osl {w['osl']}, {load}; best {len(doc['plans'])} by "
                         f"{doc['search']['objective']}")
     for column in ("#", "engine", "mode", "deployment", "GPUs", "KV", f"TTFT {q}", f"TPOT {q}", "tok/s/GPU",
@@ -82,7 +87,7 @@ def serving_plans(console: Console, doc: dict, problem) -> None:
     for plan in doc["plans"]:
         e = plan["estimate"]
         price = e["usd_per_million_output_tokens"]
-        table.add_row(str(plan["rank"]), plan["engine"], plan["mode"], " + ".join(_pool_text(p) for p in plan["pools"]),
+        table.add_row(str(plan["rank"]), plan["engine"], plan["mode"], " + ".join(_pool_text(p, len(doc["hardware"]) > 1) for p in plan["pools"]),
                       str(plan["num_gpus"]), plan["quantization"]["kv_cache_dtype"], _ms(e["ttft_s"][q]) + " ms",
                       _ms(e["tpot_s"][q]) + " ms", f"{e['tokens_per_s_per_gpu']:,.0f}",
                       f"{e['tokens_per_s_per_user']:,.1f}", "-" if price is None else f"{price:,.3f}")

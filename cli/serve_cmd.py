@@ -44,6 +44,49 @@ def _engines(engine: str | None, export: str | None) -> tuple[str, ...]:
     return engines
 
 
+def _clusters(cluster: str | None, nodes: int | None, gpu: str | None, gpus: str | None,
+              gpus_per_node: int | None) -> tuple:
+    """One cluster per GPU type: ``--gpu a,b --gpus n,m`` (or one --cluster)."""
+    from paraplan.cli.app import make_cluster
+    from paraplan.hardware_profiles.user_file import resolve_catalog
+
+    catalog = resolve_catalog(None)
+    names = [] if gpu is None else [g.strip() for g in gpu.split(",")]
+    counts = None if gpus is None else _counts(gpus)
+    if len(names) <= 1:
+        total = None if counts is None else counts[0] if len(counts) == 1 else -1
+        if total == -1:
+            raise InputError(f"--gpus {gpus[:40]}: one count for one --gpu type")
+        return (make_cluster(cluster, nodes, gpu, total, gpus_per_node, catalog),)
+    if cluster is not None or counts is None or len(counts) != len(names):
+        raise InputError(f"--gpu lists {len(names)} GPU types: give --gpus with one count each (e.g. --gpus "
+                         f"{','.join(['8'] * len(names))}) and no --cluster")
+    if len(set(names)) != len(names):
+        raise InputError(f"--gpu {gpu[:60]}: each GPU type once")
+    return tuple(make_cluster(None, None, name, n, gpus_per_node, catalog) for name, n in zip(names, counts))
+
+
+def _counts(text: str) -> list[int]:
+    """--gpus: GPU counts in the order of --gpu's types."""
+    from paraplan.cli.app import parse_ints
+
+    return [parse_ints("--gpus", part)[0] for part in text.split(",")]
+
+
+def _prices(text: str | None, types: int) -> tuple[float | None, ...]:
+    """--price-per-gpu-hour: one value for every type, or one per --gpu type; () = the catalog's."""
+    if text is None:
+        return ()
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or any(not (v >= 0 and v < 1e6) for v in values) or len(values) not in (1, types):
+        raise InputError(f"--price-per-gpu-hour {text[:40]!r}: non-negative USD, one value or one per --gpu type "
+                         f"({types})")
+    return tuple(values * types if len(values) == 1 else values)
+
+
 def _fixed_axes(values: dict[str, str | None]) -> dict[str, tuple[int, ...]]:
     from paraplan.cli.app import parse_ints
 
@@ -55,9 +98,10 @@ def serve(
     model: Annotated[str, typer.Argument(help="Preset name, config.json path or cached Hugging Face repo id.")],
     isl: Annotated[int, typer.Option(help="Mean prompt (input) tokens per request.", rich_help_panel=_W)],
     osl: Annotated[int, typer.Option(help="Mean output tokens per request.", rich_help_panel=_W)],
-    gpu: Annotated[str | None, typer.Option(help="GPU name (with --gpus).", rich_help_panel=_C)] = None,
-    gpus: Annotated[int | None, typer.Option(help="GPUs available (the most a plan may use).",
-                                             rich_help_panel=_C)] = None,
+    gpu: Annotated[str | None, typer.Option(help="GPU name (with --gpus); a comma list for several GPU types (a "
+                                                 "plan may mix them).", rich_help_panel=_C)] = None,
+    gpus: Annotated[str | None, typer.Option(help="GPUs available (the most a plan may use); one count per --gpu "
+                                                  "type.", rich_help_panel=_C)] = None,
     gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per node with --gpu (default 8).",
                                                       rich_help_panel=_C)] = None,
     cluster: Annotated[str | None, typer.Option(help="Built-in cluster name or cluster YAML.", rich_help_panel=_C)] = None,
@@ -87,8 +131,8 @@ def serve(
     batch: _axis("Running-batch cap (max_num_seqs).") = None, chunk: _axis("Max batched tokens per step.") = None,
     objective: Annotated[str, typer.Option(help="throughput (tokens/s per GPU), cost ($ per token) or latency.")]
     = "throughput",
-    price_per_gpu_hour: Annotated[float | None, typer.Option(help="USD per GPU-hour (default: the catalog's).")]
-    = None,
+    price_per_gpu_hour: Annotated[str | None, typer.Option(help="USD per GPU-hour, one value or one per --gpu type "
+                                                                "(default: the catalog's).")] = None,
     top: Annotated[int, typer.Option(help="How many plans to show.")] = 5,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the serving plans as JSON ('-': stdout).")]
     = None,
@@ -100,8 +144,6 @@ def serve(
 ) -> None:
     """Plan a serving deployment: engine, parallelism, batch and chunk limits, aggregated or disaggregated."""
     from paraplan.cli import render, render_serving
-    from paraplan.cli.app import make_cluster
-    from paraplan.hardware_profiles.user_file import resolve_catalog
     from paraplan.planner.serving_queue import parse_arrival
     from paraplan.planner.serving_rank import ServingProblem, search_serving
     from paraplan.planner.serving_space import KV_DTYPES, ServingChoices, ServingWorkload
@@ -110,8 +152,6 @@ def serve(
         raise InputError(f"--top expects a positive integer, got {top}")
     if rate is not None and not rate > 0:
         raise InputError(f"--rate must be a positive number of requests per second, got {rate}")
-    if price_per_gpu_hour is not None and not price_per_gpu_hour >= 0:
-        raise InputError(f"--price-per-gpu-hour must be a non-negative number of USD, got {price_per_gpu_hour}")
     arrivals = parse_arrival(arrival, rate) if rate is not None or arrival != "poisson" else None
     workload = ServingWorkload(
         isl=isl, osl=osl, isl_cv=parse_length_dist("--isl-dist", isl_dist),
@@ -124,8 +164,9 @@ def serve(
         modes=("agg", "disagg") if mode == "both" else tuple(mode.split(",")),
         fixed=_fixed_axes({"tp": tp, "pp": pp, "ep": ep, "dp_attention": dp_attention, "batch": batch,
                            "chunk": chunk}),
-        objective=objective, price_usd_per_gpu_hour=price_per_gpu_hour)
-    spec = make_cluster(cluster, nodes, gpu, gpus, gpus_per_node, resolve_catalog(None))
+        objective=objective)
+    clusters = _clusters(cluster, nodes, gpu, gpus, gpus_per_node)
+    prices = _prices(price_per_gpu_hour, len(clusters))
     from paraplan.planner.serving_model import served_model
 
     served = served_model(model)
@@ -133,11 +174,11 @@ def serve(
     if json_path is not None:
         render.check_writable(json_path, force)
     render_serving.check_export(export, out, force)
-    problem = ServingProblem(model=served.spec, mixers=served.mixers, cluster=spec, workload=workload,
-                             choices=choices)
+    problem = ServingProblem(model=served.spec, mixers=served.mixers, clusters=clusters, workload=workload,
+                             choices=choices, prices_usd_per_gpu_hour=prices)
     with render.working(render.make_console(stderr=True), "searching serving deployments"):
         result = search_serving(problem, top)
-    document = render_serving.document(served, spec, workload, choices, result)
+    document = render_serving.document(served, problem, result)
     render_serving.serving_plans(render.make_console(), document, problem)
     if json_path is not None:
         render.write_json(json_path, document, force)

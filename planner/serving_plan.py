@@ -8,7 +8,7 @@ and p99.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
 
@@ -53,10 +53,20 @@ class Pool:
     free_gpu_memory_fraction)."""
     shard_index: int
     """Row of the setup's WorkerCosts."""
+    setup: ServingSetup
+    """The GPU type, engine, precision and KV dtype of the pool."""
+    costs: WorkerCosts
+    """The per-sharding costs ``shard_index`` points into."""
+    traffic_frac: float = 1.0
+    """Share of the deployment's requests this pool serves (a mixed fleet splits them by capacity)."""
 
     @property
     def gpus_per_worker(self) -> int:
         return self.tp * self.dp_attention * self.pp
+
+    @property
+    def gpu(self) -> str:
+        return self.setup.cluster.gpu.name
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,13 +92,14 @@ def _sub(costs: WorkerCosts, index: int) -> Sharding:
     return Sharding(**{k: getattr(shard, k)[[index]] for k in ("tp", "dp", "moe_tp", "moe_ep", "pp")})
 
 
-def make_pool(role: str, costs: WorkerCosts, shard: int, chunk: int, cap: float, workers: float) -> Pool:
+def make_pool(role: str, setup: ServingSetup, costs: WorkerCosts, shard: int, chunk: int, cap: float, workers: float,
+              traffic_frac: float = 1.0) -> Pool:
     """A pool from one candidate's indices."""
     s = costs.shard
     return Pool(role=role, workers=int(workers), tp=int(s.tp[shard]), pp=int(s.pp[shard]), dp_attention=int(s.dp[shard]),
                 moe_ep=int(s.moe_ep[shard]), moe_tp=int(s.moe_tp[shard]), max_batch=int(cap),
                 max_batched_tokens=int(costs.chunks[chunk]), memory_frac=float(costs.memory_frac[shard, chunk]),
-                shard_index=int(shard))
+                shard_index=int(shard), setup=setup, costs=costs, traffic_frac=traffic_frac)
 
 
 def _stats(latency_at) -> dict[str, dict[str, float]]:
@@ -112,32 +123,36 @@ def _memo(step_of):
     return cached
 
 
-def exact_latency(setup: ServingSetup, load: Load, costs: WorkerCosts, pools: tuple[Pool, ...]
-                  ) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+def _aggregated_pool(load: Load, pool: Pool):
+    costs, i = pool.costs, pool.shard_index
+    shard = _sub(costs, i)
+    kw = {"prefill_s": costs.prefill_s[[i]], "step_of": _memo(lambda b: exact_decode_s(pool.setup, shard, b)),
+          "fits": costs.fits[[i], costs.chunks.index(pool.max_batched_tokens)], "cap": pool.max_batch,
+          "chunk": float(pool.max_batched_tokens), "replicas": float(pool.workers), "ranks": float(pool.dp_attention)}
+    return lambda q: aggregated(load, q=q, **kw)
+
+
+def exact_latency(load: Load, pools: tuple[Pool, ...]) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
     """TTFT and TPOT at each statistic and the throughput, with the decode step priced at the plan's own batch."""
     if len(pools) == 1:
-        (pool,) = pools
-        shard = _sub(costs, pool.shard_index)
-        kw = {"prefill_s": costs.prefill_s[[pool.shard_index]], "step_of": _memo(lambda b: exact_decode_s(setup, shard, b)),
-                  "fits": costs.fits[[pool.shard_index], costs.chunks.index(pool.max_batched_tokens)], "cap": pool.max_batch,
-                  "chunk": float(pool.max_batched_tokens), "replicas": float(pool.workers), "ranks": float(pool.dp_attention)}
-        mean = aggregated(load, **kw)
+        at_q = _aggregated_pool(load, pools[0])
+        mean = at_q(None)
 
         def at(q):
-            lat = aggregated(load, q=q, **kw)
+            lat = at_q(q)
             return lat.ttft_s[0], lat.tpot_s[0]
         return _stats(at), {"requests_per_s": float(mean.requests_per_s[0]), "running_batch": float(mean.running_batch[0])}
     prefill, decode = pools
-    shard = _sub(costs, decode.shard_index)
-    dkw = {"step_of": _memo(lambda b: exact_decode_s(setup, shard, b)),
-               "fits": costs.fits[[decode.shard_index], costs.chunks.index(decode.max_batched_tokens)],
-               "cap": decode.max_batch, "workers": float(decode.workers), "ranks": float(decode.dp_attention)}
+    shard = _sub(decode.costs, decode.shard_index)
+    dkw = {"step_of": _memo(lambda b: exact_decode_s(decode.setup, shard, b)),
+           "fits": decode.costs.fits[[decode.shard_index], decode.costs.chunks.index(decode.max_batched_tokens)],
+           "cap": decode.max_batch, "workers": float(decode.workers), "ranks": float(decode.dp_attention)}
     mean, _ = decode_pool(load, **dkw)
-    p = prefill.shard_index
-    pkw = {"rate_per_s": mean.requests_per_s if load.closed else load.rate_per_s, "prefill_s": costs.prefill_s[[p]],
-               "transfer_s": costs.kv_transfer_s[[p]], "chunk": float(prefill.max_batched_tokens),
-               "step_overhead_s": setup.engine.step_overhead_s, "workers": float(prefill.workers),
-               "ranks": float(prefill.dp_attention), "arrival_cv2": 1.0 if load.closed else load.arrival_cv2}
+    p, pc = prefill.shard_index, prefill.costs
+    pkw = {"rate_per_s": mean.requests_per_s if load.closed else load.rate_per_s, "prefill_s": pc.prefill_s[[p]],
+           "transfer_s": pc.kv_transfer_s[[p]], "chunk": float(prefill.max_batched_tokens),
+           "step_overhead_s": prefill.setup.engine.step_overhead_s, "workers": float(prefill.workers),
+           "ranks": float(prefill.dp_attention), "arrival_cv2": 1.0 if load.closed else load.arrival_cv2}
 
     def at(q):
         lat, wait = decode_pool(load, q=q, **dkw)
@@ -148,12 +163,11 @@ def exact_latency(setup: ServingSetup, load: Load, costs: WorkerCosts, pools: tu
     return stats, {"requests_per_s": float(rate), "running_batch": float(mean.running_batch[0])}
 
 
-def memory_of(setup: ServingSetup, costs: WorkerCosts, pool: Pool, held_tokens: float) -> dict[str, float]:
+def memory_of(pool: Pool, held_tokens: float) -> dict[str, float]:
     """One GPU of the pool under the engine's memory rule at the pool's knob (bytes)."""
-    from dataclasses import replace
-
+    setup = pool.setup
     engine = replace(setup.engine, max_batched_tokens=pool.max_batched_tokens, memory_frac=pool.memory_frac)
-    mem = engine_memory(setup.model, setup.cluster, engine, setup.precision, _sub(costs, pool.shard_index),
+    mem = engine_memory(setup.model, setup.cluster, engine, setup.precision, _sub(pool.costs, pool.shard_index),
                         held_tokens, setup.mixers)
     per_token = mem.kv_bytes_per_sequence[0] / held_tokens
     return {"weights_bytes": float(mem.weights_bytes[0]), "activation_bytes": float(mem.activation_bytes[0]),
@@ -168,14 +182,16 @@ def plan_to_json(plan: ServingPlan) -> dict[str, Any]:
     (the exporters divide them per attention-DP rank where an engine sets them per rank)."""
     setup = plan.setup
     gemm, experts = setup.quant_modes
-    pools = [{"role": p.role, "gpu": setup.cluster.gpu.name, "workers": p.workers,
+    pools = [{"role": p.role, "gpu": p.gpu, "gpus_per_node": p.setup.cluster.gpus_per_node, "workers": p.workers,
+              "traffic_frac": p.traffic_frac,
               "gpus_per_worker": p.gpus_per_worker, "tp": p.tp, "pp": p.pp, "dp_attention": p.dp_attention,
               "moe_ep": p.moe_ep, "moe_tp": p.moe_tp, "max_batch": p.max_batch * p.dp_attention,
               "max_batched_tokens": p.max_batched_tokens * p.dp_attention, "memory_frac": p.memory_frac,
               "max_model_len": int(plan.estimate["max_model_len"])} for p in plan.pools]
     transfer = None
     if plan.mode == "disagg":
-        link = "nvlink" if setup.cluster.domain_gpus >= plan.num_gpus else "rdma"
+        same = plan.pools[0].setup.cluster is plan.pools[1].setup.cluster
+        link = "nvlink" if same and setup.cluster.domain_gpus >= plan.num_gpus else "rdma"
         transfer = {"backend": {"vllm": "nixl", "sglang": "mooncake", "trtllm": "ucx"}[setup.engine.name], "link": link}
     return {"rank": plan.rank, "engine": setup.engine.name, "mode": plan.mode,
             "quantization": {"weights": gemm, "experts": experts, "kv_cache_dtype": setup.kv_dtype},

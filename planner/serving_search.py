@@ -44,6 +44,18 @@ class Candidates:
     """Output tokens per second over the deployment (mean)."""
     busy: np.ndarray
     """Highest queue utilisation (open loop; 0 in a closed loop)."""
+    usd_per_hour: np.ndarray
+    """The deployment's GPUs at their price per GPU-hour (NaN where a price is unknown)."""
+    prefill_setup: int = -1
+    """Disaggregated: the setup of the prefill pool (its GPU type may differ); -1: ``setup``."""
+
+    @property
+    def prefill_owner(self) -> int:
+        return self.setup if self.prefill_setup < 0 else self.prefill_setup
+
+
+def _price(price: float | None) -> float:
+    return np.nan if price is None else float(price)
 
 
 def worker_counts(max_workers: int) -> np.ndarray:
@@ -104,7 +116,7 @@ def _step_of(costs: WorkerCosts, shard_index: np.ndarray):
 
 
 def _aggregated(setup_id: int, workload: ServingWorkload, load: Load, costs: WorkerCosts, caps: np.ndarray,
-                budget: int, q) -> Candidates:
+                budget: int, q, price: float | None) -> Candidates:
     s, k, cap, r = _agg_grid(costs, caps, budget, load)
     kw = {"prefill_s": costs.prefill_s[s], "step_of": _step_of(costs, s), "fits": costs.fits[s, k], "cap": cap,
               "chunk": np.asarray(costs.chunks, dtype=float)[k], "replicas": r, "ranks": costs.shard.dp[s]}
@@ -115,7 +127,7 @@ def _aggregated(setup_id: int, workload: ServingWorkload, load: Load, costs: Wor
     index = np.stack([s, k, cap, r, -np.ones_like(r), -np.ones_like(r)], axis=1)
     return Candidates(setup=setup_id, kind=np.zeros(s.size, dtype=int), index=index, gpus=gpus, ttft_s=at_q.ttft_s,
                       tpot_s=at_q.tpot_s, tpot_mean_s=mean.tpot_s, tokens_per_s=mean.requests_per_s * load.osl,
-                      busy=busy)
+                      busy=busy, usd_per_hour=gpus * _price(price))
 
 
 def _agg_busy(load: Load, costs: WorkerCosts, s, r, mean: Latency, fits, cap) -> np.ndarray:
@@ -127,7 +139,7 @@ def _agg_busy(load: Load, costs: WorkerCosts, s, r, mean: Latency, fits, cap) ->
     return np.maximum(prefill, lam * (load.osl * mean.tpot_s + costs.prefill_s[s]) / slots)
 
 
-def _decode_options(load: Load, costs: WorkerCosts, caps: np.ndarray, budget: int, q):
+def _decode_options(load: Load, costs: WorkerCosts, caps: np.ndarray, budget: int, q, shared: bool):
     """Decode pool options (shard, cap, workers) and their latency, the slot wait, the chunk they launch with."""
     chunks = np.asarray(costs.chunks, dtype=float)
     fit_chunk = np.searchsorted(chunks, caps)  # the smallest chunk that carries a full decode batch
@@ -140,7 +152,8 @@ def _decode_options(load: Load, costs: WorkerCosts, caps: np.ndarray, budget: in
     counts = worker_counts(max(int(budget // max(costs.gpus.min(), 1)), 1))
     s, k, c, w = _with_counts(s, k, c, counts)
     most = _most_sequences(load, costs.fits[s, k], (load.concurrency or 0.0) / (w * costs.shard.dp[s]))
-    keep = (w * costs.gpus[s] < budget) & _cap_matters(caps, c, most)  # and room for a prefill worker
+    room = w * costs.gpus[s] < budget if shared else w * costs.gpus[s] <= budget  # a shared budget keeps room
+    keep = room & _cap_matters(caps, c, most)  # for a prefill worker
     s, k, c, w = s[keep], k[keep], c[keep], w[keep]
     kw = {"step_of": _step_of(costs, s), "fits": costs.fits[s, k], "cap": caps[c], "workers": w, "ranks": costs.shard.dp[s]}
     mean, mean_wait = decode_pool(load, **kw)
@@ -161,7 +174,8 @@ def _front(gpus: np.ndarray, *scores: np.ndarray) -> np.ndarray:
     return np.unique(np.concatenate(keep)) if keep else np.array([], dtype=int)
 
 
-def _prefill_options(costs: WorkerCosts, step_overhead_s: float, isl: float, budget: int) -> dict[str, np.ndarray]:
+def _prefill_options(costs: WorkerCosts, step_overhead_s: float, isl: float, budget: int, shared: bool
+                     ) -> dict[str, np.ndarray]:
     """Prefill pool options (shard, chunk, workers) that no other option of the same GPUs and servers beats at
     every arrival rate: per (GPUs, servers) the shortest service and the shortest service plus KV transfer."""
     chunks = np.asarray(costs.chunks, dtype=float)
@@ -170,7 +184,7 @@ def _prefill_options(costs: WorkerCosts, step_overhead_s: float, isl: float, bud
     s, k = s[ok], k[ok]
     counts = worker_counts(max(int(budget // max(costs.gpus.min(), 1)), 1))
     s, k, _, w = _with_counts(s, k, np.zeros_like(s), counts)
-    keep = w * costs.gpus[s] < budget
+    keep = w * costs.gpus[s] < budget if shared else w * costs.gpus[s] <= budget
     s, k, w = s[keep], k[keep], w[keep]
     service = costs.prefill_s[s] + (np.ceil(isl / chunks[k]) - 1.0) * step_overhead_s
     gpus, servers = w * costs.gpus[s], w * costs.shard.dp[s]
@@ -184,23 +198,40 @@ def _prefill_options(costs: WorkerCosts, step_overhead_s: float, isl: float, bud
     return {"s": s[pick], "k": k[pick], "w": w[pick], "gpus": gpus[pick], "servers": servers[pick]}
 
 
-def _disaggregated(setup_id: int, setup: ServingSetup, workload: ServingWorkload, load: Load, costs: WorkerCosts,
-                   caps: np.ndarray, budget: int, q) -> Candidates:
-    dec = _decode_options(load, costs, caps, budget, q)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PoolSide:
+    """One side of a disaggregated deployment: its setup (GPU type, engine, KV dtype), costs, budget and price."""
+
+    setup_id: int
+    setup: ServingSetup
+    costs: WorkerCosts
+    budget: int
+    price: float | None
+
+
+def _disaggregated(prefill: PoolSide, decode: PoolSide, workload: ServingWorkload, load: Load, caps: np.ndarray,
+                   q) -> Candidates:
+    """Decode pool options paired with prefill pool options; on one GPU type they share its budget, across two
+    types each stays within its own."""
+    shared = prefill.setup_id == decode.setup_id
+    dec = _decode_options(load, decode.costs, caps, decode.budget, q, shared)
     usable = np.isfinite(dec["tpot"]) & np.isfinite(dec["wait"])
     if workload.tpot_target_s is not None:
         usable &= dec["tpot"] <= workload.tpot_target_s
     front = np.flatnonzero(usable)[_front(dec["gpus"][usable], dec["tpot"][usable], dec["wait"][usable])]
-    pre = _prefill_options(costs, setup.engine.step_overhead_s, load.isl, budget)
+    costs = prefill.costs
+    pre = _prefill_options(costs, prefill.setup.engine.step_overhead_s, load.isl, prefill.budget, shared)
     j, p = (a.ravel() for a in np.meshgrid(front, np.arange(pre["s"].size), indexing="ij"))
     gpus = dec["gpus"][j] + pre["gpus"][p]
-    fits_budget = gpus <= budget
-    j, p, gpus = j[fits_budget], p[fits_budget], gpus[fits_budget]
+    if shared:
+        within = gpus <= decode.budget
+        j, p, gpus = j[within], p[within], gpus[within]
     rate = dec["rate"][j] if load.closed else load.rate_per_s
     sp = pre["s"][p]
     kw = {"rate_per_s": rate, "prefill_s": costs.prefill_s[sp], "transfer_s": costs.kv_transfer_s[sp],
-              "chunk": np.asarray(costs.chunks, dtype=float)[pre["k"][p]], "step_overhead_s": setup.engine.step_overhead_s,
-              "workers": pre["w"][p], "ranks": costs.shard.dp[sp], "arrival_cv2": 1.0 if load.closed else load.arrival_cv2}
+          "chunk": np.asarray(costs.chunks, dtype=float)[pre["k"][p]],
+          "step_overhead_s": prefill.setup.engine.step_overhead_s, "workers": pre["w"][p], "ranks": costs.shard.dp[sp],
+          "arrival_cv2": 1.0 if load.closed else load.arrival_cv2}
     ttft_mean = prefill_pool_ttft_s(load, **kw) + dec["wait_mean"][j]
     ttft = prefill_pool_ttft_s(load, q=q, **kw) + dec["wait"][j] if q is not None else ttft_mean
     if load.closed:
@@ -210,14 +241,16 @@ def _disaggregated(setup_id: int, setup: ServingSetup, workload: ServingWorkload
         tokens = np.full(ttft.shape, load.rate_per_s * load.osl)
         busy = load.rate_per_s * costs.prefill_s[sp] / pre["servers"][p]
     index = np.stack([sp, pre["k"][p], pre["w"][p], dec["s"][j], dec["cap"][j], dec["w"][j]], axis=1).astype(float)
-    return Candidates(setup=setup_id, kind=np.ones(j.size, dtype=int), index=index, gpus=gpus, ttft_s=ttft,
+    usd = dec["gpus"][j] * _price(decode.price) + pre["gpus"][p] * _price(prefill.price)
+    return Candidates(setup=decode.setup_id, kind=np.ones(j.size, dtype=int), index=index, gpus=gpus, ttft_s=ttft,
                       tpot_s=dec["tpot"][j], tpot_mean_s=dec["tpot_mean"][j],
-                      tokens_per_s=np.where(np.isfinite(ttft), tokens, 0.0), busy=busy)
+                      tokens_per_s=np.where(np.isfinite(ttft), tokens, 0.0), busy=busy, usd_per_hour=usd,
+                      prefill_setup=-1 if shared else prefill.setup_id)
 
 
 def price_setup(setup_id: int, setup: ServingSetup, workload: ServingWorkload, choices: ServingChoices,
-                budget: int) -> tuple[WorkerCosts, list[Candidates]]:
-    """Every deployment of one setup (engine, precision, KV dtype) within ``budget`` GPUs, priced."""
+                budget: int, price: float | None) -> tuple[WorkerCosts | None, list[Candidates]]:
+    """Every deployment of one setup (engine, precision, KV dtype, GPU type) within ``budget`` GPUs, priced."""
     shard = worker_shardings(setup.model, setup.cluster, setup.engine.name, choices.fixed, budget)
     if shard.tp.size == 0:
         return None, []
@@ -226,7 +259,15 @@ def price_setup(setup_id: int, setup: ServingSetup, workload: ServingWorkload, c
     load, q = _load(workload, setup), _quantile(workload)
     out = []
     if "agg" in choices.modes:
-        out.append(_aggregated(setup_id, workload, load, costs, caps, budget, q))
+        out.append(_aggregated(setup_id, workload, load, costs, caps, budget, q, price))
     if "disagg" in choices.modes and budget >= 2:
-        out.append(_disaggregated(setup_id, setup, workload, load, costs, caps, budget, q))
+        side = PoolSide(setup_id=setup_id, setup=setup, costs=costs, budget=budget, price=price)
+        out.append(_disaggregated(side, side, workload, load, caps, q))
     return costs, out
+
+
+def price_across(prefill: PoolSide, decode: PoolSide, workload: ServingWorkload, choices: ServingChoices
+                 ) -> Candidates:
+    """Prefill on one GPU type, decode on another (same engine and KV dtype): each pool within its type's GPUs."""
+    caps = batch_caps(decode.setup.engine.max_running, choices.fixed)
+    return _disaggregated(prefill, decode, workload, _load(workload, decode.setup), caps, _quantile(workload))

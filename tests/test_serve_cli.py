@@ -125,3 +125,34 @@ def test_bad_model_and_cluster_are_one_line():
     assert_bad_input(invoke("serve", "llama-3.1-8b", "--gpu", "z100", "--gpus", "8", "--isl", "8", "--osl", "8",
                             "--concurrency", "1"), "z100")
     assert_bad_input(invoke(*LLAMA[:6], "--isl", "0", "--osl", "8", "--concurrency", "1"), "positive")
+
+
+def test_two_gpu_types_at_their_prices_and_the_fleet_exports(tmp_path: Path):
+    args = ["serve", "llama-3.1-8b", "--gpu", "h100-sxm,h200-sxm", "--gpus", "6,4", "--isl", "1024", "--osl", "512",
+            "--rate", "20", "--ttft-ms", "800", "--tpot-ms", "25", "--percentile", "90", "--mode", "agg",
+            "--objective", "cost", "--price-per-gpu-hour", "2.0,2.6"]
+    document = _document(tmp_path, *args)
+    assert [(h["gpu"], h["num_gpus"], h["price_usd_per_gpu_hour"]) for h in document["hardware"]] == \
+        [("h100-sxm", 6, 2.0), ("h200-sxm", 4, 2.6)]
+    for plan in document["plans"]:
+        used = {"h100-sxm": 0, "h200-sxm": 0}
+        for pool in plan["pools"]:
+            used[pool["gpu"]] += pool["workers"] * pool["gpus_per_worker"]
+        assert used["h100-sxm"] <= 6 and used["h200-sxm"] <= 4
+        price = {"h100-sxm": 2.0, "h200-sxm": 2.6}
+        assert plan["estimate"]["usd_per_hour"] == pytest.approx(sum(price[g] * n for g, n in used.items()))
+    out = tmp_path / "fleet"
+    result = invoke(*args, "--export", "all", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assert (out / "serve.sh").is_file() and (out / "serving-plan.json").is_file()
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--gpu", "h100-sxm,h200-sxm", "--gpus", "8"], ["one count each"]),
+    (["--gpu", "h100-sxm,h100-sxm", "--gpus", "8,8"], ["each GPU type once"]),
+    (["--gpu", "h100-sxm,h200-sxm", "--gpus", "8,8", "--price-per-gpu-hour", "1,2,3"], ["one per --gpu type"]),
+    (["--gpu", "h100-sxm", "--gpus", "8", "--price-per-gpu-hour", "-2"], ["non-negative"]),
+])
+def test_bad_gpu_lists_are_one_line(args, needles):
+    assert_bad_input(invoke("serve", "llama-3.1-8b", *args, "--isl", "64", "--osl", "64", "--concurrency", "4"),
+                     *needles)

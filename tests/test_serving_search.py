@@ -165,7 +165,7 @@ def test_pareto_front_against_brute_force():
 
 
 def _problem(served, cluster, workload, **choices) -> ServingProblem:
-    return ServingProblem(model=served.spec, mixers=served.mixers, cluster=cluster, workload=workload,
+    return ServingProblem(model=served.spec, mixers=served.mixers, clusters=(cluster,), workload=workload,
                           choices=ServingChoices(**choices))
 
 
@@ -258,3 +258,64 @@ def test_workload_validation_messages():
         ServingWorkload(isl=10, osl=10, concurrency=1, percentile=75)
     with pytest.raises(InputError, match="choose from"):
         ServingChoices(engines=("tgi",))
+
+
+# -- several GPU types --------------------------------------------------------------------------------------------
+
+def _option(gpu: str, gpus: int, capacity: float, price: float):
+    from types import SimpleNamespace
+
+    from paraplan.planner.serving_fleet import FleetOption
+
+    side = SimpleNamespace(setup=SimpleNamespace(cluster=SimpleNamespace(gpu=SimpleNamespace(name=gpu))))
+    return FleetOption(side=side, shard=0, chunk=0, cap=1.0, gpus=gpus, capacity_per_s=capacity,
+                       usd_per_hour=price * gpus)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fleet_program_equals_brute_force(seed):
+    """The integer program's cheapest worker counts equal an exhaustive search over every count vector."""
+    from paraplan.planner.serving_fleet import solve_fleet
+
+    rng = np.random.default_rng(seed)
+    options = [_option("a", 1, rng.uniform(0.5, 2), 2.0), _option("a", 2, rng.uniform(1, 5), 2.0),
+               _option("b", 1, rng.uniform(0.5, 3), 3.1), _option("b", 4, rng.uniform(2, 12), 3.1)]
+    available, rate = {"a": 6, "b": 8}, float(rng.uniform(3, 12))
+    best = np.inf
+    for counts in itertools.product(range(7), range(4), range(9), range(3)):
+        used = {"a": counts[0] + 2 * counts[1], "b": counts[2] + 4 * counts[3]}
+        if any(used[g] > available[g] for g in used):
+            continue
+        if sum(o.capacity_per_s * n for o, n in zip(options, counts)) >= rate:
+            best = min(best, sum(o.usd_per_hour * n for o, n in zip(options, counts)))
+    solution = solve_fleet(options, rate, available, by_cost=True)
+    if not np.isfinite(best):
+        assert solution is None
+    else:
+        assert solution.objective == pytest.approx(best, rel=1e-9)
+        assert sum(o.capacity_per_s * n for o, n in zip(options, solution.counts)) >= rate - 1e-9
+
+
+def test_mixed_gpu_types_fleet_and_cross_type_disaggregation(llama8b):
+    """Two GPU types at their prices: every plan keeps within each type's GPUs and meets the targets; the cost
+    objective's best is no dearer than the best on either type alone."""
+    a, b = quick_cluster("h100-sxm", 8), quick_cluster("h200-sxm", 4)
+    workload = ServingWorkload(isl=1024, osl=512, arrivals=poisson(12.0), ttft_target_s=0.8, tpot_target_s=0.03,
+                               percentile=90)
+
+    def best(clusters, prices):
+        problem = ServingProblem(model=llama8b.spec, mixers=llama8b.mixers, clusters=clusters, workload=workload,
+                                 choices=ServingChoices(objective="cost"), prices_usd_per_gpu_hour=prices)
+        return search_serving(problem, top=5)
+    mixed = best((a, b), (2.0, 2.2))
+    for plan in mixed.plans:
+        assert plan.meets_targets
+        used: dict[str, int] = {}
+        for pool in plan.pools:
+            used[pool.gpu] = used.get(pool.gpu, 0) + pool.workers * pool.gpus_per_worker
+        assert used.get("h100-sxm", 0) <= 8 and used.get("h200-sxm", 0) <= 4
+        if len(plan.pools) > 1 and plan.mode == "agg":
+            assert sum(p.traffic_frac for p in plan.pools) == pytest.approx(1.0)
+    alone = [best((a,), (2.0,)), best((b,), (2.2,))]
+    cheapest_alone = min(r.plans[0].estimate["usd_per_million_output_tokens"] for r in alone)
+    assert mixed.plans[0].estimate["usd_per_million_output_tokens"] <= cheapest_alone * (1 + 1e-9)
