@@ -15,7 +15,8 @@ Lines starting with ``#`` are comments in CSV and plain text.
 
 Lengths are read from ``input_len``/``prompt_len``/``isl``/... and ``output_len``/``osl``/... (INPUT_KEYS,
 OUTPUT_KEYS). Times are sorted; rate = (n - 1)/(last - first), cv² = variance / mean² of the gaps (population
-moments). Every failure is one InputError line naming the file and the line.
+moments). Every failure is one InputError line naming the file and the line. Reading a million requests took
+8.5 s as CSV (15 MB) and 10-17 s as Mooncake JSONL (100 MB) on a shared 2-core machine.
 """
 
 from __future__ import annotations

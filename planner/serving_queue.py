@@ -17,11 +17,16 @@ S with cv² ``cs2``, c servers; ρ = λS/c.
   gamma arrivals of CV 2 it is 28% low at ρ = 0.5 and 10% low at ρ = 0.8 (G/D/1 and G/M/1 alike; the
   simulation's standard error is under 1.2%): bunched arrivals wait longer than two moments say.
 - Wait percentiles: P(W > t) ~= C·exp(-t/θ), θ = W/C, exact for M/M/c. Against simulated M/D/1, the p90 and
-  p99 are 3-17% high (p99 at ρ = 0.5: 3.91·S against 3.34·S) and the p50 at ρ = 0.8 is 8% low.
+  p99 are 3.5-17% high (p99 at ρ = 0.5: 3.91·S against 3.34·S) and the p50 at ρ = 0.8 is 8% low.
 - count_quantile: a count of mean μ and variance Dμ (Poisson D = 1), normal with continuity and the Cornish-
   Fisher skewness term (2D - 1)/sqrt(Dμ) (exact for binomial, Poisson and negative binomial skewness); equals the
   exact Poisson quantile for means 1, 10 and 100 at q = 0.5, 0.9, 0.95 and 0.99.
+  Negative binomial (D = 2, 4): within 1 and 2 of the exact quantile at means 1-100.
 - gamma_quantile: Wilson-Hilferty; within 1.3% of sampled quantiles for CV <= 1, 7% at CV 2.
+
+Speed (bench/serving_queue_speed.py): a p99 wait for 200,000 deployments with server counts mixed from 1 to 4096
+took 23-46 ms (best of 7, over several runs on a 2-core machine shared with other jobs); Erlang C is computed
+BLOCK entries at a time.
 """
 
 from __future__ import annotations
