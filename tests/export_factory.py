@@ -9,6 +9,7 @@ import json
 import os
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -85,11 +86,22 @@ def write_plan_file(path: Path, *documents: dict[str, Any]) -> Path:
     return path
 
 
-def engine_module(name: str) -> ModuleType:
+def engine_module(name: str, install: str = "pip install torch==2.13.0, then '.[validate]'") -> ModuleType:
     """Import an engine package; skip without it, fail instead when PARAPLAN_REQUIRE_ENGINES=1 (CI)."""
     if os.environ.get("PARAPLAN_REQUIRE_ENGINES") == "1":
         return importlib.import_module(name)
-    return pytest.importorskip(name, reason=f"{name} is not installed (pip install torch==2.13.0, then '.[validate]')")
+    return pytest.importorskip(name, reason=f"{name} is not installed ({install})")
+
+
+def serving_engine_module(name: str) -> ModuleType:
+    """engine_module for vLLM, SGLang and sglang-router, looked up first in the folder PARAPLAN_SERVING_ENGINES
+    names: their wheels pull CUDA builds of torch, so .ci/run installs them (and the few imports their parsers
+    need) with ``pip install --no-deps --target DIR`` rather than into the environment."""
+    target = os.environ.get("PARAPLAN_SERVING_ENGINES")
+    if target and target not in sys.path:
+        sys.path.insert(0, target)
+    return engine_module(name, "set PARAPLAN_SERVING_ENGINES to a 'pip install --no-deps --target DIR' folder "
+                               "of the vLLM/SGLang pins in .ci/run")
 
 
 def argv_shim(bin_dir: Path, command: str, log: Path) -> None:

@@ -1,7 +1,8 @@
 """vLLM 0.33.0, SGLang 0.5.23 and sglang-router 0.3.2 parse the commands serve.sh starts, into the plan's sharding.
 
 Their argument parsers import on CPU (vLLM with VLLM_TARGET_DEVICE=cpu), but the packages are not in the
-validate extra (vLLM and SGLang pull CUDA builds of torch): these tests skip without them. TensorRT-LLM has
+validate extra (vLLM and SGLang pull CUDA builds of torch): .ci/run installs them with ``pip install --no-deps
+--target DIR`` and names DIR in PARAPLAN_SERVING_ENGINES; without them these tests skip. TensorRT-LLM has
 no CPU wheel; its flags are checked against FLAG_SOURCES in test_serving_export.py.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from export_factory import engine_module
+from export_factory import serving_engine_module
 from serving_factory import captured, deepseek_disagg, dense_pp, llama_agg, write
 
 from paraplan.exporters.serving import serving_files
@@ -26,7 +27,8 @@ def _commands(tmp_path, doc: dict, engine: str, nodes: int) -> list[list[str]]:
 
 @pytest.mark.parametrize(("make", "nodes"), [(llama_agg, 1), (deepseek_disagg, 3), (dense_pp, 2)])
 def test_sglang_parses_to_the_plan_sharding(tmp_path, make, nodes):
-    engine_module("sglang.srt.server_args")
+    serving_engine_module("sglang.srt.server_args")
+    serving_engine_module("sglang_router.launch_router")
     from sglang.srt.runtime_context import derive_parallel_widths
     from sglang.srt.server_args import prepare_server_args
     from sglang_router.launch_router import parse_router_args
@@ -51,7 +53,7 @@ def test_sglang_parses_to_the_plan_sharding(tmp_path, make, nodes):
 @pytest.mark.parametrize(("make", "nodes"), [(llama_agg, 1), (deepseek_disagg, 3), (dense_pp, 2)])
 def test_vllm_parses_to_the_plan_sharding(tmp_path, make, nodes):
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # the parser's defaults probe the platform
-    engine_module("vllm.entrypoints.common.cli_args")
+    serving_engine_module("vllm.entrypoints.common.cli_args")
     from vllm.entrypoints.common.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
