@@ -47,20 +47,6 @@ def _gib(n_bytes: float) -> str:
     return f"{n_bytes / 2**30:,.1f}"
 
 
-def document(served, problem, result) -> dict:
-    """The ``serve --json`` document of a search result."""
-    from paraplan.planner.serving_plan import serving_document
-
-    choices, workload = problem.choices, problem.workload
-    hardware = [{"gpu": c.gpu.name, "num_gpus": c.num_gpus, "gpus_per_node": c.gpus_per_node,
-                 "nvlink_domain_gpus": c.nvlink_domain_gpus, "cluster": c.name, "price_usd_per_gpu_hour": problem.price(i)}
-                for i, c in enumerate(problem.clusters)]
-    search = {"considered": result.considered, "feasible": result.feasible, "objective": choices.objective,
-              "engines": list(choices.engines), "modes": list(choices.modes)}
-    return serving_document(model=served.to_json(), hardware=hardware, workload=workload, plans=result.plans,
-                            pareto=result.pareto, search=search)
-
-
 def _pool_text(pool: dict, mixed: bool) -> str:
     axes = [f"tp{pool['tp']}"] + [f"dp{pool['dp_attention']}"] * (pool["dp_attention"] > 1) \
         + [f"pp{pool['pp']}"] * (pool["pp"] > 1) + [f"ep{pool['moe_ep']}"] * (pool["moe_ep"] > 1)

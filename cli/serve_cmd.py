@@ -44,47 +44,26 @@ def _engines(engine: str | None, export: str | None) -> tuple[str, ...]:
     return engines
 
 
-def _clusters(cluster: str | None, nodes: int | None, gpu: str | None, gpus: str | None,
-              gpus_per_node: int | None) -> tuple:
-    """One cluster per GPU type: ``--gpu a,b --gpus n,m`` (or one --cluster)."""
-    from paraplan.cli.app import make_cluster
-    from paraplan.hardware_profiles.user_file import resolve_catalog
-
-    catalog = resolve_catalog(None)
-    names = [] if gpu is None else [g.strip() for g in gpu.split(",")]
-    counts = None if gpus is None else _counts(gpus)
-    if len(names) <= 1:
-        total = None if counts is None else counts[0] if len(counts) == 1 else -1
-        if total == -1:
-            raise InputError(f"--gpus {gpus[:40]}: one count for one --gpu type")
-        return (make_cluster(cluster, nodes, gpu, total, gpus_per_node, catalog),)
-    if cluster is not None or counts is None or len(counts) != len(names):
-        raise InputError(f"--gpu lists {len(names)} GPU types: give --gpus with one count each (e.g. --gpus "
-                         f"{','.join(['8'] * len(names))}) and no --cluster")
-    if len(set(names)) != len(names):
-        raise InputError(f"--gpu {gpu[:60]}: each GPU type once")
-    return tuple(make_cluster(None, None, name, n, gpus_per_node, catalog) for name, n in zip(names, counts))
-
-
-def _counts(text: str) -> list[int]:
+def _counts(text: str | None) -> list[int] | None:
     """--gpus: GPU counts in the order of --gpu's types."""
     from paraplan.cli.app import parse_ints
 
-    return [parse_ints("--gpus", part)[0] for part in text.split(",")]
+    return None if text is None else [parse_ints("--gpus", part)[0] for part in text.split(",")]
 
 
-def _prices(text: str | None, types: int) -> tuple[float | None, ...]:
-    """--price-per-gpu-hour: one value for every type, or one per --gpu type; () = the catalog's."""
+def _prices(text: str | None) -> list[float] | None:
+    """--price-per-gpu-hour: one value, or one per --gpu type."""
     if text is None:
-        return ()
+        return None
     try:
-        values = [float(v) for v in text.split(",")]
+        return [float(v) for v in text.split(",")]
     except ValueError:
-        values = []
-    if not values or any(not (v >= 0 and v < 1e6) for v in values) or len(values) not in (1, types):
-        raise InputError(f"--price-per-gpu-hour {text[:40]!r}: non-negative USD, one value or one per --gpu type "
-                         f"({types})")
-    return tuple(values * types if len(values) == 1 else values)
+        raise InputError(f"--price-per-gpu-hour {text[:40]!r}: non-negative USD, one value or one per --gpu "
+                         "type") from None
+
+
+def _names(text: str | None) -> list[str] | None:
+    return None if text is None else [part.strip() for part in text.split(",")]
 
 
 def _fixed_axes(values: dict[str, str | None]) -> dict[str, tuple[int, ...]]:
@@ -144,43 +123,26 @@ def serve(
 ) -> None:
     """Plan a serving deployment: engine, parallelism, batch and chunk limits, aggregated or disaggregated."""
     from paraplan.cli import render, render_serving
-    from paraplan.planner.serving_queue import parse_arrival
-    from paraplan.planner.serving_rank import ServingProblem, search_serving
-    from paraplan.planner.serving_space import KV_DTYPES, ServingChoices, ServingWorkload
+    from paraplan.serving_api import serve as serve_api
 
-    if top < 1:
-        raise InputError(f"--top expects a positive integer, got {top}")
-    if rate is not None and not rate > 0:
-        raise InputError(f"--rate must be a positive number of requests per second, got {rate}")
-    arrivals = parse_arrival(arrival, rate) if rate is not None or arrival != "poisson" else None
-    workload = ServingWorkload(
-        isl=isl, osl=osl, isl_cv=parse_length_dist("--isl-dist", isl_dist),
-        osl_cv=parse_length_dist("--osl-dist", osl_dist), concurrency=concurrency, arrivals=arrivals,
-        ttft_target_s=None if ttft_ms is None else ttft_ms / 1e3,
-        tpot_target_s=None if tpot_ms is None else tpot_ms / 1e3, percentile=percentile)
-    choices = ServingChoices(
-        engines=_engines(engine, export), precision=precision,
-        kv_dtypes=KV_DTYPES if kv_dtype == "auto" else tuple(kv_dtype.split(",")),
-        modes=("agg", "disagg") if mode == "both" else tuple(mode.split(",")),
-        fixed=_fixed_axes({"tp": tp, "pp": pp, "ep": ep, "dp_attention": dp_attention, "batch": batch,
-                           "chunk": chunk}),
-        objective=objective)
-    clusters = _clusters(cluster, nodes, gpu, gpus, gpus_per_node)
-    prices = _prices(price_per_gpu_hour, len(clusters))
-    from paraplan.planner.serving_model import served_model
-
-    served = served_model(model)
     render.route_human_output(json_path)
     if json_path is not None:
         render.check_writable(json_path, force)
     render_serving.check_export(export, out, force)
-    problem = ServingProblem(model=served.spec, mixers=served.mixers, clusters=clusters, workload=workload,
-                             choices=choices, prices_usd_per_gpu_hour=prices)
+    if cluster is not None and gpus_per_node is not None:
+        raise InputError("--gpus-per-node goes with --gpu; a --cluster fixes its own node size")
+    fixed = _fixed_axes({"tp": tp, "pp": pp, "ep": ep, "dp_attention": dp_attention, "batch": batch, "chunk": chunk})
     with render.working(render.make_console(stderr=True), "searching serving deployments"):
-        result = search_serving(problem, top)
-    document = render_serving.document(served, problem, result)
-    render_serving.serving_plans(render.make_console(), document, problem)
+        result = serve_api(
+            model, isl=isl, osl=osl, gpu=_names(gpu), gpus=_counts(gpus), cluster=cluster, nodes=nodes,
+            gpus_per_node=gpus_per_node, concurrency=concurrency, rate=rate, arrival=arrival,
+            isl_cv=parse_length_dist("--isl-dist", isl_dist), osl_cv=parse_length_dist("--osl-dist", osl_dist),
+            ttft_ms=ttft_ms, tpot_ms=tpot_ms, percentile=percentile, engines=_engines(engine, export),
+            precision=precision, kv_dtypes=None if kv_dtype == "auto" else _names(kv_dtype),
+            modes=None if mode == "both" else _names(mode), objective=objective,
+            price_per_gpu_hour=_prices(price_per_gpu_hour), top=top, **fixed)
+    render_serving.serving_plans(render.make_console(), result.document, result.problem)
     if json_path is not None:
-        render.write_json(json_path, document, force)
+        render.write_json(json_path, result.document, force)
     if export is not None:
-        render_serving.export(document, export, out, force)
+        render_serving.export(result.document, export, out, force)

@@ -4,7 +4,8 @@ The code lives in one-way layers, installed as sub-packages of this one:
 ``hardware_profiles`` → ``cost_models`` → ``planner`` → ``exporters`` → ``cli``.
 The library entry points (``paraplan/api.py``) load on first use, so ``import paraplan`` stays light:
 ``paraplan.plan``, ``paraplan.evaluate``, ``paraplan.plan_document``, ``paraplan.PlanResult``, ``paraplan.InputError``,
-and ``paraplan.evaluate_file`` / ``paraplan.plan_file`` for a job a launch script, log or engine config describes.
+and ``paraplan.evaluate_file`` / ``paraplan.plan_file`` for a job a launch script, log or engine config describes;
+``paraplan.serve`` plans a serving deployment (``paraplan/serving_api.py``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["InputError", "PlanResult", "__version__", "evaluate", "evaluate_file", "plan", "plan_document", "plan_file"]
+__all__ = ["InputError", "PlanResult", "ServeResult", "__version__", "evaluate", "evaluate_file", "plan", "plan_document",
+           "plan_file", "serve"]
 
 
 def __getattr__(name: str) -> Any:
@@ -25,4 +27,8 @@ def __getattr__(name: str) -> Any:
         from paraplan import api
 
         return getattr(api, name)
+    if name in ("serve", "ServeResult"):
+        from paraplan import serving_api
+
+        return getattr(serving_api, name)
     raise AttributeError(f"module 'paraplan' has no attribute {name!r}")

@@ -204,7 +204,7 @@ def _schema() -> dict[str, Any]:
     return json.loads(resources.files("paraplan.planner").joinpath("schemas/serving_plan.schema.json").read_text())
 
 
-def serving_document(*, model: dict[str, Any], hardware: dict[str, Any], workload: ServingWorkload,
+def serving_document(*, model: dict[str, Any], hardware: list[dict[str, Any]], workload: ServingWorkload,
                      plans: list[ServingPlan], pareto: list[dict[str, float]], search: dict[str, Any]) -> dict[str, Any]:
     """The whole ``serve --json`` document, checked against serving_plan.schema.json."""
     arrivals = workload.arrivals
@@ -222,6 +222,19 @@ def serving_document(*, model: dict[str, Any], hardware: dict[str, Any], workloa
         "provenance": {"cost_model": PROVENANCE, "queueing": QUEUEING}}
     validate_own(document, _schema())
     return document
+
+
+def serving_document_of(served, problem, result) -> dict[str, Any]:
+    """The ``serve --json`` document of a search result (``served``: serving_model.ServedModel, ``problem``:
+    serving_rank.ServingProblem, ``result``: serving_rank.ServingResult)."""
+    choices = problem.choices
+    hardware = [{"gpu": c.gpu.name, "num_gpus": c.num_gpus, "gpus_per_node": c.gpus_per_node,
+                 "nvlink_domain_gpus": c.nvlink_domain_gpus, "cluster": c.name, "price_usd_per_gpu_hour": problem.price(i)}
+                for i, c in enumerate(problem.clusters)]
+    search = {"considered": result.considered, "feasible": result.feasible, "objective": choices.objective,
+              "engines": list(choices.engines), "modes": list(choices.modes)}
+    return serving_document(model=served.to_json(), hardware=hardware, workload=problem.workload, plans=result.plans,
+                            pareto=result.pareto, search=search)
 
 
 PROVENANCE = ("analytical serving model (cost_models/inference_step.py, serving.py) on the training model's GPU "

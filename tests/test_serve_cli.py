@@ -156,3 +156,16 @@ def test_two_gpu_types_at_their_prices_and_the_fleet_exports(tmp_path: Path):
 def test_bad_gpu_lists_are_one_line(args, needles):
     assert_bad_input(invoke("serve", "llama-3.1-8b", *args, "--isl", "64", "--osl", "64", "--concurrency", "4"),
                      *needles)
+
+
+def test_the_library_call_returns_what_the_command_writes(tmp_path: Path):
+    import paraplan
+
+    document = _document(tmp_path, *LLAMA, "--rate", "8", "--ttft-ms", "600", "--tpot-ms", "20", "--percentile",
+                         "90", "--tp", "1,2", "--top", "3")
+    result = paraplan.serve("llama-3.1-8b", gpu="h100-sxm", gpus=8, isl=1024, osl=512, rate=8.0, ttft_ms=600,
+                            tpot_ms=20, percentile=90, tp=[1, 2], top=3)
+    assert result.document["plans"] == document["plans"] and result.document["pareto"] == document["pareto"]
+    assert [p.rank for p in result.plans] == list(range(1, len(result.plans) + 1))
+    with pytest.raises(paraplan.InputError, match="unknown serving axis"):
+        paraplan.serve("llama-3.1-8b", gpu="h100-sxm", gpus=8, isl=64, osl=64, concurrency=1, vpp=2)

@@ -1,0 +1,115 @@
+"""paraplan as a library for serving: ``paraplan.serve(...)`` runs ``paraplan serve``'s search and returns its plans
+and its schema-checked JSON document. Bad input raises ``paraplan.InputError`` with the CLI's one-line message.
+
+    import paraplan
+    result = paraplan.serve("llama-3.1-70b", gpu="h100-sxm", gpus=16, isl=1024, osl=1024, rate=4.0,
+                            ttft_ms=1000, tpot_ms=30, percentile=90)
+    best = result.plans[0]
+    best.estimate["ttft_s"]["p90"], best.estimate["tokens_per_s_per_gpu"]
+    result.document                      # what `paraplan serve --json` writes
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from paraplan.errors import InputError
+
+SERVING_AXES = ("tp", "pp", "ep", "dp_attention", "batch", "chunk")
+
+
+@dataclass(frozen=True, slots=True)
+class ServeResult:
+    """The ranked serving plans of one search, its Pareto front, counts and JSON document."""
+
+    plans: list
+    """planner.serving_plan.ServingPlan, best first."""
+    pareto: list[dict]
+    considered: int
+    feasible: int
+    document: dict[str, Any]
+    problem: Any
+    """The planner.serving_rank.ServingProblem that was searched."""
+
+
+def _as_list(value: Any) -> list:
+    if value is None:
+        return []
+    if isinstance(value, (str, int, float)):
+        return [value]
+    return list(value)
+
+
+def serving_clusters(gpu: str | Sequence[str] | None, gpus: int | Sequence[int] | None, cluster: str | None = None,
+                     nodes: int | None = None, gpus_per_node: int | None = None) -> tuple:
+    """One cluster per GPU type: ``gpu`` names with one count each in ``gpus``, or one ``cluster`` (a built-in
+    name or a cluster YAML file, sized by ``nodes`` or ``gpus``)."""
+    from paraplan.api import _cluster
+    from paraplan.hardware_profiles import quick_cluster
+
+    names, counts = _as_list(gpu), _as_list(gpus)
+    if cluster is not None or len(names) <= 1:
+        if len(counts) > 1:
+            raise InputError(f"--gpus lists {len(counts)} counts: give one for one GPU type or cluster")
+        return (_cluster(cluster, nodes, names[0] if names else None, counts[0] if counts else None,
+                         8 if gpus_per_node is None else gpus_per_node),)
+    if not names or len(counts) != len(names):
+        raise InputError(f"--gpu lists {len(names)} GPU type(s): give --gpus with one count each (e.g. --gpus "
+                         f"{','.join(['8'] * max(len(names), 1))})")
+    if len(set(names)) != len(names):
+        raise InputError(f"--gpu {','.join(names)[:60]}: each GPU type once")
+    return tuple(quick_cluster(name, int(n), 8 if gpus_per_node is None else gpus_per_node)
+                 for name, n in zip(names, counts))
+
+
+def _prices(price: float | Sequence[float] | None, types: int) -> tuple[float | None, ...]:
+    values = _as_list(price)
+    if not values:
+        return ()
+    if len(values) not in (1, types) or any(not (isinstance(v, (int, float)) and 0 <= v < 1e6) for v in values):
+        raise InputError(f"--price-per-gpu-hour: non-negative USD, one value or one per --gpu type ({types})")
+    return tuple(float(v) for v in (values * types if len(values) == 1 else values))
+
+
+def serve(model: str, *, isl: int, osl: int, gpu: str | Sequence[str] | None = None,
+          gpus: int | Sequence[int] | None = None, cluster: str | None = None, nodes: int | None = None,
+          gpus_per_node: int | None = None, concurrency: int | None = None, rate: float | None = None,
+          arrival: str = "poisson", isl_cv: float = 0.0, osl_cv: float = 0.0, ttft_ms: float | None = None,
+          tpot_ms: float | None = None, percentile: int = 50, engines: Sequence[str] | None = None,
+          precision: str = "auto", kv_dtypes: Sequence[str] | None = None, modes: Sequence[str] | None = None,
+          objective: str = "throughput", price_per_gpu_hour: float | Sequence[float] | None = None, top: int = 5,
+          **fixed: int | Sequence[int]) -> ServeResult:
+    """The best ``top`` serving deployments of ``model`` (an axis in ``fixed``: tp, pp, ep, dp_attention, batch,
+    chunk, an int or a list, constrains the search)."""
+    from paraplan.cost_models.serving import ENGINES
+    from paraplan.planner.serving_model import served_model
+    from paraplan.planner.serving_plan import serving_document_of
+    from paraplan.planner.serving_queue import parse_arrival
+    from paraplan.planner.serving_rank import ServingProblem, search_serving
+    from paraplan.planner.serving_space import KV_DTYPES, MODES, ServingChoices, ServingWorkload
+
+    unknown = sorted(set(fixed) - set(SERVING_AXES))
+    if unknown:
+        raise InputError(f"unknown serving axis {unknown[0]!r}: choose from {', '.join(SERVING_AXES)}")
+    if top < 1:
+        raise InputError(f"--top expects a positive integer, got {top}")
+    if rate is not None and not rate > 0:
+        raise InputError(f"--rate must be a positive number of requests per second, got {rate}")
+    arrivals = parse_arrival(arrival, rate) if rate is not None or arrival != "poisson" else None
+    workload = ServingWorkload(isl=isl, osl=osl, isl_cv=isl_cv, osl_cv=osl_cv, concurrency=concurrency,
+                               arrivals=arrivals, ttft_target_s=None if ttft_ms is None else ttft_ms / 1e3,
+                               tpot_target_s=None if tpot_ms is None else tpot_ms / 1e3, percentile=percentile)
+    choices = ServingChoices(engines=tuple(engines or ENGINES), precision=precision,
+                             kv_dtypes=tuple(kv_dtypes or KV_DTYPES), modes=tuple(modes or MODES),
+                             fixed={axis: tuple(int(v) for v in _as_list(values)) for axis, values in fixed.items()},
+                             objective=objective)
+    clusters = serving_clusters(gpu, gpus, cluster, nodes, gpus_per_node)
+    served = served_model(model)
+    problem = ServingProblem(model=served.spec, mixers=served.mixers, clusters=clusters, workload=workload,
+                             choices=choices, prices_usd_per_gpu_hour=_prices(price_per_gpu_hour, len(clusters)))
+    result = search_serving(problem, top)
+    return ServeResult(plans=result.plans, pareto=result.pareto, considered=result.considered,
+                       feasible=result.feasible, document=serving_document_of(served, problem, result),
+                       problem=problem)
