@@ -109,7 +109,12 @@ def nice_ticks(top: float, count: int = 5) -> list[float]:
 
 
 def tick_text(value: float) -> str:
-    """A tick label: no trailing zeros, thousands separated."""
+    """A tick label: no trailing zeros, thousands separated; from 100,000 up in k or M, so a label fits the
+    60 px left of a panel's axis."""
+    if abs(value) >= 1e6:
+        return f"{value / 1e6:,.4g}M"
+    if abs(value) >= 1e5:
+        return f"{value / 1e3:,.4g}k"
     return f"{value:,.0f}" if value == int(value) else f"{value:,.3g}"
 
 
