@@ -43,15 +43,21 @@ def export(
     report(write_files(out, export_files(plan, fmt, options), force))
 
 
-def check_plan_export(fmt: str | None, out: Path | None, engine: str, force: bool) -> None:
-    """Before a search: --export and -o come together, the format suits the engine, the folder takes its files."""
+def export_requested(fmt: str | None, out: Path | None) -> bool:
+    """Whether --export asks for files; InputError unless --export and -o come together."""
     if fmt is None:
         if out is not None:
             raise InputError("-o/--out goes with --export FORMAT (which launch files to write there)")
-        return
+        return False
     if out is None:
         raise InputError("--export needs -o/--out DIR, the folder to write the launch files into")
-    check_destination(out, output_names(fmt, engine, ExportOptions()), force)
+    return True
+
+
+def check_plan_export(fmt: str | None, out: Path | None, engine: str, force: bool) -> None:
+    """Before a search: --export and -o come together, the format suits the engine, the folder takes its files."""
+    if export_requested(fmt, out):
+        check_destination(out, output_names(fmt, engine, ExportOptions()), force)
 
 
 def export_plan_document(document: dict, fmt: str, out: Path, force: bool) -> None:

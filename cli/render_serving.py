@@ -110,12 +110,10 @@ def _why(console: Console, doc: dict, q: str) -> None:
 
 def check_export(fmt: str | None, out: Path | None, force: bool) -> None:
     """Before the search: --export and -o come together and the format is one the serving exporter writes."""
-    if fmt is None:
-        if out is not None:
-            raise InputError("-o/--out goes with --export FORMAT (which launch files to write there)")
+    from paraplan.cli.export_cmd import export_requested
+
+    if not export_requested(fmt, out):
         return
-    if out is None:
-        raise InputError("--export needs -o/--out DIR, the folder to write the launch files into")
     from paraplan.exporters.serving import SERVING_FORMATS
 
     if fmt not in SERVING_FORMATS:
