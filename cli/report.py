@@ -14,7 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from paraplan.cli import render
-from paraplan.cli.report_figures import memory_figure, pipeline_figure, step_figure
+from paraplan.cli.report_figures import memory_figure, pipeline_figure, stage_memory_figure, step_figure
 from paraplan.cli.report_scaling import placement_figure, run_value, scaling_figure
 from paraplan.cost_models.device_memory import usable_capacity_bytes
 from paraplan.errors import InputError
@@ -25,7 +25,7 @@ from paraplan.planner.job import ParallelConfig
 
 REPORT_NAME = "report.html"
 """The file ``write_report`` writes into its folder."""
-FIGURES = ("pipeline", "memory", "step", "scaling", "placement")
+FIGURES = ("pipeline", "memory", "stages", "step", "scaling", "placement")
 """Figure names, for ``--plot``; scaling needs a sweep."""
 STYLE = """body{font-family:DejaVu Sans,Helvetica,Arial,sans-serif;margin:24px;max-width:960px;color:#222}
 table{border-collapse:collapse;margin:8px 0 16px}td,th{border:1px solid #ccc;padding:3px 8px}
@@ -46,7 +46,7 @@ def figures(documents: list[dict[str, Any]], sweep: dict[str, Any] | None) -> di
     """Every figure of the report by name (FIGURES), as inline SVG; scaling only with a sweep."""
     best = documents[0]
     out = {"pipeline": pipeline_figure(best), "memory": memory_figure(documents, capacity_of(best)),
-           "step": step_figure(documents)}
+           "stages": stage_memory_figure(best, capacity_of(best)), "step": step_figure(documents)}
     if sweep is not None:
         out["scaling"] = scaling_figure(sweep)
     out["placement"] = placement_figure(best)

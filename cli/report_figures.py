@@ -135,6 +135,47 @@ def memory_figure(documents: list[dict[str, Any]], capacity_bytes: float | None)
     return svg(frame, body, title, "memory")
 
 
+STAGE_PARTS = (("activations_bytes", "saved activations", "#4e79a7"),
+               ("rest_bytes", "weights, gradients, optimizer states, transient and logits", "#f28e2b"))
+
+
+def stage_memory_figure(document: dict[str, Any], capacity_bytes: float | None) -> str:
+    """The best plan's pipeline stages side by side (first, busiest middle, last): live tensors at each one's
+    peak, saved activations apart from the rest, against the usable capacity line."""
+    stages = document["estimate"].get("stage_memory_bytes")
+    frame = Frame(width_px=WIDTH_PX, height_px=380, left_px=70, top_px=40, right_px=20, bottom_px=90)
+    title = f"memory per pipeline stage of {_plan_label(document)} (GiB, live tensors at each stage's peak)"
+    if not stages:
+        return note(frame, "this plan file predates per-stage memory: plan again to draw it", "stages", title)
+    top = max([s["allocated_bytes"] for s in stages] + [capacity_bytes or 0.0]) / BYTES_PER_GIB
+    ticks = nice_ticks(top)
+    px_per_gib = frame.plot_height_px / ticks[-1]
+    body = [text(frame.left_px, 22, title, css="figure-title", size=14, weight="bold")]
+    body += y_axis(frame, ticks, "GiB per GPU")
+    slot = frame.plot_width_px / len(stages)
+    base = frame.top_px + frame.plot_height_px
+    for i, stage in enumerate(stages):
+        parts = {"activations_bytes": stage["activations_bytes"],
+                 "rest_bytes": max(stage["allocated_bytes"] - stage["activations_bytes"], 0.0)}
+        x, y = frame.left_px + slot * (i + 0.25), base
+        for key, label, colour in STAGE_PARTS:
+            height = parts[key] / BYTES_PER_GIB * px_per_gib
+            y -= height
+            body.append(rect(x, y, slot * 0.5, height, colour, f"bar {key}",
+                             {"stage": stage["stage"], "item": key, "bytes": f"{parts[key]:.0f}"},
+                             f"{stage['stage']} stage, {label}: {parts[key] / BYTES_PER_GIB:.1f} GiB"))
+        body.append(text(x + slot * 0.25, base + 16, f"{stage['stage']} stage "
+                         f"({stage['allocated_bytes'] / BYTES_PER_GIB:.1f} GiB)", anchor="middle", css="tick"))
+    if capacity_bytes:
+        y = base - capacity_bytes / BYTES_PER_GIB * px_per_gib
+        body.append(line(frame.left_px, y, frame.left_px + frame.plot_width_px, y, "capacity", "#c00", True, 2.0))
+        body.append(text(frame.left_px + frame.plot_width_px - 4, y - 5,
+                         f"usable capacity {capacity_bytes / BYTES_PER_GIB:.1f} GiB", anchor="end", css="capacity-label"))
+    body += legend(frame.left_px, base + 40, [(label, colour) for _, label, colour in STAGE_PARTS],
+                   frame.plot_width_px)
+    return svg(frame, body, title, "stages")
+
+
 def step_figure(documents: list[dict[str, Any]]) -> str:
     """One horizontal stacked bar per plan: the terms of its step time, in seconds."""
     rows = len(documents)

@@ -51,6 +51,12 @@ class MemoryBreakdown:
     """Live tensors at the peak of the last pipeline stage (the rank Megatron logs memory from)."""
     first_activations_bytes: np.ndarray
     """Saved activations of the first stage at its peak (Korthikanti et al.'s reported component)."""
+    last_activations_bytes: np.ndarray
+    """Saved activations of the last stage at its peak."""
+    middle_allocated_bytes: np.ndarray
+    """Live tensors at the peak of the busiest middle rank (rank 1; 0 where pp < 3)."""
+    middle_activations_bytes: np.ndarray
+    """Saved activations of the busiest middle rank at its peak (0 where pp < 3)."""
     middle_states_bytes: np.ndarray
     """Weights, gradients and optimizer states of a stage holding only decoder layers."""
     reserved_bytes: np.ndarray
@@ -337,6 +343,9 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
         first_allocated_bytes=first_total,
         last_allocated_bytes=last_total,
         first_activations_bytes=first_acts,
+        last_activations_bytes=np.where(pp1, first_acts, last_acts),
+        middle_allocated_bytes=middle_total,
+        middle_activations_bytes=np.where(has_middle, middle_acts, 0.0),
         middle_states_bytes=middle_params * (weights_frac + grads_frac + optim_frac)
         + middle_experts * sum(expert_fracs),
         reserved_bytes=reserved,

@@ -83,7 +83,22 @@ def estimate_at(est: EstimateTable, row: int) -> dict[str, Any]:
         "host_memory_bytes": float(memory.host_bytes[row]),
         "step_time_breakdown_s": {name: float(getattr(est, name)[row]) for name in _BREAKDOWN},
         "memory_breakdown_bytes": {name: float(np.asarray(getattr(memory, name))[row]) for name in _MEMORY},
+        "stage_memory_bytes": stage_memory(memory, row),
     }
+
+
+def stage_memory(memory, row: int) -> list[dict[str, Any]]:
+    """Live tensors and saved activations at the peak of the first, the busiest middle (pp >= 3) and the last
+    (pp >= 2) pipeline stage of ``row``. The middle total is 0 without a middle stage; the last stage is the
+    first one's own values at pp 1."""
+    entries = [("first", memory.first_allocated_bytes, memory.first_activations_bytes)]
+    if float(memory.middle_allocated_bytes[row]) > 0:
+        entries.append(("middle", memory.middle_allocated_bytes, memory.middle_activations_bytes))
+    if float(memory.last_activations_bytes[row]) != float(memory.first_activations_bytes[row]) \
+            or float(memory.last_allocated_bytes[row]) != float(memory.first_allocated_bytes[row]):
+        entries.append(("last", memory.last_allocated_bytes, memory.last_activations_bytes))
+    return [{"stage": name, "allocated_bytes": float(total[row]), "activations_bytes": float(acts[row])}
+            for name, total, acts in entries]
 
 
 def plan_to_json(plan: Plan, cost_model: str, run: dict[str, Any] | None = None) -> dict[str, Any]:

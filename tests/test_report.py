@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 import paraplan
 from paraplan.cli.app import app
 from paraplan.cli.report import REPORT_NAME, capacity_of, figures, report_html, write_report
-from paraplan.cli.report_figures import memory_figure, pipeline_figure, step_figure
+from paraplan.cli.report_figures import memory_figure, pipeline_figure, stage_memory_figure, step_figure
 from paraplan.cli.report_scaling import expert_loads, placement_figure, scaling_figure
 from paraplan.cli.report_svg import nice_ticks, standalone
 from paraplan.cost_models.device_memory import usable_capacity_bytes
@@ -156,6 +156,37 @@ def test_memory_bars_are_proportional_to_bytes_and_capacity_sits_at_its_height()
     assert "GiB per GPU" in svg and "usable capacity" in svg
 
 
+@pytest.mark.parametrize("pp, stages", [(1, ["first"]), (2, ["first", "last"]), (4, ["first", "middle", "last"])])
+def test_stage_memory_names_each_stage_and_the_peak_one_is_the_largest(pp, stages):
+    estimate = evaluated(tp=2, pp=pp)["estimate"]
+    entries = estimate["stage_memory_bytes"]
+    assert [e["stage"] for e in entries] == stages
+    largest = max(entries, key=lambda e: e["allocated_bytes"])
+    assert largest["stage"] == estimate["peak_memory_stage"]
+    # The device peak holds the larger of the activation peak and the optimizer step's: never below a stage's.
+    assert largest["allocated_bytes"] <= estimate["allocated_memory_bytes"] * (1 + 1e-12)
+    assert all(0 < e["activations_bytes"] < e["allocated_bytes"] for e in entries)
+    if pp > 1:  # 1F1B: the first stage holds pp micro-batches in flight, the last one
+        first, last = entries[0], entries[-1]
+        assert first["activations_bytes"] > last["activations_bytes"]
+
+
+def test_stage_bars_are_proportional_to_bytes():
+    document = evaluated(tp=2, pp=4)
+    capacity = float(usable_capacity_bytes(load_gpu("h100-sxm").hbm_bytes))
+    svg = stage_memory_figure(document, capacity)
+    entries = document["estimate"]["stage_memory_bytes"]
+    top_gib = nice_ticks(max([e["allocated_bytes"] for e in entries] + [capacity]) / GIB)[-1]
+    px_per_byte = (380 - 40 - 90) / (top_gib * GIB)
+    bars = rects(svg, "bar ")
+    assert len(bars) == 2 * len(entries)
+    for entry in entries:
+        mine = [b for b in bars if b["data-stage"] == entry["stage"]]
+        assert sum(float(b["height"]) for b in mine) == pytest.approx(entry["allocated_bytes"] * px_per_byte, abs=1.0)
+    old = {**document, "estimate": {k: v for k, v in document["estimate"].items() if k != "stage_memory_bytes"}}
+    assert "predates per-stage memory" in stage_memory_figure(old, capacity)
+
+
 def test_step_bars_add_up_to_each_plans_step_time():
     documents = [evaluated(tp=2, pp=4), evaluated(tp=8, pp=1)]
     svg = step_figure(documents)
@@ -232,7 +263,7 @@ def test_report_html_is_self_contained_and_says_what_plan_prints():
     documents[1] = {**documents[1], "rank": 2}
     html = report_html(documents, _sweep(with_run=True))
     assert not re.search(r"https?://", html) and "<script" not in html and "<link" not in html
-    assert html.count("<svg ") == 5 and html.count("<figure ") == 5
+    assert html.count("<svg ") == 6 and html.count("<figure ") == 6
     for needle in ("Ranked plans", "Why #1 wins", "pipeline bubble", "optimizer states", "Provenance",
                    "hardware_profiles/efficiency.yaml", "analytical", "#2 (tp=8 pp=1"):
         assert needle in html
@@ -279,7 +310,7 @@ def test_plan_then_report_end_to_end(plan_file, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.html"]  # nothing else written
     html = out.read_text()
     plans = json.loads(plan_file.read_text())["plans"]
-    assert html.count("<tr><td") >= len(plans) and html.count("<svg ") == 4  # no sweep: no scaling figure
+    assert html.count("<tr><td") >= len(plans) and html.count("<svg ") == 5  # no sweep: no scaling figure
     assert f"{plans[0]['estimate']['tokens_per_s_per_gpu']:,.0f}" in html
     again = runner.invoke(app, ["report", str(plan_file), "-o", str(out)])
     assert again.exit_code == 2 and "--force" in again.output and out.read_text() == html

@@ -96,7 +96,7 @@ def test_the_report_draws_every_figure_inside_the_page(tmp_path):
     found = re.search(r"<pre id=\"measure\">(.*?)</pre>", dom, re.DOTALL)
     assert found, dom[-1000:]
     drawn = json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
-    assert [f["id"] for f in drawn["figures"]] == ["pipeline", "memory", "step", "scaling", "placement"]
+    assert [f["id"] for f in drawn["figures"]] == ["pipeline", "memory", "stages", "step", "scaling", "placement"]
     for figure in drawn["figures"]:
         assert figure["w"] > 0 and figure["h"] > 0 and 0 <= figure["x"] and figure["x"] + figure["w"] <= VIEWPORT[0]
     pipeline = ElementTree.fromstring(figures(list(documents()), None)["pipeline"])
