@@ -9,11 +9,12 @@ import typer
 
 from paraplan.errors import InputError
 from paraplan.exporters.formats import DEFAULT_IMAGE, FORMATS, ExportOptions, export_files, output_names
-from paraplan.exporters.plan_input import plan_from_document, read_plan_file
+from paraplan.exporters.plan_input import is_serving_document, plan_from_document, read_plan_document, select_plan
 from paraplan.exporters.writer import check_destination, write_files
 
 _EXPORT = "Export"
-FormatOpt = Annotated[str, typer.Option("--format", "-f", help=f"One of {', '.join(FORMATS)}.",
+FormatOpt = Annotated[str, typer.Option("--format", "-f", help=f"One of {', '.join(FORMATS)}; for a serving plan "
+                                        "vllm, sglang, trtllm, k8s, json or all.",
                                         rich_help_panel=_EXPORT)]
 OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Folder to write into (created if missing).",
                                       rich_help_panel=_EXPORT)]
@@ -28,7 +29,7 @@ ImageOpt = Annotated[str, typer.Option(help="Container image of the PyTorchJob."
 
 
 def export(
-    plan_file: Annotated[Path, typer.Argument(help="A plan file from 'paraplan plan --json'.")],
+    plan_file: Annotated[Path, typer.Argument(help="A plan file from 'paraplan plan --json' or 'paraplan serve --json'.")],
     fmt: FormatOpt, out: OutOpt,
     rank: Annotated[int | None, typer.Option(help="Which plan of the file, by rank (default: the best).",
                                              rich_help_panel=_EXPORT)] = None,
@@ -36,8 +37,16 @@ def export(
     torchtitan_version: TitanVersionOpt = "0.3", torchtitan_model: TitanModelOpt = None,
     job_name: JobNameOpt = None, image: ImageOpt = DEFAULT_IMAGE,
 ) -> None:
-    """Write launch configs of one plan: Megatron-LM, DeepSpeed, torchtitan, SLURM, Kubernetes or JSON."""
-    plan = read_plan_file(plan_file, rank)
+    """Write launch configs of one plan: Megatron-LM, DeepSpeed, torchtitan, SLURM, Kubernetes or JSON; of a serving
+    plan ('paraplan serve --json'): vLLM, SGLang, TensorRT-LLM, Kubernetes or JSON."""
+    document = read_plan_document(plan_file)
+    if is_serving_document(document):  # 'paraplan serve --json': vLLM, SGLang, TensorRT-LLM, k8s, json, all
+        from paraplan.exporters.serving import export_serving, serving_plan_index
+
+        index = serving_plan_index(document, rank, str(plan_file))
+        report(export_serving(document, index, fmt, out, force))
+        return
+    plan = plan_from_document(select_plan(document, rank, str(plan_file)))
     options = ExportOptions(torchtitan_version=torchtitan_version, torchtitan_model=torchtitan_model,
                             job_name=job_name, image=image)
     report(write_files(out, export_files(plan, fmt, options), force))

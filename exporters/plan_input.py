@@ -96,16 +96,25 @@ _SHAPE_BOUNDS = {"num_layers": MAX_LAYERS, "mtp_layers": MAX_LAYERS, "sliding_la
                  "experts_per_token": MAX_EXPERTS, "expert_groups": MAX_EXPERTS, "groups_per_token": MAX_EXPERTS}
 
 
-def read_plan_file(path: Path, rank: int | None = None) -> ExportPlan:
-    """The plan ranked ``rank`` in the file at ``path`` (default: its best-ranked plan)."""
+def read_plan_document(path: Path) -> Any:
+    """The parsed JSON of a plan file (a training plan file or a serving plan file), through the guarded reader."""
     if not path.is_file():
         raise InputError(f"plan file {path} does not exist (write one with 'paraplan plan ... --json {path}')")
     text = read_user_text(path, MAX_PLAN_BYTES, "plan file")
     try:
-        document = parse_user_json(text, str(path), top=None)
+        return parse_user_json(text, str(path), top=None)
     except InputError as exc:
         raise InputError(one_line(f"{exc} (not a JSON plan file)")) from None
-    return plan_from_document(select_plan(document, rank, str(path)))
+
+
+def is_serving_document(document: Any) -> bool:
+    """Whether a plan file holds serving plans ('paraplan serve --json')."""
+    return isinstance(document, dict) and document.get("kind") == "serving"
+
+
+def read_plan_file(path: Path, rank: int | None = None) -> ExportPlan:
+    """The plan ranked ``rank`` in the file at ``path`` (default: its best-ranked plan)."""
+    return plan_from_document(select_plan(read_plan_document(path), rank, str(path)))
 
 
 def select_plan(document: Any, rank: int | None, origin: str) -> dict[str, Any]:

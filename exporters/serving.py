@@ -29,6 +29,9 @@ from paraplan.exporters.writer import check_destination, write_files
 SERVING_FORMATS = ("vllm", "sglang", "trtllm", "k8s", "json", "all")
 ENGINES = ("vllm", "sglang", "trtllm")
 PLAN_FILE = "serving-plan.json"
+MAX_EXPORT_GPUS = 65_536
+"""Largest deployment exported from a plan file: serve.sh holds a branch per node (8,192 nodes of 8 GPUs); a file
+claiming more is refused rather than written as megabytes of shell."""
 _MODES = {"agg": ("aggregated",), "disagg": ("prefill", "decode")}  # the pool roles each mode needs, in order
 __all__ = ["SERVING_FORMATS", "export_serving", "expressible", "serving_files"]
 
@@ -151,6 +154,44 @@ def _options_file(dep: Deployment, label: str, name: str, lines: list[str]) -> O
     body = yaml.safe_dump(trtllm_options(pool, dep.entry), sort_keys=False, default_flow_style=False)
     return OutputFile(name=name, text=comment_block(lines + [(f"trtllm-serve --extra_llm_api_options {name} ({label} "
                                                              "workers)")]) + "\n" + body)
+
+
+def serving_plan_index(document: dict[str, Any], rank: int | None, origin: str) -> int:
+    """A serving plan file checked against its schema, and the index of the plan ranked ``rank`` (None: the best)."""
+    import json
+    from importlib import resources
+
+    from paraplan.files import one_line
+    from paraplan.planner.json_schema import schema_errors
+
+    schema = json.loads(resources.files("paraplan.planner").joinpath("schemas/serving_plan.schema.json").read_text())
+    problems = schema_errors(document, schema)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise InputError(f"{origin} does not match the serving plan schema: {one_line(problems[0], 160)}{more}")
+    ranks = [plan["rank"] for plan in document["plans"]]
+    if not ranks:
+        raise InputError(f"{origin}: the file holds no serving plans")
+    wanted = min(ranks) if rank is None else rank
+    if wanted not in ranks:
+        raise InputError(f"{origin} holds plans ranked {min(ranks)} to {max(ranks)}, not {rank}")
+    index = ranks.index(wanted)
+    gpus = sum(p["workers"] * p["gpus_per_worker"] for p in document["plans"][index]["pools"])
+    if gpus > MAX_EXPORT_GPUS:
+        raise InputError(f"{origin} plan ranked {wanted} uses {gpus} GPUs; launch files are written for at most "
+                         f"{MAX_EXPORT_GPUS:,} (a serve.sh branch per node)")
+    return index
+
+
+def read_serving_plan(path: Path, rank: int | None = None) -> tuple[dict[str, Any], int]:
+    """A serving plan file ('paraplan serve --json') through the guarded reader and its schema, and the index of
+    the plan ranked ``rank`` (None: the best)."""
+    from paraplan.exporters.plan_input import is_serving_document, read_plan_document
+
+    document = read_plan_document(path)
+    if not is_serving_document(document):
+        raise InputError(f"{path} is not a serving plan file (write one with 'paraplan serve ... --json {path}')")
+    return document, serving_plan_index(document, rank, str(path))
 
 
 def export_serving(document: dict[str, Any], plan_index: int, fmt: str, out_dir: Path, force: bool) -> list[Path]:

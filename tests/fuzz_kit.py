@@ -223,6 +223,21 @@ def _job_seed(name: str) -> Callable[[], bytes]:
     return lambda: Path(__file__).parent.joinpath("job_files", name).read_bytes()
 
 
+def _serving_plan_seed() -> bytes:
+    import paraplan
+
+    result = paraplan.serve("llama-3.1-8b", gpu="h100-sxm", gpus=8, isl=512, osl=128, rate=4.0, ttft_ms=800,
+                            tpot_ms=30, percentile=90, top=2)
+    return json.dumps(result.document).encode()
+
+
+def _serving_plan_file(path: Path) -> object:
+    from paraplan.exporters.serving import read_serving_plan, serving_files
+
+    document, index = read_serving_plan(path)
+    return serving_files(document, index, "all")
+
+
 def _option_file(path: Path) -> object:
     from paraplan.planner.job_files.config_file import read_option_file
 
@@ -239,6 +254,7 @@ PARSERS: dict[str, Parser] = {p.name: p for p in [
     Parser("bandwidth-csv", "matrix.csv", _call("paraplan.hardware_profiles.topology_file", "read_bandwidth_csv",
                                                 ["a", "b", "c"]), "csv", _const(MATRIX)),
     Parser("plan-json", "plan.json", _call("paraplan.exporters.plan_input", "read_plan_file"), "json", _plan_seed),
+    Parser("serving-plan-json", "serve.json", _serving_plan_file, "json", _serving_plan_seed),
     Parser("routing-csv", "routing.csv", _call("paraplan.cost_models.routing", "read_routing_csv"), "csv",
            _const(ROUTING)),
     Parser("ingest-nccl-text", "all_reduce_perf.txt", _ingest("nccl-tests"), "text", _const(NCCL_TEXT)),

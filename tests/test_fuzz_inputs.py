@@ -77,6 +77,8 @@ def _accepted_is_sane(name: str, result: object) -> None:
         assert len(result) >= 1 and (result.measured_tokens_per_s_per_gpu > 0).all()
     elif name == "stack-profile":
         assert 0.1 <= result.step_time_factor <= 10
+    elif name == "serving-plan-json":  # the launch files of the best plan: named, non-empty, bounded
+        assert result and all(f.name and f.text and len(f.text) < 50_000_000 for f in result)
     elif name.startswith("arrival-trace"):
         assert result.num_requests >= 2 and result.arrivals.rate_per_s > 0 and math.isfinite(result.arrivals.cv2)
 

@@ -169,3 +169,26 @@ def test_the_library_call_returns_what_the_command_writes(tmp_path: Path):
     assert [p.rank for p in result.plans] == list(range(1, len(result.plans) + 1))
     with pytest.raises(paraplan.InputError, match="unknown serving axis"):
         paraplan.serve("llama-3.1-8b", gpu="h100-sxm", gpus=8, isl=64, osl=64, concurrency=1, vpp=2)
+
+
+def test_a_saved_serving_plan_exports_later_by_rank(tmp_path: Path):
+    path = tmp_path / "serve.json"
+    result = invoke(*LLAMA, "--concurrency", "32", "--top", "3", "--json", str(path))
+    assert result.exit_code == 0, result.output
+    document = json.loads(path.read_text())
+    for rank in range(1, len(document["plans"]) + 1):
+        engine = document["plans"][rank - 1]["engine"]
+        out = tmp_path / f"rank{rank}"
+        exported = invoke("export", str(path), "--format", engine, "-o", str(out), "--rank", str(rank))
+        assert exported.exit_code == 0, exported.output
+        assert (out / "serve.sh").is_file()
+        assert document["plans"][rank - 1]["pools"][0]["tp"] >= 1
+    assert_bad_input(invoke("export", str(path), "--format", "all", "-o", str(tmp_path / "x"), "--rank", "99"),
+                     "not 99")
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({**document, "plans": [{**document["plans"][0], "engine": "tgi"}]}))
+    assert_bad_input(invoke("export", str(broken), "--format", "json", "-o", str(tmp_path / "y")), "tgi")
+    huge = tmp_path / "huge.json"
+    pools = [{**document["plans"][0]["pools"][0], "workers": 1_000_000}]
+    huge.write_text(json.dumps({**document, "plans": [{**document["plans"][0], "pools": pools}]}))
+    assert_bad_input(invoke("export", str(huge), "--format", "json", "-o", str(tmp_path / "z")), "at most 65,536")
