@@ -50,6 +50,10 @@ def serving_clusters(gpu: str | Sequence[str] | None, gpus: int | Sequence[int] 
     from paraplan.hardware_profiles import quick_cluster
 
     names, counts = _as_list(gpu), _as_list(gpus)
+    if names and not counts:
+        raise InputError("--gpu needs --gpus N (the GPUs available of that type)")
+    if not names and cluster is None:
+        raise InputError("give --gpu NAME --gpus N (comma lists for several GPU types) or --cluster NAME|FILE")
     if cluster is not None or len(names) <= 1:
         if len(counts) > 1:
             raise InputError(f"--gpus lists {len(counts)} counts: give one for one GPU type or cluster")

@@ -152,6 +152,8 @@ def test_two_gpu_types_at_their_prices_and_the_fleet_exports(tmp_path: Path):
     (["--gpu", "h100-sxm,h100-sxm", "--gpus", "8,8"], ["each GPU type once"]),
     (["--gpu", "h100-sxm,h200-sxm", "--gpus", "8,8", "--price-per-gpu-hour", "1,2,3"], ["one per --gpu type"]),
     (["--gpu", "h100-sxm", "--gpus", "8", "--price-per-gpu-hour", "-2"], ["non-negative"]),
+    (["--gpu", "h100-sxm"], ["--gpu needs --gpus"]),
+    ([], ["--gpu NAME --gpus N"]),
 ])
 def test_bad_gpu_lists_are_one_line(args, needles):
     assert_bad_input(invoke("serve", "llama-3.1-8b", *args, "--isl", "64", "--osl", "64", "--concurrency", "4"),
