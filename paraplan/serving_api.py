@@ -90,8 +90,9 @@ def serve(model: str, *, isl: int, osl: int, gpu: str | Sequence[str] | None = N
     from paraplan.cost_models.serving import ENGINES
     from paraplan.planner.serving_model import served_model
     from paraplan.planner.serving_plan import serving_document_of
+    from paraplan.planner.serving_problem import ServingProblem
     from paraplan.planner.serving_queue import parse_arrival
-    from paraplan.planner.serving_rank import ServingProblem, search_serving
+    from paraplan.planner.serving_rank import search_serving
     from paraplan.planner.serving_space import KV_DTYPES, MODES, ServingChoices, ServingWorkload
 
     unknown = sorted(set(fixed) - set(SERVING_AXES))

@@ -8,171 +8,37 @@ integer program (planner/serving_fleet).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
-from paraplan.cost_models.inference_mixers import MixerShapes
-from paraplan.cost_models.model_spec import ModelSpec
-from paraplan.cost_models.serving import ENGINE_TRAITS, held_tokens, weight_precision
+from paraplan.cost_models.serving import held_tokens
 from paraplan.errors import InputError
-from paraplan.hardware_profiles import ClusterSpec
+from paraplan.planner.serving_front import candidate_pools, distinct, pareto_front, pareto_points
 from paraplan.planner.serving_plan import (
     SECONDS_PER_HOUR,
     TOKENS_PER_MILLION,
     Pool,
     ServingPlan,
     exact_latency,
-    make_pool,
     memory_of,
 )
-from paraplan.planner.serving_search import (
-    MAX_UTILISATION_WITHOUT_TARGETS,
-    Candidates,
-    PoolSide,
-    _load,
-    price_across,
-    price_setup,
+from paraplan.planner.serving_problem import (
+    Priced,
+    ServingProblem,
+    ServingResult,
+    check_prices,
+    feasible,
+    objective_key,
+    quant_modes,
+    setups,
 )
-from paraplan.planner.serving_space import ServingChoices, ServingWorkload
+from paraplan.planner.serving_search import Candidates, PoolSide, _load, price_across, price_setup
 
-_PRECISION_MODES = {"bf16": "bf16", "fp8": "fp8", "fp4": "nvfp4"}
-_CHECKPOINT_MODES = {"float8_e4m3fn": "fp8", "nvfp4": "nvfp4", "mxfp4": "mxfp4", "int4": "int4_wo"}
+__all__ = ["ServingProblem", "ServingResult", "pareto_front", "quant_modes", "search_serving"]
 EXACT_POOL = 4
 """Candidates priced exactly per plan shown: the screening interpolates the decode step, so the top few times
 the plans asked for are re-priced and re-ranked."""
-PARETO_POINTS = 64
-DISTINCT_REL = 0.01
-"""Plans with the same engine, mode, KV dtype and worker layout whose TTFT, TPOT and throughput all agree within
-1% show once (they differ only in a batch cap or chunk size that barely binds)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ServingProblem:
-    """A model, the GPUs it may use (one or several types, each with its own count) and the traffic to serve."""
-
-    model: ModelSpec
-    mixers: MixerShapes
-    clusters: tuple[ClusterSpec, ...]
-    """The GPUs available, one cluster per GPU type; a plan uses at most each one's GPUs."""
-    workload: ServingWorkload
-    choices: ServingChoices
-    prices_usd_per_gpu_hour: tuple[float | None, ...] = ()
-    """Price per GPU-hour per cluster; () takes ``choices.price_usd_per_gpu_hour``, else the catalog's."""
-
-    def price(self, index: int) -> float | None:
-        """The price of cluster ``index``: the user's, else the catalog's list price, else None."""
-        if self.prices_usd_per_gpu_hour:
-            return self.prices_usd_per_gpu_hour[index]
-        if self.choices.price_usd_per_gpu_hour is not None:
-            return self.choices.price_usd_per_gpu_hour
-        return self.clusters[index].gpu.price_usd_per_gpu_hour
-
-    @property
-    def gpus_text(self) -> str:
-        return " + ".join(f"{c.num_gpus} {c.gpu.name}" for c in self.clusters)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ServingResult:
-    """The ranked plans, the Pareto front and how many deployments the search priced."""
-
-    plans: list[ServingPlan]
-    pareto: list[dict]
-    considered: int
-    feasible: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Priced:
-    """One setup's per-sharding costs and price."""
-
-    setup_id: int
-    cluster_id: int
-    side: PoolSide | None
-    """None where no sharding of the setup fits its GPUs."""
-
-
-def quant_modes(model: ModelSpec, precision: str) -> tuple[str, str]:
-    """(dense GEMM mode, routed-expert mode): the checkpoint's own format under ``auto`` (DeepSeek's 128x128 fp8
-    blocks as fp8_block), else the precision asked for."""
-    if precision != "auto":
-        if precision not in _PRECISION_MODES:
-            raise InputError(f"--precision {precision!r}: choose auto, bf16, fp8 or fp4")
-        mode = _PRECISION_MODES[precision]
-        return mode, mode
-    weights = model.weights
-    if weights is None:
-        return "bf16", "bf16"
-    mode = _CHECKPOINT_MODES.get(weights.weight_format, "bf16")
-    if mode == "fp8" and weights.block_size:
-        mode = "fp8_block"
-    return mode, mode
-
-
-def setups(problem: ServingProblem) -> list[tuple[int, object]]:
-    """(cluster index, setup) per GPU type, engine and KV dtype."""
-    from paraplan.planner.serving_pools import ServingSetup
-
-    gemm, experts = quant_modes(problem.model, problem.choices.precision)
-    return [(ci, ServingSetup(model=problem.model, mixers=problem.mixers, cluster=cluster, engine=ENGINE_TRAITS[engine],
-                              precision=weight_precision(problem.model, gemm, experts, kv), quant_modes=(gemm, experts),
-                              kv_dtype=kv, isl=problem.workload.isl, osl=problem.workload.osl))
-            for ci, cluster in enumerate(problem.clusters)
-            for engine in problem.choices.engines for kv in problem.choices.kv_dtypes]
-
-
-def feasible(c: Candidates, workload: ServingWorkload) -> np.ndarray:
-    """Candidates that meet the targets (or, without targets, keep every queue at most 85% busy)."""
-    ok = np.isfinite(c.ttft_s) & np.isfinite(c.tpot_s) & (c.tokens_per_s > 0)
-    if workload.ttft_target_s is not None:
-        ok &= c.ttft_s <= workload.ttft_target_s
-    if workload.tpot_target_s is not None:
-        ok &= c.tpot_s <= workload.tpot_target_s
-    if workload.ttft_target_s is None and workload.tpot_target_s is None:
-        ok &= c.busy <= MAX_UTILISATION_WITHOUT_TARGETS
-    return ok
-
-
-def objective_key(objective: str, tokens_per_s, gpus, ttft_s, tpot_s, osl: float, usd_per_hour) -> np.ndarray:
-    """Lower is better: GPU-seconds per output token (throughput), dollars per output token (cost) or a request's
-    latency at the target percentile (latency)."""
-    if objective == "latency":
-        return ttft_s + osl * tpot_s
-    with np.errstate(divide="ignore", invalid="ignore"):  # a deployment that carries nothing ranks last
-        if objective == "cost":
-            return np.asarray(usd_per_hour, dtype=float) / tokens_per_s
-        return -tokens_per_s / gpus
-
-
-def _check_prices(problem: ServingProblem) -> None:
-    if problem.choices.objective != "cost":
-        return
-    missing = [c.gpu.name for i, c in enumerate(problem.clusters) if problem.price(i) is None]
-    if missing:
-        raise InputError(f"--objective cost needs a price for {', '.join(missing)}: pass --price-per-gpu-hour USD "
-                         "(one value, or one per --gpu type) (the catalog has none)")
-
-
-def _pareto(tokens_per_gpu: np.ndarray, tokens_per_user: np.ndarray) -> np.ndarray:
-    """Indices of the non-dominated points, most throughput per GPU first."""
-    order = np.lexsort((-tokens_per_user, -tokens_per_gpu))
-    best = np.maximum.accumulate(tokens_per_user[order])
-    keep = np.ones(order.size, dtype=bool)
-    keep[1:] = tokens_per_user[order][1:] > best[:-1]
-    return order[keep]
-
-
-def _pools(c: Candidates, row: int, priced: list[Priced]) -> tuple[str, tuple[Pool, ...]]:
-    i = c.index[row]
-    decode = priced[c.setup].side
-    if c.kind[row] == 0:
-        return "agg", (make_pool("aggregated", decode.setup, decode.costs, int(i[0]), int(i[1]), i[2], i[3]),)
-    prefill = priced[c.prefill_owner].side
-    decode_chunk = int(np.searchsorted(np.asarray(decode.costs.chunks, dtype=float), i[4]))
-    return "disagg", (make_pool("prefill", prefill.setup, prefill.costs, int(i[0]), int(i[1]),
-                                prefill.setup.engine.max_running, i[2]),
-                      make_pool("decode", decode.setup, decode.costs, int(i[3]), decode_chunk, i[4], i[5]))
 
 
 def plan_estimate(problem: ServingProblem, mode: str, pools: tuple[Pool, ...], stats: dict, flow: dict,
@@ -207,7 +73,7 @@ def _prices(problem: ServingProblem) -> dict[str, float | None]:
 
 def build_plan(problem: ServingProblem, priced: list[Priced], c: Candidates, row: int) -> ServingPlan:
     """One candidate priced exactly, with its memory per pool and its price."""
-    mode, pools = _pools(c, row, priced)
+    mode, pools = candidate_pools(c, row, priced)
     decode = priced[c.setup].side
     stats, flow = exact_latency(_load(problem.workload, decode.setup), pools)
     estimate, meets = plan_estimate(problem, mode, pools, stats, flow, _prices(problem))
@@ -285,7 +151,7 @@ def price_all(problem: ServingProblem) -> tuple[list[Priced], list[Candidates]]:
 
 def search_serving(problem: ServingProblem, top: int = 5) -> ServingResult:
     """Every deployment of the problem priced; the best ``top`` meeting the targets, priced exactly."""
-    _check_prices(problem)
+    check_prices(problem)
     priced, everything = price_all(problem)
     considered = sum(c.kind.size for c in everything)
     feasible_count = sum(int(feasible(c, problem.workload).sum()) for c in everything)
@@ -296,7 +162,7 @@ def search_serving(problem: ServingProblem, top: int = 5) -> ServingResult:
 
         plans += fleet_plans(problem, priced)
     plans = sorted((p for p in plans if p.meets_targets), key=lambda p: plan_key(problem, p))
-    plans = [replace(p, rank=n) for n, p in enumerate(_distinct(plans, f"p{problem.workload.percentile}")[:top],
+    plans = [replace(p, rank=n) for n, p in enumerate(distinct(plans, f"p{problem.workload.percentile}")[:top],
                                                        start=1)]
     if not plans:
         raise no_fit(problem, everything, considered)
@@ -304,55 +170,3 @@ def search_serving(problem: ServingProblem, top: int = 5) -> ServingResult:
                          feasible=feasible_count)
 
 
-def _same(a: ServingPlan, b: ServingPlan, q: str) -> bool:
-    def layout(p: ServingPlan):
-        return (p.setup.engine.name, p.setup.kv_dtype, p.mode,
-                tuple((x.role, x.gpu, x.workers, x.tp, x.pp, x.dp_attention, x.moe_ep) for x in p.pools))
-    if layout(a) != layout(b):
-        return False
-    pairs = ((a.estimate["ttft_s"][q], b.estimate["ttft_s"][q]), (a.estimate["tpot_s"][q], b.estimate["tpot_s"][q]),
-             (a.estimate["tokens_per_s"], b.estimate["tokens_per_s"]))
-    return all(abs(x - y) <= DISTINCT_REL * max(abs(x), abs(y)) for x, y in pairs)
-
-
-def _distinct(plans: list[ServingPlan], q: str) -> list[ServingPlan]:
-    """Plans that differ in their layout or their predictions (the first of equal ones)."""
-    out: list[ServingPlan] = []
-    for p in plans:
-        if not any(_same(p, kept, q) for kept in out):
-            out.append(p)
-    return out
-
-
-def pareto_points(problem: ServingProblem, priced: list[Priced], everything: list[Candidates]) -> list[dict]:
-    """The non-dominated feasible deployments in output tokens/s per GPU against tokens/s per user (1 / mean
-    TPOT), screening values, at most PARETO_POINTS of them."""
-    rows = []
-    for c in everything:
-        ok = np.flatnonzero(feasible(c, problem.workload))
-        rows += [(c, int(i), float(c.tokens_per_s[i] / c.gpus[i]), float(1.0 / c.tpot_mean_s[i])) for i in ok]
-    if not rows:
-        return []
-    front = _pareto(np.array([r[2] for r in rows]), np.array([r[3] for r in rows]))
-    step = max(1, int(np.ceil(front.size / PARETO_POINTS)))
-    out = []
-    for i in front[::step]:
-        c, row, per_gpu, per_user = rows[i]
-        mode, pools = _pools(c, row, priced)
-        setup = priced[c.setup].side.setup
-        out.append({"tokens_per_s_per_gpu": per_gpu, "tokens_per_s_per_user": per_user,
-                    "engine": setup.engine.name, "mode": mode, "kv_cache_dtype": setup.kv_dtype,
-                    "num_gpus": int(sum(p.workers * p.gpus_per_worker for p in pools)),
-                    "summary": describe_pools(pools)})
-    return out
-
-
-def describe_pools(pools) -> str:
-    """A short text of a deployment's pools: '2x tp4 ...' or 'prefill 1x tp8 ... + decode 2x tp1 dp8 ep8 ...'."""
-    parts = []
-    for p in pools:
-        axes = [f"tp{p.tp}"] + [f"dp{p.dp_attention}"] * (p.dp_attention > 1) + [f"pp{p.pp}"] * (p.pp > 1) \
-            + [f"ep{p.moe_ep}"] * (p.moe_ep > 1)
-        text = f"{p.workers}x {p.gpu} {' '.join(axes)} b{p.max_batch} c{p.max_batched_tokens}"
-        parts.append(text if p.role == "aggregated" else f"{p.role} {text}")
-    return " + ".join(parts)

@@ -17,7 +17,7 @@ from paraplan.planner.serving_load import Load, aggregated, decode_pool, prefill
 from paraplan.planner.serving_model import served_model
 from paraplan.planner.serving_pools import ServingSetup, batch_grid, decode_s, exact_decode_s, worker_costs
 from paraplan.planner.serving_queue import poisson
-from paraplan.planner.serving_rank import ServingProblem, _pareto, quant_modes, search_serving
+from paraplan.planner.serving_rank import ServingProblem, pareto_front, quant_modes, search_serving
 from paraplan.planner.serving_space import ServingChoices, ServingWorkload, worker_shardings
 
 
@@ -159,7 +159,7 @@ def test_every_searched_sharding_is_one_the_engine_can_launch(engine, model):
 def test_pareto_front_against_brute_force():
     rng = np.random.default_rng(0)
     x, y = rng.random(400), rng.random(400)
-    front = set(_pareto(x, y).tolist())
+    front = set(pareto_front(x, y).tolist())
     brute = {i for i in range(400) if not np.any((x >= x[i]) & (y >= y[i]) & ((x > x[i]) | (y > y[i])))}
     assert front == brute
 
