@@ -71,6 +71,8 @@ class Latency:
     """Completed requests per second over the deployment."""
     stable: np.ndarray
     """False where a queue grows without bound (its utilisation reaches 1)."""
+    busy: np.ndarray
+    """The highest utilisation of the workers' queues (prefill and batch slots; 0 in a closed loop)."""
 
 
 def _count(mean, dispersion, q):
@@ -106,44 +108,64 @@ def solve_batch(rate_per_rank, osl: float, step_of, slots, interference=0.0) -> 
     return np.maximum(batch, 1e-9)
 
 
-def aggregated(load: Load, *, prefill_s, step_of, fits, cap, chunk, replicas, ranks, q=None) -> Latency:
+def aggregated(load: Load, *, q=None, **workers) -> Latency:
+    """Aggregated workers at one statistic ``q`` (None: the mean); ``workers`` as :func:`aggregated_stats`."""
+    return aggregated_stats(load, qs=(q,), **workers)[0]
+
+
+def aggregated_stats(load: Load, *, prefill_s, step_of, fits, cap, chunk, replicas, ranks, qs) -> list[Latency]:
     """Aggregated workers: ``replicas`` of them, each with ``ranks`` attention-DP ranks of ``fits`` KV slots, a
-    batch cap ``cap``, ``chunk`` max batched tokens; ``step_of(B)`` the decode step at B per rank."""
+    batch cap ``cap``, ``chunk`` max batched tokens; ``step_of(B)`` the decode step at B per rank. The running
+    batch (a fixed point in an open loop) is solved once for all the statistics ``qs`` (None: the mean)."""
     isl, osl = load.isl, load.osl
     slots = np.maximum(np.minimum(fits, cap), 1.0)
-    chunks = _chunks(isl, chunk)
-    own = prefill_s * _length(load.isl_cv, q)
+    chunk_steps = _chunks(isl, chunk) - 1.0
     if load.closed:
         per_rank = load.concurrency / (replicas * ranks)
         batch = np.maximum(np.minimum(per_rank, slots), 1.0)
         step = step_of(batch)
         tpot_mean = step + batch * prefill_s / osl
-        tpot = step + _count(batch, load.osl_cv ** 2, q) * prefill_s / osl
         queued = np.maximum(per_rank - batch, 0.0) / batch * (osl * tpot_mean + prefill_s)
-        ttft = load.request_overhead_s + own + tpot_mean / 2.0 + (chunks - 1.0) * step + queued
-        ttft_mean = load.request_overhead_s + prefill_s + tpot_mean / 2.0 + (chunks - 1.0) * step + queued
+        ttft_mean = load.request_overhead_s + prefill_s + tpot_mean / 2.0 + chunk_steps * step + queued
         rate = load.concurrency / (ttft_mean + osl * tpot_mean)
-        return Latency(ttft_s=ttft, tpot_s=tpot, running_batch=batch, requests_per_s=rate,
-                       stable=np.ones_like(tpot, dtype=bool))
+        stable = np.ones_like(tpot_mean, dtype=bool)
+
+        def at(q) -> Latency:
+            tpot = step + _count(batch, load.osl_cv ** 2, q) * prefill_s / osl
+            ttft = load.request_overhead_s + prefill_s * _length(load.isl_cv, q) + tpot_mean / 2.0 \
+                + chunk_steps * step + queued
+            return Latency(ttft_s=ttft, tpot_s=tpot, running_batch=batch, requests_per_s=rate, stable=stable,
+                           busy=np.zeros_like(tpot))
+        return [at(q) for q in qs]
     lam = load.rate_per_s / (replicas * ranks)
     busy = lam * prefill_s
     batch = solve_batch(lam, osl, step_of, slots, busy)
     step = step_of(np.maximum(batch, 1.0))
     tpot_mean = step / np.maximum(1.0 - busy, 1e-12)
-    tpot = step + _count(lam * osl * tpot_mean, load.arrival_cv2, q) * prefill_s / osl
     lifetime = osl * tpot_mean + prefill_s
     slot_use = lam * lifetime / slots
     stable = (busy < 1.0) & (slot_use < 1.0)
-    prefill_wait = _wait(lam, load.arrival_cv2, prefill_s, load.isl_cv ** 2, 1.0, q)
-    slot_wait = _wait(lam, load.arrival_cv2, lifetime, load.osl_cv ** 2, slots, q)
-    ttft = load.request_overhead_s + prefill_wait + own + step / 2.0 + (chunks - 1.0) * step + slot_wait
-    rate = np.broadcast_to(load.rate_per_s, ttft.shape).astype(float)
-    return Latency(ttft_s=np.where(stable, ttft, np.inf), tpot_s=np.where(stable, tpot, np.inf),
-                   running_batch=batch, requests_per_s=rate, stable=stable)
+    rate = np.broadcast_to(load.rate_per_s, tpot_mean.shape).astype(float)
+
+    def at(q) -> Latency:
+        tpot = step + _count(lam * osl * tpot_mean, load.arrival_cv2, q) * prefill_s / osl
+        prefill_wait = _wait(lam, load.arrival_cv2, prefill_s, load.isl_cv ** 2, 1.0, q)
+        slot_wait = _wait(lam, load.arrival_cv2, lifetime, load.osl_cv ** 2, slots, q)
+        ttft = load.request_overhead_s + prefill_wait + prefill_s * _length(load.isl_cv, q) + step / 2.0 \
+            + chunk_steps * step + slot_wait
+        return Latency(ttft_s=np.where(stable, ttft, np.inf), tpot_s=np.where(stable, tpot, np.inf),
+                       running_batch=batch, requests_per_s=rate, stable=stable, busy=np.maximum(busy, slot_use))
+    return [at(q) for q in qs]
 
 
-def decode_pool(load: Load, *, step_of, fits, cap, workers, ranks, q=None) -> tuple[Latency, np.ndarray]:
-    """Disaggregated decode workers: (their latency with TTFT = the wait for a decode slot only, that wait)."""
+def decode_pool(load: Load, *, q=None, **workers) -> tuple[Latency, np.ndarray]:
+    """Disaggregated decode workers at one statistic ``q``; ``workers`` as :func:`decode_pool_stats`."""
+    return decode_pool_stats(load, qs=(q,), **workers)[0]
+
+
+def decode_pool_stats(load: Load, *, step_of, fits, cap, workers, ranks, qs) -> list[tuple[Latency, np.ndarray]]:
+    """Disaggregated decode workers per statistic in ``qs``: (their latency with TTFT = the wait for a decode slot
+    only, that wait); the running batch is solved once."""
     osl = load.osl
     slots = np.maximum(np.minimum(fits, cap), 1.0)
     if load.closed:
@@ -152,17 +174,22 @@ def decode_pool(load: Load, *, step_of, fits, cap, workers, ranks, q=None) -> tu
         tpot = step_of(batch)
         wait = np.maximum(per_rank - batch, 0.0) / batch * osl * tpot
         rate = load.concurrency / (osl * tpot + wait)
-        return Latency(ttft_s=wait, tpot_s=tpot, running_batch=batch, requests_per_s=rate,
-                       stable=np.ones_like(tpot, dtype=bool)), wait
+        latency = Latency(ttft_s=wait, tpot_s=tpot, running_batch=batch, requests_per_s=rate,
+                          stable=np.ones_like(tpot, dtype=bool), busy=np.zeros_like(tpot))
+        return [(latency, wait) for _ in qs]
     lam = load.rate_per_s / (workers * ranks)
     batch = solve_batch(lam, osl, step_of, slots)
     tpot = step_of(np.maximum(batch, 1.0))
     lifetime = osl * tpot
-    stable = lam * lifetime / slots < 1.0
-    wait = np.where(stable, _wait(lam, load.arrival_cv2, lifetime, load.osl_cv ** 2, slots, q), np.inf)
+    slot_use = lam * lifetime / slots
+    stable = slot_use < 1.0
     rate = np.broadcast_to(load.rate_per_s, tpot.shape).astype(float)
-    return Latency(ttft_s=wait, tpot_s=np.where(stable, tpot, np.inf), running_batch=batch,
-                   requests_per_s=rate, stable=stable), wait
+
+    def at(q) -> tuple[Latency, np.ndarray]:
+        wait = np.where(stable, _wait(lam, load.arrival_cv2, lifetime, load.osl_cv ** 2, slots, q), np.inf)
+        return Latency(ttft_s=wait, tpot_s=np.where(stable, tpot, np.inf), running_batch=batch, requests_per_s=rate,
+                       stable=stable, busy=slot_use), wait
+    return [at(q) for q in qs]
 
 
 def prefill_pool_ttft_s(load: Load, *, rate_per_s, prefill_s, transfer_s, chunk, step_overhead_s, workers, ranks,

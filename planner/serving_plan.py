@@ -18,7 +18,7 @@ import paraplan
 from paraplan.cost_models.inference_step import Sharding
 from paraplan.cost_models.serving import engine_memory
 from paraplan.planner.json_schema import validate_own
-from paraplan.planner.serving_load import Load, aggregated, decode_pool, prefill_pool_ttft_s
+from paraplan.planner.serving_load import Load, aggregated_stats, decode_pool_stats, prefill_pool_ttft_s
 from paraplan.planner.serving_pools import ServingSetup, WorkerCosts, exact_decode_s
 from paraplan.planner.serving_space import ServingWorkload
 
@@ -102,15 +102,6 @@ def make_pool(role: str, setup: ServingSetup, costs: WorkerCosts, shard: int, ch
                 shard_index=int(shard), setup=setup, costs=costs, traffic_frac=traffic_frac)
 
 
-def _stats(latency_at) -> dict[str, dict[str, float]]:
-    """{ttft_s: {mean, p50, p90, p99}, tpot_s: {...}} from a function of the statistic's quantile."""
-    out: dict[str, dict[str, float]] = {"ttft_s": {}, "tpot_s": {}}
-    for name, q in STATISTICS:
-        ttft, tpot = latency_at(q)
-        out["ttft_s"][name], out["tpot_s"][name] = float(ttft), float(tpot)
-    return out
-
-
 def _memo(step_of):
     """``step_of`` remembering its answers: the four statistics of a plan solve the same running batch."""
     seen: dict[bytes, np.ndarray] = {}
@@ -123,41 +114,44 @@ def _memo(step_of):
     return cached
 
 
-def _aggregated_pool(load: Load, pool: Pool):
+def _aggregated_kw(pool: Pool) -> dict[str, Any]:
     costs, i = pool.costs, pool.shard_index
     shard = _sub(costs, i)
-    kw = {"prefill_s": costs.prefill_s[[i]], "step_of": _memo(lambda b: exact_decode_s(pool.setup, shard, b)),
-          "fits": costs.fits[[i], costs.chunks.index(pool.max_batched_tokens)], "cap": pool.max_batch,
-          "chunk": float(pool.max_batched_tokens), "replicas": float(pool.workers), "ranks": float(pool.dp_attention)}
-    return lambda q: aggregated(load, q=q, **kw)
+    return {"prefill_s": costs.prefill_s[[i]], "step_of": _memo(lambda b: exact_decode_s(pool.setup, shard, b)),
+            "fits": costs.fits[[i], costs.chunks.index(pool.max_batched_tokens)], "cap": pool.max_batch,
+            "chunk": float(pool.max_batched_tokens), "replicas": float(pool.workers), "ranks": float(pool.dp_attention)}
+
+
+def _stats(latencies) -> dict[str, dict[str, float]]:
+    """{ttft_s: {mean, p50, p90, p99}, tpot_s: {...}} from (TTFT, TPOT) per statistic of STATISTICS."""
+    out: dict[str, dict[str, float]] = {"ttft_s": {}, "tpot_s": {}}
+    for (name, _), (ttft, tpot) in zip(STATISTICS, latencies):
+        out["ttft_s"][name], out["tpot_s"][name] = float(ttft), float(tpot)
+    return out
 
 
 def exact_latency(load: Load, pools: tuple[Pool, ...]) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
     """TTFT and TPOT at each statistic and the throughput, with the decode step priced at the plan's own batch."""
+    qs = [q for _, q in STATISTICS]
     if len(pools) == 1:
-        at_q = _aggregated_pool(load, pools[0])
-        mean = at_q(None)
-
-        def at(q):
-            lat = at_q(q)
-            return lat.ttft_s[0], lat.tpot_s[0]
-        return _stats(at), {"requests_per_s": float(mean.requests_per_s[0]), "running_batch": float(mean.running_batch[0])}
+        latencies = aggregated_stats(load, qs=qs, **_aggregated_kw(pools[0]))
+        mean = latencies[0]
+        return _stats((lat.ttft_s[0], lat.tpot_s[0]) for lat in latencies), \
+            {"requests_per_s": float(mean.requests_per_s[0]), "running_batch": float(mean.running_batch[0])}
     prefill, decode = pools
     shard = _sub(decode.costs, decode.shard_index)
-    dkw = {"step_of": _memo(lambda b: exact_decode_s(decode.setup, shard, b)),
-           "fits": decode.costs.fits[[decode.shard_index], decode.costs.chunks.index(decode.max_batched_tokens)],
-           "cap": decode.max_batch, "workers": float(decode.workers), "ranks": float(decode.dp_attention)}
-    mean, _ = decode_pool(load, **dkw)
+    decodes = decode_pool_stats(load, qs=qs, step_of=_memo(lambda b: exact_decode_s(decode.setup, shard, b)),
+                                fits=decode.costs.fits[[decode.shard_index],
+                                                       decode.costs.chunks.index(decode.max_batched_tokens)],
+                                cap=decode.max_batch, workers=float(decode.workers), ranks=float(decode.dp_attention))
+    mean = decodes[0][0]
     p, pc = prefill.shard_index, prefill.costs
     pkw = {"rate_per_s": mean.requests_per_s if load.closed else load.rate_per_s, "prefill_s": pc.prefill_s[[p]],
            "transfer_s": pc.kv_transfer_s[[p]], "chunk": float(prefill.max_batched_tokens),
            "step_overhead_s": prefill.setup.engine.step_overhead_s, "workers": float(prefill.workers),
            "ranks": float(prefill.dp_attention), "arrival_cv2": 1.0 if load.closed else load.arrival_cv2}
-
-    def at(q):
-        lat, wait = decode_pool(load, q=q, **dkw)
-        return prefill_pool_ttft_s(load, q=q, **pkw)[0] + wait[0], lat.tpot_s[0]
-    stats = _stats(at)
+    stats = _stats((prefill_pool_ttft_s(load, q=q, **pkw)[0] + wait[0], lat.tpot_s[0])
+                   for q, (lat, wait) in zip(qs, decodes))
     rate = load.concurrency / (stats["ttft_s"]["mean"] + load.osl * stats["tpot_s"]["mean"]) if load.closed \
         else load.rate_per_s
     return stats, {"requests_per_s": float(rate), "running_batch": float(mean.running_batch[0])}

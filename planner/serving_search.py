@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paraplan.planner.serving_load import Latency, Load, aggregated, decode_pool, prefill_pool_ttft_s
+from paraplan.planner.serving_load import Load, aggregated_stats, decode_pool_stats, prefill_pool_ttft_s
 from paraplan.planner.serving_pools import ServingSetup, WorkerCosts, decode_s, worker_costs
 from paraplan.planner.serving_space import ServingChoices, ServingWorkload, batch_caps, chunk_sizes, worker_shardings
 
@@ -120,23 +120,12 @@ def _aggregated(setup_id: int, workload: ServingWorkload, load: Load, costs: Wor
     s, k, cap, r = _agg_grid(costs, caps, budget, load)
     kw = {"prefill_s": costs.prefill_s[s], "step_of": _step_of(costs, s), "fits": costs.fits[s, k], "cap": cap,
               "chunk": np.asarray(costs.chunks, dtype=float)[k], "replicas": r, "ranks": costs.shard.dp[s]}
-    mean = aggregated(load, **kw)
-    at_q = aggregated(load, q=q, **kw) if q is not None else mean
+    mean, at_q = aggregated_stats(load, qs=(None, q), **kw)
     gpus = r * costs.gpus[s]
-    busy = _agg_busy(load, costs, s, r, mean, kw["fits"], cap)
     index = np.stack([s, k, cap, r, -np.ones_like(r), -np.ones_like(r)], axis=1)
     return Candidates(setup=setup_id, kind=np.zeros(s.size, dtype=int), index=index, gpus=gpus, ttft_s=at_q.ttft_s,
                       tpot_s=at_q.tpot_s, tpot_mean_s=mean.tpot_s, tokens_per_s=mean.requests_per_s * load.osl,
-                      busy=busy, usd_per_hour=gpus * _price(price))
-
-
-def _agg_busy(load: Load, costs: WorkerCosts, s, r, mean: Latency, fits, cap) -> np.ndarray:
-    if load.closed:
-        return np.zeros_like(r)
-    lam = load.rate_per_s / (r * costs.shard.dp[s])
-    prefill = lam * costs.prefill_s[s]
-    slots = np.maximum(np.minimum(fits, cap), 1.0)
-    return np.maximum(prefill, lam * (load.osl * mean.tpot_s + costs.prefill_s[s]) / slots)
+                      busy=mean.busy, usd_per_hour=gpus * _price(price))
 
 
 def _decode_options(load: Load, costs: WorkerCosts, caps: np.ndarray, budget: int, q, shared: bool):
@@ -156,8 +145,7 @@ def _decode_options(load: Load, costs: WorkerCosts, caps: np.ndarray, budget: in
     keep = room & _cap_matters(caps, c, most)  # for a prefill worker
     s, k, c, w = s[keep], k[keep], c[keep], w[keep]
     kw = {"step_of": _step_of(costs, s), "fits": costs.fits[s, k], "cap": caps[c], "workers": w, "ranks": costs.shard.dp[s]}
-    mean, mean_wait = decode_pool(load, **kw)
-    at_q, wait_q = decode_pool(load, q=q, **kw) if q is not None else (mean, mean_wait)
+    (mean, mean_wait), (at_q, wait_q) = decode_pool_stats(load, qs=(None, q), **kw)
     return {"s": s, "k": k, "cap": caps[c], "w": w, "gpus": w * costs.gpus[s], "tpot": at_q.tpot_s, "tpot_mean": mean.tpot_s,
                 "wait": wait_q, "wait_mean": mean_wait, "rate": mean.requests_per_s, "batch": mean.running_batch,
                 "busy": np.where(mean.stable, 0.0, 1.0)}
