@@ -344,9 +344,7 @@ def plan(
                         tp_overlap=tp_comm_overlap)
     if top < 1:
         raise InputError(f"--top expects a positive integer, got {top}")
-    render.route_human_output(json_path)
-    if json_path is not None:
-        render.check_writable(json_path, force)
+    render.prepare_json(json_path, force)
     export_cmd.check_plan_export(export, out, job.engine, force)
     if report is not None:
         report_cmd.check_report_folder(report, force)
@@ -448,9 +446,7 @@ def evaluate(
     elif "dp" not in fixed or shape * fixed["dp"][0] != spec.num_gpus:
         raise InputError(f"tp·pp·cp{'·dp' if 'dp' in fixed else ''} = {shape * fixed.get('dp', [1])[0]} does not "
                          f"match the {spec.num_gpus} GPUs of {spec.name}; choose degrees whose product is the GPU count")
-    render.route_human_output(json_path)
-    if json_path is not None:
-        render.check_writable(json_path, force)
+    render.prepare_json(json_path, force)
     spec = profile_cmd.cluster_for(cost_model, spec, store)
     rates = calibrate_cmd.apply_profile(stack_profile, profile_cmd.rates_for(cost_model, spec, job, store),
                                         spec.gpu.name, job.engine)
@@ -486,9 +482,7 @@ profiles_app.command("show")(user_errors(profile_cmd.profiles_show))
 @user_errors
 def models_list(json_path: JsonOpt = None, force: ForceOpt = False) -> None:
     """Every shipped model preset."""
-    render.route_human_output(json_path)
-    if json_path is not None:
-        render.check_writable(json_path, force)
+    render.prepare_json(json_path, force)
     models = [load_model(name) for name in preset_names()]
     render.model_list(render.make_console(), models)
     if json_path is not None:
@@ -503,9 +497,7 @@ def models_types(json_path: JsonOpt = None, force: ForceOpt = False) -> None:
     from paraplan.cost_models.hf_config import supported_model_types
     from paraplan.cost_models.model_families import REFUSED, TEXT_CONFIG_WRAPPERS
 
-    render.route_human_output(json_path)
-    if json_path is not None:
-        render.check_writable(json_path, force)
+    render.prepare_json(json_path, force)
     decoders = [t for t in supported_model_types() if t not in TEXT_CONFIG_WRAPPERS]
     render.model_types(render.make_console(), decoders, TEXT_CONFIG_WRAPPERS, REFUSED)
     if json_path is not None:
@@ -521,9 +513,7 @@ def models_show(model: ModelArg,
     """Shape, exact parameter counts and FLOPs per token of one model."""
     if seq_len < 1:
         raise InputError(f"--seq-len expects a positive integer, got {seq_len}")
-    render.route_human_output(json_path)
-    if json_path is not None:
-        render.check_writable(json_path, force)
+    render.prepare_json(json_path, force)
     spec = load_model(model)
     render.model_detail(render.make_console(), spec, seq_len)
     if json_path is not None:
@@ -535,9 +525,7 @@ def models_show(model: ModelArg,
 @user_errors
 def hardware_list(hardware: HardwareFileOpt = None, json_path: JsonOpt = None, force: ForceOpt = False) -> None:
     """Every GPU and cluster type: the built-in catalog and your hardware file's entries."""
-    render.route_human_output(json_path)
-    if json_path is not None:
-        render.check_writable(json_path, force)
+    render.prepare_json(json_path, force)
     catalog = resolve_catalog(hardware)
     gpus = [catalog.gpus[name] for name in sorted(catalog.gpus)]
     clusters = [catalog.cluster(name, num_nodes=1) for name in sorted(catalog.clusters)]
@@ -553,9 +541,7 @@ def hardware_list(hardware: HardwareFileOpt = None, json_path: JsonOpt = None, f
 def hardware_show(name: Annotated[str, typer.Argument(help="A GPU or cluster name from 'hardware list'.")],
                   hardware: HardwareFileOpt = None, json_path: JsonOpt = None, force: ForceOpt = False) -> None:
     """Every number of one GPU or cluster type, with its source."""
-    render.route_human_output(json_path)
-    if json_path is not None:
-        render.check_writable(json_path, force)
+    render.prepare_json(json_path, force)
     console, catalog = render.make_console(), resolve_catalog(hardware)
     document: dict[str, Any] = {"schema_version": catalog_json.SCHEMA_VERSION}
     if name in catalog.gpus or (name not in catalog.clusters and looks_like_device_name(name)):
@@ -595,9 +581,7 @@ def validate(json_path: JsonOpt = None, force: ForceOpt = False,
     """Predict every published reference run and report the error against its measurement."""
     from paraplan.planner.reference import load_reference_runs, predict_all, summarize  # pandas: this command only
 
-    render.route_human_output(json_path)
-    if json_path is not None:
-        render.check_writable(json_path, force)
+    render.prepare_json(json_path, force)
     if serving:
         _serving_validation(json_path, force, serving_data)
         return

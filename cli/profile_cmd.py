@@ -65,9 +65,7 @@ ProfilesForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite an ex
 
 def profiles_list(store: StoreOpt = None, json_path: ProfilesJsonOpt = None, force: ProfilesForceOpt = False) -> None:
     """What the store holds, per hardware and kind of measurement."""
-    render.route_human_output(json_path)
-    if json_path is not None:
-        render.check_writable(json_path, force)
+    render.prepare_json(json_path, force)
     from paraplan.cli import render_profiles
     from paraplan.cost_models.store import summarize
 

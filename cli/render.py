@@ -522,6 +522,14 @@ def cross_source_validation(console: Console, report: dict[str, Any]) -> None:
 
 
 # -- JSON files -------------------------------------------------------------------------------
+def prepare_json(json_path: Path | None, force: bool) -> None:
+    """Before a command's work: its tables go to stderr when its JSON goes to stdout, and the --json file can be
+    written (not there yet, or --force)."""
+    route_human_output(json_path)
+    if json_path is not None:
+        check_writable(json_path, force)
+
+
 def check_writable(path: Path, force: bool) -> None:
     """InputError unless ``path`` can be (over)written; checked before any long computation. ``-`` is stdout."""
     if is_stdout(path):

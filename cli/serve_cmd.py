@@ -125,9 +125,7 @@ def serve(
     from paraplan.cli import render, render_serving
     from paraplan.serving_api import serve as serve_api
 
-    render.route_human_output(json_path)
-    if json_path is not None:
-        render.check_writable(json_path, force)
+    render.prepare_json(json_path, force)
     render_serving.check_export(export, out, force)
     if cluster is not None and gpus_per_node is not None:
         raise InputError("--gpus-per-node goes with --gpu; a --cluster fixes its own node size")

@@ -95,9 +95,7 @@ def sweep(
     if objective not in OBJECTIVES or top < 1 or seq_len < 1:
         raise InputError(f"--objective expects {', '.join(OBJECTIVES)}, --top and --seq-len positive integers; got "
                          f"{objective!r}, {top}, {seq_len}")
-    render.route_human_output(json_path)
-    if json_path is not None:
-        render.check_writable(json_path, force)
+    render.prepare_json(json_path, force)
     job = cli_app.make_job(model, seq_len, batches[0], precision, engine, "full", 0.0)
     points, skipped = [], []
     with render.working(render.make_console(stderr=True), "sweeping") as status:

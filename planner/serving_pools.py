@@ -20,6 +20,7 @@ from paraplan.cost_models.serving import (
     EngineTraits,
     decode_step_s,
     engine_memory,
+    kv_bytes_per_sequence,
     kv_transfer_s,
     prefill_s,
 )
@@ -100,12 +101,13 @@ def _capacity(setup: ServingSetup, shard: Sharding, chunk: int, held_tokens: flo
     """(sequences per rank, memory knob) at the default fraction where the engine starts, else raised."""
     engine = replace(setup.engine, max_batched_tokens=chunk)
     raised = replace(engine, memory_frac=RAISED_MEMORY_FRAC)
+    longest_bytes = kv_bytes_per_sequence(setup.model, shard.tp, max_model_len, setup.precision.kv_bytes,
+                                          setup.mixers) / shard.pp
     out = []
     for traits in (engine, raised):
         mem = engine_memory(setup.model, setup.cluster, traits, setup.precision, shard, held_tokens, setup.mixers)
-        longest = engine_memory(setup.model, setup.cluster, traits, setup.precision, shard, max_model_len,
-                                setup.mixers)
-        out.append(np.where(longest.max_sequences >= 1.0, mem.max_sequences, 0.0))
+        admits_longest = replace(mem, kv_bytes_per_sequence=longest_bytes).max_sequences >= 1.0
+        out.append(np.where(admits_longest, mem.max_sequences, 0.0))
     default, high = out
     starts = default >= 1.0
     return np.where(starts, default, high), np.where(starts, engine.memory_frac, RAISED_MEMORY_FRAC)
