@@ -25,7 +25,7 @@ from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.cost_models.serving import ENGINES
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
-from paraplan.planner.serving_queue import Arrivals
+from paraplan.planner.serving_queue import Arrivals, gamma_quantile
 
 PERCENTILES = (50, 90, 99)
 MODES = ("agg", "disagg")
@@ -38,6 +38,8 @@ BATCH_GRID = (4, 8, 16, 32, 64, 128, 256, 512, 1024)
 """Running-batch caps searched below the engine's default (vLLM max_num_seqs, SGLang max_running_requests,
 TRT-LLM max_batch_size): a lower cap trades time to first token for time per output token."""
 PP_GRID = (1, 2, 4, 8)
+LONGEST_QUANTILE = 0.99
+"""Varying lengths: workers must admit a request at the p99 of each length (the engines refuse a longer one)."""
 MAX_WORKER_GPUS = 128
 """Largest engine instance searched: DeepSeek-style wide expert parallelism runs decode over up to 16 nodes of 8
 (SGLang's and TRT-LLM's published large-EP deployments use 32-144 GPUs)."""
@@ -84,10 +86,11 @@ class ServingWorkload:
 
     @property
     def max_model_len(self) -> int:
-        """Longest sequence a worker must admit: prompt plus output at the mean lengths, or at their p99 when the
-        lengths vary (two coefficients of variation above the mean bounds a gamma length's p99 for cv <= 1)."""
-        spread = 1.0 + 3.0 * max(self.isl_cv, self.osl_cv)
-        return int(np.ceil((self.isl + self.osl) * spread))
+        """Longest sequence a worker must admit: prompt plus output at the mean lengths, or at each length's p99
+        when the lengths vary (gamma-distributed with the given coefficients of variation)."""
+        longest = self.isl * gamma_quantile(1.0, self.isl_cv, LONGEST_QUANTILE) \
+            + self.osl * gamma_quantile(1.0, self.osl_cv, LONGEST_QUANTILE)
+        return int(np.ceil(longest))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -319,3 +319,10 @@ def test_mixed_gpu_types_fleet_and_cross_type_disaggregation(llama8b):
     alone = [best((a,), (2.0,)), best((b,), (2.2,))]
     cheapest_alone = min(r.plans[0].estimate["usd_per_million_output_tokens"] for r in alone)
     assert mixed.plans[0].estimate["usd_per_million_output_tokens"] <= cheapest_alone * (1 + 1e-9)
+
+
+def test_varying_lengths_admit_each_lengths_p99():
+    """Exponential prompt lengths (cv 1) have their p99 at ln(100) = 4.605 times the mean; fixed ones at the mean."""
+    workload = ServingWorkload(isl=1000, osl=200, concurrency=1, isl_cv=1.0, osl_cv=0.0)
+    assert workload.max_model_len == pytest.approx(1000 * np.log(100) + 200, rel=0.005)
+    assert ServingWorkload(isl=1000, osl=200, concurrency=1).max_model_len == 1200
