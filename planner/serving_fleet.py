@@ -21,7 +21,13 @@ import numpy as np
 
 from paraplan.planner.serving_load import aggregated
 from paraplan.planner.serving_plan import ServingPlan, exact_latency, make_pool
-from paraplan.planner.serving_search import MAX_UTILISATION_WITHOUT_TARGETS, PoolSide, _load, _quantile, _step_of
+from paraplan.planner.serving_search import (
+    MAX_UTILISATION_WITHOUT_TARGETS,
+    PoolSide,
+    interpolated_step,
+    load_for,
+    target_quantile,
+)
 from paraplan.planner.serving_space import batch_caps
 
 BISECTION_STEPS = 40
@@ -61,12 +67,12 @@ def _meets(latency, workload, prefill_busy) -> np.ndarray:
 def worker_capacity(side: PoolSide, workload, s, k, cap) -> np.ndarray:
     """Highest request rate one worker of each configuration carries within the targets (0 if none)."""
     costs = side.costs
-    base = _load(workload, side.setup)
-    kw = {"prefill_s": costs.prefill_s[s], "step_of": _step_of(costs, s), "fits": costs.fits[s, k], "cap": cap,
+    base = load_for(workload, side.setup)
+    kw = {"prefill_s": costs.prefill_s[s], "step_of": interpolated_step(costs, s), "fits": costs.fits[s, k], "cap": cap,
           "chunk": np.asarray(costs.chunks, dtype=float)[k], "replicas": 1.0, "ranks": costs.shard.dp[s]}
     hi = costs.shard.dp[s] / costs.prefill_s[s]  # prefill alone saturates the GPUs beyond this rate
     lo = hi * 1e-4
-    q = _quantile(workload)
+    q = target_quantile(workload)
 
     def ok(rate):
         load = replace(base, rate_per_s=rate)
@@ -142,7 +148,7 @@ def fleet_plan(problem, options: list[FleetOption], solution: FleetSolution) -> 
     for o, n in used:
         share = o.capacity_per_s * n / total
         pool = make_pool("aggregated", o.side.setup, o.side.costs, o.shard, o.chunk, o.cap, n, traffic_frac=share)
-        base = _load(problem.workload, o.side.setup)
+        base = load_for(problem.workload, o.side.setup)
         stats, flow = exact_latency(replace(base, rate_per_s=rate * share), (pool,))
         pools.append(pool)
         parts.append((share, stats, flow))

@@ -33,7 +33,7 @@ from paraplan.planner.serving_problem import (
     quant_modes,
     setups,
 )
-from paraplan.planner.serving_search import Candidates, PoolSide, _load, price_across, price_setup
+from paraplan.planner.serving_search import Candidates, PoolSide, load_for, price_across, price_setup
 
 __all__ = ["ServingProblem", "ServingResult", "pareto_front", "quant_modes", "search_serving"]
 EXACT_POOL = 4
@@ -75,7 +75,7 @@ def build_plan(problem: ServingProblem, priced: list[Priced], c: Candidates, row
     """One candidate priced exactly, with its memory per pool and its price."""
     mode, pools = candidate_pools(c, row, priced)
     decode = priced[c.setup].side
-    stats, flow = exact_latency(_load(problem.workload, decode.setup), pools)
+    stats, flow = exact_latency(load_for(problem.workload, decode.setup), pools)
     estimate, meets = plan_estimate(problem, mode, pools, stats, flow, _prices(problem))
     return ServingPlan(rank=0, setup=decode.setup, mode=mode, pools=pools, estimate=estimate, meets_targets=meets)
 

@@ -66,7 +66,13 @@ def worker_counts(max_workers: int) -> np.ndarray:
     return np.array(counts, dtype=float)
 
 
-def _load(workload: ServingWorkload, setup: ServingSetup) -> Load:
+def counts_within(costs: WorkerCosts, budget: int) -> np.ndarray:
+    """Worker counts to search for ``costs``' shardings: up to what the smallest worker allows in ``budget`` GPUs."""
+    return worker_counts(max(int(budget // max(costs.gpus.min(), 1)), 1))
+
+
+def load_for(workload: ServingWorkload, setup: ServingSetup) -> Load:
+    """What arrives at the setup's workers, with its engine's per-request overhead."""
     arrivals = workload.arrivals
     return Load(isl=workload.isl, osl=workload.osl, isl_cv=workload.isl_cv, osl_cv=workload.osl_cv,
                 concurrency=None if workload.concurrency is None else float(workload.concurrency),
@@ -75,7 +81,8 @@ def _load(workload: ServingWorkload, setup: ServingSetup) -> Load:
                 request_overhead_s=setup.engine.request_overhead_s)
 
 
-def _quantile(workload: ServingWorkload) -> float | None:
+def target_quantile(workload: ServingWorkload) -> float | None:
+    """The statistic the targets bind: None (the mean) for a closed loop at p50, else the percentile as 0-1."""
     return None if workload.percentile == 50 and workload.arrivals is None else workload.percentile / 100.0
 
 
@@ -92,7 +99,7 @@ def _agg_grid(costs: WorkerCosts, caps: np.ndarray, budget: int, load: Load) -> 
     chunk = np.asarray(costs.chunks, dtype=float)[k]
     keep = (caps[c] <= chunk) & (costs.fits[s, k] >= 1.0)
     s, k, c = s[keep], k[keep], c[keep]
-    counts = worker_counts(max(int(budget // costs.gpus.min()), 1)) if s.size else np.array([1.0])
+    counts = counts_within(costs, budget)
     s, k, c, r = _with_counts(s, k, c, counts)
     keep = (r * costs.gpus[s] <= budget) & _cap_matters(
         caps, c, _most_sequences(load, costs.fits[s, k], (load.concurrency or 0.0) / (r * costs.shard.dp[s])))
@@ -111,14 +118,15 @@ def _with_counts(s, k, c, counts):
     return np.repeat(s, counts.size), np.repeat(k, counts.size), np.repeat(c, counts.size), np.tile(counts, n)
 
 
-def _step_of(costs: WorkerCosts, shard_index: np.ndarray):
+def interpolated_step(costs: WorkerCosts, shard_index: np.ndarray):
+    """The decode step of each candidate's sharding as a function of its batch, interpolated on the grid."""
     return lambda batch: decode_s(costs, shard_index, batch)
 
 
 def _aggregated(setup_id: int, workload: ServingWorkload, load: Load, costs: WorkerCosts, caps: np.ndarray,
                 budget: int, q, price: float | None) -> Candidates:
     s, k, cap, r = _agg_grid(costs, caps, budget, load)
-    kw = {"prefill_s": costs.prefill_s[s], "step_of": _step_of(costs, s), "fits": costs.fits[s, k], "cap": cap,
+    kw = {"prefill_s": costs.prefill_s[s], "step_of": interpolated_step(costs, s), "fits": costs.fits[s, k], "cap": cap,
               "chunk": np.asarray(costs.chunks, dtype=float)[k], "replicas": r, "ranks": costs.shard.dp[s]}
     mean, at_q = aggregated_stats(load, qs=(None, q), **kw)
     gpus = r * costs.gpus[s]
@@ -138,13 +146,13 @@ def _decode_options(load: Load, costs: WorkerCosts, caps: np.ndarray, budget: in
     k = fit_chunk[c]
     ok = costs.fits[s, k] >= 1.0
     s, c, k = s[ok], c[ok], k[ok]
-    counts = worker_counts(max(int(budget // max(costs.gpus.min(), 1)), 1))
+    counts = counts_within(costs, budget)
     s, k, c, w = _with_counts(s, k, c, counts)
     most = _most_sequences(load, costs.fits[s, k], (load.concurrency or 0.0) / (w * costs.shard.dp[s]))
     room = w * costs.gpus[s] < budget if shared else w * costs.gpus[s] <= budget  # a shared budget keeps room
     keep = room & _cap_matters(caps, c, most)  # for a prefill worker
     s, k, c, w = s[keep], k[keep], c[keep], w[keep]
-    kw = {"step_of": _step_of(costs, s), "fits": costs.fits[s, k], "cap": caps[c], "workers": w, "ranks": costs.shard.dp[s]}
+    kw = {"step_of": interpolated_step(costs, s), "fits": costs.fits[s, k], "cap": caps[c], "workers": w, "ranks": costs.shard.dp[s]}
     (mean, mean_wait), (at_q, wait_q) = decode_pool_stats(load, qs=(None, q), **kw)
     return {"s": s, "k": k, "cap": caps[c], "w": w, "gpus": w * costs.gpus[s], "tpot": at_q.tpot_s, "tpot_mean": mean.tpot_s,
                 "wait": wait_q, "wait_mean": mean_wait, "rate": mean.requests_per_s, "batch": mean.running_batch,
@@ -170,7 +178,7 @@ def _prefill_options(costs: WorkerCosts, step_overhead_s: float, isl: float, bud
     s, k = (a.ravel() for a in np.meshgrid(np.arange(costs.gpus.size), np.arange(chunks.size), indexing="ij"))
     ok = costs.fits[s, k] >= 1.0
     s, k = s[ok], k[ok]
-    counts = worker_counts(max(int(budget // max(costs.gpus.min(), 1)), 1))
+    counts = counts_within(costs, budget)
     s, k, _, w = _with_counts(s, k, np.zeros_like(s), counts)
     keep = w * costs.gpus[s] < budget if shared else w * costs.gpus[s] <= budget
     s, k, w = s[keep], k[keep], w[keep]
@@ -244,7 +252,7 @@ def price_setup(setup_id: int, setup: ServingSetup, workload: ServingWorkload, c
         return None, []
     costs = worker_costs(setup, shard, max_model_len=workload.max_model_len, chunks=chunk_sizes(choices.fixed))
     caps = batch_caps(setup.engine.max_running, choices.fixed)
-    load, q = _load(workload, setup), _quantile(workload)
+    load, q = load_for(workload, setup), target_quantile(workload)
     out = []
     if "agg" in choices.modes:
         out.append(_aggregated(setup_id, workload, load, costs, caps, budget, q, price))
@@ -258,4 +266,4 @@ def price_across(prefill: PoolSide, decode: PoolSide, workload: ServingWorkload,
                  ) -> Candidates:
     """Prefill on one GPU type, decode on another (same engine and KV dtype): each pool within its type's GPUs."""
     caps = batch_caps(decode.setup.engine.max_running, choices.fixed)
-    return _disaggregated(prefill, decode, workload, _load(workload, decode.setup), caps, _quantile(workload))
+    return _disaggregated(prefill, decode, workload, load_for(workload, decode.setup), caps, target_quantile(workload))
