@@ -33,7 +33,8 @@ from paraplan.planner.serving_space import batch_caps
 BISECTION_STEPS = 40
 """Halvings of the rate bracket (a factor 1e4 wide in log space): 40 steps leave 2e-11 of it."""
 SOLVER_TIME_LIMIT_S = 10.0
-"""CBC's limit for one fleet (the programs here have tens of variables and solve in milliseconds)."""
+"""CBC's limit for one fleet: far above what they take (measured: 7-21 variables, 6-28 ms a program with two and
+three GPU types on the 2-core machine)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

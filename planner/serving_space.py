@@ -41,8 +41,8 @@ PP_GRID = (1, 2, 4, 8)
 LONGEST_QUANTILE = 0.99
 """Varying lengths: workers must admit a request at the p99 of each length (the engines refuse a longer one)."""
 MAX_WORKER_GPUS = 128
-"""Largest engine instance searched: DeepSeek-style wide expert parallelism runs decode over up to 16 nodes of 8
-(SGLang's and TRT-LLM's published large-EP deployments use 32-144 GPUs)."""
+"""Largest engine instance searched: 16 nodes of 8 GPUs, room for DeepSeek-style wide expert parallelism, which
+runs one decode worker over several nodes."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
