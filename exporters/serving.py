@@ -77,8 +77,13 @@ def _check_traffic(pools: list[ServingPool], where: str) -> None:
                              f"{sum(f for f in fracs if f is not None):g}")
 
 
-def _ms(estimate: dict[str, Any], key: str) -> str:
+def _ms(estimate: dict[str, Any], key: str, percentile: Any) -> str:
+    """A latency of the estimate: one number, or the planner's statistics (the targets' percentile and the mean)."""
     value = estimate.get(key)
+    if isinstance(value, dict):
+        at, mean = value.get(f"p{percentile}"), value.get("mean")
+        if isinstance(at, int | float) and isinstance(mean, int | float):
+            return f"p{percentile} {at * 1e3:.1f} ms (mean {mean * 1e3:.1f} ms)"
     return f"{value * 1e3:.1f} ms" if isinstance(value, int | float) else "n/a"
 
 
@@ -102,7 +107,7 @@ def header(document: dict[str, Any], dep: Deployment) -> list[str]:
               f"{p.max_batched_tokens}, memory_frac {p.memory_frac:g}, max_model_len {p.max_model_len}"
               + (f"; {share(p)}" if p.traffic_frac is not None and label != p.role else "")  # several share the role
               for label, p in zip(dep.labels, dep.pools, strict=True)]
-    lines += [(f"Predicted: TTFT {_ms(estimate, 'ttft_s')}, TPOT {_ms(estimate, 'tpot_s')}, {rates}; meets targets: "
+    lines += [(f"Predicted: TTFT {_ms(estimate, 'ttft_s', w.get('percentile'))}, TPOT {_ms(estimate, 'tpot_s', w.get('percentile'))}, {rates}; meets targets: "
               f"{e.get('meets_targets')}."), f"Flags checked against {ENGINE_VERSIONS[dep.engine]}."]
     if quant["weights"] not in ("bf16", "fp8") or quant["experts"] != quant["weights"]:
         lines.append(f"Weights {quant['weights']} / experts {quant['experts']}: load a checkpoint quantized so; the "
