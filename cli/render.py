@@ -551,10 +551,15 @@ def write_json(path: Path, document: dict[str, Any], force: bool) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
+    write_atomic(path, text.encode("utf-8"))
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``path`` atomically: a temporary file beside it, then a rename (nothing half-written)."""
     handle, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(handle, "w") as stream:
-            stream.write(text)
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
         umask = os.umask(0)  # mkstemp makes the file 0600; give it the permissions open() would
         os.umask(umask)
         os.chmod(temp_name, 0o666 & ~umask)

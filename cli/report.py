@@ -6,8 +6,6 @@ block when the plan has one, the figures (inline SVG from report_figures and rep
 
 from __future__ import annotations
 
-import os
-import tempfile
 from html import escape
 from pathlib import Path
 from types import SimpleNamespace
@@ -151,17 +149,7 @@ def write_text_file(path: Path, content: str | bytes, force: bool) -> None:
         raise InputError(f"{path} already exists; pass --force to overwrite it or choose another path")
     if not path.parent.is_dir():
         raise InputError(f"cannot write {path}: folder {path.parent} does not exist")
-    handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(content.encode("utf-8") if isinstance(content, str) else content)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temp, 0o666 & ~umask)  # mkstemp makes 0600; give the file open()'s permissions
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    render.write_atomic(path, content.encode("utf-8") if isinstance(content, str) else content)
 
 
 def write_report(plan_documents: list[dict], out_dir: Path, force: bool, sweep: dict | None = None) -> Path:

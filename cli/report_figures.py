@@ -13,6 +13,7 @@ import numpy as np
 from paraplan.cli.render import MEMORY_LABELS, STEP_LABELS, config_text, seconds
 from paraplan.cli.report_svg import (
     PALETTE,
+    WIDTH_PX,
     Frame,
     caption,
     legend,
@@ -30,7 +31,6 @@ from paraplan.hardware_profiles.units import BYTES_PER_GIB
 from paraplan.planner.pipeline_timeline import PHASES, Timeline, lay_out
 from paraplan.planner.stage_times import plan_chunk_times
 
-WIDTH_PX = 900.0  # fits a laptop browser window beside nothing else, and an A4 page at 96 dpi landscape
 PHASE_COLOURS = dict(zip(PHASES, (PALETTE[0], PALETTE[5], PALETTE[1], PALETTE[3]), strict=True))
 PHASE_LABELS = {"forward": "forward", "recompute": "recompute", "backward": "backward",
                 "comm": "TP/CP/EP comm (exposed)"}
@@ -102,6 +102,16 @@ def _plan_label(document: dict[str, Any]) -> str:
     return f"#{document['rank']}"
 
 
+def _capacity_line(frame: Frame, base_px: float, px_per_gib: float, capacity_bytes: float | None) -> list[str]:
+    """The usable-capacity line across a bar chart and its label (nothing when the capacity is unknown)."""
+    if not capacity_bytes:
+        return []
+    y = base_px - capacity_bytes / BYTES_PER_GIB * px_per_gib
+    return [line(frame.left_px, y, frame.left_px + frame.plot_width_px, y, "capacity", "#c00", True, 2.0),
+            text(frame.left_px + frame.plot_width_px - 4, y - 5,
+                 f"usable capacity {capacity_bytes / BYTES_PER_GIB:.1f} GiB", anchor="end", css="capacity-label")]
+
+
 def memory_figure(documents: list[dict[str, Any]], capacity_bytes: float | None) -> str:
     """One stacked bar per plan: its most loaded stage's bytes by item, against the usable capacity line."""
     frame = Frame(width_px=WIDTH_PX, height_px=420, left_px=70, top_px=40, right_px=20, bottom_px=110)
@@ -124,11 +134,7 @@ def memory_figure(documents: list[dict[str, Any]], capacity_bytes: float | None)
         stage = document["estimate"].get("peak_memory_stage", "")
         body.append(text(x + slot * 0.3, base + 16, f"{_plan_label(document)} ({stage} stage)", anchor="middle",
                          css="tick"))
-    if capacity_bytes:
-        y = base - capacity_bytes / BYTES_PER_GIB * px_per_gib
-        body.append(line(frame.left_px, y, frame.left_px + frame.plot_width_px, y, "capacity", "#c00", True, 2.0))
-        body.append(text(frame.left_px + frame.plot_width_px - 4, y - 5,
-                         f"usable capacity {capacity_bytes / BYTES_PER_GIB:.1f} GiB", anchor="end", css="capacity-label"))
+    body += _capacity_line(frame, base, px_per_gib, capacity_bytes)
     items = list(documents[0]["estimate"]["memory_breakdown_bytes"])
     body += legend(frame.left_px, base + 44, [(MEMORY_LABELS.get(k, k), PALETTE[j % len(PALETTE)])
                                              for j, k in enumerate(items)], frame.plot_width_px)
@@ -166,11 +172,7 @@ def stage_memory_figure(document: dict[str, Any], capacity_bytes: float | None) 
                              f"{stage['stage']} stage, {label}: {parts[key] / BYTES_PER_GIB:.1f} GiB"))
         body.append(text(x + slot * 0.25, base + 16, f"{stage['stage']} stage "
                          f"({stage['allocated_bytes'] / BYTES_PER_GIB:.1f} GiB)", anchor="middle", css="tick"))
-    if capacity_bytes:
-        y = base - capacity_bytes / BYTES_PER_GIB * px_per_gib
-        body.append(line(frame.left_px, y, frame.left_px + frame.plot_width_px, y, "capacity", "#c00", True, 2.0))
-        body.append(text(frame.left_px + frame.plot_width_px - 4, y - 5,
-                         f"usable capacity {capacity_bytes / BYTES_PER_GIB:.1f} GiB", anchor="end", css="capacity-label"))
+    body += _capacity_line(frame, base, px_per_gib, capacity_bytes)
     body += legend(frame.left_px, base + 40, [(label, colour) for _, label, colour in STAGE_PARTS],
                    frame.plot_width_px)
     return svg(frame, body, title, "stages")

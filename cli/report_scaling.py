@@ -1,8 +1,8 @@
 """The report's sweep and placement figures as SVG strings: the scaling curve, the rank-to-node map, expert load.
 
 The scaling curve reads a sweep document (``paraplan sweep --json``: ``{"kind": "sweep", "points": [{"num_gpus",
-"gpu", "global_batch", "plan": {...}}]}``), each point's plan and its optional ``run`` block (days, cost_usd,
-goodput_frac). Placement reads the plan's ``placement`` block (``paraplan place``, ``paraplan experts --plan-out``).
+"gpu", "global_batch", "plan": {...}}]}``), each point's plan and its optional ``run`` block (wall_s,
+wall_gpu_s, usd, goodput_frac). Placement reads the plan's ``placement`` block (``paraplan place``, ``paraplan experts --plan-out``).
 """
 
 from __future__ import annotations
@@ -11,25 +11,34 @@ import itertools
 import math
 from typing import Any
 
-from paraplan.cli.report_svg import PALETTE, Frame, legend, line, nice_ticks, note, rect, svg, text, tick_text, y_axis
+from paraplan.cli.report_svg import (
+    PALETTE,
+    WIDTH_PX,
+    Frame,
+    legend,
+    line,
+    nice_ticks,
+    note,
+    rect,
+    svg,
+    text,
+    tick_text,
+    y_axis,
+)
 from paraplan.hardware_profiles.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
 from paraplan.planner.layout import rank_map
 
-WIDTH_PX = 900.0  # the report's figure width (report_figures.WIDTH_PX)
-RUN_KEYS = {"days": (("days", 1.0), ("wall_s", 1.0 / SECONDS_PER_DAY)),
-            "gpu_hours": (("gpu_hours", 1.0), ("wall_gpu_s", 1.0 / SECONDS_PER_HOUR)),
-            "cost_usd": (("cost_usd", 1.0), ("usd", 1.0)), "goodput_frac": (("goodput_frac", 1.0),)}
-"""Where a run block keeps each number shown: (key, factor to the shown unit), first present wins (planner.run_cost
-writes wall_s, wall_gpu_s and usd)."""
+RUN_KEYS = {"days": ("wall_s", 1.0 / SECONDS_PER_DAY), "gpu_hours": ("wall_gpu_s", 1.0 / SECONDS_PER_HOUR),
+            "cost_usd": ("usd", 1.0), "goodput_frac": ("goodput_frac", 1.0)}
+"""Where a plan's run block (planner.run_cost) keeps each number shown: (key, factor to the shown unit)."""
 
 
 def run_value(document: dict[str, Any], name: str) -> float | None:
     """``name`` (a RUN_KEYS entry) of a plan's run block in its shown unit; None without a run block or the number."""
     run = document.get("run") or {}
-    for key, factor in RUN_KEYS[name]:
-        if isinstance(run.get(key), (int, float)) and not isinstance(run.get(key), bool):
-            return float(run[key]) * factor
-    return None
+    key, factor = RUN_KEYS[name]
+    value = run.get(key)
+    return float(value) * factor if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 PANELS = (("tokens/s", "throughput (tokens/s)", lambda p: p["plan"]["estimate"]["tokens_per_s"]),

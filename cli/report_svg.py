@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from html import escape
 
+WIDTH_PX = 900.0  # every figure's width: fits a laptop browser window, and an A4 page at 96 dpi landscape
 FONT = "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\""
 """A font every system has (the generic sans-serif last), so no font is fetched."""
 TICK_STEPS = (1.0, 2.0, 2.5, 5.0)  # round tick spacings per decade (the 1-2-5 series with 2.5 for quarters)

@@ -3,6 +3,7 @@ GPUs bought (planner/sweep.py)."""
 
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path
 from typing import Annotated, Any
@@ -143,7 +144,7 @@ def sweep_document(points: list[SweepPoint], skipped: list[dict], options: RunOp
     JSON document ``plan --json`` writes, with its ``run`` block."""
     documents = [{"num_gpus": p.num_gpus, "gpu": p.gpu, "global_batch": p.global_batch,
                   "plan": plan_to_json(p.plan, p.cost_model, run_document(p.run, options))} for p in points]
-    run_inputs = run_document(points[0].run, options)["inputs"]
+    run_inputs = copy.deepcopy(documents[0]["plan"]["run"]["inputs"])
     run_inputs["sources"].pop("price")
     run_inputs["sources"].pop("energy")  # per GPU type: in each point's run block
     return {"schema_version": SWEEP_SCHEMA_VERSION, "kind": "sweep", "points": documents,

@@ -59,7 +59,7 @@ class _Op:
 def drawn_microbatches(times: ChunkTimes, cap_per_rank: int = 2) -> int:
     """Micro-batches worth drawing: all of them up to ``cap_per_rank``·pp (fill, steady state, drain all show), a
     multiple of pp for interleaving (Megatron's rule) and an even count for DualPipe (half from each end)."""
-    pp = max(times.rank_of_chunk) + 1
+    pp = times.pp
     count = min(times.num_microbatches, max(cap_per_rank * pp, 4))
     if len(times.rank_of_chunk) > pp and times.schedule == "1f1b":
         count = max(pp, count - count % pp)
@@ -71,7 +71,7 @@ def drawn_microbatches(times: ChunkTimes, cap_per_rank: int = 2) -> int:
 def _paths(times: ChunkTimes, m: int) -> list[list[tuple[int, int]]]:
     """(chunk, rank) of each hop of each micro-batch, forward order. DualPipe's second half of micro-batches enters
     at the last rank and runs the mirror copy of the stages."""
-    pp = max(times.rank_of_chunk) + 1
+    pp = times.pp
     straight = list(enumerate(times.rank_of_chunk))
     mirror = [(chunk, pp - 1 - rank) for chunk, rank in straight]
     return [mirror if times.schedule == "dualpipe" and mb >= m // 2 else straight for mb in range(m)]
@@ -137,7 +137,7 @@ class _Run:
 
     def __init__(self, times: ChunkTimes, m: int):
         self.times, self.m, self.paths = times, m, _paths(times, m)
-        self.pp = max(times.rank_of_chunk) + 1
+        self.pp = times.pp
         self.free_s = [0.0] * self.pp
         self.in_flight = [0] * self.pp
         self.end_s: dict[_Op, float] = {}

@@ -11,7 +11,7 @@ and says by how much.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -53,6 +53,11 @@ class ChunkTimes:
     """The plan's pipeline schedule: 1f1b (interleaved when several chunks per rank), dualpipe or dualpipev."""
     scale_frac: float
     """Factor applied to every re-priced time to match the plan's own total (1.0 = matched as priced)."""
+
+    @property
+    def pp(self) -> int:
+        """Pipeline ranks."""
+        return max(self.rank_of_chunk) + 1
 
 
 def chunk_ranks(schedule: str, pp: int, num_chunks: int) -> tuple[int, ...]:
@@ -100,14 +105,14 @@ def repriced_chunk_times(document: dict[str, Any]) -> ChunkTimes:
         forward_s=counts * float(lt.forward_compute_s[0]) + first * float(terms.embed_s[0])
         + last * OUTPUT_FORWARD_FRAC * output,
         backward_s=counts * float(lt.backward_compute_s[0]) + last * (1.0 - OUTPUT_FORWARD_FRAC) * output,
-        recompute_s=counts * float(lt.recompute_s[0]), comm_s=counts * comm + first * _offload_s(config, terms, cluster),
+        recompute_s=counts * float(lt.recompute_s[0]), comm_s=counts * comm + first * _offload_s(table, terms, cluster),
         rank_of_chunk=chunk_ranks(config.pp_schedule, config.pp, len(layers)), hop_s=float(np.asarray(hop).ravel()[0]),
         num_microbatches=job.global_batch // (config.dp * config.mbs), schedule=config.pp_schedule, scale_frac=1.0)
 
 
-def _offload_s(config: ParallelConfig, terms, cluster: ClusterSpec) -> float:
+def _offload_s(table, terms, cluster: ClusterSpec) -> float:
     """Exposed activation offload per micro-batch (pp = 1 only, so all on the one chunk): estimate's own term."""
-    lt, table = terms.times, configs_to_table([config])
+    lt = terms.times
     exposed = offload_exposed_s(terms.memory.per_layer_bytes, table.offload, lt.forward_compute_s,
                                 lt.backward_compute_s, cluster)
     return float(np.asarray(exposed).ravel()[0])
@@ -117,8 +122,7 @@ def rank_totals_s(times: ChunkTimes) -> np.ndarray:
     """Seconds per micro-batch on each pipeline rank: every chunk it runs, all phases. DualPipe's rank runs one
     copy's stage for half the micro-batches and the mirror stage for the other half, so both halves average."""
     per_chunk = times.forward_s + times.backward_s + times.recompute_s + times.comm_s
-    pp = max(times.rank_of_chunk) + 1
-    totals = np.zeros(pp)
+    totals = np.zeros(times.pp)
     np.add.at(totals, np.asarray(times.rank_of_chunk), per_chunk)
     if times.schedule == "dualpipe":
         totals = (totals + totals[::-1]) / 2.0
@@ -138,7 +142,5 @@ def plan_chunk_times(document: dict[str, Any]) -> ChunkTimes:
     scale = stored / repriced if repriced > 0 else 1.0
     if abs(scale - 1.0) <= RELATIVE_MATCH:
         return times
-    return ChunkTimes(forward_s=times.forward_s * scale, backward_s=times.backward_s * scale,
-                      recompute_s=times.recompute_s * scale, comm_s=times.comm_s * scale,
-                      rank_of_chunk=times.rank_of_chunk, hop_s=times.hop_s, num_microbatches=times.num_microbatches,
-                      schedule=times.schedule, scale_frac=scale)
+    return replace(times, forward_s=times.forward_s * scale, backward_s=times.backward_s * scale,
+                   recompute_s=times.recompute_s * scale, comm_s=times.comm_s * scale, scale_frac=scale)
