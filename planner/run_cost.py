@@ -199,9 +199,9 @@ def run_document(run: RunCost, options: RunOptions) -> dict[str, Any]:
         "busy_frac": options.busy_frac,
         "sources": {"failures": _source(options.failures_per_gpu_s, fl.DEFAULT_FAILURES_PER_GPU_S, fl.FAILURE_SOURCE),
                     "restart": _source(options.restart_s, fl.DEFAULT_RESTART_S, fl.RESTART_SOURCE),
-                    "checkpoint_bandwidth": _source(options.checkpoint_write_bytes_per_s_per_node
-                                                    + options.checkpoint_load_bytes_per_s_per_node,
-                                                    2 * DEFAULT_CHECKPOINT_BYTES_PER_S_PER_NODE, CHECKPOINT_SOURCE),
+                    "checkpoint_bandwidth": _source((options.checkpoint_write_bytes_per_s_per_node,
+                                                     options.checkpoint_load_bytes_per_s_per_node),
+                                                    (DEFAULT_CHECKPOINT_BYTES_PER_S_PER_NODE,) * 2, CHECKPOINT_SOURCE),
                     "price": run.usd_reason, "energy": run.energy_reason}}
     numbers = {"num_steps": run.num_steps, "num_tokens": run.num_tokens, "useful_s": run.useful_s,
                "wall_s": run.wall_s, "useful_gpu_s": run.useful_gpu_s, "wall_gpu_s": run.wall_gpu_s, "usd": run.usd,
@@ -215,7 +215,7 @@ def run_document(run: RunCost, options: RunOptions) -> dict[str, Any]:
     return {**{k: _finite(v) for k, v in numbers.items()}, "inputs": inputs}
 
 
-def _source(value: float, default: float, source: str) -> str:
+def _source(value: float | tuple, default: float | tuple, source: str) -> str:
     return source if value == default else "user-set"
 
 

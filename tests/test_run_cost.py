@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from paraplan.cli import render_run
 from paraplan.cli.run_flags import with_price
 from paraplan.cost_models.hf_config import load_model
 from paraplan.hardware_profiles import load_gpu, quick_cluster
@@ -59,7 +60,7 @@ def test_days_dollars_gpu_hours_and_energy_by_hand(best):
                                                failures_per_gpu_s=0.0))
     assert run.num_steps == 1000 and run.num_tokens == 262_144_000
     assert run.useful_s == pytest.approx(2000.0) and run.wall_s == pytest.approx(2000.0)
-    assert run.useful_s / 86_400 == pytest.approx(0.0231481, rel=1e-5)
+    assert render_run.days(run.useful_s) == "0.0231"  # 2,000 s in days, as the breakdown prints it
     assert run.wall_gpu_s / 3600 == pytest.approx(4.44444, rel=1e-5)
     assert run.usd == pytest.approx(13.3333, rel=1e-5)
     assert run.energy_j == pytest.approx(11.2e6)
@@ -186,3 +187,18 @@ def test_cost_picks_the_cheaper_slower_gpu_type_when_prices_say_so(job):
     same = [sweep_point(job, with_price(quick_cluster(n, 8, 8), 3.0), {}, "cost", None, options, [64])[0]
             for n in ("h100-sxm", "h200-sxm")]
     assert best_per_size(same, "cost")[8] is best_per_size(same, "throughput")[8]
+
+
+def test_the_checkpoint_bandwidth_is_credited_to_its_source_only_at_its_defaults(best):
+    """Write and load are compared one by one: a slower write and a faster load that sum to the defaults are the
+    user's numbers, not the Llama 3 file system's."""
+    from paraplan.planner.run_cost import CHECKPOINT_SOURCE, DEFAULT_CHECKPOINT_BYTES_PER_S_PER_NODE
+
+    def source(write: float, load: float) -> str:
+        options = RunOptions(tokens=10 * TOKENS_PER_STEP, checkpoint_write_bytes_per_s_per_node=write,
+                             checkpoint_load_bytes_per_s_per_node=load)
+        document = run_document(run_cost(hand_plan(best), options), options)
+        return document["inputs"]["sources"]["checkpoint_bandwidth"]
+    default = DEFAULT_CHECKPOINT_BYTES_PER_S_PER_NODE
+    assert source(default, default) == CHECKPOINT_SOURCE
+    assert source(0.5 * default, 1.5 * default) == "user-set"
