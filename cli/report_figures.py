@@ -34,7 +34,8 @@ from paraplan.planner.stage_times import plan_chunk_times
 PHASE_COLOURS = dict(zip(PHASES, (PALETTE[0], PALETTE[5], PALETTE[1], PALETTE[3]), strict=True))
 PHASE_LABELS = {"forward": "forward", "recompute": "recompute", "backward": "backward",
                 "comm": "TP/CP/EP comm (exposed)"}
-ROW_PX = 24.0  # one pipeline stage's row when few stages; shrinks so 64 stages stay within ~1,000 px
+ROW_PX = 24.0  # one pipeline stage's row when few stages; rows share 900 px beyond (6 px at least): 64 stages
+# take about 1,450 px with their gaps and margins
 ROW_GAP_PX = 6.0
 LABEL_MIN_PX = 16.0  # a box narrower than this has no micro-batch number inside (two digits at 10 px)
 

@@ -66,7 +66,8 @@ def text(x_px: float, y_px: float, content: str, *, anchor: str = "start", size:
             f'font-weight="{weight}"{turn}>{escape(content)}</text>')
 
 
-CHARS_PER_LINE = 125  # about 7 px per character of 11 px text: a caption line stays within the 900 px figure
+CHARS_PER_LINE = 115  # about 7 px per character of 11 px text: 805 px from a caption's x (70-80 px) stays
+# within the 900 px figure
 
 
 def caption(x_px: float, y_px: float, content: str, size: int = 11) -> list[str]:

@@ -188,12 +188,10 @@ def test_stage_bars_are_proportional_to_bytes():
 
 
 def test_step_bars_add_up_to_each_plans_step_time():
-    documents = [evaluated(tp=2, pp=4), evaluated(tp=8, pp=1)]
-    svg = step_figure(documents)
+    # copies with their ranks: evaluated() is cached, and its documents are shared with the other tests
+    documents = [{**evaluated(tp=2, pp=4), "rank": 1}, {**evaluated(tp=8, pp=1), "rank": 2}]
     top_s = nice_ticks(max(d["estimate"]["step_time_s"] for d in documents))[-1]
     px_per_s = (900 - 70 - 20) / top_s
-    for rank, document in enumerate(documents, start=1):
-        document["rank"] = rank
     svg = step_figure(documents)
     for rank, document in enumerate(documents, start=1):
         widths = [float(b["width"]) for b in rects(svg, "bar ") if b["data-plan"] == str(rank)]
