@@ -23,7 +23,7 @@ from paraplan.errors import InputError
 from paraplan.exporters.program import OutputFile, comment_block
 from paraplan.exporters.serving_engines import ENGINE_VERSIONS, expressible, trtllm_options
 from paraplan.exporters.serving_launch import Deployment, k8s_manifest, serve_script, share, trtllm_disagg_config
-from paraplan.exporters.serving_pools import ServingPool, pool_labels, read_pool
+from paraplan.exporters.serving_pools import ServingPool, place, pool_labels, read_pool
 from paraplan.exporters.writer import check_destination, write_files
 
 SERVING_FORMATS = ("vllm", "sglang", "trtllm", "k8s", "json", "all")
@@ -62,7 +62,7 @@ def _deployment(document: dict[str, Any], plan_index: int) -> Deployment:
     # one aggregated pool keeps the plain name; otherwise each pool's label (role, or role-i when several) names it
     options = ({"aggregated": "extra-llm-api-options.yaml"} if roles == ("aggregated",) else
                {label: f"extra-llm-api-options-{label}.yaml" for label in pool_labels(pools)})
-    return Deployment(entry=entry, pools=pools, model=str(name or "MODEL"),
+    return Deployment(entry=entry, pools=pools, model=str(name or "MODEL"), processes=tuple(place(pools)),
                       options_files=options if entry["engine"] == "trtllm" else {})
 
 
@@ -72,9 +72,9 @@ def _check_traffic(pools: list[ServingPool], where: str) -> None:
         fracs = [pool.traffic_frac for pool in pools if pool.role == role]
         if fracs.count(None) not in (0, len(fracs)):
             raise InputError(f"{where}: traffic_frac is given for some {role} pools but not all")
-        if fracs[0] is not None and abs(sum(f for f in fracs if f is not None) - 1) > 1e-3:
-            raise InputError(f"{where}: the {role} pools' traffic_frac must sum to 1, got "
-                             f"{sum(f for f in fracs if f is not None):g}")
+        total = sum(f for f in fracs if f is not None)
+        if fracs[0] is not None and abs(total - 1) > 1e-3:
+            raise InputError(f"{where}: the {role} pools' traffic_frac must sum to 1, got {total:g}")
 
 
 def _ms(estimate: dict[str, Any], key: str, percentile: Any) -> str:
@@ -163,14 +163,11 @@ def _options_file(dep: Deployment, label: str, name: str, lines: list[str]) -> O
 
 def serving_plan_index(document: dict[str, Any], rank: int | None, origin: str) -> int:
     """A serving plan file checked against its schema, and the index of the plan ranked ``rank`` (None: the best)."""
-    import json
-    from importlib import resources
-
     from paraplan.files import one_line
     from paraplan.planner.json_schema import schema_errors
+    from paraplan.planner.serving_plan import serving_schema
 
-    schema = json.loads(resources.files("paraplan.planner").joinpath("schemas/serving_plan.schema.json").read_text())
-    problems = schema_errors(document, schema)
+    problems = schema_errors(document, serving_schema())
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise InputError(f"{origin} does not match the serving plan schema: {one_line(problems[0], 160)}{more}")

@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from paraplan.exporters.serving_pools import ServingPool, node_gpus
+from paraplan.exporters.serving_pools import ServingPool, pool_node_gpus
 
 ENGINE_VERSIONS = {
     "vllm": "vLLM 0.33.0 (PyPI wheel)",
@@ -87,7 +87,8 @@ class Slot:
 
 def expressible(engine: str, pool: dict[str, Any] | ServingPool) -> str | None:
     """None if ``engine`` can run the pool's sharding (a plan pool entry or a ServingPool), else a one-line
-    reason; the search calls it to skip shardings an engine cannot run."""
+    reason. The search applies the same rules vectorized (planner/serving_space.worker_shardings);
+    tests/test_serving_search.py checks they agree."""
     def field(key: str) -> int:
         return int(getattr(pool, key) if isinstance(pool, ServingPool) else pool[key])
 
@@ -98,8 +99,7 @@ def expressible(engine: str, pool: dict[str, Any] | ServingPool) -> str | None:
     if engine == "vllm" and ep not in (1, group):
         return (f"vLLM expert parallel is all-or-nothing (--enable-expert-parallel gives EP = TP x DP): moe_ep must "
                 f"be 1 or tp*dp_attention = {group}, got {ep}")
-    node = pool.num_node_gpus if isinstance(pool, ServingPool) else int(pool.get("gpus_per_node") or
-                                                                         node_gpus(str(pool.get("gpu", ""))))
+    node = pool.num_node_gpus if isinstance(pool, ServingPool) else pool_node_gpus(pool)
     if engine == "vllm" and dp > 1 and group * pp > node and node % (tp * pp):
         return (f"vLLM places whole data-parallel ranks on a node: tp*pp = {tp * pp} must divide the {node} GPUs "
                 "of a node when a worker spans nodes")

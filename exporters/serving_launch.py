@@ -11,7 +11,6 @@ pins each pool's pods to nodes labelled with its type (k8s.yaml).
 
 from __future__ import annotations
 
-import copy
 import shlex
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +28,7 @@ from paraplan.exporters.serving_engines import (
     trtllm_command,
     vllm_command,
 )
-from paraplan.exporters.serving_pools import Process, ServingPool, gpu_nodes, node_ranges, place, pool_labels
+from paraplan.exporters.serving_pools import Process, ServingPool, gpu_nodes, node_ranges, pool_labels
 
 ROUTER_PORT = 8000  # the deployment's public port, on node 0
 CONFIG_MOUNT = "/etc/paraplan"
@@ -49,6 +48,8 @@ class Deployment:
     """Hugging Face repository or checkpoint folder."""
     options_files: dict[str, str]
     """Pool label (see ``labels``) -> TRT-LLM extra options file name."""
+    processes: tuple[Process, ...]
+    """Every engine process on its node and GPUs (serving_pools.place of ``pools``), placed once."""
 
     @property
     def engine(self) -> str:
@@ -119,7 +120,7 @@ def _process_lines(dep: Deployment, proc: Process) -> list[str]:
 def _server_urls(dep: Deployment, role: str, index: int | None = None) -> list[tuple[int, int]]:
     """(node, port) of every API server of the pools with ``role`` (or of pool ``index`` only): each worker's
     first-node process."""
-    return [(p.node, HTTP_PORT + p.slot) for p in place(dep.pools)
+    return [(p.node, HTTP_PORT + p.slot) for p in dep.processes
             if dep.pools[p.pool_index].role == role and p.node_in_worker == 0 and index in (None, p.pool_index)]
 
 
@@ -170,12 +171,12 @@ def _front_lines(dep: Deployment) -> list[str]:
 
 def serve_script(dep: Deployment, header: list[str]) -> OutputFile:
     """serve.sh: run on every node with NODE_RANK (and NODE_HOSTS when there are several)."""
-    processes = place(dep.pools)
+    processes = dep.processes
     num_nodes = processes[-1].node + 1
     multi = num_nodes > 1
     usage = (f'Run on each of the {num_nodes} nodes:  NODE_RANK=<0..{num_nodes - 1}> NODE_HOSTS="<host of node 0> '
              '... <host of the last node>" bash serve.sh') if multi else "Run:  bash serve.sh"
-    types = gpu_nodes(dep.pools)
+    types = gpu_nodes(dep.pools, processes)
     node_gpu = {node: gpu for gpu, nodes in types.items() for node in nodes}
     placement = [("Each node must be of its GPU type: " + "; ".join(f"{gpu}: {node_ranges(nodes)}"
                                                                     for gpu, nodes in types.items()) + ".")]
@@ -193,11 +194,13 @@ def serve_script(dep: Deployment, header: list[str]) -> OutputFile:
              'if [[ ${#HOSTS[@]} -ne $NUM_NODES ]]; then',
              '  echo "error: NODE_HOSTS names ${#HOSTS[@]} hosts; the plan needs $NUM_NODES" >&2; exit 2',
              "fi", 'case "$NODE_RANK" in']
+    on_node: dict[int, list[Process]] = {}
+    for proc in processes:
+        on_node.setdefault(proc.node, []).append(proc)
     for node in range(num_nodes):
         lines.append(f"  {node})" + (f"  # node {node}: {node_gpu[node]}" if len(types) > 1 else ""))
-        for proc in processes:
-            if proc.node == node:
-                lines += _process_lines(dep, proc)
+        for proc in on_node.get(node, []):
+            lines += _process_lines(dep, proc)
         lines += _front_lines(dep) if node == 0 else []
         lines.append("    ;;")
     lines += [f'  *) echo "error: NODE_RANK must be 0 to {num_nodes - 1}, got $NODE_RANK" >&2; exit 2 ;;', "esac",
@@ -263,7 +266,7 @@ def _deployment(dep: Deployment, pool: ServingPool, app: str, argv: list[str], e
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": app, "labels": labels()},
             "spec": {"replicas": pool.num_workers, "selector": {"matchLabels": labels()},
                      "template": {"metadata": {"labels": labels()},
-                                  "spec": copy.deepcopy(pod)}}}
+                                  "spec": pod}}}
 
 
 def _service(app: str, pool: ServingPool, engine: str) -> dict[str, Any]:

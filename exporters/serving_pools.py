@@ -10,6 +10,7 @@ fleet, or prefill and decode on different GPUs) land on different machines.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +80,11 @@ class ServingPool:
         return -(-self.num_workers // self.workers_per_node)
 
 
+def pool_node_gpus(entry: dict[str, Any]) -> int:
+    """GPUs per node of a plan's pool entry: as the plan states, else its GPU's catalog node size."""
+    return int(entry.get("gpus_per_node") or node_gpus(str(entry.get("gpu", ""))))
+
+
 def node_gpus(gpu: str) -> int:
     """GPUs per node of ``gpu``: the smallest node among the built-in clusters of that GPU, else 8."""
     sizes = [int(c["gpus_per_node"]) for c in builtin_catalog().clusters.values() if c.get("gpu") == gpu]
@@ -112,7 +118,7 @@ def read_pool(entry: dict[str, Any], where: str) -> ServingPool:
                        dp_attention=ints["dp_attention"], moe_ep=ints["moe_ep"], moe_tp=ints["moe_tp"],
                        max_batch=ints["max_batch"], max_batched_tokens=ints["max_batched_tokens"],
                        memory_frac=float(frac), max_model_len=ints["max_model_len"],
-                       num_node_gpus=int(entry.get("gpus_per_node") or node_gpus(gpu)),
+                       num_node_gpus=pool_node_gpus(entry),
                        traffic_frac=None if traffic is None else float(traffic))
     _check_shape(pool, where)
     return pool
@@ -181,14 +187,13 @@ def pool_labels(pools: list[ServingPool]) -> list[str]:
             for index, role in enumerate(roles)]
 
 
-def gpu_nodes(pools: list[ServingPool]) -> dict[str, list[int]]:
-    """GPU type -> the nodes (0-based, across the deployment) that must be of that type, types in plan order."""
-    nodes: dict[str, list[int]] = {}
-    for proc in place(pools):
-        listed = nodes.setdefault(pools[proc.pool_index].gpu, [])
-        if proc.node not in listed:
-            listed.append(proc.node)
-    return nodes
+def gpu_nodes(pools: list[ServingPool], processes: Sequence[Process]) -> dict[str, list[int]]:
+    """GPU type -> the nodes (0-based, across the deployment) that must be of that type, types in plan order;
+    ``processes``: ``place(pools)``."""
+    nodes: dict[str, dict[int, None]] = {}
+    for proc in processes:
+        nodes.setdefault(pools[proc.pool_index].gpu, {})[proc.node] = None
+    return {gpu: list(listed) for gpu, listed in nodes.items()}
 
 
 def node_ranges(nodes: list[int]) -> str:

@@ -194,7 +194,8 @@ def plan_to_json(plan: ServingPlan) -> dict[str, Any]:
             "meets_targets": plan.meets_targets}
 
 
-def _schema() -> dict[str, Any]:
+def serving_schema() -> dict[str, Any]:
+    """The JSON Schema every serving plan document is checked against."""
     return json.loads(resources.files("paraplan.planner").joinpath("schemas/serving_plan.schema.json").read_text())
 
 
@@ -214,7 +215,7 @@ def serving_document(*, model: dict[str, Any], hardware: list[dict[str, Any]], w
                      "percentile": workload.percentile},
         "plans": [plan_to_json(p) for p in plans], "pareto": pareto, "search": search,
         "provenance": {"cost_model": PROVENANCE, "queueing": QUEUEING}}
-    validate_own(document, _schema())
+    validate_own(document, serving_schema())
     return document
 
 

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from paraplan.cli.app import app
 from paraplan.exporters.serving import SERVING_FORMATS
 from paraplan.planner.json_schema import schema_errors
-from paraplan.planner.serving_plan import _schema
+from paraplan.planner.serving_plan import serving_schema
 
 runner = CliRunner(env={"COLUMNS": "200"})
 LLAMA = ["serve", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "8", "--isl", "1024", "--osl", "512"]
@@ -30,7 +30,7 @@ def _document(tmp_path: Path, *args: str) -> dict:
     result = invoke(*args, "--json", str(path))
     assert result.exit_code == 0, result.output
     document = json.loads(path.read_text())
-    assert schema_errors(document, _schema()) == []
+    assert schema_errors(document, serving_schema()) == []
     return document
 
 
