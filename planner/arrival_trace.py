@@ -168,9 +168,12 @@ def _jsonl_records(text: str, origin: str) -> tuple[list[dict], list[int]]:
     except InputError:
         records = None
     if records is None or len(records) != len(numbered) or not all(isinstance(r, dict) for r in records):
-        for number, line in numbered:
-            parse_user_json(line, f"{origin}: line {number}")  # raises at the first line that is not an object
-        raise InputError(f"{origin}: expected one JSON object per line")  # not reached: some line failed above
+        # Line by line: the first bad line names itself. (The joined array nests one level deeper, so a file of
+        # lines each at the depth limit parses only this way.)
+        records = [parse_user_json(line, f"{origin}: line {number}") for number, line in numbered]
+        for (number, _), record in zip(numbered, records):
+            if not isinstance(record, dict):
+                raise InputError(f"{origin}: line {number}: expected one JSON object per line")
     return records, [number for number, _ in numbered]
 
 

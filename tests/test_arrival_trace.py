@@ -145,3 +145,16 @@ def test_fuzzed_traces_raise_only_one_line_input_errors(tmp_path, lines, name):
         assert message_problem(exc) is None, str(exc)
         return
     assert trace.num_requests >= 2 and trace.arrivals.rate_per_s > 0 and math.isfinite(trace.arrivals.cv2)
+
+
+def test_jsonl_lines_at_the_depth_limit_are_read_one_by_one(tmp_path):
+    """Each line nests as deep as the reader allows; the joined array would be one level deeper, so the reader
+    falls back to line by line instead of refusing a valid trace."""
+    from paraplan.files import MAX_JSON_DEPTH
+
+    extra = '{"a": ' * (MAX_JSON_DEPTH - 2) + "1" + "}" * (MAX_JSON_DEPTH - 2)
+    lines = [f'{{"timestamp": {t}, "extra": {extra}}}' for t in (0.0, 1.0, 3.0)]
+    path = tmp_path / "deep.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    trace = read_trace(path)
+    assert trace.num_requests == 3 and trace.arrivals.rate_per_s == pytest.approx(2 / 3.0)
