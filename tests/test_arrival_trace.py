@@ -152,7 +152,7 @@ def test_jsonl_lines_at_the_depth_limit_are_read_one_by_one(tmp_path):
     falls back to line by line instead of refusing a valid trace."""
     from paraplan.files import MAX_JSON_DEPTH
 
-    extra = '{"a": ' * (MAX_JSON_DEPTH - 2) + "1" + "}" * (MAX_JSON_DEPTH - 2)
+    extra = '{"a": ' * (MAX_JSON_DEPTH - 1) + "1" + "}" * (MAX_JSON_DEPTH - 1)  # the line nests MAX_JSON_DEPTH deep
     lines = [f'{{"timestamp": {t}, "extra": {extra}}}' for t in (0.0, 1.0, 3.0)]
     path = tmp_path / "deep.jsonl"
     path.write_text("\n".join(lines) + "\n")
