@@ -7,7 +7,7 @@ Run: python bench/calibrate.py GPU 'PARAM=v1,v2 ...' [--exclude REGEX]
   another EfficiencySpec field (gemm_half_dim, hbm_frac, ...).
 Example: python bench/calibrate.py gb200 'gemm_fp8=0.5,0.55,0.6 attention_fused=0.3,0.4'
 Prints the six best settings by median |error| (+ a quarter of the max), with max error and bias.
-The automated refit of every fitted fraction, with sources left out, is planner/cross_source.py
+The automated refit of every fitted fraction, with sources left out, is validation/cross_source.py
 (paraplan validate --cross-source).
 """
 
@@ -20,8 +20,8 @@ import itertools
 import numpy as np
 
 from paraplan.hardware_profiles import catalog
-from paraplan.planner import cross_source as cs
-from paraplan.planner.reference import load_reference_runs, predict_all
+from paraplan.validation import cross_source as cs
+from paraplan.validation.reference import load_reference_runs, predict_all
 
 
 def _parse_grid(text: str) -> dict[str, list[float]]:

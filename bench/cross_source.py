@@ -2,7 +2,7 @@
 
 Run: python bench/cross_source.py [--weights 0,0.01,0.02,0.05]
 Refits every efficiency fraction fitted to data/reference_runs.csv with each publication (and each table of
-one) left out and predicts it with constants it did not influence (planner/cross_source.py; the same figures
+one) left out and predicts it with constants it did not influence (validation/cross_source.py; the same figures
 as `paraplan validate --cross-source`). With --weights, repeats the folds at other prior weights to show how
 much the left-out figures depend on that choice. Takes about a minute on 2 cores.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import argparse
 
-from paraplan.planner import cross_source as cs
-from paraplan.planner.reference import load_reference_runs
+from paraplan.validation import cross_source as cs
+from paraplan.validation.reference import load_reference_runs
 
 
 def _line(label: str, errors) -> str:

@@ -11,8 +11,8 @@ same die) shows a measurement the configuration alone does not explain.
 from __future__ import annotations
 
 from paraplan.cost_models.collectives import collective_time_s
-from paraplan.cost_models.hf_config import load_model
-from paraplan.planner.reference import _cluster, load_reference_runs, predict_row
+from paraplan.model_specs.hf_config import load_model
+from paraplan.validation.reference import _cluster, load_reference_runs, predict_row
 
 GROUPS = (
     ("mpt_foundry_179", ("mpt_foundry_178", "mpt_foundry_177", "mpt_foundry_180"),

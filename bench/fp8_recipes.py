@@ -16,7 +16,7 @@ import pandas as pd
 
 from paraplan.cost_models import fp8_recipes
 from paraplan.hardware_profiles import load_gpu
-from paraplan.planner.reference import PUBLISHED_CONFIG_COLUMNS, load_reference_runs, predict_row
+from paraplan.validation.reference import PUBLISHED_CONFIG_COLUMNS, load_reference_runs, predict_row
 
 GRID = np.round(np.arange(0.60, 1.081, 0.01), 2)
 PAIR_KEYS = ["source", "table"] + [c for c in PUBLISHED_CONFIG_COLUMNS if c not in ("precision", "fp8_recipe")]

@@ -251,7 +251,7 @@ def compare(path: str | None) -> None:
     import numpy as np
     import pandas as pd
 
-    from paraplan.planner.memory_probe import load_probe_rows, predict_probe_all
+    from paraplan.validation.memory_probe import load_probe_rows, predict_probe_all
 
     frame = load_probe_rows() if path is None else pd.read_csv(path, keep_default_na=False)
     predictions = predict_probe_all(frame)

@@ -12,9 +12,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from paraplan.cost_models.ingest import parse_file
 from paraplan.cost_models.learned.evaluate import Score, evaluate_collective, evaluate_gemm
-from paraplan.cost_models.store import ingest_parsed, load_measurements
+from paraplan.measurements.ingest import parse_file
+from paraplan.measurements.store import ingest_parsed, load_measurements
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "data" / "vidur-profiles"
 HARDWARE = ("h100-sxm", "a100-sxm-80gb")

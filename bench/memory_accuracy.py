@@ -12,7 +12,7 @@ import sys
 import numpy as np
 
 from paraplan.hardware_profiles.units import BYTES_PER_GIB
-from paraplan.planner.memory_reference import (
+from paraplan.validation.memory_runs import (
     confusion,
     leave_one_out_reserved,
     load_memory_runs,

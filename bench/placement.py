@@ -12,10 +12,10 @@ import time
 
 import numpy as np
 
-from paraplan.cost_models.hf_config import load_model
-from paraplan.cost_models.routing import zipf_routing
 from paraplan.hardware_profiles import load_cluster, load_gpu
 from paraplan.hardware_profiles.topology import NodeSpec, Topology, uniform_topology
+from paraplan.measurements.routing import zipf_routing
+from paraplan.model_specs.hf_config import load_model
 from paraplan.planner.job import ParallelConfig, TrainingJob
 from paraplan.planner.layout import stage_layers
 from paraplan.planner.placement.expert_input import summary

@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from paraplan.planner.reference import distinct_published, load_reference_runs, published_layout_gap
+from paraplan.validation.reference import distinct_published, load_reference_runs, published_layout_gap
 
 
 def main() -> None:

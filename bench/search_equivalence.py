@@ -25,8 +25,8 @@ import time
 
 import numpy as np
 
-from paraplan.cost_models.hf_config import load_model
 from paraplan.hardware_profiles import load_cluster, quick_cluster
+from paraplan.model_specs.hf_config import load_model
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.search import search
 from paraplan.planner.space import AXES

@@ -16,8 +16,8 @@ import time
 
 from paraplan.cost_models.context_parallel import CP_COMM_NAMES
 from paraplan.cost_models.estimate import estimate
-from paraplan.cost_models.hf_config import load_model
 from paraplan.hardware_profiles import quick_cluster
+from paraplan.model_specs.hf_config import load_model
 from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.search import search

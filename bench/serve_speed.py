@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 
 from paraplan.hardware_profiles import load_cluster, quick_cluster
-from paraplan.planner.serving_model import served_model
-from paraplan.planner.serving_queue import poisson
-from paraplan.planner.serving_rank import ServingProblem, search_serving
-from paraplan.planner.serving_space import ServingChoices, ServingWorkload
+from paraplan.model_specs.served import served_model
+from paraplan.planner.serving.queueing import poisson
+from paraplan.planner.serving.rank import ServingProblem, search_serving
+from paraplan.planner.serving.space import ServingChoices, ServingWorkload
 
 R1_CONFIG = Path(__file__).resolve().parents[2] / "shared" / "data" / "serving" / "model_configs" \
     / "deepseek-ai--DeepSeek-R1_config.json"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 
-from paraplan.planner.serving_reference import validate_serving
+from paraplan.validation.serving_runs import validate_serving
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""Time the serving queueing math (planner/serving_queue.py) on 200,000 deployments at once: the p99 wait
+"""Time the serving queueing math (planner/serving/queueing.py) on 200,000 deployments at once: the p99 wait
 (Erlang C, Allen-Cunneen, the exponential tail) with server counts mixed from 1 to 4096, all at the exact
 recursion's limit (the worst case), and all large; best of ``--repeat`` runs.
 
@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from paraplan.planner.serving_queue import EXACT_MAX_SERVERS, count_quantile, gamma_quantile, wait_quantile_s
+from paraplan.planner.serving.queueing import EXACT_MAX_SERVERS, count_quantile, gamma_quantile, wait_quantile_s
 
 
 def best_s(function, repeat: int) -> float:

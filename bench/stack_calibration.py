@@ -2,7 +2,7 @@
 
 Run: python bench/stack_calibration.py [--moe-only]
 For each NeMo / Megatron-Bridge container release in data/reference_runs.csv, every way (or 500 random ways)
-to pick n of its runs fits the stack-profile factor (planner/stack_profile.py, what `paraplan calibrate` fits)
+to pick n of its runs fits the stack-profile factor (validation/stack_profile.py, what `paraplan calibrate` fits)
 and the container's other runs are predicted with it. Prints, per container and n, the median over those picks
 of the other runs' median |error| (and how often it is <= 10%), MoE and dense rows apart. About 15 s.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from paraplan.cost_models.hf_config import load_model
-from paraplan.planner import stack_profile as sp
-from paraplan.planner.reference import load_reference_runs, predict_all
+from paraplan.model_specs.hf_config import load_model
+from paraplan.validation import stack_profile as sp
+from paraplan.validation.reference import load_reference_runs, predict_all
 
 RUNS = (1, 2, 3, 5)
 

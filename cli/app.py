@@ -15,7 +15,6 @@ from typing import Annotated, Any, get_args
 
 import typer
 
-import paraplan
 from paraplan.cli import (
     calibrate_cmd,
     catalog_json,
@@ -31,18 +30,19 @@ from paraplan.cli import (
 )
 from paraplan.cost_models.context_parallel import CP_COMM_CODES
 from paraplan.cost_models.device_memory import usable_capacity_bytes
-from paraplan.cost_models.hf_config import load_model, preset_names
-from paraplan.cost_models.model_spec import AttentionFlops
-from paraplan.cost_models.routing import read_routing_csv
 from paraplan.cost_models.table import PIPELINE_SCHEDULE_CODES, RECOMPUTE_CODES
 from paraplan.errors import INTERNAL_ERROR_EXIT_CODE, REPORT_REQUEST, InputError, InternalError
 from paraplan.hardware_profiles import Catalog, ClusterSpec, cluster_from_file, load_cluster, quick_cluster
 from paraplan.hardware_profiles.device_names import looks_like_device_name
 from paraplan.hardware_profiles.topology_file import is_topology_file
 from paraplan.hardware_profiles.user_file import resolve_catalog
+from paraplan.measurements.routing import read_routing_csv
+from paraplan.model_specs.hf_config import load_model, preset_names
+from paraplan.model_specs.model_spec import AttentionFlops
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.plan import SCHEMA_VERSION, Plan, plan_at, plan_to_json
 from paraplan.planner.search import explain_no_fit, search
+from paraplan.version import __version__
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False,
                   help="Plan distributed training of transformers: search parallel layouts, predict step time, "
@@ -57,7 +57,7 @@ app.add_typer(profiles_app, name="profiles")
 
 def _print_version(requested: bool) -> None:
     if requested:
-        typer.echo(f"paraplan {paraplan.__version__}")
+        typer.echo(f"paraplan {__version__}")
         raise typer.Exit()
 
 
@@ -494,8 +494,8 @@ def models_list(json_path: JsonOpt = None, force: ForceOpt = False) -> None:
 @user_errors
 def models_types(json_path: JsonOpt = None, force: ForceOpt = False) -> None:
     """Every Hugging Face model_type a config.json may have, and the known ones refused with their reason."""
-    from paraplan.cost_models.hf_config import supported_model_types
-    from paraplan.cost_models.model_families import REFUSED, TEXT_CONFIG_WRAPPERS
+    from paraplan.model_specs.hf_config import supported_model_types
+    from paraplan.model_specs.model_families import REFUSED, TEXT_CONFIG_WRAPPERS
 
     render.prepare_json(json_path, force)
     decoders = [t for t in supported_model_types() if t not in TEXT_CONFIG_WRAPPERS]
@@ -579,7 +579,7 @@ def validate(json_path: JsonOpt = None, force: ForceOpt = False,
                  "$PARAPLAN_SERVING_DATA or ../shared/data/serving.")] = None,
              ) -> None:
     """Predict every published reference run and report the error against its measurement."""
-    from paraplan.planner.reference import load_reference_runs, predict_all, summarize  # pandas: this command only
+    from paraplan.validation.reference import load_reference_runs, predict_all, summarize  # pandas: this command only
 
     render.prepare_json(json_path, force)
     if serving:
@@ -612,7 +612,7 @@ def validate(json_path: JsonOpt = None, force: ForceOpt = False,
 def _serving_validation(json_path: Path | None, force: bool, folder: Path | None) -> None:
     """``validate --serving``: the serving accuracy table (and its JSON)."""
     from paraplan.cli.render_serving import serving_validation
-    from paraplan.planner.serving_reference import validate_serving, validation_document
+    from paraplan.validation.serving_runs import validate_serving, validation_document
 
     with render.working(render.make_console(stderr=True), "predicting the measured serving deployments"):
         document = validation_document(validate_serving(folder))
@@ -623,7 +623,7 @@ def _serving_validation(json_path: Path | None, force: bool, folder: Path | None
 
 def _cross_source_validation(frame) -> dict:
     """Leave-one-source-out (and leave-one-table-out) refits of the fitted fractions, as plain data."""
-    from paraplan.planner import cross_source as cs  # only this flag pays for the refits
+    from paraplan.validation import cross_source as cs  # only this flag pays for the refits
 
     console = render.make_console(stderr=True)
     with render.working(console, "cross-source refits: predicting the dense rows on a grid of constants") as status:
@@ -641,14 +641,14 @@ def _cross_source_validation(frame) -> dict:
             "in_sample_refit": cs.summary(result.refit_errors),
             "left_out": {level: cs.summary(errors) for level, errors in result.left_out_errors.items()},
             "folds": folds, "refit_on_all_rows": refit,
-            "method": "efficiency fractions refitted without the left-out rows (planner/cross_source.py); "
+            "method": "efficiency fractions refitted without the left-out rows (validation/cross_source.py); "
                       "in-sample = the shipped efficiency.yaml constants"}
 
 
 def _memory_validation(path: Path | None) -> dict | None:
     """Measured memory rows beside their predictions, per-source summaries and the fit/OOM confusion
     table; None (with a note on stderr) when no measurements file is found and none was named."""
-    from paraplan.planner.memory_reference import confusion, load_memory_runs, predict_memory_all, summarize_memory
+    from paraplan.validation.memory_runs import confusion, load_memory_runs, predict_memory_all, summarize_memory
 
     try:
         frame = load_memory_runs(path)

@@ -16,8 +16,7 @@ from paraplan.cost_models.compute import ComputeRates
 from paraplan.errors import InputError
 
 if TYPE_CHECKING:
-    from paraplan.planner import stack_profile as sp
-
+    from paraplan.validation import stack_profile as sp
 StackProfileOpt = Annotated[str | None, typer.Option(
     "--stack-profile", help="A stack profile from 'paraplan calibrate' (its name, or a .json file): every step "
                             "time scaled by the factor your own measured runs gave. Analytical cost model only.")]
@@ -28,7 +27,7 @@ def apply_profile(name: str | None, rates: ComputeRates, gpu: str, engine: str) 
     or engine is not among the profile's runs."""
     if name is None:
         return rates
-    from paraplan.planner import stack_profile as sp  # pandas: loaded only when a profile is applied
+    from paraplan.validation import stack_profile as sp  # pandas: loaded only when a profile is applied
 
     profile = sp.load_profile(name)
     note = sp.mismatch_note(profile, gpu, engine)
@@ -49,8 +48,7 @@ def calibrate(
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write the profile's report here.")] = None,
 ) -> None:
     """Fit a stack profile to your own measured runs: one step-time factor for your software stack."""
-    from paraplan.planner import stack_profile as sp
-
+    from paraplan.validation import stack_profile as sp
     sp.check_name(name)
     target = sp.profile_path(name)
     if target.parent.is_dir():

@@ -6,8 +6,8 @@ import dataclasses
 import math
 from typing import Any
 
-from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.hardware_profiles import ClusterSpec, GPUSpec
+from paraplan.model_specs.model_spec import ModelSpec
 from paraplan.planner.plan import model_shape
 
 SCHEMA_VERSION = 1

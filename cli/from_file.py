@@ -21,7 +21,7 @@ from paraplan.errors import InputError
 from paraplan.files import shown
 
 if typing.TYPE_CHECKING:
-    from paraplan.planner.job_files import ImportedJob
+    from paraplan.job_files import ImportedJob
 
 META_KEY = "paraplan.from_job"
 AXIS_PARAMS = ("tp", "pp", "dp", "cp", "cp_comm", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "offload",
@@ -44,9 +44,9 @@ def require(**given: Any) -> None:
 def merged(ctx: typer.Context, command: Any, from_file: Path | None, config_file: Path | None,
            searching: bool) -> dict[str, Any]:
     """The command's keyword arguments after the file(s): call ``command(**merged(...))``."""
-    from paraplan.planner.job_files import read_job_file  # only --from / --config pay for the readers
-    from paraplan.planner.job_files.config_file import read_option_file
-    from paraplan.planner.job_files.merge import fill_global_batch, missing_flag
+    from paraplan.job_files import read_job_file  # only --from / --config pay for the readers
+    from paraplan.job_files.config_file import read_option_file
+    from paraplan.job_files.merge import fill_global_batch, missing_flag
 
     params = dict(ctx.params)
     explicit = {name for name in params if ctx.get_parameter_source(name).name in ("COMMANDLINE", "ENVIRONMENT")}
@@ -77,7 +77,7 @@ def merged(ctx: typer.Context, command: Any, from_file: Path | None, config_file
 def _from_job_values(imported: ImportedJob | None, overridden: set[str], searching: bool) -> dict[str, Any]:
     """The file's option values, less the cluster form the command line or --config replaces and, for a
     search, the layout (which the search chooses)."""
-    from paraplan.planner.job_files.merge import option_values
+    from paraplan.job_files.merge import option_values
 
     if imported is None:
         return {}
@@ -118,7 +118,7 @@ def _convert(name: str, value: Any, hint: Any, where: str) -> Any:
 
 def show_source(console, imported: ImportedJob, values: dict[str, Any], searching: bool) -> None:
     """What was read from the file, where, and what the command line changed (a search leaves the layout open)."""
-    from paraplan.planner.job_files.merge import option_values
+    from paraplan.job_files.merge import option_values
 
     table = Table(title=f"read from {imported.path} ({imported.format})", title_justify="left")
     for column in ("value", "from file", "used", "source"):
@@ -145,7 +145,7 @@ def fixed_extras(ctx: typer.Context) -> dict[str, list[int]]:
 def compare(ctx: typer.Context, job, spec, rates, best, cost_model: str) -> dict[str, Any] | None:
     """``plan --from``: the file's own layout, priced like the search's rows, beside the best plan."""
     from paraplan.cli.app import constraints  # the flags' own parsing, for the file's values
-    from paraplan.planner.job_files.merge import option_values
+    from paraplan.job_files.merge import option_values
     from paraplan.planner.plan import plan_at, plan_to_json
     from paraplan.planner.search import search
 

@@ -10,11 +10,11 @@ import typer
 
 from paraplan.cli import render
 from paraplan.cost_models.compute import ComputeRates
-from paraplan.cost_models.ingest import FORMATS
 from paraplan.cost_models.learned.provider import COST_MODELS, compute_rates, learned_cluster
-from paraplan.cost_models.store_location import default_store_path
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
+from paraplan.measurements.ingest import FORMATS
+from paraplan.measurements.store_location import default_store_path
 from paraplan.planner.job import TrainingJob
 
 StoreOpt = Annotated[Path | None, typer.Option(
@@ -49,8 +49,8 @@ def ingest(
 ) -> None:
     """Add measurements to the profile store: every file parsed first, then one transaction per file."""
     from paraplan.cli import render_profiles
-    from paraplan.cost_models.ingest import parse_file
-    from paraplan.cost_models.store import ingest_parsed
+    from paraplan.measurements.ingest import parse_file
+    from paraplan.measurements.store import ingest_parsed
 
     target = store_path(store)
     parsed = [parse_file(path, kind, hardware) for path in files]
@@ -67,7 +67,7 @@ def profiles_list(store: StoreOpt = None, json_path: ProfilesJsonOpt = None, for
     """What the store holds, per hardware and kind of measurement."""
     render.prepare_json(json_path, force)
     from paraplan.cli import render_profiles
-    from paraplan.cost_models.store import summarize
+    from paraplan.measurements.store import summarize
 
     target = store_path(store)
     summary = summarize(target)
@@ -85,7 +85,7 @@ def _plain_records(frame) -> list[dict]:
 def profiles_show(hardware: Annotated[str, typer.Argument(help="GPU catalog name.")], store: StoreOpt = None) -> None:
     """The files and measurements stored for one hardware."""
     from paraplan.cli import render_profiles
-    from paraplan.cost_models.store import stored_files, summarize
+    from paraplan.measurements.store import stored_files, summarize
 
     target = store_path(store)
     summary = summarize(target)
@@ -152,8 +152,7 @@ def profile(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from paraplan.cli import render_profiles
-    from paraplan.cost_models.hf_config import load_model
-    from paraplan.cost_models.profiler import (
+    from paraplan.measurements.profiler import (
         ProfileSettings,
         calibration_flops_per_s,
         estimated_seconds,
@@ -161,6 +160,7 @@ def profile(
         resolve_device,
         run_profile,
     )
+    from paraplan.model_specs.hf_config import load_model
 
     render.check_writable(out, force)
     spec = load_model(model)

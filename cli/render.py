@@ -22,7 +22,6 @@ from rich.measure import Measurement
 from rich.panel import Panel
 from rich.table import Table
 
-from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec, GPUSpec
 from paraplan.hardware_profiles.specs import BUILTIN
@@ -34,6 +33,7 @@ from paraplan.hardware_profiles.units import (
     SECONDS_PER_US,
 )
 from paraplan.hardware_profiles.user_file import origin_text
+from paraplan.model_specs.model_spec import ModelSpec
 from paraplan.planner.plan import Plan
 
 PARAMS_PER_BILLION = 1e9  # a count, not a unit: "8.03 B parameters"

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from paraplan.cli.render import count, percent
 from paraplan.cost_models.learned.learn import LearnedTarget
-from paraplan.cost_models.store import IngestResult
+from paraplan.measurements.store import IngestResult
 
 # Every column folds rather than ends in an ellipsis: the end of a path or a name is what tells rows apart
 # (rich truncates the end by default).

@@ -1,5 +1,5 @@
 """What the whole run looks like on screen: the run breakdown under a plan, and the sweep table.
-Units appear only here (days, GPU-hours, MWh, GB); the numbers arrive in SI from planner/run_cost.py."""
+Units appear only here (days, GPU-hours, MWh, GB); the numbers arrive in SI from planner/run/cost.py."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from rich.table import Table
 
 from paraplan.cli.render import count, percent, print_table, seconds
 from paraplan.hardware_profiles.units import BYTES_PER_GB, JOULES_PER_MWH, SECONDS_PER_DAY, SECONDS_PER_HOUR
-from paraplan.planner.run_cost import RunCost
-from paraplan.planner.sweep import SweepPoint
+from paraplan.planner.run.cost import RunCost
+from paraplan.planner.run.sweep import SweepPoint
 
 
 def days(value_s: float) -> str:

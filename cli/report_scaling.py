@@ -30,7 +30,7 @@ from paraplan.planner.layout import rank_map
 
 RUN_KEYS = {"days": ("wall_s", 1.0 / SECONDS_PER_DAY), "gpu_hours": ("wall_gpu_s", 1.0 / SECONDS_PER_HOUR),
             "cost_usd": ("usd", 1.0), "goodput_frac": ("goodput_frac", 1.0)}
-"""Where a plan's run block (planner.run_cost) keeps each number shown: (key, factor to the shown unit)."""
+"""Where a plan's run block (planner.run.cost) keeps each number shown: (key, factor to the shown unit)."""
 
 
 def run_value(document: dict[str, Any], name: str) -> float | None:

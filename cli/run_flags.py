@@ -1,5 +1,5 @@
 """The run-level flags of ``plan``, ``evaluate`` and ``sweep``: a token budget or step count, a price, and the
-failure and checkpoint model (planner/run_cost.py, planner/failures.py). Parsed here into RunOptions, in SI."""
+failure and checkpoint model (planner/run/cost.py, planner/run/failures.py). Parsed here into RunOptions, in SI."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import typer
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.hardware_profiles.units import BYTES_PER_GB, SECONDS_PER_HOUR
-from paraplan.planner import failures as fl
-from paraplan.planner.run_cost import (
+from paraplan.planner.run import failures as fl
+from paraplan.planner.run.cost import (
     DEFAULT_CHECKPOINT_BYTES_PER_S_PER_NODE,
     RunCost,
     RunOptions,

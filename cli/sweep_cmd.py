@@ -1,5 +1,5 @@
 """``paraplan sweep``: the best plan and its whole run at each GPU count and GPU type, and what each step up in
-GPUs bought (planner/sweep.py)."""
+GPUs bought (planner/run/sweep.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import typer
 from paraplan.cli import render, render_run, run_flags
 from paraplan.errors import InputError
 from paraplan.planner.plan import SCHEMA_VERSION, plan_to_json
-from paraplan.planner.run_cost import RunOptions, run_document
+from paraplan.planner.run.cost import RunOptions, run_document
+from paraplan.planner.run.sweep import SweepPoint, batch_candidates, best_per_size, scaling, sweep_point
 from paraplan.planner.search import OBJECTIVES
-from paraplan.planner.sweep import SweepPoint, batch_candidates, best_per_size, scaling, sweep_point
 
 _SWEEP = "Sweep"
 SWEEP_SCHEMA_VERSION = 1

@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 from paraplan.cost_models.collectives import all_to_all_time_s, collective_time_s, p2p_time_s
-from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.hardware_profiles import ClusterSpec
+from paraplan.model_specs.model_spec import ModelSpec
 
 CP_COMM_CODES = {"p2p": 0, "a2a": 1, "allgather": 2, "a2a+p2p": 3}
 """Context-parallel communication: Megatron's --cp-comm-type names (``allgather`` is TE's all_gather)."""

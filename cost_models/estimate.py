@@ -33,7 +33,6 @@ from paraplan.cost_models.memory import (
     state_shares,
     trimmed_to_capacity,
 )
-from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.cost_models.schedules import (
     RankWork,
     dual_bubble_ratio,
@@ -44,6 +43,7 @@ from paraplan.cost_models.schedules import (
 from paraplan.cost_models.stages import stage_layout
 from paraplan.cost_models.table import ConfigTable, Workload, distinct_rows, take_rows
 from paraplan.hardware_profiles import ClusterSpec
+from paraplan.model_specs.model_spec import ModelSpec
 
 # Adam step per parameter it updates: read fp32 weight, gradient, m, v (16 B), write weight,
 # m, v (12 B) and the 16-bit compute copy (2 B).

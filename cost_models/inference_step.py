@@ -24,10 +24,10 @@ import numpy as np
 
 from paraplan.cost_models.collectives import collective_time_s
 from paraplan.cost_models.compute import ComputeRates, analytical_rates
-from paraplan.cost_models.inference_mixers import NO_MIXERS, MixerShapes, unpriced_for_serving
-from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
+from paraplan.model_specs.mixers import NO_MIXERS, MixerShapes, unpriced_for_serving
+from paraplan.model_specs.model_spec import ModelSpec
 
 ACTIVATION_BYTES = 2.0
 """Activations, all-reduced partial sums and the 16-bit parts of a checkpoint: bf16."""

@@ -27,10 +27,10 @@ from paraplan.cost_models.compute import (
     unfused_attention_time_s,
 )
 from paraplan.cost_models.context_parallel import cp_comm_s, cp_comm_variants_s
-from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.cost_models.moe import moe_block_times, routed_copies_per_rank
 from paraplan.cost_models.table import PIPELINE_SCHEDULE_CODES, ConfigTable, Workload
 from paraplan.hardware_profiles import ClusterSpec
+from paraplan.model_specs.model_spec import ModelSpec
 
 ACTIVATION_BYTES = 2.0  # activations and their gradients are 16-bit in every recipe modelled
 # Share of the SMs that expert all-to-all kernels occupy while they overlap compute: DeepSeek-V3

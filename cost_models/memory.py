@@ -23,11 +23,11 @@ import numpy as np
 from paraplan.cost_models.context_parallel import gathered_kv_bytes
 from paraplan.cost_models.device_memory import non_torch_bytes, reserved_bytes
 from paraplan.cost_models.layer import ACTIVATION_BYTES
-from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.cost_models.moe import moe_activation_bytes_per_token
 from paraplan.cost_models.schedules import RankWork, in_flight_microbatches
 from paraplan.cost_models.stages import StageLayout
 from paraplan.cost_models.table import ConfigTable, Workload
+from paraplan.model_specs.model_spec import ModelSpec
 
 
 @dataclass(frozen=True, slots=True)

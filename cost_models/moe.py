@@ -24,9 +24,9 @@ from paraplan.cost_models.collectives import (
     members_per_domain,
 )
 from paraplan.cost_models.compute import ComputeRates, gemm_time_s, memory_bound_time_s
-from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.cost_models.table import ConfigTable, Workload
 from paraplan.hardware_profiles import ClusterSpec
+from paraplan.model_specs.model_spec import ModelSpec
 
 HIDDEN_BYTES = 2.0  # tokens travel and are permuted in 16-bit (Megatron's all-to-all dispatcher)
 ROUTER_PROB_BYTES = 4.0  # router logits, softmax and top-k run in fp32 (Megatron moe_router_dtype)

@@ -26,7 +26,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from paraplan.cost_models.device_memory import CUDA_CONTEXT_BYTES, NCCL_BYTES_PER_COMMUNICATOR, usable_capacity_bytes
-from paraplan.cost_models.inference_mixers import NO_MIXERS, MixerShapes
 from paraplan.cost_models.inference_step import (
     ACTIVATION_BYTES,
     Sharding,
@@ -36,10 +35,11 @@ from paraplan.cost_models.inference_step import (
     prefill_attention_flops,
     step_time,
 )
-from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.hardware_profiles.units import BYTES_PER_GIB
+from paraplan.model_specs.mixers import NO_MIXERS, MixerShapes
+from paraplan.model_specs.model_spec import ModelSpec
 
 ENGINES = ("vllm", "sglang", "trtllm")
 
@@ -65,15 +65,15 @@ class EngineTraits:
     max_running: int
     """Largest running batch (vLLM max_num_seqs, SGLang max_running_requests cap, TRT-LLM max_batch_size)."""
     step_overhead_s: float
-    """CPU scheduling and sampling per step not hidden behind the GPU (fitted, see serving_reference)."""
+    """CPU scheduling and sampling per step not hidden behind the GPU (fitted, see validation/serving_runs.py)."""
     request_overhead_s: float
     """Per-request latency before the first token outside the GPU steps: HTTP, tokenization, scheduling
-    admission, detokenizing and streaming the first token (fitted, see serving_reference)."""
+    admission, detokenizing and streaming the first token (fitted, see validation/serving_runs.py)."""
     source: str
     """Where the defaults come from."""
 
 
-# step_overhead_s and request_overhead_s: fitted by ``python bench/serving_accuracy.py`` (planner/serving_reference.py,
+# step_overhead_s and request_overhead_s: fitted by ``python bench/serving_accuracy.py`` (validation/serving_runs.py,
 # median |log error| over the 4,762 covered measured rows; held-out figures in docs/serving.md).
 ENGINE_TRAITS = {
     "vllm": EngineTraits(
@@ -91,7 +91,7 @@ ENGINE_TRAITS = {
         max_running=2048, step_overhead_s=1.5e-3, request_overhead_s=120e-3,
         source="TensorRT-LLM 1.x KvCacheConfig.free_gpu_memory_fraction 0.9; max_num_tokens 8192, max_batch_size 2048"),
 }
-"""Engine defaults and the fitted overheads (serving_reference refits them from zero on each fold)."""
+"""Engine defaults and the fitted overheads (validation/serving_runs.py refits them from zero on each fold)."""
 
 _QUANT_MODES = {  # gemm/moe quant mode -> (compute dtype, bytes per weight with scales)
     "bf16": ("bf16", 2.0),
@@ -273,7 +273,7 @@ def held_tokens(engine: EngineTraits, isl, osl):
 BENCHMARK_WAVES = 3.0
 """Default number of request waves a fixed-concurrency benchmark runs (requests sent / concurrency); the
 first wave arrives at once and is prefilled before it decodes. A benchmark-protocol input of
-``aggregated``/``disaggregated``: inf gives the pure steady state. serving_reference fits it (one global
+``aggregated``/``disaggregated``: inf gives the pure steady state. validation/serving_runs.py fits it (one global
 constant) to the measured TTFTs and TPOTs."""
 
 

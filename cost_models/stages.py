@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.cost_models.pipeline_splits import (  # noqa: F401 (Megatron's split rules, re-exported)
     edge_accounted_split,
     even_split,
@@ -15,6 +14,7 @@ from paraplan.cost_models.pipeline_splits import (  # noqa: F401 (Megatron's spl
     uneven_edge_layers,
     uneven_edge_split,
 )
+from paraplan.model_specs.model_spec import ModelSpec
 
 
 @dataclass(frozen=True, slots=True)

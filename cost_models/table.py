@@ -10,9 +10,9 @@ from dataclasses import dataclass, fields, is_dataclass, replace
 
 import numpy as np
 
-from paraplan.cost_models.model_spec import AttentionFlops
 from paraplan.cost_models.recipes import StateRecipe
-from paraplan.cost_models.routing import RoutingStats
+from paraplan.measurements.routing import RoutingStats
+from paraplan.model_specs.model_spec import AttentionFlops
 
 RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2, "modules": 3}
 """none; selective = Megatron's default --recompute-modules core_attn (Korthikanti et al.); full = every

@@ -11,7 +11,6 @@ import copy
 
 import yaml
 
-import paraplan
 from paraplan.exporters.plan_input import ExportPlan
 from paraplan.exporters.program import (
     OutputFile,
@@ -22,6 +21,7 @@ from paraplan.exporters.program import (
     bash_program_words,
     comment_block,
 )
+from paraplan.version import __version__
 
 GIB = 2**30  # display only: bytes per GiB
 CONFIG_MOUNT = "/etc/paraplan"
@@ -36,7 +36,7 @@ def plan_header(plan: ExportPlan) -> list[str]:
     doc, c = plan.document, plan.config
     estimate = doc["estimate"]
     return [
-        (f"Written by paraplan {paraplan.__version__} from plan rank {doc['rank']}: {plan.model.name} on "
+        (f"Written by paraplan {__version__} from plan rank {doc['rank']}: {plan.model.name} on "
         f"{doc['cluster']['name']} ({plan.num_gpus} x {doc['cluster']['gpu']}: {plan.num_nodes} node(s) x "
         f"{plan.gpus_per_node})."),
         (f"tp={c.tp} pp={c.pp} dp={c.dp} cp={c.cp} ep={c.ep} etp={c.etp} vpp={c.vpp} mbs={c.mbs} zero={c.zero} "

@@ -8,10 +8,10 @@ decide (data, tokenizer, learning rate) sit in separate, clearly marked groups.
 from __future__ import annotations
 
 from paraplan.cost_models.context_parallel import MEGATRON_CP_COMM_TYPES, hierarchical_inner_size
-from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.errors import InputError
 from paraplan.exporters.plan_input import ExportPlan
 from paraplan.exporters.program import Arg, ArgGroup, Program
+from paraplan.model_specs.model_spec import ModelSpec
 
 _RECOMPUTE: dict[str, tuple[Arg, ...]] = {
     "none": (),

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from paraplan.cost_models.hf_config import load_model
-from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.errors import InputError
 from paraplan.files import one_line, parse_user_json, read_user_text, shown
 from paraplan.limits import (
@@ -27,6 +25,8 @@ from paraplan.limits import (
     MAX_VOCAB,
     MAX_WIDTH,
 )
+from paraplan.model_specs.hf_config import load_model
+from paraplan.model_specs.model_spec import ModelSpec
 from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import ParallelConfig
 from paraplan.planner.json_schema import schema_errors

@@ -87,7 +87,7 @@ class Slot:
 
 def expressible(engine: str, pool: dict[str, Any] | ServingPool) -> str | None:
     """None if ``engine`` can run the pool's sharding (a plan pool entry or a ServingPool), else a one-line
-    reason. The search applies the same rules vectorized (planner/serving_space.worker_shardings);
+    reason. The search applies the same rules vectorized (planner/serving/space.worker_shardings);
     tests/test_serving_search.py checks they agree."""
     def field(key: str) -> int:
         return int(getattr(pool, key) if isinstance(pool, ServingPool) else pool[key])

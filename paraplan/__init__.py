@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from paraplan.version import __version__
+
 __all__ = ["InputError", "PlanResult", "ServeResult", "__version__", "evaluate", "evaluate_file", "plan", "plan_document",
            "plan_file", "serve"]
 

@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from paraplan.cost_models.context_parallel import CP_COMM_CODES
-from paraplan.cost_models.hf_config import load_model
-from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.cost_models.table import PIPELINE_SCHEDULE_CODES, RECOMPUTE_CODES
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec, cluster_from_file, load_cluster, quick_cluster
+from paraplan.model_specs.hf_config import load_model
+from paraplan.model_specs.model_spec import ModelSpec
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.plan import SCHEMA_VERSION, Plan, plan_at, plan_to_json
 from paraplan.planner.search import OBJECTIVES, explain_no_fit, search
@@ -109,16 +109,14 @@ def plan_document(result: PlanResult | Plan, cost_model: str | None = None) -> d
 def evaluate_file(path: str | Path, **overrides: Any) -> Plan:
     """Predict the job a launch script, log or engine config describes (``paraplan evaluate --from``): the
     file's model, cluster, batch, precision and layout, under ``overrides`` (evaluate's keyword arguments)."""
-    from paraplan.planner.job_files import merge, read_job_file
-
+    from paraplan.job_files import merge, read_job_file
     return evaluate(**merge.api_arguments(read_job_file(Path(path)), overrides, layout=True))
 
 
 def plan_file(path: str | Path, **overrides: Any) -> PlanResult:
     """Search every layout for the job a file describes (``paraplan plan --from``): its model, cluster, batch
     and precision, under ``overrides`` (plan's keyword arguments); ``evaluate_file`` prices its own layout."""
-    from paraplan.planner.job_files import merge, read_job_file
-
+    from paraplan.job_files import merge, read_job_file
     return plan(**merge.api_arguments(read_job_file(Path(path)), overrides, layout=False))
 
 

@@ -25,13 +25,13 @@ class ServeResult:
     """The ranked serving plans of one search, its Pareto front, counts and JSON document."""
 
     plans: list
-    """planner.serving_plan.ServingPlan, best first."""
+    """planner.serving.plan.ServingPlan, best first."""
     pareto: list[dict]
     considered: int
     feasible: int
     document: dict[str, Any]
     problem: Any
-    """The planner.serving_rank.ServingProblem that was searched."""
+    """The planner.serving.rank.ServingProblem that was searched."""
 
 
 def _as_list(value: Any) -> list:
@@ -88,12 +88,12 @@ def serve(model: str, *, isl: int, osl: int, gpu: str | Sequence[str] | None = N
     """The best ``top`` serving deployments of ``model`` (an axis in ``fixed``: tp, pp, ep, dp_attention, batch,
     chunk, an int or a list, constrains the search)."""
     from paraplan.cost_models.serving import ENGINES
-    from paraplan.planner.serving_model import served_model
-    from paraplan.planner.serving_plan import serving_document_of
-    from paraplan.planner.serving_problem import ServingProblem
-    from paraplan.planner.serving_queue import parse_arrival
-    from paraplan.planner.serving_rank import search_serving
-    from paraplan.planner.serving_space import KV_DTYPES, MODES, ServingChoices, ServingWorkload
+    from paraplan.model_specs.served import served_model
+    from paraplan.planner.serving.plan import serving_document_of
+    from paraplan.planner.serving.problem import ServingProblem
+    from paraplan.planner.serving.queueing import parse_arrival
+    from paraplan.planner.serving.rank import search_serving
+    from paraplan.planner.serving.space import KV_DTYPES, MODES, ServingChoices, ServingWorkload
 
     unknown = sorted(set(fixed) - set(SERVING_AXES))
     if unknown:

@@ -6,11 +6,11 @@ from dataclasses import asdict, dataclass
 
 from paraplan.cost_models.context_parallel import CP_COMM_CODES
 from paraplan.cost_models.fp8_recipes import FP8_RECIPES
-from paraplan.cost_models.model_spec import AttentionFlops, ModelSpec
-from paraplan.cost_models.routing import RoutingStats
 from paraplan.cost_models.table import PIPELINE_SCHEDULE_CODES, RECOMPUTE_CODES, ConfigTable, Workload
 from paraplan.errors import InputError
 from paraplan.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
+from paraplan.measurements.routing import RoutingStats
+from paraplan.model_specs.model_spec import AttentionFlops, ModelSpec
 from paraplan.planner.engines import engine_rules, recipe_for
 
 PRECISIONS = ("bf16", "fp8", "fp4")

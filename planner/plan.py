@@ -9,17 +9,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-import paraplan
 from paraplan.cost_models.context_parallel import CP_COMM_NAMES
 from paraplan.cost_models.estimate import EstimateTable
-from paraplan.cost_models.model_spec import ModelSpec, WeightFormat
 from paraplan.cost_models.table import PIPELINE_SCHEDULE_NAMES, RECOMPUTE_NAMES, ConfigTable
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
+from paraplan.model_specs.model_spec import ModelSpec, WeightFormat
 from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import ParallelConfig, TrainingJob
 from paraplan.planner.json_schema import validate_own
 from paraplan.planner.layout import RANK_ORDER, stage_layers
+from paraplan.version import __version__
 
 if TYPE_CHECKING:
     from paraplan.planner.search import SearchResult
@@ -102,7 +102,7 @@ def stage_memory(memory, row: int) -> list[dict[str, Any]]:
 
 
 def plan_to_json(plan: Plan, cost_model: str, run: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The plan as a JSON-ready dict, validated against the shipped schema; ``run`` (planner.run_cost.run_document)
+    """The plan as a JSON-ready dict, validated against the shipped schema; ``run`` (planner.run.cost.run_document)
     adds the whole run's time, cost and goodput when a budget was given."""
     job, cluster = plan.job, plan.cluster
     document = {
@@ -125,7 +125,7 @@ def plan_to_json(plan: Plan, cost_model: str, run: dict[str, Any] | None = None)
         "placement": {"rank_order": RANK_ORDER, "rank_map": None,
                       "stage_layers": stage_layers(job.model.num_layers, plan.config.pp, plan.config.vpp,
                                                    engine_rules(job.engine).pipeline_split)},
-        "provenance": {"paraplan_version": paraplan.__version__, "cost_model": cost_model,
+        "provenance": {"paraplan_version": __version__, "cost_model": cost_model,
                        "calibration": "hardware_profiles/efficiency.yaml",
                        # A user GPU's numbers live in the user's file, its efficiency is borrowed: say both.
                        "hardware": {"gpu": cluster.gpu.name, "origin": cluster.gpu.origin,

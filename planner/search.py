@@ -60,8 +60,8 @@ def _objective_key(objective: str, job: TrainingJob, cluster: ClusterSpec, est: 
         raise InputError(f"--objective cost needs a price for {cluster.gpu.name}; the catalog has none "
                          "(give --price-per-gpu-hour, or use --objective throughput or memory)")
     # Dollars for a fixed budget on one cluster = price x GPUs x steps x step time: the step time times a constant,
-    # so rows rank exactly as by step time (planner/run_cost.py prices the run; a cheaper, slower GPU type can win
-    # only between clusters, as in planner/sweep.py's best_per_size).
+    # so rows rank exactly as by step time (planner/run/cost.py prices the run; a cheaper, slower GPU type can win
+    # only between clusters, as in planner/run/sweep.py's best_per_size).
     return est.step_time_s
 
 

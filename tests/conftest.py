@@ -16,9 +16,9 @@ settings.register_profile("deterministic", derandomize=True)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
-from paraplan.cost_models.model_spec import ModelSpec
 from paraplan.cost_models.table import ConfigTable
 from paraplan.hardware_profiles import ClusterSpec, load_cluster
+from paraplan.model_specs.model_spec import ModelSpec
 
 # A GPT-3-style dense decoder (Megatron GPT): LayerNorm with bias, biases on every GEMM, plain
 # 4h MLP, learned positions, tied embeddings, dropout on. Small enough to cost in microseconds.

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from paraplan.cost_models.hf_config import load_model
 from paraplan.exporters.formats import ExportOptions, export_files
 from paraplan.exporters.plan_input import ExportPlan, plan_from_document
 from paraplan.exporters.program import OutputFile
+from paraplan.model_specs.hf_config import load_model
 from paraplan.planner.engines import engine_rules
 from paraplan.planner.json_schema import validate_instance
 from paraplan.planner.layout import stage_layers

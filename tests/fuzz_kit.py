@@ -164,8 +164,8 @@ def _plan_seed() -> bytes:
 
 @cache
 def _store_seed() -> bytes:
-    from paraplan.cost_models.ingest.records import Measurement, ParsedFile
-    from paraplan.cost_models.store import ingest_parsed
+    from paraplan.measurements.ingest.records import Measurement, ParsedFile
+    from paraplan.measurements.store import ingest_parsed
 
     with tempfile.TemporaryDirectory() as folder:
         store = Path(folder) / "s.sqlite"
@@ -183,7 +183,7 @@ def _model_config_seed() -> bytes:
 
 def _ingest(kind: str, hardware: str | None = None) -> Callable[[Path], object]:
     def call(path: Path) -> object:
-        from paraplan.cost_models.ingest import parse_file
+        from paraplan.measurements.ingest import parse_file
 
         return parse_file(path, kind=kind, hardware=hardware)
     return call
@@ -208,13 +208,13 @@ def _cluster_file(path: Path) -> object:
 
 
 def _store(path: Path) -> object:
-    from paraplan.cost_models.store import count_rows, load_measurements, stored_files, summarize
+    from paraplan.measurements.store import count_rows, load_measurements, stored_files, summarize
 
     return count_rows(path), load_measurements(path), summarize(path), stored_files(path)
 
 
 def _job_file(path: Path) -> object:
-    from paraplan.planner.job_files.detect import read_job_file
+    from paraplan.job_files.detect import read_job_file
 
     return read_job_file(path)
 
@@ -239,7 +239,7 @@ def _serving_plan_file(path: Path) -> object:
 
 
 def _option_file(path: Path) -> object:
-    from paraplan.planner.job_files.config_file import read_option_file
+    from paraplan.job_files.config_file import read_option_file
 
     return read_option_file(path, {"gpu", "gpus", "seq_len", "global_batch", "tp", "pp", "from_file"},
                             {"from": "from_file"})
@@ -255,7 +255,7 @@ PARSERS: dict[str, Parser] = {p.name: p for p in [
                                                 ["a", "b", "c"]), "csv", _const(MATRIX)),
     Parser("plan-json", "plan.json", _call("paraplan.exporters.plan_input", "read_plan_file"), "json", _plan_seed),
     Parser("serving-plan-json", "serve.json", _serving_plan_file, "json", _serving_plan_seed),
-    Parser("routing-csv", "routing.csv", _call("paraplan.cost_models.routing", "read_routing_csv"), "csv",
+    Parser("routing-csv", "routing.csv", _call("paraplan.measurements.routing", "read_routing_csv"), "csv",
            _const(ROUTING)),
     Parser("ingest-nccl-text", "all_reduce_perf.txt", _ingest("nccl-tests"), "text", _const(NCCL_TEXT)),
     Parser("ingest-nccl-json", "all_reduce_perf.json", _ingest("nccl-tests-json"), "json", _const(NCCL_JSON)),
@@ -268,15 +268,15 @@ PARSERS: dict[str, Parser] = {p.name: p for p in [
     Parser("ingest-vidur-network", "network/h100_dgx/all_reduce.csv", _ingest("vidur"), "csv", _const(VIDUR_NETWORK)),
     Parser("ingest-routing", "routing-stats.csv", _ingest("routing"), "csv", _const(ROUTING)),
     Parser("ingest-auto", "measured.txt", _ingest("auto", "h100-sxm"), "text", _const(MEGATRON)),
-    Parser("runs-csv", "runs.csv", _call("paraplan.planner.stack_profile", "read_runs"), "csv", _const(RUNS)),
-    Parser("stack-profile", "profile-site.json", _call("paraplan.planner.stack_profile", "load_profile",
+    Parser("runs-csv", "runs.csv", _call("paraplan.validation.stack_profile", "read_runs"), "csv", _const(RUNS)),
+    Parser("stack-profile", "profile-site.json", _call("paraplan.validation.stack_profile", "load_profile",
                                                        as_text=True), "json", _const(STACK_PROFILE)),
-    Parser("memory-runs-csv", "memory_runs.csv", _call("paraplan.planner.memory_reference", "load_memory_runs"),
+    Parser("memory-runs-csv", "memory_runs.csv", _call("paraplan.validation.memory_runs", "load_memory_runs"),
            "csv", _const(MEMORY_RUNS)),
     Parser("profile-store", "profiles.sqlite", _store, "sqlite", _store_seed),
     Parser("learned-meta", "gemm_bf16.json", _call("paraplan.cost_models.learned.artifacts", "load_meta"), "json",
            _artifact_meta_seed),
-    Parser("model-config-json", "model/config.json", _call("paraplan.cost_models.hf_config", "load_model",
+    Parser("model-config-json", "model/config.json", _call("paraplan.model_specs.hf_config", "load_model",
                                                            as_text=True), "json", _model_config_seed),
     # plan/evaluate --from FILE: each job-file format the detector tells apart, seeded with the test fixtures
     Parser("job-megatron-script", "train.sh", _job_file, "text", _job_seed("megatron_llama3_8b_fp8.sh")),
@@ -288,9 +288,9 @@ PARSERS: dict[str, Parser] = {p.name: p for p in [
     Parser("job-options-yaml", "job.yaml", _option_file, "yaml",
            _const(b"gpu: h100-sxm\ngpus: 16\nseq-len: 8192\nglobal_batch: 64\ntp: 2\nfrom: train.sh\n")),
     # serve --arrival trace:PATH: a CSV and a Mooncake-style JSONL request trace
-    Parser("arrival-trace-csv", "trace.csv", _call("paraplan.planner.arrival_trace", "read_trace"), "csv",
+    Parser("arrival-trace-csv", "trace.csv", _call("paraplan.planner.serving.arrival_trace", "read_trace"), "csv",
            _const(ARRIVAL_CSV)),
-    Parser("arrival-trace-jsonl", "trace.jsonl", _call("paraplan.planner.arrival_trace", "read_trace"), "text",
+    Parser("arrival-trace-jsonl", "trace.jsonl", _call("paraplan.planner.serving.arrival_trace", "read_trace"), "text",
            _const(ARRIVAL_JSONL)),
 ]}
 NOT_OURS = ("model-config-json",)

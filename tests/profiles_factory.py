@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from paraplan.cost_models.ingest import parse_file
-from paraplan.cost_models.store import ingest_parsed
+from paraplan.measurements.ingest import parse_file
+from paraplan.measurements.store import ingest_parsed
 
 # The project's shared folder sits beside the checkout (../shared from the repository root).
 VIDUR = Path(os.environ.get("PARAPLAN_VIDUR_PROFILES", Path(__file__).parents[2] / "shared" / "data"

@@ -14,8 +14,9 @@ from functools import cache
 import numpy as np
 import pytest
 
-from paraplan.cost_models.hf_config import load_model
-from paraplan.planner.reference import (
+from paraplan.model_specs.hf_config import load_model
+from paraplan.planner.search import search
+from paraplan.validation.reference import (
     _cluster,
     distinct_published,
     load_reference_runs,
@@ -24,7 +25,6 @@ from paraplan.planner.reference import (
     published_layout_gap,
     reference_job,
 )
-from paraplan.planner.search import search
 
 
 @cache

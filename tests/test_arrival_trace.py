@@ -1,4 +1,4 @@
-"""Request-arrival traces (planner/arrival_trace.py): each format read to hand-computed rates, cv² and lengths;
+"""Request-arrival traces (planner/serving/arrival_trace.py): each format read to hand-computed rates, cv² and lengths;
 every malformed file one InputError line; a fuzz property that nothing else escapes."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from paraplan.errors import InputError
-from paraplan.planner import arrival_trace
-from paraplan.planner.arrival_trace import read_trace
-from paraplan.planner.serving_queue import parse_arrival
+from paraplan.planner.serving import arrival_trace
+from paraplan.planner.serving.arrival_trace import read_trace
+from paraplan.planner.serving.queueing import parse_arrival
 
 # Arrivals at 0, 1 and 3 s: rate (3 - 1)/3 = 2/3 per second; gaps 1 and 2, mean 1.5, variance 0.25: cv² = 1/9.
 RATE, CV2 = 2 / 3, 1 / 9

@@ -22,11 +22,11 @@ from paraplan.cost_models.compute import (
 )
 from paraplan.cost_models.dp_sync import dp_exposed_s
 from paraplan.cost_models.estimate import estimate
-from paraplan.cost_models.hf_config import load_model
 from paraplan.cost_models.memory import attention_scores_bytes_per_token
 from paraplan.cost_models.recipes import DEEPSPEED_MIXED, FSDP2_MIXED
 from paraplan.cost_models.table import Workload
 from paraplan.hardware_profiles import load_cluster, quick_cluster
+from paraplan.model_specs.hf_config import load_model
 from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.space import enumerate_space

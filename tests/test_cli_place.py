@@ -12,7 +12,7 @@ from export_factory import make_plan_document, write_plan_file
 from typer.testing import CliRunner
 
 from paraplan.cli.app import app
-from paraplan.cost_models.routing import RoutingStats, write_routing_csv
+from paraplan.measurements.routing import RoutingStats, write_routing_csv
 
 runner = CliRunner(env={"COLUMNS": "160"})
 

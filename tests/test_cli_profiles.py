@@ -10,7 +10,7 @@ from profiles_factory import H100_ALL_REDUCE, PHI2_H100, need_vidur
 from typer.testing import CliRunner
 
 from paraplan.cli.app import app
-from paraplan.cost_models.store import count_rows
+from paraplan.measurements.store import count_rows
 
 runner = CliRunner(env={"COLUMNS": "200"})
 EVALUATE = ["evaluate", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len", "4096",

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from paraplan.cli.app import app
 from paraplan.exporters.torchtitan import REGISTRY_0_3
 from paraplan.planner.plan import SCHEMA_VERSION, Plan, config_at, estimate_at, plan_to_json
-from paraplan.planner.reference import load_reference_runs, search_row
+from paraplan.validation.reference import load_reference_runs, search_row
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from search_speed import CASES  # the benchmark's own case list, so the two cannot drift

@@ -12,12 +12,12 @@ from conftest import make_table
 from export_factory import files_of, make_export_plan
 from typer.testing import CliRunner
 
-from paraplan.cost_models.hf_config import load_model
 from paraplan.cost_models.layer import _eager_extra_bytes_per_token, _exposed_tp_comm_s
 from paraplan.hardware_profiles import quick_cluster
+from paraplan.model_specs.hf_config import load_model
 from paraplan.planner.job import TrainingJob
-from paraplan.planner.reference import load_reference_runs, predict_row
 from paraplan.planner.search import search
+from paraplan.validation.reference import load_reference_runs, predict_row
 
 LLAMA8B = load_model("llama-3.1-8b")
 runner = CliRunner(env={"COLUMNS": "200"})

@@ -18,9 +18,9 @@ from paraplan.cost_models.context_parallel import (
     ring_hop_bytes,
     ulysses_bytes,
 )
-from paraplan.cost_models.hf_config import load_model
 from paraplan.cost_models.layer import layer_times
 from paraplan.hardware_profiles import load_cluster
+from paraplan.model_specs.hf_config import load_model
 from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.space import enumerate_space

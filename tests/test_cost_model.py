@@ -20,7 +20,6 @@ from paraplan.cost_models.compute import (
     memory_bound_time_s,
 )
 from paraplan.cost_models.estimate import EstimateTable, estimate, interleaved_p2p_exposed_s
-from paraplan.cost_models.hf_config import load_model
 from paraplan.cost_models.memory import (
     MemoryBreakdown,
     attention_scores_bytes_per_token,
@@ -33,6 +32,7 @@ from paraplan.cost_models.stages import stage_layout
 from paraplan.cost_models.table import Workload
 from paraplan.hardware_profiles import load_cluster
 from paraplan.hardware_profiles.catalog import with_nic
+from paraplan.model_specs.hf_config import load_model
 from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.space import enumerate_space

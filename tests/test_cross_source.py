@@ -1,4 +1,4 @@
-"""Leave-one-source-out refits of the efficiency fractions (planner/cross_source.py, validate --cross-source).
+"""Leave-one-source-out refits of the efficiency fractions (validation/cross_source.py, validate --cross-source).
 
 The mechanics are checked on hand-built grids whose optimum is known; the figures on the shipped reference
 runs (one slow run of ``paraplan validate --cross-source``) are guarded per source, and the issue's overall
@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 
 from paraplan.cli.app import app
 from paraplan.hardware_profiles import catalog
-from paraplan.planner import cross_source as cs
-from paraplan.planner.reference import load_reference_runs
+from paraplan.validation import cross_source as cs
+from paraplan.validation.reference import load_reference_runs
 
 H100_BF16 = cs.Constant("h100-sxm", cs.GEMM_FIELD, "bf16")
 H100_FP8 = cs.Constant("h100-sxm", cs.GEMM_FIELD, "fp8")

@@ -17,9 +17,9 @@ from export_factory import files_of, make_export_plan
 from typer.testing import CliRunner
 
 from paraplan.cost_models.compute import analytical_rates
-from paraplan.cost_models.hf_config import load_model
 from paraplan.cost_models.moe import expected_remote_domains, moe_block_times
 from paraplan.hardware_profiles import quick_cluster
+from paraplan.model_specs.hf_config import load_model
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.search import search
 

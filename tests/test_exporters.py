@@ -14,7 +14,6 @@ import pytest
 import yaml
 from export_factory import captured_argv, files_of, make_export_plan, make_plan_document
 
-from paraplan.cost_models.hf_config import load_model, preset_names
 from paraplan.errors import InputError
 from paraplan.exporters import writer
 from paraplan.exporters.deepspeed import ds_config
@@ -24,6 +23,7 @@ from paraplan.exporters.plan_input import plan_from_document
 from paraplan.exporters.program import OutputFile
 from paraplan.exporters.torchtitan import parallelism as torchtitan_parallelism
 from paraplan.exporters.torchtitan import torchtitan_program
+from paraplan.model_specs.hf_config import load_model, preset_names
 from paraplan.planner.layout import axis_groups, expert_map, rank_map, stage_layers
 from paraplan.planner.plan import model_from_shape, model_shape
 

@@ -18,10 +18,10 @@ from typer.testing import CliRunner
 from paraplan.cost_models import fp8_recipes
 from paraplan.cost_models.compute import analytical_rates
 from paraplan.cost_models.estimate import default_rates, estimate
-from paraplan.cost_models.hf_config import load_model
 from paraplan.hardware_profiles import quick_cluster
+from paraplan.model_specs.hf_config import load_model
 from paraplan.planner.job import TrainingJob
-from paraplan.planner.reference import load_reference_runs, predict_row
+from paraplan.validation.reference import load_reference_runs, predict_row
 
 runner = CliRunner(env={"COLUMNS": "200"})
 H100 = quick_cluster("h100-sxm", 8)

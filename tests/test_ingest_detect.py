@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from paraplan.cli.app import app
-from paraplan.cost_models.ingest.detect import detect_kind
+from paraplan.measurements.ingest.detect import detect_kind
 
 ITERATION = (" [2024-04-06 02:59:36] iteration       43/     100 | consumed samples:         5504 | elapsed time per "
              "iteration (ms): 5444.9 | throughput per GPU (TFLOP/s/GPU): 239.8 | global batch size:   128 |")

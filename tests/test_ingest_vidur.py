@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from profiles_factory import A100_ALL_REDUCE, H100_ALL_REDUCE, LLAMA70_H100, PHI2_H100, need_vidur
 
-from paraplan.cost_models.ingest import parse_file
-from paraplan.cost_models.ingest.vidur import parse_vidur
 from paraplan.errors import InputError
+from paraplan.measurements.ingest import parse_file
+from paraplan.measurements.ingest.vidur import parse_vidur
 
 
 def _first(parsed, name):

@@ -11,8 +11,8 @@ from conftest import assert_bad_input
 from typer.testing import CliRunner
 
 from paraplan.cli.app import app
-from paraplan.cost_models.ingest.megatron_log import fields_of, parse_megatron_log
 from paraplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LAYERS, MAX_SEQ_LEN, MAX_TOPOLOGY_NODES
+from paraplan.measurements.ingest.megatron_log import fields_of, parse_megatron_log
 
 
 def test_megatron_fields_split_like_megatron_prints_them():
@@ -172,7 +172,7 @@ def test_help_lists_every_recompute_kind_and_the_store(command):
 
 
 def test_a_megatron_log_trimmed_with_grep_is_read_as_a_megatron_log(tmp_path):
-    from paraplan.cost_models.ingest.detect import detect_kind
+    from paraplan.measurements.ingest.detect import detect_kind
 
     lines = [f" [2024-06-01 12:00:{i:02d}] iteration       {i}/     100 | consumed samples: {512 * i} | "
              f"elapsed time per iteration (ms): 1234.5 | learning rate: 3.0E-04 | global batch size:   512 |"
@@ -204,7 +204,7 @@ def test_tables_keep_the_end_of_long_paths(tmp_path):
 def test_hardware_show_and_ingest_take_driver_product_names(tmp_path):
     shown = _run("hardware", "show", "NVIDIA H100 80GB HBM3")
     assert shown.exit_code == 0 and shown.stdout.startswith("h100-sxm")
-    from paraplan.cost_models.ingest.hardware_names import check_hardware
+    from paraplan.measurements.ingest.hardware_names import check_hardware
 
     assert check_hardware("NVIDIA H100 80GB HBM3", "file.json") == "h100-sxm"
     with pytest.raises(Exception, match="unknown hardware"):

@@ -20,12 +20,12 @@ from typer.testing import CliRunner
 
 import paraplan
 from paraplan.cli.app import app
-from paraplan.cost_models.hf_config import load_model
 from paraplan.errors import InputError
 from paraplan.exporters import torchtitan as titan_export
-from paraplan.planner.job_files import FORMATS, detect_format, read_job_file
-from paraplan.planner.job_files import torchtitan as titan_read
-from paraplan.planner.job_files.shell import read_script
+from paraplan.job_files import FORMATS, detect_format, read_job_file
+from paraplan.job_files import torchtitan as titan_read
+from paraplan.job_files.shell import read_script
+from paraplan.model_specs.hf_config import load_model
 
 FIXTURES = Path(__file__).parent / "job_files"
 runner = CliRunner(env={"COLUMNS": "160"})
@@ -358,7 +358,7 @@ def test_the_installed_command_reads_a_job_file_from_a_neutral_folder(tmp_path):
 
 def test_an_empty_substitution_is_kept_as_written(tmp_path):
     """bash calls ${} a bad substitution; the reader keeps it as text instead of failing (a fuzz finding)."""
-    from paraplan.planner.job_files.detect import read_job_file
+    from paraplan.job_files.detect import read_job_file
 
     script = tmp_path / "train.sh"
     script.write_text('#!/bin/bash\nNOTE="${}"\ntorchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size 2 '

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from paraplan.cost_models.hf_config import load_model
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import load_cluster
+from paraplan.model_specs.hf_config import load_model
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.json_schema import schema_errors, validate_instance
 from paraplan.planner.plan import Plan, config_at, estimate_at, plan_schema, plan_to_json

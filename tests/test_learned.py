@@ -14,8 +14,8 @@ from paraplan.cost_models.learned.evaluate import evaluate_collective, evaluate_
 from paraplan.cost_models.learned.features import GEMM_FEATURES, baseline_rates
 from paraplan.cost_models.learned.learn import learn
 from paraplan.cost_models.learned.provider import gemm_predictor
-from paraplan.cost_models.store import load_measurements
 from paraplan.errors import InputError
+from paraplan.measurements.store import load_measurements
 
 
 @pytest.fixture(scope="module")

@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from paraplan.cost_models.compute import flash_attention_time_s
-from paraplan.cost_models.ingest import parse_file
 from paraplan.cost_models.learned.features import attention_rates
 from paraplan.cost_models.learned.learn import learn
 from paraplan.cost_models.learned.provider import compute_rates
-from paraplan.cost_models.store import ingest_parsed
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import load_gpu
+from paraplan.measurements.ingest import parse_file
+from paraplan.measurements.store import ingest_parsed
 
 SEQ_LENS = [256 * i for i in range(1, 33)]
 

@@ -8,11 +8,11 @@ from profiles_factory import H100_ALL_REDUCE, PHI2_H100, need_vidur, store_with
 
 from paraplan.cost_models.collectives import collective_time_s
 from paraplan.cost_models.compute import analytical_rates, gemm_time_s
-from paraplan.cost_models.hf_config import load_model
 from paraplan.cost_models.learned.learn import learn
 from paraplan.cost_models.learned.provider import compute_rates, learned_cluster
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import load_cluster, load_gpu, quick_cluster
+from paraplan.model_specs.hf_config import load_model
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.search import search
 

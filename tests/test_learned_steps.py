@@ -9,13 +9,13 @@ import pytest
 from typer.testing import CliRunner
 
 from paraplan.cli.app import app
-from paraplan.cost_models.hf_config import model_from_config
 from paraplan.cost_models.learned.learn import learn
 from paraplan.cost_models.learned.megatron_runs import predict_step_s
 from paraplan.cost_models.learned.provider import compute_rates
 from paraplan.cost_models.learned.step_calibration import evaluate_step_calibration
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import load_gpu, quick_cluster
+from paraplan.model_specs.hf_config import model_from_config
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.search import search
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from paraplan.cost_models.hf_config import model_from_config
-from paraplan.cost_models.model_families import FAMILIES
 from paraplan.exporters.megatron import unexpressed
+from paraplan.model_specs.hf_config import model_from_config
+from paraplan.model_specs.model_families import FAMILIES
 
 SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4,
          "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 1000, "max_position_embeddings": 4096}

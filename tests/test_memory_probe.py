@@ -10,7 +10,7 @@ from paraplan.cost_models.device_memory import FRAGMENTATION_FRAC
 from paraplan.cost_models.estimate import estimate
 from paraplan.hardware_profiles import quick_cluster
 from paraplan.planner.job import ParallelConfig, TrainingJob, configs_to_table
-from paraplan.planner.memory_probe import load_probe_rows, predict_probe_all, probe_model
+from paraplan.validation.memory_probe import load_probe_rows, predict_probe_all, probe_model
 
 PREDICTIONS = predict_probe_all()
 MEASURED = [p for p in PREDICTIONS if not p.measured_oom]
@@ -110,7 +110,7 @@ def test_pipelined_fsdp_keeps_the_stage_gathered_and_its_gradients_unsharded():
     # torch.distributed.pipelining runs every backward but the last without gradient sync or resharding:
     # from the second micro-batch on, a stage holds its bf16 weights gathered (2 B) and fp32 gradients
     # unsharded (4 B) per parameter of its TP shard, on top of a one-micro-batch step.
-    from paraplan.cost_models.hf_config import load_model
+    from paraplan.model_specs.hf_config import load_model
 
     model = load_model("llama-3.1-8b")
     cluster = quick_cluster("h100-sxm", 8)

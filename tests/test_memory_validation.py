@@ -10,9 +10,9 @@ import pytest
 
 from paraplan.cost_models.device_memory import FRAGMENTATION_FRAC, non_torch_bytes, reserved_bytes
 from paraplan.cost_models.estimate import estimate
-from paraplan.cost_models.hf_config import load_model
 from paraplan.cost_models.memory import alternate_matmul_bytes_per_token, in_flight_chunks
 from paraplan.hardware_profiles import quick_cluster
+from paraplan.model_specs.hf_config import load_model
 from paraplan.planner.job import ParallelConfig, TrainingJob, configs_to_table
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "memory_runs.csv"
@@ -59,7 +59,7 @@ def test_device_memory_is_reserved_plus_context_and_nccl():
 
 
 def _predictions():
-    from paraplan.planner.memory_reference import load_memory_runs, predict_memory_all
+    from paraplan.validation.memory_runs import load_memory_runs, predict_memory_all
     return predict_memory_all(load_memory_runs(SHARED))
 
 

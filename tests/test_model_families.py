@@ -20,9 +20,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from paraplan.cost_models.hf_config import load_model, model_from_config, supported_model_types
-from paraplan.cost_models.model_families import FAMILIES, TEXT_CONFIG_WRAPPERS
 from paraplan.errors import InputError
+from paraplan.model_specs.hf_config import load_model, model_from_config, supported_model_types
+from paraplan.model_specs.model_families import FAMILIES, TEXT_CONFIG_WRAPPERS
 
 SHARED_CONFIGS = Path(__file__).resolve().parents[2] / "shared" / "data" / "serving" / "model_configs"
 
@@ -472,7 +472,7 @@ def test_plan_shape_round_trips_quantized_and_new_fields():
 
 @pytest.mark.parametrize("model_type", ["nemotron_h", "jamba", "mamba", "t5", "gemma3n"])
 def test_known_unread_families_say_why(model_type):
-    from paraplan.cost_models.model_families import REFUSED
+    from paraplan.model_specs.model_families import REFUSED
 
     with pytest.raises(InputError) as info:
         model_from_config({**BASES[0], "model_type": model_type}, "m")
@@ -546,7 +546,7 @@ def test_models_types_lists_every_type_read_and_every_refusal():
     from typer.testing import CliRunner
 
     from paraplan.cli.app import app
-    from paraplan.cost_models.model_families import REFUSED
+    from paraplan.model_specs.model_families import REFUSED
 
     result = CliRunner().invoke(app, ["models", "types", "--json", "-"])
     assert result.exit_code == 0, result.output

@@ -10,10 +10,10 @@ import pytest
 from conftest import make_model, make_table
 
 from paraplan.cost_models.estimate import estimate
-from paraplan.cost_models.hf_config import SUPPORTED_TYPES, load_model, model_from_config, preset_names
 from paraplan.cost_models.recipes import MEGATRON_MIXED
 from paraplan.cost_models.table import Workload
 from paraplan.errors import InputError
+from paraplan.model_specs.hf_config import SUPPORTED_TYPES, load_model, model_from_config, preset_names
 
 
 # -- presets: exact counts (Hugging Face model cards / safetensors metadata) --------------------

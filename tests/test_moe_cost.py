@@ -14,13 +14,13 @@ from paraplan.cli.app import app
 from paraplan.cost_models.collectives import all_to_all_time_s, collective_latency_s
 from paraplan.cost_models.compute import analytical_rates
 from paraplan.cost_models.estimate import estimate
-from paraplan.cost_models.hf_config import load_model
 from paraplan.cost_models.layer import COMM_SM_FRAC, layer_times
 from paraplan.cost_models.memory import layer_activation_bytes_per_token, stored_layer_bytes
 from paraplan.cost_models.moe import expert_imbalance, moe_activation_bytes_per_token, moe_block_times
-from paraplan.cost_models.routing import RoutingStats
 from paraplan.cost_models.stages import stage_layout
 from paraplan.hardware_profiles import load_cluster
+from paraplan.measurements.routing import RoutingStats
+from paraplan.model_specs.hf_config import load_model
 from paraplan.planner.job import TrainingJob
 
 SEQ = 4096

@@ -8,8 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from paraplan.cli.app import app
-from paraplan.cost_models.hf_config import load_model, model_from_config
 from paraplan.errors import InputError
+from paraplan.model_specs.hf_config import load_model, model_from_config
 
 BILLION = 1e9
 

@@ -21,9 +21,9 @@ from paraplan.cost_models.table import Workload
 from paraplan.hardware_profiles import gpu_names, load_cluster, load_gpu
 from paraplan.hardware_profiles.units import BYTES_PER_GB, BYTES_PER_GIB
 from paraplan.planner.job import TrainingJob
-from paraplan.planner.reference import load_reference_runs, predict_row
 from paraplan.planner.search import HOST_MEMORY_REASON, search
 from paraplan.planner.space import offload_choices
+from paraplan.validation.reference import load_reference_runs, predict_row
 
 SEQ, MBS, LAYERS = 2048, 2, 24
 WORK = Workload(seq_len=SEQ, global_batch=16, precision="bf16", recipe=MEGATRON_MIXED, attention="flash")

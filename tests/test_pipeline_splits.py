@@ -8,10 +8,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from paraplan.cost_models.hf_config import load_model
 from paraplan.cost_models.pipeline_splits import PIPELINE_SPLITS, rank_layers, split_exists
 from paraplan.cost_models.stages import stage_layout
 from paraplan.hardware_profiles import quick_cluster
+from paraplan.model_specs.hf_config import load_model
 from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.layout import stage_layers

@@ -7,8 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
-from paraplan.cost_models.routing import RoutingStats, zipf_routing
 from paraplan.errors import InputError
+from paraplan.measurements.routing import RoutingStats, zipf_routing
 from paraplan.planner.placement import expert_placement
 from paraplan.planner.placement.expert_layout import affinity_cost, contiguous_share, greedy_share, layout_cost
 from paraplan.planner.placement.expert_placement import make_instance, place_experts, solve_load

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from paraplan.cost_models.hf_config import load_model
 from paraplan.hardware_profiles import load_cluster
+from paraplan.model_specs.hf_config import load_model
 from paraplan.planner.job import ParallelConfig, TrainingJob
 from paraplan.planner.placement.solver import SolverConfig
 from paraplan.planner.placement.stage_costs import stage_instance

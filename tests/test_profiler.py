@@ -11,14 +11,14 @@ import pytest
 from typer.testing import CliRunner
 
 from paraplan.cli.app import app
-from paraplan.cost_models.hf_config import load_model
-from paraplan.cost_models.ingest import parse_file
-from paraplan.cost_models.profiler import ProfileSettings, model_gemm_shapes, run_profile
 from paraplan.errors import InputError
+from paraplan.measurements.ingest import parse_file
+from paraplan.measurements.profiler import ProfileSettings, model_gemm_shapes, run_profile
+from paraplan.model_specs.hf_config import load_model
 
 DISTRIBUTED = """
 import json, sys, torch.distributed as dist
-from paraplan.cost_models.profiler import ProfileSettings, run_profile
+from paraplan.measurements.profiler import ProfileSettings, run_profile
 dist.init_process_group("gloo")
 doc = run_profile(ProfileSettings(gemm_shapes=((8, 16, 32),), collective_bytes=(4096,), repeats=2, warmup=1,
                                   device="cpu"))
@@ -86,7 +86,7 @@ def test_collectives_under_torchrun_gloo(tmp_path):
 
 
 def test_run_time_estimate_counts_every_run_of_every_shape():
-    from paraplan.cost_models.profiler import ProfileSettings, estimated_seconds
+    from paraplan.measurements.profiler import ProfileSettings, estimated_seconds
 
     settings = ProfileSettings(gemm_shapes=((16, 512, 4096), (64, 512, 4096)), attention_shapes=((1, 4, 256, 128),),
                                warmup=1, repeats=3)
@@ -98,8 +98,8 @@ def test_run_time_estimate_counts_every_run_of_every_shape():
 def test_cpu_defaults_are_cpu_sized():
     # At the 0.37 GFLOP/s bf16 this machine's CPU runs, the CPU defaults take seconds, the GPU ones hours.
     from paraplan.cli.profile_cmd import DEVICE_DEFAULTS
-    from paraplan.cost_models.hf_config import load_model
-    from paraplan.cost_models.profiler import ProfileSettings, estimated_seconds, model_gemm_shapes
+    from paraplan.measurements.profiler import ProfileSettings, estimated_seconds, model_gemm_shapes
+    from paraplan.model_specs.hf_config import load_model
 
     def seconds(defaults):
         spec = load_model("llama-3.1-8b")

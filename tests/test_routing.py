@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from paraplan.cost_models.routing import (
+from paraplan.errors import InputError
+from paraplan.measurements.routing import (
     RoutingStats,
     parse_skew,
     read_routing_csv,
     write_routing_csv,
     zipf_routing,
 )
-from paraplan.errors import InputError
 
 
 def test_round_trip_keeps_loads_and_pairs(tmp_path):

@@ -1,4 +1,4 @@
-"""The whole run (planner/run_cost.py, planner/failures.py): hand-derived days, dollars and GPU-hours, Young/Daly
+"""The whole run (planner/run/cost.py, planner/run/failures.py): hand-derived days, dollars and GPU-hours, Young/Daly
 against their closed forms, goodput monotone in the failure rate, async at least as good as sync, and the cost
 objective against throughput ranking."""
 
@@ -14,15 +14,15 @@ from hypothesis import strategies as st
 
 from paraplan.cli import render_run
 from paraplan.cli.run_flags import with_price
-from paraplan.cost_models.hf_config import load_model
 from paraplan.hardware_profiles import load_gpu, quick_cluster
-from paraplan.planner import failures as fl
+from paraplan.model_specs.hf_config import load_model
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.json_schema import validate_own
 from paraplan.planner.plan import plan_at, plan_schema, plan_to_json
-from paraplan.planner.run_cost import RunOptions, num_steps, run_cost, run_document
+from paraplan.planner.run import failures as fl
+from paraplan.planner.run.cost import RunOptions, num_steps, run_cost, run_document
+from paraplan.planner.run.sweep import best_per_size, sweep_point
 from paraplan.planner.search import search
-from paraplan.planner.sweep import best_per_size, sweep_point
 
 GB = 1e9
 TOKENS_PER_STEP = 64 * 4096  # global batch 64 x seq 4096 = 262,144
@@ -192,7 +192,7 @@ def test_cost_picks_the_cheaper_slower_gpu_type_when_prices_say_so(job):
 def test_the_checkpoint_bandwidth_is_credited_to_its_source_only_at_its_defaults(best):
     """Write and load are compared one by one: a slower write and a faster load that sum to the defaults are the
     user's numbers, not the Llama 3 file system's."""
-    from paraplan.planner.run_cost import CHECKPOINT_SOURCE, DEFAULT_CHECKPOINT_BYTES_PER_S_PER_NODE
+    from paraplan.planner.run.cost import CHECKPOINT_SOURCE, DEFAULT_CHECKPOINT_BYTES_PER_S_PER_NODE
 
     def source(write: float, load: float) -> str:
         options = RunOptions(tokens=10 * TOKENS_PER_STEP, checkpoint_write_bytes_per_s_per_node=write,

@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from paraplan.cost_models.estimate import estimate
-from paraplan.cost_models.hf_config import load_model
 from paraplan.exporters.formats import ExportOptions, export_files
 from paraplan.exporters.plan_input import plan_from_document, select_plan
 from paraplan.exporters.torchtitan import REGISTRY_0_3
 from paraplan.hardware_profiles import quick_cluster
+from paraplan.model_specs.hf_config import load_model
 from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.plan import SCHEMA_VERSION, Plan, config_at, estimate_at, plan_to_json

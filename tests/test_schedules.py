@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from paraplan.cost_models.estimate import estimate
-from paraplan.cost_models.hf_config import load_model
 from paraplan.cost_models.layer import COMM_SM_FRAC
 from paraplan.cost_models.schedules import DUALPIPE, DUALPIPEV, dual_bubble_ratio, schedule_bubble_s
 from paraplan.hardware_profiles import quick_cluster
+from paraplan.model_specs.hf_config import load_model
 from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.space import enumerate_space

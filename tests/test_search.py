@@ -8,10 +8,10 @@ from itertools import product
 import numpy as np
 import pytest
 
-from paraplan.cost_models.hf_config import load_model
 from paraplan.cost_models.table import RECOMPUTE_CODES
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import load_cluster
+from paraplan.model_specs.hf_config import load_model
 from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.search import MEMORY_REASON, explain_no_fit, search

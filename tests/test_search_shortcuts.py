@@ -10,9 +10,9 @@ import pytest
 
 import paraplan.cost_models.estimate as estimate_module
 from paraplan.cost_models.estimate import estimate
-from paraplan.cost_models.hf_config import load_model
 from paraplan.cost_models.table import ConfigTable, distinct_index, distinct_rows
 from paraplan.hardware_profiles import quick_cluster
+from paraplan.model_specs.hf_config import load_model
 from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.search import TIE_BREAK, _rank

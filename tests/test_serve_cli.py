@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from paraplan.cli.app import app
 from paraplan.exporters.serving import SERVING_FORMATS
 from paraplan.planner.json_schema import schema_errors
-from paraplan.planner.serving_plan import serving_schema
+from paraplan.planner.serving.plan import serving_schema
 
 runner = CliRunner(env={"COLUMNS": "200"})
 LLAMA = ["serve", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "8", "--isl", "1024", "--osl", "512"]

@@ -170,7 +170,7 @@ def test_unpriced_feature_and_fp8_on_ampere_are_refused():
 
 
 def test_linear_attention_state_and_dsa_indexer_by_hand(h100):
-    from paraplan.cost_models.inference_mixers import MixerShapes, mixer_shapes
+    from paraplan.model_specs.mixers import MixerShapes, mixer_shapes
 
     # Qwen3.5's Gated DeltaNet: 64 value heads of 128 x 128 fp32 states (4,194,304 B) plus a 3-step convolution
     # state of 2 x 16 x 128 + 64 x 128 channels in bf16 (73,728 B), per sequence per layer, split over tp.

@@ -1,4 +1,4 @@
-"""The serving planner's queueing math (planner/serving_queue.py) against closed forms, brute force and seeded
+"""The serving planner's queueing math (planner/serving/queueing.py) against closed forms, brute force and seeded
 simulations. Tolerances are the errors measured with these same simulations, stated beside each test."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from paraplan.errors import InputError
-from paraplan.planner import serving_queue as sq
-from paraplan.planner.serving_queue import (
+from paraplan.planner.serving import queueing as sq
+from paraplan.planner.serving.queueing import (
     EXACT_MAX_SERVERS,
     Arrivals,
     count_quantile,

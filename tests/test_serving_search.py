@@ -13,12 +13,12 @@ from paraplan.cost_models.serving import ENGINE_TRAITS, weight_precision
 from paraplan.cost_models.serving import aggregated as validated_aggregated
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import quick_cluster
-from paraplan.planner.serving_load import Load, aggregated, decode_pool, prefill_pool_ttft_s
-from paraplan.planner.serving_model import served_model
-from paraplan.planner.serving_pools import ServingSetup, batch_grid, decode_s, exact_decode_s, worker_costs
-from paraplan.planner.serving_queue import poisson
-from paraplan.planner.serving_rank import ServingProblem, pareto_front, quant_modes, search_serving
-from paraplan.planner.serving_space import ServingChoices, ServingWorkload, worker_shardings
+from paraplan.model_specs.served import served_model
+from paraplan.planner.serving.load import Load, aggregated, decode_pool, prefill_pool_ttft_s
+from paraplan.planner.serving.pools import ServingSetup, batch_grid, decode_s, exact_decode_s, worker_costs
+from paraplan.planner.serving.queueing import poisson
+from paraplan.planner.serving.rank import ServingProblem, pareto_front, quant_modes, search_serving
+from paraplan.planner.serving.space import ServingChoices, ServingWorkload, worker_shardings
 
 
 @pytest.fixture(scope="module")
@@ -265,7 +265,7 @@ def test_workload_validation_messages():
 def _option(gpu: str, gpus: int, capacity: float, price: float):
     from types import SimpleNamespace
 
-    from paraplan.planner.serving_fleet import FleetOption
+    from paraplan.planner.serving.fleet import FleetOption
 
     side = SimpleNamespace(setup=SimpleNamespace(cluster=SimpleNamespace(gpu=SimpleNamespace(name=gpu))))
     return FleetOption(side=side, shard=0, chunk=0, cap=1.0, gpus=gpus, capacity_per_s=capacity,
@@ -275,7 +275,7 @@ def _option(gpu: str, gpus: int, capacity: float, price: float):
 @pytest.mark.parametrize("seed", range(6))
 def test_fleet_program_equals_brute_force(seed):
     """The integer program's cheapest worker counts equal an exhaustive search over every count vector."""
-    from paraplan.planner.serving_fleet import solve_fleet
+    from paraplan.planner.serving.fleet import solve_fleet
 
     rng = np.random.default_rng(seed)
     options = [_option("a", 1, rng.uniform(0.5, 2), 2.0), _option("a", 2, rng.uniform(1, 5), 2.0),

@@ -12,7 +12,7 @@ from conftest import assert_bad_input
 from typer.testing import CliRunner
 
 from paraplan.cli.app import app
-from paraplan.planner.serving_reference import (
+from paraplan.validation.serving_runs import (
     GROUP_KEYS,
     load_measurements,
     serving_data_dir,
@@ -74,7 +74,7 @@ def test_accuracy_does_not_regress(report):
 def test_llama70b_fp8_h200_trtllm_tpot_across_tensor_parallel_sizes():
     """A clean sweep: Llama 3.1 70B fp8 on H200 under TRT-LLM, 1024/1024 at concurrency 16, tp 1-8 (measured
     23.0 / 13.4 / 8.9 / 7.7 ms): weight streaming, KV reads and small all-reduces within 15% each."""
-    from paraplan.planner.serving_reference import predict_rows
+    from paraplan.validation.serving_runs import predict_rows
 
     rows = load_measurements(FOLDER)
     pick = rows[(rows["model_path"] == "meta-llama/Llama-3.1-70B") & (rows["system"] == "h200_sxm")
@@ -113,7 +113,7 @@ def test_cli_refuses_a_folder_without_measurements(tmp_path):
 
 def test_a_file_that_is_not_the_measurements_layout_is_one_line(tmp_path):
     from paraplan.errors import InputError
-    from paraplan.planner.serving_reference import MEASUREMENTS_FILE, load_measurements
+    from paraplan.validation.serving_runs import MEASUREMENTS_FILE, load_measurements
 
     (tmp_path / MEASUREMENTS_FILE).write_text("id,backend\nx,vllm\n")
     with pytest.raises(InputError, match="lacks the columns silicon_data_source"):

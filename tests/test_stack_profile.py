@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from paraplan.errors import InputError
-from paraplan.planner import stack_profile as sp
-from paraplan.planner.reference import load_reference_runs, predict_row
+from paraplan.validation import stack_profile as sp
+from paraplan.validation.reference import load_reference_runs, predict_row
 
 runner = CliRunner(env={"COLUMNS": "200"})
 EVALUATE = ["evaluate", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len", "4096", "--global-batch",

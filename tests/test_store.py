@@ -7,16 +7,16 @@ import sqlite3
 import pytest
 from profiles_factory import H100_ALL_REDUCE, PHI2_H100, need_vidur
 
-from paraplan.cost_models import store as store_module
-from paraplan.cost_models.ingest import parse_file
-from paraplan.cost_models.store import (
+from paraplan.errors import InputError
+from paraplan.measurements import store as store_module
+from paraplan.measurements.ingest import parse_file
+from paraplan.measurements.store import (
     count_rows,
     default_store_path,
     ingest_parsed,
     load_measurements,
     summarize,
 )
-from paraplan.errors import InputError
 
 
 def test_second_ingest_adds_nothing(tmp_path):

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from paraplan.cli.app import app
 from paraplan.planner.json_schema import validate_own
 from paraplan.planner.plan import plan_schema
-from paraplan.planner.sweep import batch_candidates
+from paraplan.planner.run.sweep import batch_candidates
 
 runner = CliRunner(env={"COLUMNS": "200"})
 QUICK_8B = ["llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len", "4096", "--global-batch", "64"]

@@ -12,9 +12,9 @@ from conftest import make_table
 from typer.testing import CliRunner
 
 from paraplan.cost_models.estimate import estimate
-from paraplan.cost_models.hf_config import load_model
 from paraplan.cost_models.layer import TP_OVERLAP_SM_FRAC, _exposed_tp_comm_s
 from paraplan.hardware_profiles import quick_cluster
+from paraplan.model_specs.hf_config import load_model
 from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.space import DOMINATED_TP_OVERLAP, enumerate_space

@@ -38,9 +38,9 @@ from paraplan.cost_models.learned.step_calibration import (
     evaluate_step_calibration,
     fit_step_calibration,
 )
-from paraplan.cost_models.store import load_measurements, summarize
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import load_gpu
+from paraplan.measurements.store import load_measurements, summarize
 
 # Fewer rows than this cannot be split into a meaningful held-out test.
 MIN_ROWS = 20

@@ -20,11 +20,11 @@ import pandas as pd
 from paraplan.cost_models.compute import ComputeRates
 from paraplan.cost_models.context_parallel import CP_COMM_CODES, MEGATRON_CP_COMM_TYPES
 from paraplan.cost_models.estimate import estimate
-from paraplan.cost_models.hf_config import model_from_config
 from paraplan.cost_models.recipes import MEGATRON_LOW_PRECISION, MEGATRON_MIXED
 from paraplan.cost_models.table import RECOMPUTE_CODES, ConfigTable, Workload
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import quick_cluster
+from paraplan.model_specs.hf_config import model_from_config
 
 REQUIRED = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "world_size", "micro_batch_size",
             "global_batch_size", "seq_length", "num_layers", "hidden_size", "num_attention_heads",

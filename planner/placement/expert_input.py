@@ -7,8 +7,8 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from paraplan.cost_models.routing import RoutingStats, parse_skew, read_routing_csv, zipf_routing
 from paraplan.errors import InputError
+from paraplan.measurements.routing import RoutingStats, parse_skew, read_routing_csv, zipf_routing
 from paraplan.planner.json_schema import validate_own
 from paraplan.planner.placement.expert_placement import ExpertInstance, ExpertPlacement
 from paraplan.planner.placement.solver import SolverConfig

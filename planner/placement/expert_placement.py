@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from paraplan.cost_models.routing import RoutingStats
 from paraplan.errors import InputError
+from paraplan.measurements.routing import RoutingStats
 from paraplan.planner.placement.expert_layout import (
     LayoutCost,
     affinity_cost,

@@ -1,0 +1,245 @@
+"""``paraplan profile``: microbenchmarks written in paraplan's JSON profile format.
+
+GEMMs over the shapes a model's layers use (QKV, output, up, down projections at several token
+counts and TP degrees; bf16, and fp8 where the GPU has it), scaled-dot-product attention forward
+and backward, a device-to-device copy for memory bandwidth, and, under ``torchrun`` with several
+ranks, NCCL all-reduce, all-gather, reduce-scatter, all-to-all and send/recv. Each timing is the
+median of ``repeats`` runs after ``warmup`` runs, with CUDA events on a GPU and the wall clock on
+CPU (hardware ``cpu``: for tests and dry runs, never mixed with GPU data). PyTorch is imported
+only here, inside the functions, so paraplan works without it.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from paraplan.errors import InputError
+from paraplan.measurements.ingest.hardware_names import CPU, catalog_name
+from paraplan.measurements.ingest.paraplan_format import FORMAT_NAME, FORMAT_VERSION
+from paraplan.model_specs.model_spec import ModelSpec
+
+COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProfileSettings:
+    """What to measure and how often."""
+
+    gemm_shapes: tuple[tuple[int, int, int], ...]
+    """(m, n, k) of every GEMM to time."""
+    attention_shapes: tuple[tuple[int, int, int, int], ...] = ()
+    """(batch, heads, seq_len, head_dim) of causal attention to time forward and backward."""
+    copy_bytes: tuple[int, ...] = ()
+    """Buffer sizes in bytes for the memory-bandwidth copy."""
+    collective_bytes: tuple[int, ...] = ()
+    """Message sizes in bytes for the collectives (only with several ranks)."""
+    warmup: int = 3
+    """Untimed runs before timing (kernel selection, caches, clocks)."""
+    repeats: int = 10
+    """Timed runs; the median is recorded."""
+    device: str = "auto"
+    """``auto`` (GPU when present), ``cuda`` or ``cpu``."""
+
+    def __post_init__(self) -> None:
+        if self.warmup < 0 or self.repeats < 1:
+            raise ValueError("warmup must be >= 0 and repeats >= 1")
+        if self.device not in ("auto", "cuda", "cpu"):
+            raise ValueError(f"device must be auto, cuda or cpu, got {self.device!r}")
+
+
+def model_gemm_shapes(model: ModelSpec, tokens: tuple[int, ...], tps: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
+    """The forward GEMMs of one of ``model``'s layers for each token count and TP degree (as layer.py costs them)."""
+    h, q, kv, f = model.hidden_size, model.q_width, model.kv_width, model.ffn_size
+    up = f * (model.mlp_matrices - 1)
+    shapes = {(t, (q + 2 * kv) // tp, h) for t in tokens for tp in tps} | {(t, h, q // tp) for t in tokens for tp in tps}
+    shapes |= {(t, up // tp, h) for t in tokens for tp in tps} | {(t, h, f // tp) for t in tokens for tp in tps}
+    return tuple(sorted(shapes))
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise InputError("paraplan profile needs PyTorch: pip install 'paraplan[profile]'") from None
+    return torch
+
+
+def resolve_device(wanted: str) -> str:
+    """``auto``, ``cuda`` or ``cpu`` as the device the profile will run on (imports PyTorch)."""
+    return _device(_torch(), wanted)
+
+
+def calibration_flops_per_s(device: str, shape: tuple[int, int, int]) -> float:
+    """bf16 FLOP/s of one GEMM of ``shape`` (one warm-up, the best of three): the rate the run-time estimate
+    extrapolates from (on CPU bf16 runs at well under 1 GFLOP/s, three orders below a GPU)."""
+    torch = _torch()
+    m, n, k = shape
+    with torch.no_grad():
+        a = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+        b = torch.randn(k, n, device=device, dtype=torch.bfloat16)
+        seconds = min(median_seconds(torch, device, lambda: a @ b, 1, 1) for _ in range(3))
+    return 2.0 * m * n * k / seconds
+
+
+def estimated_seconds(settings: ProfileSettings, flops_per_s: float) -> float:
+    """Run time of ``settings`` at ``flops_per_s``: every GEMM and attention pass, warm-up runs included
+    (attention forward 4·b·h·s²·d FLOPs, backward 2.5x that; copies and collectives are small beside them)."""
+    runs = settings.warmup + settings.repeats
+    gemm = sum(2.0 * m * n * k for m, n, k in settings.gemm_shapes)
+    attention = sum(4.0 * b * h * s * s * d * 3.5 for b, h, s, d in settings.attention_shapes)
+    return (gemm + attention) * runs / flops_per_s
+
+
+def _device(torch, wanted: str) -> str:
+    if wanted == "cuda" and not torch.cuda.is_available():
+        raise InputError("--device cuda asked for, but PyTorch sees no CUDA GPU; use --device cpu or auto")
+    return "cuda" if wanted == "cuda" or (wanted == "auto" and torch.cuda.is_available()) else "cpu"
+
+
+def median_seconds(torch, device: str, fn: Callable[[], object], warmup: int, repeats: int) -> float:
+    """Median seconds of ``fn`` after ``warmup`` calls: CUDA events on a GPU, perf_counter on CPU."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        if device == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e-3)  # elapsed_time is in milliseconds
+        else:
+            began = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - began)
+    return statistics.median(times)
+
+
+def _row(kind: str, name: str, seconds: float, params: dict) -> dict:
+    return {"kind": kind, "name": name, "model": "", "time_s": seconds, "params": params}
+
+
+def _gemms(torch, device: str, settings: ProfileSettings, progress=None) -> list[dict]:
+    rows = []
+    for m, n, k in settings.gemm_shapes:
+        if progress is not None:
+            progress(f"GEMM {m}x{n}x{k}")
+        a = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+        b = torch.randn(k, n, device=device, dtype=torch.bfloat16)
+        seconds = median_seconds(torch, device, lambda a=a, b=b: a @ b, settings.warmup, settings.repeats)
+        rows.append(_row("gemm", "matmul", seconds, {"m": m, "n": n, "k": k, "dtype": "bf16"}))
+        rows += _fp8_gemm(torch, device, settings, a, b)
+    return rows
+
+
+def _fp8_gemm(torch, device: str, settings: ProfileSettings, a, b) -> list[dict]:
+    """fp8 (e4m3) GEMM through torch._scaled_mm on GPUs with fp8 tensor cores (compute capability >= 8.9)."""
+    if device != "cuda" or torch.cuda.get_device_capability() < (8, 9) or not hasattr(torch, "_scaled_mm"):
+        return []
+    a8, b8 = a.to(torch.float8_e4m3fn), b.t().contiguous().to(torch.float8_e4m3fn).t()
+    one = torch.ones((), device=device)
+    try:
+        seconds = median_seconds(torch, device, lambda: torch._scaled_mm(a8, b8, one, one, out_dtype=torch.bfloat16),
+                                 settings.warmup, settings.repeats)
+    except RuntimeError:  # a shape cuBLASLt's fp8 path refuses (dims not multiples of 16)
+        return []
+    m, k = a.shape
+    return [_row("gemm", "scaled_mm", seconds, {"m": m, "n": b.shape[1], "k": k, "dtype": "fp8"})]
+
+
+def _attention(torch, device: str, settings: ProfileSettings, progress=None) -> list[dict]:
+    rows = []
+    for batch, heads, seq, dim in settings.attention_shapes:
+        if progress is not None:
+            progress(f"attention s={seq} h={heads}")
+        params = {"batch": batch, "heads": heads, "kv_heads": heads, "seq_len": seq, "head_dim": dim}
+        forward, backward = _attention_times(torch, device, settings, (batch, heads, seq, dim))
+        rows += [_row("attention", "sdpa", forward, {**params, "pass": "forward"}),
+                 _row("attention", "sdpa", backward, {**params, "pass": "backward"})]
+    return rows
+
+
+def _attention_times(torch, device: str, settings: ProfileSettings, shape: tuple[int, ...]) -> tuple[float, float]:
+    """(forward, backward) median seconds of causal scaled-dot-product attention (flash/SDPA backend)."""
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    q, k, v = (torch.randn(*shape, device=device, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    forward = median_seconds(torch, device, lambda: sdpa(q, k, v, is_causal=True), settings.warmup, settings.repeats)
+    out = sdpa(q, k, v, is_causal=True)
+    grad = torch.ones_like(out)
+    backward = median_seconds(torch, device, lambda: out.backward(grad, retain_graph=True), settings.warmup,
+                              settings.repeats)
+    return forward, backward
+
+
+def _copies(torch, device: str, settings: ProfileSettings) -> list[dict]:
+    rows = []
+    for size in settings.copy_bytes:
+        src = torch.empty(size, dtype=torch.uint8, device=device)
+        dst = torch.empty_like(src)
+        seconds = median_seconds(torch, device, lambda s=src, d=dst: d.copy_(s), settings.warmup, settings.repeats)
+        rows.append(_row("memory", "copy", seconds, {"bytes": 2 * size}))  # read + write
+    return rows
+
+
+def _collectives(torch, device: str, settings: ProfileSettings) -> list[dict]:
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return []
+    world, rows = dist.get_world_size(), []
+    for size in settings.collective_bytes:
+        x = torch.ones(max(size // 2, world), dtype=torch.bfloat16, device=device)
+        params = {"size_bytes": float(x.numel() * 2), "group_size": world, "domain": "intra", "devices_per_node": world}
+        for name, fn in _collective_calls(dist, x).items():
+            try:
+                seconds = median_seconds(torch, device, fn, settings.warmup, settings.repeats)
+            except RuntimeError:  # a backend without this collective (gloo has no reduce-scatter)
+                continue
+            rows.append(_row("collective", name, seconds, dict(params)))
+    return rows
+
+
+def _collective_calls(dist, x) -> dict[str, Callable[[], object]]:
+    """One call per collective on buffer ``x`` (sizes as NCCL's tests count them: the full buffer)."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    shard = x[: x.numel() // world]
+    incoming = x.clone()
+    return {"all_reduce": lambda: dist.all_reduce(x),
+            "all_gather": lambda: dist.all_gather_into_tensor(x[: shard.numel() * world], shard),
+            "reduce_scatter": lambda: dist.reduce_scatter_tensor(shard, x[: shard.numel() * world]),
+            "all_to_all": lambda: dist.all_to_all_single(incoming[: shard.numel() * world], x[: shard.numel() * world]),
+            "send_recv": lambda: [w.wait() for w in dist.batch_isend_irecv(
+                [dist.P2POp(dist.isend, x, (rank + 1) % world), dist.P2POp(dist.irecv, incoming, (rank - 1) % world)])]}
+
+
+def _software(torch, device: str) -> str:
+    parts = [f"torch {torch.__version__}"]
+    if device == "cuda":
+        parts += [f"CUDA {torch.version.cuda}", f"cuDNN {torch.backends.cudnn.version()}",
+                  f"NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}", f"driver {_driver_version()}"]
+    return "; ".join(parts) + ("" if device == "cuda" else "; device: cpu (CPU timings, not a GPU)")
+
+
+def _driver_version() -> str:
+    try:
+        with open("/proc/driver/nvidia/version", encoding="utf-8") as handle:
+            return handle.readline().split("Kernel Module")[-1].split()[0]
+    except (OSError, IndexError):
+        return "unknown"
+
+
+def run_profile(settings: ProfileSettings, progress: Callable[[str], None] | None = None) -> dict:
+    """Time everything in ``settings``; a paraplan-profile JSON document (``ingest`` reads it). ``progress`` is
+    called with a short label after each measured point."""
+    torch = _torch()
+    device = _device(torch, settings.device)
+    name = torch.cuda.get_device_name() if device == "cuda" else CPU
+    hardware = catalog_name(name) if device == "cuda" else CPU
+    with torch.no_grad():
+        rows = _gemms(torch, device, settings, progress) + _copies(torch, device, settings)
+    rows += _attention(torch, device, settings, progress) + _collectives(torch, device, settings)
+    return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "hardware": hardware, "device": device,
+            "device_name": name, "software": _software(torch, device), "measurements": rows}

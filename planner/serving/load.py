@@ -1,0 +1,204 @@
+"""Latency and throughput of serving workers under a load: a closed loop (fixed concurrency) or an open one (an
+arrival process), as a mean or at a percentile. Vectorized over candidate deployments.
+
+Aggregated workers (continuous batching, prefill mixed into decode), per attention-DP rank running B sequences,
+with P one prompt's prefill and D(B) the decode step (both with the engine's step overhead):
+
+- Closed loop at C in flight: B = min(C/ranks, what fits, the batch cap); TPOT = D(B) + B·P/osl, each of the B
+  sequences being replaced once per osl steps (cost_models.serving.aggregated, the model validated against
+  5,221 measured deployments); TTFT = request overhead + P + TPOT/2 + (chunks − 1)·D + the wait for a slot.
+- Open loop at λ requests/s per rank: prefill takes ρ = λ·P of the GPU's time, so TPOT = D(B)/(1 − ρ), and B
+  solves Little's law B = λ·osl·TPOT(B) (a fixed point, capped by the slots). TTFT = request overhead + the
+  prompt's wait behind other prefills (an M/G/1-type queue, planner/serving/queueing.py) + P + D/2 + (chunks − 1)·D
+  + the wait for a free slot (G/G/c over the slots, service one request's lifetime).
+- Percentiles: a request's TPOT is D plus the prefills that land during its osl decode steps, spread over them;
+  that count has mean λ·osl·TPOT (B in a closed loop) and variance dispersion × mean (arrival cv² for an open
+  loop, the output-length cv² in a closed loop), taken at the percentile (queueing.count_quantile). TTFT
+  at a percentile adds each part's percentile (its waits, its own prompt's length): an upper bound on the
+  percentile of the sum, since the parts are positively correlated at worst.
+
+Disaggregated: decode workers as above with nothing mixed in (TPOT = D(B)); prefill workers are servers of one
+prompt at a time (prefill pool waits: G/G/c with c = workers × ranks), then the KV transfer to the decode worker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from paraplan.planner.serving.queueing import count_quantile, gamma_quantile, mean_wait_s, wait_quantile_s
+
+FIXED_POINT_ITERATIONS = 40
+"""Iterations of B <- λ·osl·TPOT(B) at most; TPOT grows slowly with B, so the map contracts where the system is
+stable. Measured on the four cases of bench/serve_speed.py: after 40 iterations every candidate's batch is within
+3e-7 (relative) of its converged value; the slowest reach 1e-12 only after 73."""
+CONVERGED_REL = 1e-9
+"""The fixed point stops once no batch moves by more than this fraction."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Load:
+    """What arrives at a deployment."""
+
+    isl: float
+    osl: float
+    isl_cv: float
+    osl_cv: float
+    concurrency: float | None
+    """Closed loop: requests in flight over the deployment."""
+    rate_per_s: float | None
+    """Open loop: requests per second over the deployment."""
+    arrival_cv2: float
+    """Squared coefficient of variation of inter-arrival times (open loop)."""
+    request_overhead_s: float
+    """The engine's per-request latency outside the GPU steps."""
+
+    @property
+    def closed(self) -> bool:
+        return self.concurrency is not None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Latency:
+    """Per candidate (arrays): latencies at one statistic (the mean or a percentile) and the throughput."""
+
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+    running_batch: np.ndarray
+    """Sequences decoding together per attention-DP rank."""
+    requests_per_s: np.ndarray
+    """Completed requests per second over the deployment."""
+    stable: np.ndarray
+    """False where a queue grows without bound (its utilisation reaches 1)."""
+    busy: np.ndarray
+    """The highest utilisation of the workers' queues (prefill and batch slots; 0 in a closed loop)."""
+
+
+def _count(mean, dispersion, q):
+    """A count at statistic q; with no dispersion (a closed loop of fixed lengths) every request sees the mean."""
+    if q is None or np.all(np.asarray(dispersion) == 0):
+        return mean
+    return count_quantile(mean, dispersion, q)
+
+
+def _length(cv, q):
+    """A request's length over the mean at statistic q (1 for the mean)."""
+    return 1.0 if q is None else gamma_quantile(1.0, cv, q)
+
+
+def _wait(rate, ca2, service, cs2, servers, q):
+    return mean_wait_s(rate, ca2, service, cs2, servers) if q is None \
+        else wait_quantile_s(rate, ca2, service, cs2, servers, q)
+
+
+def _chunks(isl: float, chunk) -> np.ndarray:
+    return np.ceil(isl / np.asarray(chunk, dtype=float))
+
+
+def solve_batch(rate_per_rank, osl: float, step_of, slots, interference=0.0) -> np.ndarray:
+    """B = λ·osl·step(B)/(1 − interference), at most ``slots``: the running batch of an open loop."""
+    scale = np.asarray(rate_per_rank, dtype=float) * osl / np.maximum(1.0 - interference, 1e-12)
+    batch = np.minimum(np.maximum(scale * step_of(np.ones_like(scale)), 1e-9), slots)
+    for _ in range(FIXED_POINT_ITERATIONS):
+        before = batch
+        batch = np.minimum(scale * step_of(np.maximum(batch, 1.0)), slots)
+        if np.all(np.abs(batch - before) <= CONVERGED_REL * batch):
+            break
+    return np.maximum(batch, 1e-9)
+
+
+def aggregated(load: Load, *, q=None, **workers) -> Latency:
+    """Aggregated workers at one statistic ``q`` (None: the mean); ``workers`` as :func:`aggregated_stats`."""
+    return aggregated_stats(load, qs=(q,), **workers)[0]
+
+
+def aggregated_stats(load: Load, *, prefill_s, step_of, fits, cap, chunk, replicas, ranks, qs) -> list[Latency]:
+    """Aggregated workers: ``replicas`` of them, each with ``ranks`` attention-DP ranks of ``fits`` KV slots, a
+    batch cap ``cap``, ``chunk`` max batched tokens; ``step_of(B)`` the decode step at B per rank. The running
+    batch (a fixed point in an open loop) is solved once for all the statistics ``qs`` (None: the mean)."""
+    isl, osl = load.isl, load.osl
+    slots = np.maximum(np.minimum(fits, cap), 1.0)
+    chunk_steps = _chunks(isl, chunk) - 1.0
+    if load.closed:
+        per_rank = load.concurrency / (replicas * ranks)
+        batch = np.maximum(np.minimum(per_rank, slots), 1.0)
+        step = step_of(batch)
+        tpot_mean = step + batch * prefill_s / osl
+        queued = np.maximum(per_rank - batch, 0.0) / batch * (osl * tpot_mean + prefill_s)
+        ttft_mean = load.request_overhead_s + prefill_s + tpot_mean / 2.0 + chunk_steps * step + queued
+        rate = load.concurrency / (ttft_mean + osl * tpot_mean)
+        stable = np.ones_like(tpot_mean, dtype=bool)
+
+        def at(q) -> Latency:
+            tpot = step + _count(batch, load.osl_cv ** 2, q) * prefill_s / osl
+            ttft = load.request_overhead_s + prefill_s * _length(load.isl_cv, q) + tpot_mean / 2.0 \
+                + chunk_steps * step + queued
+            return Latency(ttft_s=ttft, tpot_s=tpot, running_batch=batch, requests_per_s=rate, stable=stable,
+                           busy=np.zeros_like(tpot))
+        return [at(q) for q in qs]
+    lam = load.rate_per_s / (replicas * ranks)
+    busy = lam * prefill_s
+    batch = solve_batch(lam, osl, step_of, slots, busy)
+    step = step_of(np.maximum(batch, 1.0))
+    tpot_mean = step / np.maximum(1.0 - busy, 1e-12)
+    lifetime = osl * tpot_mean + prefill_s
+    slot_use = lam * lifetime / slots
+    stable = (busy < 1.0) & (slot_use < 1.0)
+    rate = np.broadcast_to(load.rate_per_s, tpot_mean.shape).astype(float)
+
+    def at(q) -> Latency:
+        tpot = step + _count(lam * osl * tpot_mean, load.arrival_cv2, q) * prefill_s / osl
+        prefill_wait = _wait(lam, load.arrival_cv2, prefill_s, load.isl_cv ** 2, 1.0, q)
+        slot_wait = _wait(lam, load.arrival_cv2, lifetime, load.osl_cv ** 2, slots, q)
+        ttft = load.request_overhead_s + prefill_wait + prefill_s * _length(load.isl_cv, q) + step / 2.0 \
+            + chunk_steps * step + slot_wait
+        return Latency(ttft_s=np.where(stable, ttft, np.inf), tpot_s=np.where(stable, tpot, np.inf),
+                       running_batch=batch, requests_per_s=rate, stable=stable, busy=np.maximum(busy, slot_use))
+    return [at(q) for q in qs]
+
+
+def decode_pool(load: Load, *, q=None, **workers) -> tuple[Latency, np.ndarray]:
+    """Disaggregated decode workers at one statistic ``q``; ``workers`` as :func:`decode_pool_stats`."""
+    return decode_pool_stats(load, qs=(q,), **workers)[0]
+
+
+def decode_pool_stats(load: Load, *, step_of, fits, cap, workers, ranks, qs) -> list[tuple[Latency, np.ndarray]]:
+    """Disaggregated decode workers per statistic in ``qs``: (their latency with TTFT = the wait for a decode slot
+    only, that wait); the running batch is solved once."""
+    osl = load.osl
+    slots = np.maximum(np.minimum(fits, cap), 1.0)
+    if load.closed:
+        per_rank = load.concurrency / (workers * ranks)
+        batch = np.maximum(np.minimum(per_rank, slots), 1.0)
+        tpot = step_of(batch)
+        wait = np.maximum(per_rank - batch, 0.0) / batch * osl * tpot
+        rate = load.concurrency / (osl * tpot + wait)
+        latency = Latency(ttft_s=wait, tpot_s=tpot, running_batch=batch, requests_per_s=rate,
+                          stable=np.ones_like(tpot, dtype=bool), busy=np.zeros_like(tpot))
+        return [(latency, wait) for _ in qs]
+    lam = load.rate_per_s / (workers * ranks)
+    batch = solve_batch(lam, osl, step_of, slots)
+    tpot = step_of(np.maximum(batch, 1.0))
+    lifetime = osl * tpot
+    slot_use = lam * lifetime / slots
+    stable = slot_use < 1.0
+    rate = np.broadcast_to(load.rate_per_s, tpot.shape).astype(float)
+
+    def at(q) -> tuple[Latency, np.ndarray]:
+        wait = np.where(stable, _wait(lam, load.arrival_cv2, lifetime, load.osl_cv ** 2, slots, q), np.inf)
+        return Latency(ttft_s=wait, tpot_s=np.where(stable, tpot, np.inf), running_batch=batch, requests_per_s=rate,
+                       stable=stable, busy=slot_use), wait
+    return [at(q) for q in qs]
+
+
+def prefill_pool_ttft_s(load: Load, *, rate_per_s, prefill_s, transfer_s, chunk, step_overhead_s, workers, ranks,
+                        arrival_cv2, q=None) -> np.ndarray:
+    """Disaggregated prefill workers: the wait for a free prefill rank, the prompt's prefill (one step per
+    ``chunk`` tokens) and the KV transfer; inf where the pool cannot keep up."""
+    service = prefill_s + (_chunks(load.isl, chunk) - 1.0) * step_overhead_s
+    servers = workers * ranks
+    stable = np.asarray(rate_per_s, dtype=float) * service / servers < 1.0
+    wait = _wait(rate_per_s, arrival_cv2, service, load.isl_cv ** 2, servers, q)
+    ttft = load.request_overhead_s + wait + service * _length(load.isl_cv, q) + transfer_s
+    return np.where(stable, ttft, np.inf)

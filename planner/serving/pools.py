@@ -1,0 +1,147 @@
+"""Per-worker costs of every sharding, priced once so the search can combine them with loads by arithmetic.
+
+A worker's behaviour under load depends on its sharding only through a few numbers: one prompt's prefill, the
+decode step as a function of the running batch, the KV transfer of one prompt, and per max-batched-tokens size
+how many sequences its KV pool holds and the memory fraction the engine needs to start. ``WorkerCosts`` holds
+them per sharding; the decode step is priced on a grid of batch sizes (quarter powers of two) and interpolated
+linearly between grid points (``decode_s``), then priced exactly for the plans shown (``exact_decode_s``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from paraplan.cost_models.inference_step import Sharding, WeightPrecision
+from paraplan.cost_models.serving import (
+    EngineTraits,
+    decode_step_s,
+    engine_memory,
+    kv_bytes_per_sequence,
+    kv_transfer_s,
+    prefill_s,
+)
+from paraplan.hardware_profiles import ClusterSpec
+from paraplan.model_specs.mixers import MixerShapes
+from paraplan.model_specs.model_spec import ModelSpec
+
+RAISED_MEMORY_FRAC = 0.95
+"""A worker whose KV pool is empty at the engine's default memory fraction is launched with the fraction raised
+to 0.95 (the engine's own knob, under its own budget rule); one that still holds no sequence is never planned."""
+GRID_STEPS_PER_DOUBLING = 4
+"""Decode-step grid: batch sizes 2^(k/4). Linear interpolation between neighbours differs from the exact step by
+at most ~1% here (the step is piecewise linear in batch apart from GEMM saturation and the experts hit)."""
+MAX_GRID_BATCH = 4096
+_AXES = ("tp", "dp", "moe_tp", "moe_ep", "pp")
+
+
+def batch_grid() -> np.ndarray:
+    """Decode batch sizes the step is priced at: 1 ... MAX_GRID_BATCH in quarter powers of two."""
+    return 2.0 ** (np.arange(int(np.log2(MAX_GRID_BATCH)) * GRID_STEPS_PER_DOUBLING + 1) / GRID_STEPS_PER_DOUBLING)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServingSetup:
+    """One model on one GPU type under one engine, precision and KV dtype."""
+
+    model: ModelSpec
+    mixers: MixerShapes
+    cluster: ClusterSpec
+    engine: EngineTraits
+    precision: WeightPrecision
+    quant_modes: tuple[str, str]
+    """(dense GEMM mode, routed-expert mode) as cost_models.serving.weight_precision names them."""
+    kv_dtype: str
+    isl: float
+    """Mean prompt tokens."""
+    osl: float
+    """Mean output tokens."""
+
+    @property
+    def context_tokens(self) -> float:
+        """Mean context a decoding sequence attends to: the prompt and half the output."""
+        return self.isl + self.osl / 2.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerCosts:
+    """Per sharding (arrays [S] or [S, chunks]) the numbers loads combine with."""
+
+    shard: Sharding
+    chunks: tuple[int, ...]
+    """Max batched tokens per step the capacity columns belong to."""
+    prefill_s: np.ndarray
+    """One prompt's prefill alone plus the engine's step overhead [S]."""
+    decode_grid_s: np.ndarray
+    """Decode step plus step overhead at each ``batch_grid()`` batch per attention-DP rank [S, G]."""
+    kv_transfer_s: np.ndarray
+    """One prompt's KV cache from this worker to a decode worker [S]."""
+    fits: np.ndarray
+    """Sequences (at the engine's held length) one attention-DP rank's KV pool holds [S, chunks]; 0: never planned."""
+    memory_frac: np.ndarray
+    """The engine's memory knob the worker is launched with (default or raised) [S, chunks]."""
+
+    @property
+    def gpus(self) -> np.ndarray:
+        """GPUs of one worker [S]."""
+        return self.shard.gpus
+
+
+def _decode(setup: ServingSetup, shard: Sharding, batch) -> np.ndarray:
+    """Decode step at ``batch`` sequences per attention-DP rank: pipeline stages each run batch/pp of them at a
+    time, and a token crosses every stage, so a sequence waits one full pass at micro-batch batch/pp."""
+    micro = np.maximum(np.asarray(batch, dtype=float) / shard.pp, 1.0)
+    return decode_step_s(setup.model, setup.cluster, setup.precision, shard, micro,
+                         setup.context_tokens, setup.mixers) + setup.engine.step_overhead_s
+
+
+def _capacity(setup: ServingSetup, shard: Sharding, chunk: int, held_tokens: float, max_model_len: int
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """(sequences per rank, memory knob) at the default fraction where the engine starts, else raised."""
+    engine = replace(setup.engine, max_batched_tokens=chunk)
+    raised = replace(engine, memory_frac=RAISED_MEMORY_FRAC)
+    longest_bytes = kv_bytes_per_sequence(setup.model, shard.tp, max_model_len, setup.precision.kv_bytes,
+                                          setup.mixers) / shard.pp
+    out = []
+    for traits in (engine, raised):
+        mem = engine_memory(setup.model, setup.cluster, traits, setup.precision, shard, held_tokens, setup.mixers)
+        admits_longest = replace(mem, kv_bytes_per_sequence=longest_bytes).max_sequences >= 1.0
+        out.append(np.where(admits_longest, mem.max_sequences, 0.0))
+    default, high = out
+    starts = default >= 1.0
+    return np.where(starts, default, high), np.where(starts, engine.memory_frac, RAISED_MEMORY_FRAC)
+
+
+def worker_costs(setup: ServingSetup, shard: Sharding, *, max_model_len: int, chunks: tuple[int, ...]) -> WorkerCosts:
+    """Everything per sharding the search combines with loads."""
+    isl, osl = setup.isl, setup.osl
+    grid = batch_grid()
+    s = shard.gpus.size
+    shard = Sharding(**{k: np.broadcast_to(getattr(shard, k), (s,)).astype(float) for k in _AXES})
+    column = Sharding(**{k: np.repeat(getattr(shard, k), grid.size) for k in _AXES})
+    decode = _decode(setup, column, np.tile(grid, s)).reshape(s, grid.size)
+    held = isl + osl if setup.engine.reserves_full_length else isl + osl / 2.0
+    caps = [_capacity(setup, shard, chunk, held, max_model_len) for chunk in chunks]
+    prefill = prefill_s(setup.model, setup.cluster, setup.precision, shard, isl, mixers=setup.mixers) \
+        + setup.engine.step_overhead_s
+    transfer = kv_transfer_s(setup.model, setup.cluster, setup.precision, shard, isl, setup.mixers)
+    return WorkerCosts(shard=shard, chunks=chunks, prefill_s=np.broadcast_to(prefill, (s,)).astype(float),
+                       decode_grid_s=decode, kv_transfer_s=np.broadcast_to(transfer, (s,)).astype(float),
+                       fits=np.stack([c[0] for c in caps], axis=1), memory_frac=np.stack([c[1] for c in caps], axis=1))
+
+
+def decode_s(costs: WorkerCosts, index: np.ndarray, batch: np.ndarray) -> np.ndarray:
+    """Decode step of sharding ``index`` at ``batch`` sequences per rank, interpolated on the grid."""
+    grid = batch_grid()
+    b = np.clip(np.asarray(batch, dtype=float), 1.0, grid[-1])
+    j = np.clip(np.floor(np.log2(b) * GRID_STEPS_PER_DOUBLING).astype(int), 0, grid.size - 2)
+    frac = (b - grid[j]) / (grid[j + 1] - grid[j])
+    flat = costs.decode_grid_s.ravel()
+    at = np.asarray(index) * grid.size + j
+    return flat[at] * (1 - frac) + flat[at + 1] * frac
+
+
+def exact_decode_s(setup: ServingSetup, shard: Sharding, batch) -> np.ndarray:
+    """The decode step priced directly (for the plans shown)."""
+    return _decode(setup, shard, batch)

@@ -1,0 +1,128 @@
+"""The serving search's problem: a model, the GPU types it may use, the workload and the user's choices; the
+setups (GPU type x engine x KV dtype) to price, what qualifies and how deployments are compared."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from paraplan.cost_models.serving import ENGINE_TRAITS, weight_precision
+from paraplan.errors import InputError
+from paraplan.hardware_profiles import ClusterSpec
+from paraplan.model_specs.mixers import MixerShapes
+from paraplan.model_specs.model_spec import ModelSpec
+from paraplan.planner.serving.plan import ServingPlan
+from paraplan.planner.serving.pools import ServingSetup
+from paraplan.planner.serving.search import MAX_UTILISATION_WITHOUT_TARGETS, Candidates, PoolSide
+from paraplan.planner.serving.space import ServingChoices, ServingWorkload
+
+_PRECISION_MODES = {"bf16": "bf16", "fp8": "fp8", "fp4": "nvfp4"}
+_CHECKPOINT_MODES = {"float8_e4m3fn": "fp8", "nvfp4": "nvfp4", "mxfp4": "mxfp4", "int4": "int4_wo"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServingProblem:
+    """A model, the GPUs it may use (one or several types, each with its own count) and the traffic to serve."""
+
+    model: ModelSpec
+    mixers: MixerShapes
+    clusters: tuple[ClusterSpec, ...]
+    """The GPUs available, one cluster per GPU type; a plan uses at most each one's GPUs."""
+    workload: ServingWorkload
+    choices: ServingChoices
+    prices_usd_per_gpu_hour: tuple[float | None, ...] = ()
+    """Price per GPU-hour per cluster; () takes ``choices.price_usd_per_gpu_hour``, else the catalog's."""
+
+    def price(self, index: int) -> float | None:
+        """The price of cluster ``index``: the user's, else the catalog's list price, else None."""
+        if self.prices_usd_per_gpu_hour:
+            return self.prices_usd_per_gpu_hour[index]
+        if self.choices.price_usd_per_gpu_hour is not None:
+            return self.choices.price_usd_per_gpu_hour
+        return self.clusters[index].gpu.price_usd_per_gpu_hour
+
+    @property
+    def gpus_text(self) -> str:
+        return " + ".join(f"{c.num_gpus} {c.gpu.name}" for c in self.clusters)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServingResult:
+    """The ranked plans, the Pareto front and how many deployments the search priced."""
+
+    plans: list[ServingPlan]
+    pareto: list[dict]
+    considered: int
+    feasible: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Priced:
+    """One setup's per-sharding costs and price."""
+
+    setup_id: int
+    cluster_id: int
+    side: PoolSide | None
+    """None where no sharding of the setup fits its GPUs."""
+
+
+def quant_modes(model: ModelSpec, precision: str) -> tuple[str, str]:
+    """(dense GEMM mode, routed-expert mode): the checkpoint's own format under ``auto`` (DeepSeek's 128x128 fp8
+    blocks as fp8_block), else the precision asked for."""
+    if precision != "auto":
+        if precision not in _PRECISION_MODES:
+            raise InputError(f"--precision {precision!r}: choose auto, bf16, fp8 or fp4")
+        mode = _PRECISION_MODES[precision]
+        return mode, mode
+    weights = model.weights
+    if weights is None:
+        return "bf16", "bf16"
+    mode = _CHECKPOINT_MODES.get(weights.weight_format, "bf16")
+    if mode == "fp8" and weights.block_size:
+        mode = "fp8_block"
+    return mode, mode
+
+
+def setups(problem: ServingProblem) -> list[tuple[int, ServingSetup]]:
+    """(cluster index, setup) per GPU type, engine and KV dtype."""
+    gemm, experts = quant_modes(problem.model, problem.choices.precision)
+    return [(ci, ServingSetup(model=problem.model, mixers=problem.mixers, cluster=cluster, engine=ENGINE_TRAITS[engine],
+                              precision=weight_precision(problem.model, gemm, experts, kv), quant_modes=(gemm, experts),
+                              kv_dtype=kv, isl=problem.workload.isl, osl=problem.workload.osl))
+            for ci, cluster in enumerate(problem.clusters)
+            for engine in problem.choices.engines for kv in problem.choices.kv_dtypes]
+
+
+def feasible(c: Candidates, workload: ServingWorkload) -> np.ndarray:
+    """Candidates that meet the targets (or, without targets, keep every queue at most 85% busy)."""
+    ok = np.isfinite(c.ttft_s) & np.isfinite(c.tpot_s) & (c.tokens_per_s > 0)
+    if workload.ttft_target_s is not None:
+        ok &= c.ttft_s <= workload.ttft_target_s
+    if workload.tpot_target_s is not None:
+        ok &= c.tpot_s <= workload.tpot_target_s
+    if workload.ttft_target_s is None and workload.tpot_target_s is None:
+        ok &= c.busy <= MAX_UTILISATION_WITHOUT_TARGETS
+    return ok
+
+
+def objective_key(objective: str, tokens_per_s, gpus, ttft_s, tpot_s, osl: float, usd_per_hour) -> np.ndarray:
+    """Lower is better: GPU-seconds per output token (throughput), dollars per output token (cost) or a request's
+    latency at the target percentile (latency)."""
+    if objective == "latency":
+        return ttft_s + osl * tpot_s
+    with np.errstate(divide="ignore", invalid="ignore"):  # a deployment that carries nothing ranks last
+        if objective == "cost":
+            return np.asarray(usd_per_hour, dtype=float) / tokens_per_s
+        return -tokens_per_s / gpus
+
+
+def check_prices(problem: ServingProblem) -> None:
+    if problem.choices.objective != "cost":
+        return
+    missing = [c.gpu.name for i, c in enumerate(problem.clusters) if problem.price(i) is None]
+    if missing:
+        raise InputError(f"--objective cost needs a price for {', '.join(missing)}: pass --price-per-gpu-hour USD "
+                         "(one value, or one per --gpu type) (the catalog has none)")
+
+

@@ -1,0 +1,408 @@
+"""Measured serving deployments (aiconfigurator's published silicon measurements) against paraplan's prediction.
+
+``../shared/data/serving/aiconfigurator_silicon_sample.csv`` holds 5,221 fixed-concurrency benchmark rows
+(its README explains the columns). Each row is mapped to a deployment (model config, GPU system, engine,
+quantization, sharding, concurrency), predicted with ``cost_models.serving`` and compared on TTFT and
+TPOT. A row is not covered only with a stated reason (a model feature the cost model does not price, a GPU
+without the row's tensor-core dtype, a model without a config).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from io import StringIO
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from paraplan.cost_models.inference_step import Sharding
+from paraplan.cost_models.serving import (
+    ENGINE_TRAITS,
+    EngineTraits,
+    aggregated,
+    decode_step_s,
+    disaggregated,
+    held_tokens,
+    prefill_s,
+    running_capacity,
+    weight_precision,
+)
+from paraplan.errors import InputError
+from paraplan.files import one_line, parse_user_json, read_user_text
+from paraplan.hardware_profiles import ClusterSpec
+from paraplan.hardware_profiles.catalog import load_cluster, quick_cluster
+from paraplan.model_specs.hf_config import MAX_CONFIG_BYTES, load_model
+from paraplan.model_specs.mixers import MixerShapes, mixer_shapes
+from paraplan.model_specs.model_spec import ModelSpec
+
+SERVING_DATA_ENV = "PARAPLAN_SERVING_DATA"
+DEFAULT_SERVING_DATA = Path("..") / "shared" / "data" / "serving"
+"""Relative to the working directory, as ../shared/calibration/ is for memory runs: the project's shared folder
+beside a checkout (an installed package has no checkout to be beside)."""
+MEASUREMENTS_FILE = "aiconfigurator_silicon_sample.csv"
+MEASURED_COLUMNS = ("silicon_data_source", "backend", "model_path", "system", "mode", "isl", "osl", "batch_size",
+                    "attention_dp_size", "gemm_quant_mode", "moe_quant_mode", "decode_batch_size",
+                    "decode_num_workers", "decode_attention_dp_size", "silicon_ttft_ms", "silicon_tpot_ms")
+"""Columns the predictions read (README of ../shared/data/serving); a file without them is refused by name."""
+MAX_MEASUREMENTS_BYTES = 64 * 1024 * 1024
+"""The file is 1.9 MB; 64 MiB leaves 30x room."""
+
+SYSTEMS = {  # aiconfigurator system -> (cluster type, or None for the quick 8-GPU-node form; GPU)
+    "h100_sxm": ("dgx-h100", "h100-sxm"),
+    "h200_sxm": ("dgx-h200", "h200-sxm"),
+    "b200_sxm": ("dgx-b200", "b200"),
+    "b300_sxm": (None, "b300"),  # HGX B300: 8 GPUs per NVLink domain
+    "gb200": ("gb200-nvl72", "gb200"),
+    "gb300": ("gb300-nvl72", "gb300"),
+}
+CHECKPOINT_ARCHITECTURE = {
+    # Quantized or renamed checkpoints whose decoder is the named config's (same shapes; the row's quant
+    # columns say how the weights are stored).
+    "nvidia/DeepSeek-R1-NVFP4": "deepseek-ai/DeepSeek-R1",
+    "nvidia/DeepSeek-V3.1-NVFP4": "deepseek-ai/DeepSeek-V3",
+    "nvidia/Qwen3-32B-NVFP4": "Qwen/Qwen3-32B",
+    "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-8B",
+    "meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Meta-Llama-3.1-8B",
+    "meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
+    "zhipuai/GLM-5": "zai-org/GLM-5",
+}
+GROUP_KEYS = ("backend", "system", "mode")
+
+
+def serving_data_dir(path: str | Path | None = None) -> Path:
+    """The folder with the measurements and model configs: ``path``, else $PARAPLAN_SERVING_DATA, else
+    ../shared/data/serving beside the repository."""
+    chosen = Path(path) if path is not None else Path(os.environ.get(SERVING_DATA_ENV, DEFAULT_SERVING_DATA))
+    if not (chosen / MEASUREMENTS_FILE).is_file():
+        raise InputError(f"serving measurements: {chosen / MEASUREMENTS_FILE} not found "
+                         f"(pass the folder or set {SERVING_DATA_ENV})")
+    return chosen
+
+
+def load_measurements(folder: Path) -> pd.DataFrame:
+    """The measurement rows with the concurrency read from each row's source note."""
+    path = folder / MEASUREMENTS_FILE
+    text = read_user_text(path, MAX_MEASUREMENTS_BYTES, "serving measurements")
+    try:
+        rows = pd.read_csv(StringIO(text))
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
+        raise InputError(one_line(f"{path}: not a CSV of serving measurements ({exc})")) from None
+    missing = [c for c in MEASURED_COLUMNS if c not in rows.columns]
+    if missing:
+        raise InputError(one_line(f"{path}: lacks the columns {', '.join(missing)} (the aiconfigurator "
+                                  "silicon_sample.csv layout, ../shared/data/serving/README.md)"))
+    stated = rows["silicon_data_source"].astype(str).str.extract(r"silicon_concurrency=(\d+)")[0].astype(float)
+    agg = rows["batch_size"] * rows["attention_dp_size"].fillna(1.0).clip(lower=1.0)
+    disagg = rows["decode_batch_size"] * rows["decode_num_workers"].fillna(1.0) \
+        * rows["decode_attention_dp_size"].fillna(1.0).clip(lower=1.0)
+    rows["concurrency"] = stated.fillna(agg).fillna(disagg)
+    return rows
+
+
+def _config_path(folder: Path, repo_id: str) -> Path:
+    repo_id = CHECKPOINT_ARCHITECTURE.get(repo_id, repo_id)
+    return folder / "model_configs" / f"{repo_id.replace('/', '--')}_config.json"
+
+
+def _load(path: Path) -> tuple[ModelSpec, MixerShapes]:
+    """The model and the shapes of the mixers ModelSpec does not carry (linear attention, DSA indexer)."""
+    config = parse_user_json(read_user_text(path, MAX_CONFIG_BYTES, "model config"), str(path))
+    return load_model(str(path)), mixer_shapes(config)
+
+
+def _cluster(system: str) -> ClusterSpec:
+    if system not in SYSTEMS:
+        raise InputError(f"unknown system {system!r}")
+    cluster_name, gpu = SYSTEMS[system]
+    return load_cluster(cluster_name, num_gpus=72 * 4) if cluster_name else quick_cluster(gpu, 8 * 36)
+
+
+def _kv_dtype(backend: str, gemm_mode: str) -> str:
+    """TensorRT-LLM serves quantized checkpoints with the fp8 KV cache their ModelOpt config states; vLLM and
+    SGLang default to the model's 16-bit KV cache (kv_cache_dtype auto)."""
+    return "fp8" if backend == "trtllm" and gemm_mode != "bf16" else "bf16"
+
+
+def _axis(rows: pd.DataFrame, column: str) -> np.ndarray:
+    """A parallel degree column: missing or 0 (unset) means 1."""
+    values = rows[column].to_numpy(dtype=float)
+    return np.where(np.isfinite(values) & (values > 0), values, 1.0)
+
+
+def _sharding(rows: pd.DataFrame, prefix: str, model: ModelSpec) -> Sharding:
+    tp, dp = _axis(rows, f"{prefix}tp_size"), _axis(rows, f"{prefix}attention_dp_size")
+    moe_ep = _axis(rows, f"{prefix}moe_ep_size") if model.is_moe else np.ones_like(tp)
+    moe_tp = _axis(rows, f"{prefix}moe_tp_size") if model.is_moe else tp * dp
+    stated = rows[f"{prefix}moe_tp_size"].to_numpy(dtype=float)
+    moe_tp = np.where(np.isfinite(stated) & (stated > 0), moe_tp, tp * dp / moe_ep)
+    return Sharding.of(tp, dp, moe_tp, moe_ep, _axis(rows, f"{prefix}pp_size"))
+
+
+def _predict_group(rows: pd.DataFrame, model: ModelSpec, mixers: MixerShapes, cluster: ClusterSpec,
+                   engine: EngineTraits, gemm_mode: str, moe_mode: str) -> np.ndarray:
+    prec = weight_precision(model, gemm_mode, moe_mode, _kv_dtype(engine.name, gemm_mode))
+    isl, osl = rows["isl"].to_numpy(dtype=float), rows["osl"].to_numpy(dtype=float)
+    concurrency = rows["concurrency"].to_numpy(dtype=float)
+    if rows["mode"].iloc[0] == "agg":
+        out = aggregated(model, cluster, engine, prec, _sharding(rows, "", model), concurrency=concurrency,
+                         isl=isl, osl=osl, mixers=mixers)
+    else:
+        prefill, decode = _sharding(rows, "prefill_", model), _sharding(rows, "decode_", model)
+        prefill_workers, decode_workers = _workers(rows, model, mixers, cluster, engine, prec, prefill, decode,
+                                                   concurrency, isl, osl)
+        out = disaggregated(model, cluster, engine, prec, prefill, decode, concurrency=concurrency,
+                            prefill_workers=prefill_workers, decode_workers=decode_workers, isl=isl, osl=osl,
+                            mixers=mixers)
+    return np.stack([out.tpot_steady_s, out.tpot_burst_s, out.ttft_steady_s, out.ttft_burst_s])
+
+
+UNSTATED_PREFILL_UTILISATION = 0.5
+"""Rows without worker counts (most disaggregated rows state none) are priced as a deployment sized not to
+queue: as many decode workers as the concurrency needs at the engine's batch limits, and as many prefill
+workers as keep the prefill pool at most half busy."""
+
+
+def _workers(rows: pd.DataFrame, model: ModelSpec, mixers: MixerShapes, cluster: ClusterSpec, engine: EngineTraits,
+             prec, prefill: Sharding, decode: Sharding, concurrency, isl, osl) -> tuple[np.ndarray, np.ndarray]:
+    """(prefill workers, decode workers): as stated, else sized not to queue (UNSTATED_PREFILL_UTILISATION)."""
+    fits, _ = running_capacity(model, cluster, engine, prec, decode, held_tokens(engine, isl, osl), mixers)
+    per_worker = decode.dp * np.maximum(np.minimum(fits, engine.max_running), 1.0)
+    decode_workers = _stated(rows, "decode_num_workers", np.ceil(concurrency / per_worker))
+    batch = np.maximum(concurrency / (decode_workers * decode.dp), 1.0)
+    lifetime = osl * decode_step_s(model, cluster, prec, decode, batch, isl + osl / 2.0, mixers)
+    busy = concurrency / lifetime * prefill_s(model, cluster, prec, prefill, isl, mixers=mixers) / prefill.dp
+    return _stated(rows, "prefill_num_workers", np.ceil(busy / UNSTATED_PREFILL_UTILISATION)), decode_workers
+
+
+def _stated(rows: pd.DataFrame, column: str, otherwise: np.ndarray) -> np.ndarray:
+    values = rows[column].to_numpy(dtype=float)
+    return np.where(np.isfinite(values) & (values > 0), values, np.maximum(otherwise, 1.0))
+
+
+PREDICTED = ("tpot_steady_s", "tpot_burst_s", "ttft_steady_s", "ttft_burst_s")
+
+
+def predict_rows(rows: pd.DataFrame, folder: Path, engines: dict[str, EngineTraits] | None = None) -> pd.DataFrame:
+    """Per row: predicted TPOT and the two TTFT parts (steady, first-wave burst; without the per-request
+    overhead), NaN with a ``reason`` where not covered. Grouped so each call prices one model, GPU, engine
+    and quantization, vectorized over the group's deployments."""
+    engines = engines or ENGINE_TRAITS
+    out = rows.copy()
+    for column in PREDICTED:
+        out[column] = np.nan
+    out["reason"] = ""
+    gemm = rows["gemm_quant_mode"].fillna("bf16")
+    moe = rows["moe_quant_mode"].fillna(gemm)
+    keys = [rows["model_path"], rows["system"], rows["backend"], gemm, moe, rows["mode"]]
+    models: dict[str, tuple[ModelSpec, MixerShapes] | str] = {}
+    for (repo, system, backend, gemm_mode, moe_mode, _), index in rows.groupby(keys).groups.items():
+        if repo not in models:
+            path = _config_path(folder, repo)
+            try:
+                models[repo] = _load(path) if path.is_file() else f"no config.json for {repo}"
+            except InputError as exc:
+                models[repo] = str(exc)
+        loaded = models[repo]
+        try:
+            if isinstance(loaded, str):
+                raise InputError(loaded)
+            model, mixers = loaded
+            values = _predict_group(rows.loc[index], model, mixers, _cluster(system), engines[backend], gemm_mode,
+                                    moe_mode)
+            out.loc[index, list(PREDICTED)] = values.T
+        except InputError as exc:
+            out.loc[index, "reason"] = str(exc)[:200]
+    measured_ok = (rows["silicon_ttft_ms"] > 0) & (rows["silicon_tpot_ms"] > 0)
+    out.loc[~measured_ok & (out["reason"] == ""), "reason"] = "no measured TTFT/TPOT"
+    out.loc[~(rows["concurrency"] > 0) & (out["reason"] == ""), "reason"] = "concurrency not stated"
+    return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FittedConstants:
+    """The serving model's fitted constants (seconds) and the rows they were fitted on."""
+
+    step_overhead_s: dict[str, float]
+    """Per engine: CPU time per step not hidden behind the GPU."""
+    request_overhead_s: dict[str, float]
+    """Per engine: per-request latency outside the GPU steps."""
+    waves: float
+    """Request waves of the benchmark protocol (the first arrives at once)."""
+    fitted_rows: int
+    """Covered rows the fit saw."""
+
+
+STEP_OVERHEAD_GRID_S = (0.0, 0.5e-3, 1e-3, 1.5e-3, 2e-3, 3e-3, 4e-3, 6e-3, 8e-3, 12e-3)
+REQUEST_OVERHEAD_GRID_S = tuple(x * 1e-3 for x in (0, 5, 10, 15, 20, 30, 40, 60, 80, 120, 160, 200, 250, 300))
+WAVES_GRID = (1.0, 2.0, 3.0, 5.0, 8.0, 12.0, 20.0, 40.0, np.inf)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OverheadGrid:
+    """Predictions of every row at each step overhead of ``STEP_OVERHEAD_GRID_S`` (arrays [grid, rows]); the
+    waves and request overheads enter in closed form."""
+
+    rows: pd.DataFrame
+    """The measurements with ``reason`` (covered rows have '')."""
+    tpot_steady_s: np.ndarray
+    tpot_burst_s: np.ndarray
+    ttft_steady_s: np.ndarray
+    ttft_burst_s: np.ndarray
+
+
+def overhead_grid(rows: pd.DataFrame, folder: Path) -> OverheadGrid:
+    """Every row predicted once per step-overhead value."""
+    runs = [predict_rows(rows, folder, with_overheads(dict.fromkeys(ENGINE_TRAITS, o))) for o in STEP_OVERHEAD_GRID_S]
+    stack = {c: np.stack([run[c].to_numpy(dtype=float) for run in runs]) for c in PREDICTED}
+    return OverheadGrid(rows=runs[0].drop(columns=list(PREDICTED)), **stack)
+
+
+def _log_err(predicted, measured):
+    return np.abs(np.log(predicted / measured))
+
+
+def _mix(steady, burst, waves: float):
+    return steady + (burst - steady) / waves
+
+
+def fit_constants(grid: OverheadGrid, mask: np.ndarray) -> FittedConstants:
+    """Constants minimising the median |log error| on the covered rows in ``mask``: for each benchmark wave count,
+    per engine the step overhead (on TPOT) and the request overhead (on TTFT); the wave count whose TPOT and
+    TTFT medians sum lowest wins."""
+    rows = grid.rows
+    mask = mask & (rows["reason"] == "").to_numpy()
+    tpot_s, ttft_s = rows["silicon_tpot_ms"].to_numpy() / 1e3, rows["silicon_ttft_ms"].to_numpy() / 1e3
+    engines = {e: mask & (rows["backend"] == e).to_numpy() for e in ENGINE_TRAITS}
+    best_score, best = np.inf, None
+    for waves in WAVES_GRID:
+        tpot = _mix(grid.tpot_steady_s, grid.tpot_burst_s, waves)
+        ttft = _mix(grid.ttft_steady_s, grid.ttft_burst_s, waves)
+        step, request, tpot_errs, ttft_errs = {}, {}, [], []
+        for engine, sel in engines.items():
+            if not sel.any():
+                step[engine], request[engine] = 0.0, 0.0
+                continue
+            g = int(np.argmin([np.median(_log_err(tpot[i, sel], tpot_s[sel])) for i in range(len(STEP_OVERHEAD_GRID_S))]))
+            errs = [np.median(_log_err(ttft[g, sel] + r, ttft_s[sel])) for r in REQUEST_OVERHEAD_GRID_S]
+            step[engine], request[engine] = STEP_OVERHEAD_GRID_S[g], REQUEST_OVERHEAD_GRID_S[int(np.argmin(errs))]
+            tpot_errs.append(_log_err(tpot[g, sel], tpot_s[sel]))
+            ttft_errs.append(_log_err(ttft[g, sel] + request[engine], ttft_s[sel]))
+        score = np.median(np.concatenate(tpot_errs)) + np.median(np.concatenate(ttft_errs)) if tpot_errs else np.inf
+        if score < best_score:
+            best_score, best = score, (waves, step, request)
+    waves, step, request = best if best else (1.0, {}, {})
+    return FittedConstants(step_overhead_s=step, request_overhead_s=request, waves=waves, fitted_rows=int(mask.sum()))
+
+
+def apply_constants(grid: OverheadGrid, constants: FittedConstants) -> pd.DataFrame:
+    """The rows with ``tpot_pred_s`` and ``ttft_pred_s`` under ``constants``."""
+    rows = grid.rows.copy()
+    index = np.array([STEP_OVERHEAD_GRID_S.index(constants.step_overhead_s[b]) for b in rows["backend"]])
+    at = np.arange(len(rows))
+    request = rows["backend"].map(constants.request_overhead_s).to_numpy(dtype=float)
+    rows["tpot_pred_s"] = _mix(grid.tpot_steady_s[index, at], grid.tpot_burst_s[index, at], constants.waves)
+    rows["ttft_pred_s"] = request + _mix(grid.ttft_steady_s[index, at], grid.ttft_burst_s[index, at], constants.waves)
+    return rows
+
+
+def held_out(grid: OverheadGrid, column: str) -> pd.DataFrame:
+    """Each value of ``column`` (model_path or system) predicted with constants fitted on the other rows."""
+    parts = []
+    for value in grid.rows[column].unique():
+        mine = (grid.rows[column] == value).to_numpy()
+        predicted = apply_constants(grid, fit_constants(grid, ~mine))
+        parts.append(predicted[mine])
+    return pd.concat(parts).loc[grid.rows.index]
+
+
+def relative_errors(predicted: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """|predicted / measured − 1| of TTFT and TPOT per row (NaN where not covered)."""
+    ttft = np.abs(predicted["ttft_pred_s"] * 1e3 / predicted["silicon_ttft_ms"] - 1.0)
+    tpot = np.abs(predicted["tpot_pred_s"] * 1e3 / predicted["silicon_tpot_ms"] - 1.0)
+    covered = predicted["reason"] == ""
+    return np.where(covered, ttft, np.nan).astype(float), np.where(covered, tpot, np.nan).astype(float)
+
+
+def _stats(errors: np.ndarray) -> tuple[float, float]:
+    errors = errors[np.isfinite(errors)]
+    return (float(np.median(errors)), float(np.percentile(errors, 90))) if len(errors) else (np.nan, np.nan)
+
+
+def summarise(predicted: pd.DataFrame) -> pd.DataFrame:
+    """Per engine × GPU × mode (and all rows): rows, coverage, median and p90 |error| of TPOT and TTFT."""
+    ttft, tpot = relative_errors(predicted)
+    frame = predicted[list(GROUP_KEYS)].assign(ttft_err=ttft, tpot_err=tpot, covered=predicted["reason"] == "")
+    groups = [(key, part) for key, part in frame.groupby(list(GROUP_KEYS))] + [(("all", "all", "all"), frame)]
+    records = []
+    for key, part in groups:
+        tpot_median, tpot_p90 = _stats(part["tpot_err"].to_numpy())
+        ttft_median, ttft_p90 = _stats(part["ttft_err"].to_numpy())
+        records.append({**dict(zip(GROUP_KEYS, key)), "rows": len(part), "covered_frac": float(part["covered"].mean()),
+                        "tpot_median_err": tpot_median, "tpot_p90_err": tpot_p90,
+                        "ttft_median_err": ttft_median, "ttft_p90_err": ttft_p90})
+    return pd.DataFrame.from_records(records)
+
+
+def uncovered_reasons(predicted: pd.DataFrame) -> pd.Series:
+    """How many rows are not covered, per reason."""
+    return predicted.loc[predicted["reason"] != "", "reason"].value_counts()
+
+
+def with_overheads(step_overheads: dict[str, float], request_overheads: dict[str, float] | None = None
+                   ) -> dict[str, EngineTraits]:
+    """The engine table with the given per-step (and per-request) overheads."""
+    request_overheads = request_overheads or {}
+    return {name: replace(traits, step_overhead_s=step_overheads.get(name, traits.step_overhead_s),
+                          request_overhead_s=request_overheads.get(name, traits.request_overhead_s))
+            for name, traits in ENGINE_TRAITS.items()}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServingValidation:
+    """``paraplan validate --serving``: the accuracy table in sample and held out."""
+
+    constants: FittedConstants
+    """Constants fitted on every covered row (the in-sample table uses them)."""
+    table: pd.DataFrame
+    """Per engine × GPU × mode: rows, coverage, median/p90 |error| of TPOT and TTFT (in sample)."""
+    held_out: dict[str, tuple[float, float]]
+    """Per scheme (leave one model out, leave one GPU out): median |error| of (TPOT, TTFT) over all covered rows."""
+    uncovered: dict[str, int]
+    """Rows not covered, per reason."""
+
+
+def validate_serving(path: str | Path | None = None) -> ServingValidation:
+    """Fit the constants, predict every row, and report in-sample and held-out error."""
+    folder = serving_data_dir(path)
+    grid = overhead_grid(load_measurements(folder), folder)
+    constants = fit_constants(grid, np.ones(len(grid.rows), dtype=bool))
+    predicted = apply_constants(grid, constants)
+    scores = {}
+    for label, column in (("leave one model out", "model_path"), ("leave one GPU out", "system")):
+        ttft, tpot = relative_errors(held_out(grid, column))
+        scores[label] = (_stats(tpot)[0], _stats(ttft)[0])
+    return ServingValidation(constants=constants, table=summarise(predicted), held_out=scores,
+                             uncovered=uncovered_reasons(predicted).to_dict())
+
+
+def _plain(value: float) -> float | None:
+    """JSON has no NaN: a group without covered rows reports null."""
+    return None if not np.isfinite(value) else float(value)
+
+
+def validation_document(report: ServingValidation) -> dict:
+    """The report as plain data (the ``--json`` output of ``validate --serving``)."""
+    groups = [{key: (_plain(value) if isinstance(value, float) else value) for key, value in row.items()}
+              for row in report.table.to_dict(orient="records")]
+    for group in groups:
+        group["rows"] = int(group["rows"])
+    c = report.constants
+    return {"schema_version": 1, "groups": groups,
+            "held_out": {label: {"tpot_median_err": _plain(tpot), "ttft_median_err": _plain(ttft)}
+                         for label, (tpot, ttft) in report.held_out.items()},
+            "constants": {"step_overhead_s": c.step_overhead_s, "request_overhead_s": c.request_overhead_s,
+                          "benchmark_waves": _plain(c.waves), "fitted_rows": c.fitted_rows},
+            "uncovered": report.uncovered,
+            "source": "aiconfigurator 0.12.0 systems/silicon_sample.csv (../shared/data/serving)"}
