@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from paraplan.cost_models.context_parallel import CP_COMM_NAMES
+from paraplan.choices import CP_COMM_NAMES
 from paraplan.cost_models.estimate import estimate
 from paraplan.hardware_profiles import quick_cluster
 from paraplan.model_specs.hf_config import load_model

@@ -15,6 +15,7 @@ from typing import Annotated, Any, get_args
 
 import typer
 
+from paraplan.choices import CP_COMM_CODES, PIPELINE_SCHEDULE_CODES, RECOMPUTE_CODES
 from paraplan.cli import (
     calibrate_cmd,
     catalog_json,
@@ -28,9 +29,7 @@ from paraplan.cli import (
     serve_cmd,
     sweep_cmd,
 )
-from paraplan.cost_models.context_parallel import CP_COMM_CODES
 from paraplan.cost_models.device_memory import usable_capacity_bytes
-from paraplan.cost_models.table import PIPELINE_SCHEDULE_CODES, RECOMPUTE_CODES
 from paraplan.errors import INTERNAL_ERROR_EXIT_CODE, REPORT_REQUEST, InputError, InternalError
 from paraplan.hardware_profiles import Catalog, ClusterSpec, cluster_from_file, load_cluster, quick_cluster
 from paraplan.hardware_profiles.device_names import looks_like_device_name

@@ -22,16 +22,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from paraplan.choices import CP_COMM_CODES
 from paraplan.cost_models.collectives import all_to_all_time_s, collective_time_s, p2p_time_s
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.model_specs.model_spec import ModelSpec
 
-CP_COMM_CODES = {"p2p": 0, "a2a": 1, "allgather": 2, "a2a+p2p": 3}
-"""Context-parallel communication: Megatron's --cp-comm-type names (``allgather`` is TE's all_gather)."""
-CP_COMM_NAMES = {code: name for name, code in CP_COMM_CODES.items()}
-MEGATRON_CP_COMM_TYPES = {"p2p": "p2p", "a2a": "a2a", "allgather": "all_gather", "a2a+p2p": "a2a+p2p"}
-"""Each variant as megatron-core's TransformerConfig.cp_comm_type (0.16) spells it: it passes the name to
-Transformer Engine, whose all-gather variant is all_gather."""
 ACTIVATION_BYTES = 2.0  # Q, K, V, the output and their gradients are 16-bit in every recipe modelled
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from paraplan.choices import PIPELINE_SCHEDULE_CODES
 from paraplan.cost_models.collectives import collective_time_s
 from paraplan.cost_models.compute import (
     ComputeRates,
@@ -28,7 +29,7 @@ from paraplan.cost_models.compute import (
 )
 from paraplan.cost_models.context_parallel import cp_comm_s, cp_comm_variants_s
 from paraplan.cost_models.moe import moe_block_times, routed_copies_per_rank
-from paraplan.cost_models.table import PIPELINE_SCHEDULE_CODES, ConfigTable, Workload
+from paraplan.cost_models.table import ConfigTable, Workload
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.model_specs.model_spec import ModelSpec
 

@@ -27,9 +27,9 @@ import dataclasses
 
 import numpy as np
 
+from paraplan.choices import PIPELINE_SCHEDULE_CODES
 from paraplan.cost_models.pipeline_splits import edge_chunks
 from paraplan.cost_models.stages import StageLayout
-from paraplan.cost_models.table import PIPELINE_SCHEDULE_CODES
 
 DUALPIPEV = PIPELINE_SCHEDULE_CODES["dualpipev"]
 DUALPIPE = PIPELINE_SCHEDULE_CODES["dualpipe"]

@@ -10,19 +10,11 @@ from dataclasses import dataclass, fields, is_dataclass, replace
 
 import numpy as np
 
+from paraplan.choices import PIPELINE_SCHEDULE_CODES
 from paraplan.cost_models.recipes import StateRecipe
 from paraplan.measurements.routing import RoutingStats
 from paraplan.model_specs.model_spec import AttentionFlops
 
-RECOMPUTE_CODES = {"none": 0, "selective": 1, "full": 2, "modules": 3}
-"""none; selective = Megatron's default --recompute-modules core_attn (Korthikanti et al.); full = every
-layer; modules = the cheap modules NVIDIA's MoE recipes recompute: layernorm, mla_up_proj, moe_act."""
-RECOMPUTE_NAMES = {code: name for name, code in RECOMPUTE_CODES.items()}
-PIPELINE_SCHEDULE_CODES = {"1f1b": 0, "dualpipev": 1, "dualpipe": 2}
-"""1f1b = Megatron's 1F1B, interleaved when vpp > 1; dualpipev = the V-shaped cut of DualPipe (two chunks per
-rank, rank r holding chunks r and 2·pp − 1 − r; torch.distributed.pipelining's ScheduleDualPipeV); dualpipe =
-DeepSeek-V3's bidirectional schedule (rank r holds stages r and pp − 1 − r of two model copies). See
-cost_models/schedules.py."""
 PIPELINE_SCHEDULE_NAMES = {code: name for name, code in PIPELINE_SCHEDULE_CODES.items()}
 
 

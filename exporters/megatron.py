@@ -7,7 +7,8 @@ decide (data, tokenizer, learning rate) sit in separate, clearly marked groups.
 
 from __future__ import annotations
 
-from paraplan.cost_models.context_parallel import MEGATRON_CP_COMM_TYPES, hierarchical_inner_size
+from paraplan.choices import MEGATRON_CP_COMM_TYPES
+from paraplan.cost_models.context_parallel import hierarchical_inner_size
 from paraplan.errors import InputError
 from paraplan.exporters.plan_input import ExportPlan
 from paraplan.exporters.program import Arg, ArgGroup, Program

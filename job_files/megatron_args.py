@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import re
 
-from paraplan.cost_models.context_parallel import MEGATRON_CP_COMM_TYPES
+from paraplan.choices import MEGATRON_CP_COMM_TYPES
 from paraplan.errors import InputError
 from paraplan.files import shown
 from paraplan.job_files.imported import Facts

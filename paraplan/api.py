@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from paraplan.cost_models.context_parallel import CP_COMM_CODES
-from paraplan.cost_models.table import PIPELINE_SCHEDULE_CODES, RECOMPUTE_CODES
+from paraplan.choices import CP_COMM_CODES, PIPELINE_SCHEDULE_CODES, RECOMPUTE_CODES
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec, cluster_from_file, load_cluster, quick_cluster
 from paraplan.model_specs.hf_config import load_model

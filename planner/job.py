@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from paraplan.cost_models.context_parallel import CP_COMM_CODES
+from paraplan.choices import CP_COMM_CODES, PIPELINE_SCHEDULE_CODES, RECOMPUTE_CODES
 from paraplan.cost_models.fp8_recipes import FP8_RECIPES
-from paraplan.cost_models.table import PIPELINE_SCHEDULE_CODES, RECOMPUTE_CODES, ConfigTable, Workload
+from paraplan.cost_models.table import ConfigTable, Workload
 from paraplan.errors import InputError
 from paraplan.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from paraplan.measurements.routing import RoutingStats

@@ -8,8 +8,8 @@ from typing import Literal
 
 import numpy as np
 
+from paraplan.choices import CP_COMM_CODES
 from paraplan.cost_models.compute import ComputeRates
-from paraplan.cost_models.context_parallel import CP_COMM_CODES
 from paraplan.cost_models.device_memory import usable_capacity_bytes
 from paraplan.cost_models.estimate import EstimateTable, default_rates, estimate
 from paraplan.cost_models.fp8_recipes import recipe_error

@@ -16,9 +16,10 @@ from itertools import product
 
 import numpy as np
 
-from paraplan.cost_models.context_parallel import CP_COMM_CODES, heads_split_over, hierarchical_inner_size
+from paraplan.choices import CP_COMM_CODES, PIPELINE_SCHEDULE_CODES, RECOMPUTE_CODES
+from paraplan.cost_models.context_parallel import heads_split_over, hierarchical_inner_size
 from paraplan.cost_models.pipeline_splits import edge_chunks, split_exists
-from paraplan.cost_models.table import PIPELINE_SCHEDULE_CODES, RECOMPUTE_CODES, ConfigTable
+from paraplan.cost_models.table import ConfigTable
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.planner.engines import EngineRules
 from paraplan.planner.job import TrainingJob

@@ -8,16 +8,11 @@ import pytest
 from conftest import assert_bad_input, make_table
 from typer.testing import CliRunner
 
+from paraplan.choices import CP_COMM_CODES
 from paraplan.cli.app import app
 from paraplan.cost_models.collectives import all_to_all_time_s, collective_time_s, p2p_time_s
 from paraplan.cost_models.compute import analytical_rates
-from paraplan.cost_models.context_parallel import (
-    CP_COMM_CODES,
-    cp_comm_s,
-    hierarchical_inner_size,
-    ring_hop_bytes,
-    ulysses_bytes,
-)
+from paraplan.cost_models.context_parallel import cp_comm_s, hierarchical_inner_size, ring_hop_bytes, ulysses_bytes
 from paraplan.cost_models.layer import layer_times
 from paraplan.hardware_profiles import load_cluster
 from paraplan.model_specs.hf_config import load_model

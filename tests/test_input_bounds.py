@@ -163,7 +163,7 @@ def test_ambiguous_and_absent_products_are_refused_by_name():
 
 @pytest.mark.parametrize("command", ["plan", "evaluate"])
 def test_help_lists_every_recompute_kind_and_the_store(command):
-    from paraplan.cost_models.table import RECOMPUTE_CODES
+    from paraplan.choices import RECOMPUTE_CODES
 
     text = " ".join(_run(command, "--help").stdout.split())
     for kind in RECOMPUTE_CODES:

@@ -8,7 +8,7 @@ from itertools import product
 import numpy as np
 import pytest
 
-from paraplan.cost_models.table import RECOMPUTE_CODES
+from paraplan.choices import RECOMPUTE_CODES
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import load_cluster
 from paraplan.model_specs.hf_config import load_model

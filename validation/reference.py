@@ -17,8 +17,7 @@ from io import StringIO
 import numpy as np
 import pandas as pd
 
-from paraplan.cost_models.context_parallel import CP_COMM_CODES
-from paraplan.cost_models.table import PIPELINE_SCHEDULE_CODES, RECOMPUTE_CODES
+from paraplan.choices import CP_COMM_CODES, PIPELINE_SCHEDULE_CODES, RECOMPUTE_CODES
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec, load_cluster, quick_cluster
 from paraplan.hardware_profiles.catalog import with_nic

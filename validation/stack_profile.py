@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from paraplan.choices import RECOMPUTE_CODES
 from paraplan.cost_models.compute import ComputeRates
-from paraplan.cost_models.table import RECOMPUTE_CODES
 from paraplan.errors import InputError
 from paraplan.files import one_line, parse_user_json, read_user_text, shown
 from paraplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN

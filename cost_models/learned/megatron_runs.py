@@ -17,11 +17,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from paraplan.choices import CP_COMM_CODES, MEGATRON_CP_COMM_TYPES, RECOMPUTE_CODES
 from paraplan.cost_models.compute import ComputeRates
-from paraplan.cost_models.context_parallel import CP_COMM_CODES, MEGATRON_CP_COMM_TYPES
 from paraplan.cost_models.estimate import estimate
 from paraplan.cost_models.recipes import MEGATRON_LOW_PRECISION, MEGATRON_MIXED
-from paraplan.cost_models.table import RECOMPUTE_CODES, ConfigTable, Workload
+from paraplan.cost_models.table import ConfigTable, Workload
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import quick_cluster
 from paraplan.model_specs.hf_config import model_from_config
