@@ -12,7 +12,6 @@ from rich.markup import escape
 from rich.table import Table
 
 from paraplan.cli import render
-from paraplan.cost_models.compute import ComputeRates
 from paraplan.errors import InputError
 
 if TYPE_CHECKING:
@@ -20,20 +19,6 @@ if TYPE_CHECKING:
 StackProfileOpt = Annotated[str | None, typer.Option(
     "--stack-profile", help="A stack profile from 'paraplan calibrate' (its name, or a .json file): every step "
                             "time scaled by the factor your own measured runs gave. Analytical cost model only.")]
-
-
-def apply_profile(name: str | None, rates: ComputeRates, gpu: str, engine: str) -> ComputeRates:
-    """``rates`` with the named profile applied (unchanged without one); a note on stderr when the job's GPU
-    or engine is not among the profile's runs."""
-    if name is None:
-        return rates
-    from paraplan.validation import stack_profile as sp  # pandas: loaded only when a profile is applied
-
-    profile = sp.load_profile(name)
-    note = sp.mismatch_note(profile, gpu, engine)
-    if note:
-        render.make_console(stderr=True).print(escape(note))
-    return sp.with_profile(rates, profile)
 
 
 def calibrate(

@@ -19,8 +19,11 @@ from rich.table import Table
 from paraplan.cli import render
 from paraplan.errors import InputError
 from paraplan.files import shown
+from paraplan.request import FileLayout
 
 if typing.TYPE_CHECKING:
+    from rich.console import Console
+
     from paraplan.job_files import ImportedJob
 
 META_KEY = "paraplan.from_job"
@@ -134,20 +137,20 @@ def show_source(console, imported: ImportedJob, values: dict[str, Any], searchin
         console.print(f"note: {escape(note)}")
 
 
-def fixed_extras(ctx: typer.Context) -> dict[str, list[int]]:
+def fixed_extras(ctx: typer.Context) -> dict[str, list[bool]]:
     """Axes a job file sets that have no flag of their own: Megatron's --overlap-moe-expert-parallel-comm."""
     entry = ctx.meta.get(META_KEY)
     if entry is None or "ep_overlap" not in entry[0].layout:
         return {}
-    return {"ep_overlap": [int(bool(entry[0].layout["ep_overlap"]))]}
+    return {"ep_overlap": [bool(entry[0].layout["ep_overlap"])]}
 
 
-def compare(ctx: typer.Context, job, spec, rates, best, cost_model: str) -> dict[str, Any] | None:
-    """``plan --from``: the file's own layout, priced like the search's rows, beside the best plan."""
-    from paraplan.cli.app import constraints  # the flags' own parsing, for the file's values
+def file_layout(ctx: typer.Context) -> FileLayout | None:
+    """``plan --from``: the file's own layout (the command line's single values over it), to price beside the best
+    plan; None without a job file."""
+    from paraplan.cli.train_flags import axis_values
     from paraplan.job_files.merge import option_values
-    from paraplan.planner.plan import plan_at, plan_to_json
-    from paraplan.planner.search import search
+    from paraplan.request import axis_codes
 
     entry = ctx.meta.get(META_KEY)
     if entry is None:
@@ -156,39 +159,20 @@ def compare(ctx: typer.Context, job, spec, rates, best, cost_model: str) -> dict
     layout = {**_FIXED_DEFAULTS, **{k: v for k, (v, _) in option_values(imported).items() if k in AXIS_PARAMS}}
     layout.update({k: v for k, v in cli_axes.items() if v is not None and "," not in str(v)})
     layout.pop("dp", None)
-    fixed = constraints(**{"tp_overlap" if k == "tp_comm_overlap" else k: layout[k] for k in AXIS_PARAMS if k in layout})
-    shape = fixed["tp"][0] * fixed["pp"][0] * fixed["cp"][0]
-    block: dict[str, Any] = {"file": imported.path, "format": imported.format,
-                             "sources": dict(imported.sources), "notes": list(imported.notes)}
-    if spec.num_gpus % shape:
-        block["error"] = f"tp·pp·cp = {shape} does not divide the {spec.num_gpus} GPUs"
-    else:
-        fixed["dp"] = [spec.num_gpus // shape]
-        fixed.update(fixed_extras(ctx))
-        result = search(job, spec, fixed, rates=rates)
-        if len(result.table) == 0:
-            block["error"] = f"the file's layout breaks a rule: {max(result.rejected, key=result.rejected.get)}"
-        else:
-            yours = plan_at(job, spec, result, 0, rank=1)
-            block.update(plan=plan_to_json(yours, cost_model), comparison=_comparison(yours, best))
-    _render_comparison(render.make_console(), block)
-    return block
+    values = axis_values(**{"tp_overlap" if k == "tp_comm_overlap" else k: layout[k] for k in AXIS_PARAMS
+                            if k in layout})
+    fixed = {axis: axis_codes(axis, value) for axis, value in values.items()}
+    fixed.update({axis: axis_codes(axis, value) for axis, value in fixed_extras(ctx).items()})
+    return FileLayout(path=imported.path, format=imported.format, sources=dict(imported.sources),
+                      notes=tuple(imported.notes), fixed=fixed)
 
 
 _METRICS = (("step_time_s", "step time s", render.seconds), ("tokens_per_s_per_gpu", "tokens/s/GPU", render.count),
             ("mfu", "MFU %", render.percent), ("peak_memory_bytes", "peak memory GiB", render.gib))
 
 
-def _comparison(yours, best) -> dict[str, Any]:
-    rows = {key: {"yours": yours.estimate[key], "best": best.estimate[key],
-                  "change_frac": best.estimate[key] / yours.estimate[key] - 1 if yours.estimate[key] else None}
-            for key, _, _ in _METRICS}
-    rows["fits"] = {"yours": yours.fits, "best": best.fits}
-    return {"yours_config": yours.config.as_dict(), "best_config": best.config.as_dict(), "metrics": rows,
-            "speedup": yours.estimate["step_time_s"] / best.estimate["step_time_s"]}
-
-
-def _render_comparison(console, block: dict[str, Any]) -> None:
+def show_comparison(console: Console, block: dict[str, Any]) -> None:
+    """The job file's layout beside the best plan (or why it could not be priced)."""
     if "error" in block:
         console.print(f"your layout ({escape(block['file'])}): {escape(block['error'])}")
         return

@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Annotated
 
-import numpy as np
 import typer
 from rich.table import Table
 
 from paraplan.cli import render
 from paraplan.errors import InputError
 from paraplan.exporters.plan_input import read_plan_file
-from paraplan.hardware_profiles import Catalog, ClusterSpec
-from paraplan.hardware_profiles.topology import Topology, uniform_topology
-from paraplan.hardware_profiles.topology_file import is_topology_file, load_topology, topology_from_file
+from paraplan.hardware_profiles import Catalog
+from paraplan.hardware_profiles.topology_file import load_topology
 from paraplan.hardware_profiles.units import BYTES_PER_GB
 from paraplan.hardware_profiles.user_file import HARDWARE_ENV, resolve_catalog
-from paraplan.planner.placement.apply import mixed_plan, partition_plan, place_plan
+from paraplan.planner.placement.apply import partition_plan, place_plan
 from paraplan.planner.placement.expert_input import (
     DEFAULT_TOKENS_PER_LAYER,
     check_layers,
@@ -28,10 +25,8 @@ from paraplan.planner.placement.expert_input import (
     with_expert_placement,
 )
 from paraplan.planner.placement.expert_placement import make_instance, place_experts
-from paraplan.planner.placement.mixed_gpus import stage_blocks
 from paraplan.planner.placement.solver import SolverConfig
-from paraplan.planner.plan import SCHEMA_VERSION, config_at
-from paraplan.planner.search import SearchResult
+from paraplan.planner.plan import SCHEMA_VERSION
 
 _PLACE = "Placement"
 TimeLimitOpt = Annotated[float, typer.Option(help="Seconds per placement, building the model included (per layer for experts).",
@@ -166,13 +161,6 @@ def place(
         render.write_json(json_path, {"schema_version": SCHEMA_VERSION, "plans": [placed_document]}, force)
 
 
-PLAN_PLACE_TIME_LIMIT_S = 5.0
-"""Solver time per plan and optimizer for 'paraplan plan --place' (the top plans are refined in turn)."""
-MAX_TYPED_PIPELINE_SCAN = 100_000
-"""Ranked plans scanned for typed-pipeline candidates on a mixed cluster (a vectorised mask; bounds the work
-on searches that rank millions of plans)."""
-
-
 def check_plan_gpu(document: dict, catalog: Catalog, plan_file: Path) -> None:
     """A plan made with a user GPU can be placed only with that GPU's numbers: say where to get them."""
     gpu = document["cluster"]["gpu"]
@@ -180,140 +168,3 @@ def check_plan_gpu(document: dict, catalog: Catalog, plan_file: Path) -> None:
     if gpu not in catalog.gpus and origin not in (None, "built-in"):
         raise InputError(f"{plan_file} was planned on GPU {gpu!r} from the user hardware file {origin}; pass "
                          f"--hardware {origin} (or set ${HARDWARE_ENV}) so placement can price it")
-
-
-def search_cluster(path: Path, nodes: int | None, gpus: int | None, catalog: Catalog | None = None) -> ClusterSpec:
-    """What 'paraplan plan' searches on for a topology file: its weakest GPU type on every node and its slowest
-    inter-node link on every link (a plan uses every node, so its rings cross the slowest link somewhere;
-    placement then finds where, and re-ranks the top plans by the placed step time)."""
-    if nodes is not None or gpus is not None:
-        raise InputError(f"{path} lists its own nodes; drop --nodes/--gpus")
-    topology = topology_from_file(path, catalog=catalog)
-    return topology.nominal_cluster(topology.slowest_link_bytes_per_s(), node=topology.weakest_node())
-
-
-def placement_topology(cluster: str | None, spec: ClusterSpec, catalog: Catalog | None = None) -> Topology:
-    """The topology 'paraplan plan' places on: the topology file, else the uniform topology of ``spec``."""
-    try:
-        return topology_from_file(Path(cluster), catalog=catalog) if cluster and is_topology_file(Path(cluster)) \
-            else uniform_topology(spec)
-    except ValueError as exc:
-        raise InputError(str(exc)) from None
-
-
-def refine(documents: list[dict], topology: Topology, objective: str = "throughput",
-           keep: int | None = None) -> list[dict]:
-    """'paraplan plan --place' (or a mixed-GPU topology): place ranks and partition stages of each plan,
-    or choose stage GPU types on a mixed cluster; print one row per plan. Ranked by throughput, the plans
-    come back in the order of their placed step time (placement_reranked), the first ``keep`` of them."""
-    config = SolverConfig(time_limit_s=PLAN_PLACE_TIME_LIMIT_S)
-    table = Table(title=f"placement on {topology.name} ({topology.num_nodes} nodes, {', '.join(topology.gpu_types)})")
-    for column in ("#", "search step s", "placed step s", "layers per stage", "note"):
-        table.add_column(column, justify="left" if column in ("layers per stage", "note") else "right")
-    refined = []
-    with render.working(render.make_console(stderr=True), f"placing {len(documents)} plans"):
-        for document in documents:
-            out, row = _refine_one(document, topology, config)
-            refined.append(out)
-            table.add_row(str(document["rank"]), render.seconds(document["estimate"]["step_time_s"]), *row)
-    render.print_table(render.make_console(), table)
-    if objective != "throughput":
-        return refined
-    reranked = placement_reranked(refined, on_mixed=len(topology.gpu_types) > 1)[:keep]
-    moves = [f"#{d['placement']['search_rank']} -> #{d['rank']}" for d in reranked
-             if d["placement"].get("search_rank", d["rank"]) != d["rank"]]
-    if moves:
-        render.make_console().print("re-ranked by the placed step time: " + ", ".join(moves)
-                                    + " (the JSON and the export take the new #1)")
-    return reranked
-
-
-def typed_pipeline_rows(topology: Topology, result: SearchResult, skip: int, limit: int) -> list[tuple[int, int]]:
-    """(search rank, table row) of the best ``limit`` plans after the first ``skip`` that a typed pipeline
-    can run on a mixed-GPU topology (pp >= 2, one chunk per rank, stages of whole nodes that every type
-    holds a whole number of); none on a topology of one type. The search prefers layouts no typed pipeline
-    can run (pp = 1, vpp > 1): these run beside its top plans so placement compares whole steps of both."""
-    if len(topology.gpu_types) < 2:
-        return []
-    ranked = np.asarray(result.ranked)[skip:skip + MAX_TYPED_PIPELINE_SCAN]
-    positions = np.flatnonzero((result.table.pp[ranked] >= 2) & (result.table.vpp[ranked] == 1))
-    rows = []
-    for position in positions:
-        row = int(ranked[position])
-        try:
-            stage_blocks(topology, config_at(result.table, row))
-        except InputError:
-            continue
-        rows.append((skip + int(position) + 1, row))
-        if len(rows) == limit:
-            break
-    return rows
-
-
-def placed_step_s(document: dict, on_mixed: bool) -> float | None:
-    """The plan's step after placement: its placed hosts' (``rank_placement``) or its typed pipeline's
-    whole step (``mixed_gpus``). On a mixed cluster a plan no typed pipeline runs keeps the search's step:
-    every GPU waits for the weakest type, the type the search priced it on. None where nothing placed it."""
-    placement = document["placement"]
-    if "rank_placement" in placement:
-        return placement["rank_placement"]["step_time_s_after"]
-    if "placed_step_time_s" in placement.get("mixed_gpus", {}):
-        return placement["mixed_gpus"]["placed_step_time_s"]
-    return document["estimate"]["step_time_s"] if on_mixed else None
-
-
-def placement_reranked(documents: list[dict], on_mixed: bool = False) -> list[dict]:
-    """The documents ordered by their placed step time (``placed_step_s``), each with its new ``rank`` and
-    its search rank in ``placement.search_rank``; unchanged when a plan has no placed time."""
-    placed = [placed_step_s(d, on_mixed) for d in documents]
-    if any(step is None for step in placed):
-        return documents
-    order = sorted(range(len(documents)), key=lambda i: (placed[i], documents[i]["rank"]))
-    out = []
-    for new_rank, index in enumerate(order, start=1):
-        document = copy.deepcopy(documents[index])
-        document["placement"]["search_rank"] = document["rank"]
-        document["rank"] = new_rank
-        out.append(document)
-    return out
-
-
-def _refine_one(document: dict, topology: Topology, config: SolverConfig) -> tuple[dict, list[str]]:
-    if len(topology.gpu_types) > 1:
-        try:
-            mixed, out = mixed_plan(document, topology, config)
-        except InputError as exc:
-            parallel = document["config"]
-            why = f"pp = {parallel['pp']}, vpp = {parallel['vpp']}; a typed pipeline needs pp >= 2, vpp = 1" \
-                if parallel["pp"] < 2 or parallel["vpp"] > 1 else str(exc)
-            return document, [render.seconds(document["estimate"]["step_time_s"]), "-",
-                              f"every GPU at the {topology.weakest_node().gpu.name} pace, as searched ({why})"]
-        fast = "-" if mixed.fast_only_step_s is None else render.seconds(mixed.fast_only_step_s)
-        types = "/".join(gpu.split("-")[0] for gpu in mixed.stage_types)
-        return out, [render.seconds(out["placement"]["mixed_gpus"]["placed_step_time_s"]), layers_text(mixed.stage_layers),
-                     (f"stages on {types} ({mixed.stats.status}); pipeline time per step: placed "
-                      f"{render.seconds(mixed.step_s)} s, naive split {render.seconds(mixed.naive_step_s)} s, "
-                      f"{mixed.fast_only_type} only {fast} s")]
-    placed, out = place_plan(document, topology, config)
-    staged = partition_plan(out, topology, config)
-    layers = out["placement"]["stage_layers"]
-    note = f"hosts {placed.stats.status}"
-    if staged is not None:
-        split, out = staged
-        layers = list(split.stage_layers)
-        note += (f"; slowest stage {render.seconds(split.baseline_slowest_s)} -> {render.seconds(split.slowest_s)} s "
-                 f"per micro-batch ({split.stats.status})")
-    return out, [render.seconds(placed.placed_step_s), layers_text(layers), note]
-
-
-def layers_text(layers) -> str:
-    """Layers per chunk, runs of equal counts written once: [4, 4, 4, 3] -> '4 x3, 3'."""
-    if layers is None:
-        return "-"
-    runs: list[list[int]] = []
-    for count in layers:
-        if runs and runs[-1][0] == count:
-            runs[-1][1] += 1
-        else:
-            runs.append([count, 1])
-    return ", ".join(f"{count} x{times}" if times > 1 else str(count) for count, times in runs)

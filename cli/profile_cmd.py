@@ -9,13 +9,10 @@ from typing import Annotated
 import typer
 
 from paraplan.cli import render
-from paraplan.cost_models.compute import ComputeRates
-from paraplan.cost_models.learned.provider import COST_MODELS, compute_rates, learned_cluster
+from paraplan.cost_models.learned.provider import COST_MODELS
 from paraplan.errors import InputError
-from paraplan.hardware_profiles import ClusterSpec
 from paraplan.measurements.ingest import FORMATS
 from paraplan.measurements.store_location import default_store_path
-from paraplan.planner.job import TrainingJob
 
 StoreOpt = Annotated[Path | None, typer.Option(
     "--store", help="Profile store (SQLite). Default: $PARAPLAN_STORE or $XDG_DATA_HOME/paraplan/profiles.sqlite.")]
@@ -28,18 +25,6 @@ CostModelOpt = Annotated[str, typer.Option(
 def store_path(store: Path | None) -> Path:
     """``--store`` or the default."""
     return store if store is not None else default_store_path()
-
-
-def rates_for(cost_model: str, cluster: ClusterSpec, job: TrainingJob, store: Path | None = None) -> ComputeRates:
-    """The compute rates ``plan`` and ``evaluate`` should cost with (learned ones from ``store``)."""
-    work = job.workload()
-    return compute_rates(cost_model, cluster.gpu, work.precision, work.attention, work.kernel_stack,
-                         store_path(store))
-
-
-def cluster_for(cost_model: str, cluster: ClusterSpec, store: Path | None = None) -> ClusterSpec:
-    """The cluster ``plan`` and ``evaluate`` should cost with: its learned collective models attached."""
-    return learned_cluster(cost_model, cluster, store_path(store))
 
 
 def ingest(

@@ -46,7 +46,7 @@ def _engines(engine: str | None, export: str | None) -> tuple[str, ...]:
 
 def _counts(text: str | None) -> list[int] | None:
     """--gpus: GPU counts in the order of --gpu's types."""
-    from paraplan.cli.app import parse_ints
+    from paraplan.cli.train_flags import parse_ints
 
     return None if text is None else [parse_ints("--gpus", part)[0] for part in text.split(",")]
 
@@ -67,7 +67,7 @@ def _names(text: str | None) -> list[str] | None:
 
 
 def _fixed_axes(values: dict[str, str | None]) -> dict[str, tuple[int, ...]]:
-    from paraplan.cli.app import parse_ints
+    from paraplan.cli.train_flags import parse_ints
 
     return {axis: tuple(parse_ints(f"--{axis.replace('_', '-')}", text)) for axis, text in values.items()
             if text is not None}

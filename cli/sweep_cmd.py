@@ -4,6 +4,7 @@ GPUs bought (planner/run/sweep.py)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from pathlib import Path
 from typing import Annotated, Any
@@ -82,33 +83,34 @@ def sweep(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --json file.")] = False,
 ) -> None:
     """Best plan, days, dollars and goodput at each GPU count and type: where adding GPUs stops paying."""
-    from paraplan.cli import app as cli_app  # the plan command's helpers (app imports this module)
-    from paraplan.cli import profile_cmd
+    from paraplan.cli.train_flags import parse_ints
     from paraplan.hardware_profiles.user_file import resolve_catalog
+    from paraplan.request import build_cluster, cost_inputs, make_request, run_options, training_job, with_price
 
-    counts = cli_app.parse_ints("gpus", gpus)
+    counts = parse_ints("gpus", gpus)
     catalog = resolve_catalog(hardware)
     names, batches = _gpu_names(gpu, catalog), _batches(global_batch, global_batch_range)
     prices = _prices(price, names)
-    options = run_flags.run_options(tokens, steps, None, failure_rate, write_gbps, load_gbps, checkpoint, restart_s)
+    options = run_options(tokens, steps, None, failure_rate, write_gbps, load_gbps, checkpoint, restart_s)
     if options is None:
         raise InputError("sweep needs the run's budget: --tokens N (e.g. 15e12) or --steps N")
     if objective not in OBJECTIVES or top < 1 or seq_len < 1:
         raise InputError(f"--objective expects {', '.join(OBJECTIVES)}, --top and --seq-len positive integers; got "
                          f"{objective!r}, {top}, {seq_len}")
     render.prepare_json(json_path, force)
-    job = cli_app.make_job(model, seq_len, batches[0], precision, engine, "full", 0.0)
+    request = make_request(model, seq_len=seq_len, global_batch=batches[0], precision=precision, engine=engine,
+                           gpu=names[0], gpus=counts[0], gpus_per_node=gpus_per_node)
+    job = training_job(request)
     points, skipped = [], []
     with render.working(render.make_console(stderr=True), "sweeping") as status:
         for count in counts:
             for name, unit_price in zip(names, prices):
                 if status is not None:
                     status.update(f"sweeping: {count} x {name}")
-                cluster = run_flags.with_price(cli_app.make_cluster(None, None, name, count, gpus_per_node, catalog),
-                                               unit_price)
-                rates = profile_cmd.rates_for("auto", cluster, job)
-                found = sweep_point(job, profile_cmd.cluster_for("auto", cluster), {}, objective, rates, options,
-                                    batches, top)
+                point = dataclasses.replace(request.cluster, gpu=name, gpus=count)
+                cluster = with_price(build_cluster(point, catalog), unit_price)
+                rates, learned, _ = cost_inputs(request, job, cluster, rates_first=True)
+                found = sweep_point(job, learned, {}, objective, rates, options, batches, top)
                 points += found
                 if not found:
                     skipped.append({"num_gpus": count, "gpu": name, "reason": "no plan fits"})

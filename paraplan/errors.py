@@ -8,6 +8,7 @@ too and is reported the same way, after its traceback.
 """
 
 import re
+from collections.abc import Callable
 
 INTERNAL_ERROR_EXIT_CODE = 70
 """EX_SOFTWARE of BSD's sysexits.h: an internal software error, told apart from bad input (2)."""
@@ -42,3 +43,29 @@ class InputError(ValueError):
 
 class InternalError(Exception):
     """A defect of paraplan itself, found by a check of its own output; never the user's input."""
+
+
+class ParameterError(InputError):
+    """Bad input that names the parameters at fault. ``template`` writes each as ``{parameter}`` and each other value
+    as ``{name}`` given in ``values``: the library's message spells a parameter as its Python name (``seq_len``),
+    the command line as its flag (``--seq-len``, ``spelled``), so both say what to change in the caller's words."""
+
+    def __init__(self, template: str, **values: object) -> None:
+        self.template = template
+        self.values = values
+        super().__init__(self.spelled(str))
+
+    def spelled(self, spell: Callable[[str], str]) -> str:
+        """The message with every parameter written by ``spell`` (its name, or a flag)."""
+        return self.template.format_map(_Spelling(self.values, spell))
+
+
+class _Spelling(dict[str, object]):
+    """``str.format_map``'s mapping: the given values, and any other key (a parameter) as ``spell`` writes it."""
+
+    def __init__(self, values: dict[str, object], spell: Callable[[str], str]) -> None:
+        super().__init__(values)
+        self.spell = spell
+
+    def __missing__(self, key: str) -> str:
+        return self.spell(key)

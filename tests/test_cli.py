@@ -10,9 +10,10 @@ import pytest
 from conftest import assert_bad_input
 from typer.testing import CliRunner
 
-from paraplan.cli import app as cli_app
-from paraplan.cli.app import app, parse_ints
+from paraplan import api as paraplan_api
+from paraplan.cli.app import app
 from paraplan.cli.render import seconds
+from paraplan.cli.train_flags import parse_ints
 from paraplan.errors import InputError
 
 # A fixed page width keeps tables unfolded whatever the developer's terminal exports.
@@ -236,7 +237,7 @@ def test_an_unexpected_exception_is_a_bug_with_exit_code_70(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(cli_app, "search", broken)
+    monkeypatch.setattr(paraplan_api, "search", broken)
     result = invoke("plan", *QUICK_8B)
     assert result.exit_code == 70  # EX_SOFTWARE: a defect in paraplan, not bad input (2)
     last = result.stderr.splitlines()[-1]

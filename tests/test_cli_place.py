@@ -260,7 +260,7 @@ def test_multi_node_nvlink_domains_are_refused_in_one_line(tmp_path: Path):
 
 
 def test_placement_reranks_by_the_placed_step_time():
-    from paraplan.cli.place_cmd import placement_reranked
+    from paraplan.planner.placement.refine import placement_reranked
 
     def doc(rank, placed):
         document = make_plan_document(tp=8, dp=2, pp=2, global_batch=64)
@@ -286,8 +286,8 @@ node_groups:
 
 
 def test_plan_on_a_topology_searches_at_its_slowest_link_and_placement_agrees(tmp_path: Path):
-    from paraplan.cli.place_cmd import search_cluster
     from paraplan.hardware_profiles import load_gpu
+    from paraplan.planner.placement.refine import search_cluster
 
     path = tmp_path / "topo.yaml"
     path.write_text(TOPOLOGY_TWO_LEAVES)

@@ -13,7 +13,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from paraplan.cli import render_run
-from paraplan.cli.run_flags import with_price
 from paraplan.hardware_profiles import load_gpu, quick_cluster
 from paraplan.model_specs.hf_config import load_model
 from paraplan.planner.job import TrainingJob
@@ -23,6 +22,7 @@ from paraplan.planner.run import failures as fl
 from paraplan.planner.run.cost import RunOptions, num_steps, run_cost, run_document
 from paraplan.planner.run.sweep import best_per_size, sweep_point
 from paraplan.planner.search import search
+from paraplan.request import with_price
 
 GB = 1e9
 TOKENS_PER_STEP = 64 * 4096  # global batch 64 x seq 4096 = 262,144

@@ -1,0 +1,236 @@
+"""``paraplan plan`` and ``paraplan evaluate``: parse the flags into a PlanRequest, call the library, render.
+
+A ``--from`` job file or ``--config`` YAML is merged into the flags first (cli/from_file.py); the request then goes
+to ``paraplan.api.plan_request`` / ``evaluate_request``, the calls ``paraplan.plan(...)`` / ``evaluate(...)`` make.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import typer
+from rich.markup import escape
+
+from paraplan.cli import calibrate_cmd, export_cmd, profile_cmd, render, render_run, report_cmd, run_flags
+from paraplan.cli import from_file as job_file
+from paraplan.cli.train_flags import (
+    CP_COMM_HELP,
+    SCHEDULE_HELP,
+    TP_OVERLAP_HELP,
+    AsyncTPOpt,
+    AttentionOpt,
+    BatchOpt,
+    CapacityOpt,
+    ClusterOpt,
+    CompileOpt,
+    ConfigOpt,
+    ConventionOpt,
+    DispatcherOpt,
+    EngineOpt,
+    ExportOpt,
+    ExportOutOpt,
+    ForceOpt,
+    Fp8RecipeOpt,
+    FromOpt,
+    GpuOpt,
+    GpusOpt,
+    HardwareFileOpt,
+    HeadroomOpt,
+    ImbalanceOpt,
+    JobModelArg,
+    JsonOpt,
+    NodesOpt,
+    ObjectiveOpt,
+    PerNodeOpt,
+    PlaceOpt,
+    PrecisionOpt,
+    ReportOpt,
+    RoutingOpt,
+    SeqLenOpt,
+    TopOpt,
+    axis_opt,
+    request_from_flags,
+)
+from paraplan.planner.placement.refine import PlacementReport, PlacementRow
+
+if TYPE_CHECKING:
+    from paraplan.api import PlanResult
+
+
+def plan(
+    ctx: typer.Context, model: JobModelArg = None, seq_len: SeqLenOpt = None, global_batch: BatchOpt = None,
+    cluster: ClusterOpt = None, nodes: NodesOpt = None,
+    gpu: GpuOpt = None, gpus: GpusOpt = None, gpus_per_node: PerNodeOpt = None, hardware: HardwareFileOpt = None,
+    engine: EngineOpt = "megatron",
+    attention: AttentionOpt = "auto", precision: PrecisionOpt = "bf16", flops_convention: ConventionOpt = "full",
+    headroom: HeadroomOpt = 0.0, expert_imbalance: ImbalanceOpt = None, routing: RoutingOpt = None,
+    capacity_factor: CapacityOpt = None, dispatcher: DispatcherOpt = "auto", compile_model: CompileOpt = False,
+    async_tp: AsyncTPOpt = False, fp8_recipe: Fp8RecipeOpt = "tensorwise",
+    objective: ObjectiveOpt = "throughput", top: TopOpt = 5,
+    json_path: JsonOpt = None, force: ForceOpt = False, export: ExportOpt = None, out: ExportOutOpt = None,
+    place: PlaceOpt = False,
+    tp: axis_opt("Tensor parallel, e.g. 8 or 4,8.") = None, pp: axis_opt("Pipeline parallel.") = None,
+    dp: axis_opt("Data parallel.") = None, cp: axis_opt("Context parallel.") = None,
+    cp_comm: axis_opt(CP_COMM_HELP) = None,
+    ep: axis_opt("Expert parallel (MoE models).") = None, etp: axis_opt("Expert tensor parallel (MoE).") = None,
+    vpp: axis_opt("Virtual pipeline stages.") = None, mbs: axis_opt("Micro-batch size.") = None,
+    zero: axis_opt("ZeRO stages 0-3.") = None,
+    recompute: axis_opt("none, selective, full, modules (comma list; modules = Megatron's --recompute-modules).")
+    = None,
+    sp: axis_opt("Sequence parallel: on, off or both.") = None,
+    offload: axis_opt("Layers whose activations go to host memory (Megatron --cpu-offloading-num-layers; "
+                      "pp = 1, no recompute).") = None,
+    pp_schedule: axis_opt(SCHEDULE_HELP) = None,
+    tp_comm_overlap: axis_opt(TP_OVERLAP_HELP + " on, off or both.") = None,
+    cost_model: profile_cmd.CostModelOpt = "auto", store: profile_cmd.StoreOpt = None,
+    stack_profile: calibrate_cmd.StackProfileOpt = None, from_file: FromOpt = None, config: ConfigOpt = None,
+    tokens: run_flags.TokensOpt = None, steps: run_flags.StepsOpt = None, price_per_gpu_hour: run_flags.PriceOpt = None,
+    failure_rate_per_gpu_hour: run_flags.FailureRateOpt = None, checkpoint_write_gbps: run_flags.WriteOpt = None,
+    checkpoint_load_gbps: run_flags.LoadOpt = None, checkpoint: run_flags.ModeOpt = None,
+    restart_s: run_flags.RestartOpt = None, report: ReportOpt = None,
+) -> None:
+    """Search every parallel layout and show the fastest plans that fit."""
+    from paraplan.api import plan_request
+
+    flags = {name: value for name, value in locals().items() if name != "ctx"}
+    if from_file is not None or config is not None:
+        return plan(**job_file.merged(ctx, plan, from_file, config, searching=True))
+    job_file.require(model=model, seq_len=seq_len, global_batch=global_batch)
+    request = request_from_flags(flags, compare=job_file.file_layout(ctx))
+    render.prepare_json(json_path, force)
+    export_cmd.check_plan_export(export, out, request.engine, force)
+    if report is not None:
+        report_cmd.check_report_folder(report, force)
+    with render.working(render.make_console(stderr=True), "searching parallel layouts"):
+        result = plan_request(request)
+    show_plans(result, request.objective)
+    if json_path is not None:
+        render.write_json(json_path, result.document, force)
+    if export is not None:
+        export_cmd.export_plan_document(result.documents[0], export, out, force)
+    if report is not None:
+        typer.echo(f"wrote {report_cmd.write_report(result.documents, report, force)}")
+    return None
+
+
+def evaluate(
+    ctx: typer.Context, model: JobModelArg = None, seq_len: SeqLenOpt = None, global_batch: BatchOpt = None,
+    tp: axis_opt("Tensor parallel.") = None, pp: axis_opt("Pipeline parallel.") = None, cluster: ClusterOpt = None,
+    nodes: NodesOpt = None, gpu: GpuOpt = None,
+    gpus: GpusOpt = None, gpus_per_node: PerNodeOpt = None, hardware: HardwareFileOpt = None,
+    engine: EngineOpt = "megatron",
+    attention: AttentionOpt = "auto", precision: PrecisionOpt = "bf16", flops_convention: ConventionOpt = "full",
+    headroom: HeadroomOpt = 0.0, expert_imbalance: ImbalanceOpt = None, routing: RoutingOpt = None,
+    capacity_factor: CapacityOpt = None, dispatcher: DispatcherOpt = "auto", compile_model: CompileOpt = False,
+    async_tp: AsyncTPOpt = False, fp8_recipe: Fp8RecipeOpt = "tensorwise",
+    dp: axis_opt("Data parallel (default: GPUs / (tp·pp·cp)).") = None, cp: axis_opt("Context parallel.") = "1",
+    cp_comm: axis_opt(CP_COMM_HELP) = "p2p",
+    ep: axis_opt("Expert parallel (MoE models).") = "1", etp: axis_opt("Expert tensor parallel (MoE).") = "1",
+    vpp: axis_opt("Virtual pipeline stages.") = "1", mbs: axis_opt("Micro-batch size.") = "1",
+    zero: axis_opt("ZeRO stage 0-3.") = "0",
+    recompute: axis_opt("none, selective, full or modules (Megatron's --recompute-modules).") = "none",
+    sp: axis_opt("Sequence parallel: on or off.") = "off",
+    offload: axis_opt("Layers whose activations go to host memory (pp = 1, no recompute).") = "0",
+    pp_schedule: axis_opt(SCHEDULE_HELP) = "1f1b",
+    tp_comm_overlap: axis_opt(TP_OVERLAP_HELP + " on or off.") = "off",
+    json_path: JsonOpt = None, force: ForceOpt = False, cost_model: profile_cmd.CostModelOpt = "auto",
+    store: profile_cmd.StoreOpt = None, stack_profile: calibrate_cmd.StackProfileOpt = None,
+    from_file: FromOpt = None, config: ConfigOpt = None,
+    tokens: run_flags.TokensOpt = None, steps: run_flags.StepsOpt = None, price_per_gpu_hour: run_flags.PriceOpt = None,
+    failure_rate_per_gpu_hour: run_flags.FailureRateOpt = None, checkpoint_write_gbps: run_flags.WriteOpt = None,
+    checkpoint_load_gbps: run_flags.LoadOpt = None, checkpoint: run_flags.ModeOpt = None,
+    restart_s: run_flags.RestartOpt = None,
+) -> None:
+    """Predict step time, throughput and memory of one parallel configuration."""
+    from paraplan.api import evaluate_request
+
+    flags = {name: value for name, value in locals().items() if name != "ctx"}
+    if from_file is not None or config is not None:
+        return evaluate(**job_file.merged(ctx, evaluate, from_file, config, searching=False))
+    job_file.require(model=model, seq_len=seq_len, global_batch=global_batch, tp=tp, pp=pp)
+    request = request_from_flags(flags, extra_axes=job_file.fixed_extras(ctx))
+    render.prepare_json(json_path, force)
+    result = evaluate_request(request)
+    show_notes(result.notes)
+    console = render.make_console()
+    render.evaluation(console, result.plan, result.capacity_bytes, result.cost_model)
+    render.hardware_origin(console, result.cluster.gpu)
+    if result.run is not None:
+        render_run.run_breakdown(console, result.run)
+    if json_path is not None:
+        render.write_json(json_path, result.document, force)
+    return None
+
+
+def show_plans(result: PlanResult, objective: str) -> None:
+    """A search's answer: the ranked plans, why the first wins, its run, the search's counts, the hardware's
+    origin, the job file's own layout beside the best, and what placement found."""
+    show_notes(result.notes)
+    console, job, cluster = render.make_console(), result.job, result.cluster
+    title = (f"{job.model.name} on {cluster.name} ({render.cluster_size(cluster)}), seq {job.seq_len}, "
+             f"batch {job.global_batch}, {job.precision}, {job.engine}, {job.attention_kernel} attention; "
+             f"best {len(result.plans)} by {objective}")
+    render.plan_table(console, result.plans, result.capacity_bytes, title)
+    render.why_best(console, result.plans, result.capacity_bytes, result.cost_model, objective)
+    if result.runs[0] is not None:
+        render_run.run_breakdown(console, result.runs[0])
+    render.search_summary(console, result.rejected, result.considered, result.evaluated, result.fitting)
+    render.hardware_origin(console, cluster.gpu)
+    if result.from_job is not None:
+        job_file.show_comparison(render.make_console(), result.from_job)
+    if result.placement is not None:
+        show_placement(result.placement)
+
+
+def show_notes(notes: tuple[str, ...]) -> None:
+    """The library's notes, on stderr."""
+    for note in notes:
+        render.make_console(stderr=True).print(escape(note))
+
+
+def show_placement(report: PlacementReport) -> None:
+    """One row per placed plan, then the re-ranking placement made."""
+    from rich.table import Table
+
+    topology = report.topology
+    table = Table(title=f"placement on {topology.name} ({topology.num_nodes} nodes, {', '.join(topology.gpu_types)})")
+    for column in ("#", "search step s", "placed step s", "layers per stage", "note"):
+        table.add_column(column, justify="left" if column in ("layers per stage", "note") else "right")
+    for row in report.rows:
+        table.add_row(str(row.rank), render.seconds(row.search_step_s), render.seconds(row.placed_step_s),
+                      "-" if row.stage_layers is None else layers_text(row.stage_layers), placement_note(row))
+    render.print_table(render.make_console(), table)
+    if report.moves:
+        render.make_console().print("re-ranked by the placed step time: " + ", ".join(
+            f"#{before} -> #{after}" for before, after in report.moves) + " (the JSON and the export take the new #1)")
+
+
+def placement_note(row: PlacementRow) -> str:
+    """What placement did to one plan, in words."""
+    if row.as_searched is not None:
+        weakest, why = row.as_searched
+        return f"every GPU at the {weakest} pace, as searched ({why})"
+    if row.stage_types:
+        assert row.pipeline_step_s is not None and row.fast_only is not None  # set with stage_types
+        types = "/".join(gpu.split("-")[0] for gpu in row.stage_types)
+        fast_type, fast_s = row.fast_only
+        return (f"stages on {types} ({row.typed_status}); pipeline time per step: placed "
+                f"{render.seconds(row.pipeline_step_s[0])} s, naive split {render.seconds(row.pipeline_step_s[1])} s, "
+                f"{fast_type} only {'-' if fast_s is None else render.seconds(fast_s)} s")
+    note = f"hosts {row.hosts_status}"
+    if row.slowest_stage_s is not None:
+        before, after = row.slowest_stage_s
+        note += (f"; slowest stage {render.seconds(before)} -> {render.seconds(after)} s per micro-batch "
+                 f"({row.split_status})")
+    return note
+
+
+def layers_text(layers: tuple[int, ...] | list[int]) -> str:
+    """Layers per chunk, runs of equal counts written once: [4, 4, 4, 3] -> '4 x3, 3'."""
+    runs: list[list[int]] = []
+    for count in layers:
+        if runs and runs[-1][0] == count:
+            runs[-1][1] += 1
+        else:
+            runs.append([count, 1])
+    return ", ".join(f"{count} x{times}" if times > 1 else str(count) for count, times in runs)
