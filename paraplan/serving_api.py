@@ -46,8 +46,8 @@ def serving_clusters(gpu: str | Sequence[str] | None, gpus: int | Sequence[int] 
                      nodes: int | None = None, gpus_per_node: int | None = None) -> tuple:
     """One cluster per GPU type: ``gpu`` names with one count each in ``gpus``, or one ``cluster`` (a built-in
     name or a cluster YAML file, sized by ``nodes`` or ``gpus``)."""
-    from paraplan.api import _cluster
     from paraplan.hardware_profiles import quick_cluster
+    from paraplan.request import ClusterSource, build_cluster
 
     names, counts = _as_list(gpu), _as_list(gpus)
     if names and not counts:
@@ -57,8 +57,10 @@ def serving_clusters(gpu: str | Sequence[str] | None, gpus: int | Sequence[int] 
     if cluster is not None or len(names) <= 1:
         if len(counts) > 1:
             raise InputError(f"--gpus lists {len(counts)} counts: give one for one GPU type or cluster")
-        return (_cluster(cluster, nodes, names[0] if names else None, counts[0] if counts else None,
-                         8 if gpus_per_node is None else gpus_per_node),)
+        source = ClusterSource(cluster=cluster, nodes=nodes, gpu=names[0] if names else None,
+                               gpus=counts[0] if counts else None,
+                               gpus_per_node=8 if gpus_per_node is None and names else gpus_per_node)
+        return (build_cluster(source),)
     if not names or len(counts) != len(names):
         raise InputError(f"--gpu lists {len(names)} GPU type(s): give --gpus with one count each (e.g. --gpus "
                          f"{','.join(['8'] * max(len(names), 1))})")
