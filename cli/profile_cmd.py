@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -13,6 +13,10 @@ from paraplan.cost_models.learned.provider import COST_MODELS
 from paraplan.errors import InputError
 from paraplan.measurements.ingest import FORMATS
 from paraplan.measurements.store_location import default_store_path
+
+if TYPE_CHECKING:
+    from paraplan.measurements.profiler import ProfileSettings
+    from paraplan.model_specs.model_spec import ModelSpec
 
 StoreOpt = Annotated[Path | None, typer.Option(
     "--store", help="Profile store (SQLite). Default: $PARAPLAN_STORE or $XDG_DATA_HOME/paraplan/profiles.sqlite.")]
@@ -137,33 +141,14 @@ def profile(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from paraplan.cli import render_profiles
-    from paraplan.measurements.profiler import (
-        ProfileSettings,
-        calibration_flops_per_s,
-        estimated_seconds,
-        model_gemm_shapes,
-        resolve_device,
-        run_profile,
-    )
+    from paraplan.measurements.profiler import calibration_flops_per_s, estimated_seconds, resolve_device, run_profile
     from paraplan.model_specs.hf_config import load_model
 
     render.check_writable(out, force)
     spec = load_model(model)
     if device not in ("auto", "cuda", "cpu"):
         raise InputError(f"--device must be auto, cuda or cpu, got {device!r}")
-    defaults = DEVICE_DEFAULTS[resolve_device(device)]
-    tps = _ints("tp", tp or defaults["tp"])
-    try:
-        settings = ProfileSettings(
-            gemm_shapes=model_gemm_shapes(spec, _ints("tokens", tokens or defaults["tokens"]), tps),
-            attention_shapes=tuple((1, spec.num_heads // t, s, spec.head_dim)
-                                   for s in _ints("seq-len", seq_len or defaults["seq_len"])
-                                   for t in tps if spec.num_heads % t == 0),
-            copy_bytes=tuple(m * 2**20 for m in _ints("copy-mib", copy_mib or defaults["copy_mib"])),
-            collective_bytes=COLLECTIVE_BYTES, repeats=defaults["repeats"] if repeats is None else repeats,
-            warmup=defaults["warmup"] if warmup is None else warmup, device=device)
-    except ValueError as exc:
-        raise InputError(str(exc)) from None
+    settings = _settings(spec, device, tokens, tp, seq_len, copy_mib, repeats, warmup)
     device_used = resolve_device(device)
     rate = calibration_flops_per_s(device_used, min(settings.gemm_shapes, key=lambda s: s[0] * s[1] * s[2]))
     estimate = estimated_seconds(settings, rate)
@@ -178,3 +163,23 @@ def profile(
         document = run_profile(settings, lambda label: bar.update(task, advance=1, description=label))
     render.write_json(out, document, force)
     render_profiles.profile_written(render.make_console(), document, out)
+
+
+def _settings(spec: ModelSpec, device: str, tokens: str | None, tp: str | None, seq_len: str | None,
+              copy_mib: str | None, repeats: int | None, warmup: int | None) -> ProfileSettings:
+    """The shapes and repeats to profile: the flags given, the device's defaults for the rest."""
+    from paraplan.measurements.profiler import ProfileSettings, model_gemm_shapes, resolve_device
+
+    defaults = DEVICE_DEFAULTS[resolve_device(device)]
+    tps = _ints("tp", tp or defaults["tp"])
+    try:
+        return ProfileSettings(
+            gemm_shapes=model_gemm_shapes(spec, _ints("tokens", tokens or defaults["tokens"]), tps),
+            attention_shapes=tuple((1, spec.num_heads // t, s, spec.head_dim)
+                                   for s in _ints("seq-len", seq_len or defaults["seq_len"])
+                                   for t in tps if spec.num_heads % t == 0),
+            copy_bytes=tuple(m * 2**20 for m in _ints("copy-mib", copy_mib or defaults["copy_mib"])),
+            collective_bytes=COLLECTIVE_BYTES, repeats=defaults["repeats"] if repeats is None else repeats,
+            warmup=defaults["warmup"] if warmup is None else warmup, device=device)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None

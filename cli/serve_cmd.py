@@ -73,53 +73,58 @@ def _fixed_axes(values: dict[str, str | None]) -> dict[str, tuple[int, ...]]:
             if text is not None}
 
 
+ModelOpt = Annotated[str, typer.Argument(help="Preset name, config.json path or cached Hugging Face repo id.")]
+IslOpt = Annotated[int, typer.Option(help="Mean prompt (input) tokens per request.", rich_help_panel=_W)]
+OslOpt = Annotated[int, typer.Option(help="Mean output tokens per request.", rich_help_panel=_W)]
+GpuOpt = Annotated[str | None, typer.Option(help="GPU name (with --gpus); a comma list for several GPU types (a "
+    "plan may mix them).",
+    rich_help_panel=_C)]
+GpusOpt = Annotated[str | None, typer.Option(help="GPUs available (the most a plan may use); one count per --gpu type.",
+    rich_help_panel=_C)]
+GpusPerNodeOpt = Annotated[int | None, typer.Option(help="GPUs per node with --gpu (default 8).", rich_help_panel=_C)]
+ClusterOpt = Annotated[str | None, typer.Option(help="Built-in cluster name or cluster YAML.", rich_help_panel=_C)]
+NodesOpt = Annotated[int | None, typer.Option(help="Nodes of the --cluster.", rich_help_panel=_C)]
+IslDistOpt = Annotated[str, typer.Option(help="Prompt lengths: fixed, exponential or gamma:CV.", rich_help_panel=_W)]
+OslDistOpt = Annotated[str, typer.Option(help="Output lengths: fixed, exponential or gamma:CV.", rich_help_panel=_W)]
+ConcurrencyOpt = Annotated[int | None, typer.Option(help="Closed loop: requests in flight.", rich_help_panel=_W)]
+RateOpt = Annotated[float | None, typer.Option(help="Open loop: requests per second.", rich_help_panel=_W)]
+ArrivalOpt = Annotated[str, typer.Option(help="With --rate: poisson, gamma:CV (burstier for CV > 1) or trace:FILE "
+    "(timestamps; --rate then rescales it).",
+    rich_help_panel=_W)]
+TtftMsOpt = Annotated[float | None, typer.Option(help="Time-to-first-token target (ms).", rich_help_panel=_W)]
+TpotMsOpt = Annotated[float | None, typer.Option(help="Time-per-output-token target (ms).", rich_help_panel=_W)]
+PercentileOpt = Annotated[int, typer.Option(help="Percentile the targets bind: 50, 90 or 99.", rich_help_panel=_W)]
+EngineOpt = Annotated[str | None, typer.Option(help="vllm, sglang, trtllm; comma list (default: all three, or the "
+    "one --export names).",
+    rich_help_panel=_D)]
+PrecisionOpt = Annotated[str, typer.Option(help="Weights: auto (the checkpoint's format), bf16, fp8 or fp4.",
+    rich_help_panel=_D)]
+KvDtypeOpt = Annotated[str, typer.Option(help="KV cache: auto (search bf16 and fp8), bf16 or fp8.", rich_help_panel=_D)]
+ModeOpt = Annotated[str, typer.Option(help="agg (prefill and decode together), disagg (split pools) or both.",
+    rich_help_panel=_D)]
+ObjectiveOpt = Annotated[str, typer.Option(help="throughput (tokens/s per GPU), cost ($ per token) or latency.")]
+PricePerGpuHourOpt = Annotated[str | None, typer.Option(
+    help="USD per GPU-hour, one value or one per --gpu type (default: the catalog's).")]
+TopOpt = Annotated[int, typer.Option(help="How many plans to show.")]
+JsonPathOpt = Annotated[Path | None, typer.Option("--json", help="Write the serving plans as JSON ('-': stdout).")]
+ExportOpt = Annotated[str | None, typer.Option(
+    help="Write launch files of the best plan: vllm, sglang, trtllm, k8s, json or all.")]
+OutOpt = Annotated[Path | None, typer.Option("--out", "-o", help="Folder for --export.")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite an existing --json file or exported files.")]
+
+
 def serve(
-    model: Annotated[str, typer.Argument(help="Preset name, config.json path or cached Hugging Face repo id.")],
-    isl: Annotated[int, typer.Option(help="Mean prompt (input) tokens per request.", rich_help_panel=_W)],
-    osl: Annotated[int, typer.Option(help="Mean output tokens per request.", rich_help_panel=_W)],
-    gpu: Annotated[str | None, typer.Option(help="GPU name (with --gpus); a comma list for several GPU types (a "
-                                                 "plan may mix them).", rich_help_panel=_C)] = None,
-    gpus: Annotated[str | None, typer.Option(help="GPUs available (the most a plan may use); one count per --gpu "
-                                                  "type.", rich_help_panel=_C)] = None,
-    gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per node with --gpu (default 8).",
-                                                      rich_help_panel=_C)] = None,
-    cluster: Annotated[str | None, typer.Option(help="Built-in cluster name or cluster YAML.", rich_help_panel=_C)] = None,
-    nodes: Annotated[int | None, typer.Option(help="Nodes of the --cluster.", rich_help_panel=_C)] = None,
-    isl_dist: Annotated[str, typer.Option(help="Prompt lengths: fixed, exponential or gamma:CV.",
-                                          rich_help_panel=_W)] = "fixed",
-    osl_dist: Annotated[str, typer.Option(help="Output lengths: fixed, exponential or gamma:CV.",
-                                          rich_help_panel=_W)] = "fixed",
-    concurrency: Annotated[int | None, typer.Option(help="Closed loop: requests in flight.", rich_help_panel=_W)] = None,
-    rate: Annotated[float | None, typer.Option(help="Open loop: requests per second.", rich_help_panel=_W)] = None,
-    arrival: Annotated[str, typer.Option(help="With --rate: poisson, gamma:CV (burstier for CV > 1) or trace:FILE "
-                                              "(timestamps; --rate then rescales it).", rich_help_panel=_W)] = "poisson",
-    ttft_ms: Annotated[float | None, typer.Option(help="Time-to-first-token target (ms).", rich_help_panel=_W)] = None,
-    tpot_ms: Annotated[float | None, typer.Option(help="Time-per-output-token target (ms).", rich_help_panel=_W)] = None,
-    percentile: Annotated[int, typer.Option(help="Percentile the targets bind: 50, 90 or 99.",
-                                            rich_help_panel=_W)] = 50,
-    engine: Annotated[str | None, typer.Option(help="vllm, sglang, trtllm; comma list (default: all three, or the "
-                                                   "one --export names).", rich_help_panel=_D)] = None,
-    precision: Annotated[str, typer.Option(help="Weights: auto (the checkpoint's format), bf16, fp8 or fp4.",
-                                           rich_help_panel=_D)] = "auto",
-    kv_dtype: Annotated[str, typer.Option(help="KV cache: auto (search bf16 and fp8), bf16 or fp8.",
-                                          rich_help_panel=_D)] = "auto",
-    mode: Annotated[str, typer.Option(help="agg (prefill and decode together), disagg (split pools) or both.",
-                                      rich_help_panel=_D)] = "both",
-    tp: _axis("Attention tensor parallel per worker.") = None, pp: _axis("Pipeline stages per worker.") = None,
-    ep: _axis("Expert parallel (MoE).") = None, dp_attention: _axis("Attention data-parallel ranks (MoE).") = None,
+    model: ModelOpt, isl: IslOpt, osl: OslOpt, gpu: GpuOpt = None, gpus: GpusOpt = None,
+    gpus_per_node: GpusPerNodeOpt = None, cluster: ClusterOpt = None, nodes: NodesOpt = None,
+    isl_dist: IslDistOpt = "fixed", osl_dist: OslDistOpt = "fixed", concurrency: ConcurrencyOpt = None,
+    rate: RateOpt = None, arrival: ArrivalOpt = "poisson", ttft_ms: TtftMsOpt = None, tpot_ms: TpotMsOpt = None,
+    percentile: PercentileOpt = 50, engine: EngineOpt = None, precision: PrecisionOpt = "auto",
+    kv_dtype: KvDtypeOpt = "auto", mode: ModeOpt = "both", tp: _axis("Attention tensor parallel per worker.") = None,
+    pp: _axis("Pipeline stages per worker.") = None, ep: _axis("Expert parallel (MoE).") = None,
+    dp_attention: _axis("Attention data-parallel ranks (MoE).") = None,
     batch: _axis("Running-batch cap (max_num_seqs).") = None, chunk: _axis("Max batched tokens per step.") = None,
-    objective: Annotated[str, typer.Option(help="throughput (tokens/s per GPU), cost ($ per token) or latency.")]
-    = "throughput",
-    price_per_gpu_hour: Annotated[str | None, typer.Option(help="USD per GPU-hour, one value or one per --gpu type "
-                                                                "(default: the catalog's).")] = None,
-    top: Annotated[int, typer.Option(help="How many plans to show.")] = 5,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the serving plans as JSON ('-': stdout).")]
-    = None,
-    export: Annotated[str | None, typer.Option(help="Write launch files of the best plan: vllm, sglang, trtllm, "
-                                                    "k8s, json or all.")] = None,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Folder for --export.")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing --json file or exported files.")]
-    = False,
+    objective: ObjectiveOpt = "throughput", price_per_gpu_hour: PricePerGpuHourOpt = None, top: TopOpt = 5,
+    json_path: JsonPathOpt = None, export: ExportOpt = None, out: OutOpt = None, force: ForceOpt = False,
 ) -> None:
     """Plan a serving deployment: engine, parallelism, batch and chunk limits, aggregated or disaggregated."""
     from paraplan.cli import render, render_serving

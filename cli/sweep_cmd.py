@@ -13,10 +13,13 @@ import typer
 
 from paraplan.cli import render, render_run, run_flags
 from paraplan.errors import InputError
+from paraplan.hardware_profiles import Catalog
+from paraplan.planner.job import TrainingJob
 from paraplan.planner.plan import SCHEMA_VERSION, plan_to_json
 from paraplan.planner.run.cost import RunOptions, run_document
 from paraplan.planner.run.sweep import SweepPoint, batch_candidates, best_per_size, scaling, sweep_point
 from paraplan.planner.search import OBJECTIVES
+from paraplan.request import PlanRequest
 
 _SWEEP = "Sweep"
 SWEEP_SCHEMA_VERSION = 1
@@ -85,7 +88,7 @@ def sweep(
     """Best plan, days, dollars and goodput at each GPU count and type: where adding GPUs stops paying."""
     from paraplan.cli.train_flags import parse_ints
     from paraplan.hardware_profiles.user_file import resolve_catalog
-    from paraplan.request import build_cluster, cost_inputs, make_request, run_options, training_job, with_price
+    from paraplan.request import make_request, run_options, training_job
 
     counts = parse_ints("gpus", gpus)
     catalog = resolve_catalog(hardware)
@@ -101,7 +104,27 @@ def sweep(
     request = make_request(model, seq_len=seq_len, global_batch=batches[0], precision=precision, engine=engine,
                            gpu=names[0], gpus=counts[0], gpus_per_node=gpus_per_node)
     job = training_job(request)
-    points, skipped = [], []
+    points, skipped = _points(request, job, counts, names, prices, catalog, objective, options, batches, top)
+    if not points:
+        raise InputError(f"no plan fits at any point of the sweep ({', '.join(map(str, counts))} x "
+                         f"{', '.join(names)}); use more GPUs, a shorter sequence or a larger GPU")
+    _show(points, skipped, objective, job, batches, global_batch_range)
+    if json_path is not None:
+        render.write_json(json_path, sweep_document(points, skipped, options, {
+            "model": job.model.name, "gpus": counts, "gpu": names, "seq_len": seq_len,
+            "global_batch": global_batch, "global_batch_range": global_batch_range, "engine": engine,
+            "precision": precision, "objective": objective, "top": top}), force)
+
+
+
+def _points(request: PlanRequest, job: TrainingJob, counts: list[int], names: list[str], prices: list[float | None],
+            catalog: Catalog, objective: str, options: RunOptions, batches: list[int],
+            top: int) -> tuple[list[SweepPoint], list[dict[str, Any]]]:
+    """The best plans at each GPU count and type, and the points where none fits."""
+    from paraplan.request import build_cluster, cost_inputs, with_price
+
+    points: list[SweepPoint] = []
+    skipped: list[dict[str, Any]] = []
     with render.working(render.make_console(stderr=True), "sweeping") as status:
         for count in counts:
             for name, unit_price in zip(names, prices):
@@ -114,15 +137,7 @@ def sweep(
                 points += found
                 if not found:
                     skipped.append({"num_gpus": count, "gpu": name, "reason": "no plan fits"})
-    if not points:
-        raise InputError(f"no plan fits at any point of the sweep ({', '.join(map(str, counts))} x "
-                         f"{', '.join(names)}); use more GPUs, a shorter sequence or a larger GPU")
-    _show(points, skipped, objective, job, batches, global_batch_range)
-    if json_path is not None:
-        render.write_json(json_path, sweep_document(points, skipped, options, {
-            "model": job.model.name, "gpus": counts, "gpu": names, "seq_len": seq_len,
-            "global_batch": global_batch, "global_batch_range": global_batch_range, "engine": engine,
-            "precision": precision, "objective": objective, "top": top}), force)
+    return points, skipped
 
 
 def _show(points: list[SweepPoint], skipped: list[dict], objective: str, job, batches: list[int],
