@@ -100,8 +100,8 @@ def main(argv: list[str] | None = None) -> int:
             tally = result["tally"]
             row = [options.per_parser, tally["rejected"], tally["accepted"], tally["crashed"], tally["bad message"],
                    tally["over 5 s"]]
-            print(f"{name:<22}" + "".join(f"{v:>12,}" for v in row) + f"{result['slowest_s']:>11.2f}{result['total_s']:>9.0f}",
-                  flush=True)
+            print(f"{name:<22}" + "".join(f"{v:>12,}" for v in row)
+                  + f"{result['slowest_s']:>11.2f}{result['total_s']:>9.0f}", flush=True)
             bad += result["failures_total"]
             if result["failures"]:
                 types = Counter(f.split(" ")[1] for f in result["failures"])

@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 from hypothesis import settings
 
+from paraplan.cost_models.table import ConfigTable
+from paraplan.hardware_profiles import ClusterSpec, load_cluster
+from paraplan.model_specs.model_spec import ModelSpec
+
 # The suite's property tests draw the same examples on every run, so CI is red only for a change, never for a
 # rare input found by chance; exploring new inputs is bench/fuzz.py's job (--seed N), or run the suite with
 # HYPOTHESIS_PROFILE=explore to draw fresh ones.
 settings.register_profile("deterministic", derandomize=True)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
-
-from paraplan.cost_models.table import ConfigTable
-from paraplan.hardware_profiles import ClusterSpec, load_cluster
-from paraplan.model_specs.model_spec import ModelSpec
 
 # A GPT-3-style dense decoder (Megatron GPT): LayerNorm with bias, biases on every GEMM, plain
 # 4h MLP, learned positions, tied embeddings, dropout on. Small enough to cost in microseconds.
@@ -41,7 +41,8 @@ _GPT_DEFAULTS: dict[str, Any] = {
     "dropout": True,
 }
 
-TABLE_DEFAULTS = {"tp": 1, "pp": 1, "dp": 1, "cp": 1, "cp_comm": 0, "ep": 1, "etp": 1, "vpp": 1, "mbs": 1, "zero": 0, "recompute": 0, "sp": 0, "ep_overlap": 0, "offload": 0, "pp_schedule": 0, "tp_overlap": 0}
+TABLE_DEFAULTS = {"tp": 1, "pp": 1, "dp": 1, "cp": 1, "cp_comm": 0, "ep": 1, "etp": 1, "vpp": 1, "mbs": 1, "zero": 0,
+                  "recompute": 0, "sp": 0, "ep_overlap": 0, "offload": 0, "pp_schedule": 0, "tp_overlap": 0}
 
 
 def make_model(**overrides: Any) -> ModelSpec:

@@ -131,7 +131,8 @@ VIDUR_NETWORK = b"num_workers,size,collective,devices_per_node,time_stats.all_re
 RUNS = b"id,model,gpu,num_gpus,seq_len,global_batch,precision,engine,tp,pp,mbs,recompute,measured_step_time_s\n" \
        b"r1,llama-3.1-8b,h100-sxm,8,4096,64,bf16,megatron,1,1,1,selective,5.2\n" \
        b"r2,llama-3.1-70b,h100-sxm,64,4096,128,bf16,megatron,8,2,,,11.0\n"
-STACK_PROFILE = json.dumps({"schema_version": 1, "kind": "paraplan stack profile", "name": "site", "step_time_factor": 1.2,
+STACK_PROFILE = json.dumps({"schema_version": 1, "kind": "paraplan stack profile", "name": "site",
+                            "step_time_factor": 1.2,
                             "runs": [{"id": "r1", "model": "llama-3.1-8b", "gpu": "h100-sxm", "engine": "megatron",
                                       "num_gpus": 8, "measured_tokens_per_s_per_gpu": 9000.0,
                                       "predicted_tokens_per_s_per_gpu": 10800.0}],
@@ -169,7 +170,8 @@ def _store_seed() -> bytes:
 
     with tempfile.TemporaryDirectory() as folder:
         store = Path(folder) / "s.sqlite"
-        rows = tuple(Measurement(kind="gemm", name="mm", line=i, time_s=1e-4 * i, params={"m": 64.0 * i, "dtype": "bf16"})
+        rows = tuple(Measurement(kind="gemm", name="mm", line=i, time_s=1e-4 * i,
+                                 params={"m": 64.0 * i, "dtype": "bf16"})
                      for i in range(1, 4))
         ingest_parsed(ParsedFile(path="p.json", sha256="0" * 64, kind="paraplan-json", hardware="h100-sxm",
                                  software="torch", measurements=rows), store)
@@ -409,7 +411,9 @@ def _seed_json(name: str) -> str:
     """The seed's document as JSON text (parsed once; each mutation starts from a fresh copy)."""
     parser = PARSERS[name]
     seed = parser.seed()
-    return seed.decode() if parser.fmt == "json" else json.dumps(yaml.load(seed, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)), default=str)
+    if parser.fmt == "json":
+        return seed.decode()
+    return json.dumps(yaml.load(seed, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)), default=str)
 
 
 def _parse_seed(parser: Parser, seed: bytes) -> Any:

@@ -40,11 +40,26 @@ def _abs_errors(selector) -> np.ndarray:
 
 
 # (description, row selector, median bound, max bound): today's figures plus a small margin.
-_MOE = lambda r: r.model.map(lambda name: load_model(name).is_moe).astype(bool)
-_NEMO = lambda r: r.source.str.startswith("NVIDIA") & ~_MOE(r)
-_CURRENT = lambda r: r.notes.str.contains("NeMo 26.06|NeMo 26.08", regex=True)
-_MOSAIC = lambda r: r.source.str.startswith("Mosaic")
-_NARAYANAN = lambda r: r.source.str.startswith("Narayanan")
+def _MOE(r):
+    return r.model.map(lambda name: load_model(name).is_moe).astype(bool)
+
+
+def _NEMO(r):
+    return r.source.str.startswith("NVIDIA") & ~_MOE(r)
+
+
+def _CURRENT(r):
+    return r.notes.str.contains("NeMo 26.06|NeMo 26.08", regex=True)
+
+
+def _MOSAIC(r):
+    return r.source.str.startswith("Mosaic")
+
+
+def _NARAYANAN(r):
+    return r.source.str.startswith("Narayanan")
+
+
 GUARDS = [
     # Max: nemo_bridge_0261 (Llama 3.1 405B on 128 GB200, 25.09, MXFP8, tp 4 pp 8 cp 2) at +27%: its TP collectives
     # are priced pipelined under the GEMMs as NeMo's recipes run them (--tp-comm-overlap); the 25.09 container's
@@ -113,17 +128,19 @@ def test_issue_target():
     assert np.median(errors) <= 0.08 and errors.max() <= 0.20
 
 
-@pytest.mark.xfail(strict=True, reason="MoE rows: median 29% and most of 134 beyond 25%. Older NeMo containers ran the same "
-                   "layouts 1.3-3x slower; GPT-OSS-120B is predicted 30% fast even on 26.06+ (README, Accuracy)")
+@pytest.mark.xfail(strict=True, reason="MoE rows: median 29% and most of 134 beyond 25%. Older NeMo containers ran "
+                   "the same layouts 1.3-3x slower; GPT-OSS-120B is predicted 30% fast even on 26.06+ (README, "
+                   "Accuracy)")
 def test_issue_3_moe_target():
     errors = _abs_errors(lambda r: _MOE(r) & (r.id != "nemo_bridge_0263"))
     assert np.median(errors) <= 0.10 and errors.max() <= 0.25
 
 
 @pytest.mark.xfail(strict=True, reason="issue 16's bound for the current containers' MoE rows (26.06+), analytical "
-                   "model alone: median 14.9% and 8 of 29 rows beyond 25% (7 GPT-OSS-120B, DeepSeek-V3 on B300). GPT-OSS is 27% fast (up to "
-                   "+105% against two 26.06.01/26.06 rows that measured 60% of 26.08 on identical layouts), DeepSeek-V3 "
-                   "on B300 +55%, Qwen3 14-16% slow; the errors differ by model, not by stack")
+                   "model alone: median 14.9% and 8 of 29 rows beyond 25% (7 GPT-OSS-120B, DeepSeek-V3 on B300). "
+                   "GPT-OSS is 27% fast (up to +105% against two 26.06.01/26.06 rows that measured 60% of 26.08 on "
+                   "identical layouts), DeepSeek-V3 on B300 +55%, Qwen3 14-16% slow; the errors differ by model, "
+                   "not by stack")
 def test_issue_16_current_moe_target():
     errors = _abs_errors(lambda r: _MOE(r) & _CURRENT(r))
     assert np.median(errors) <= 0.10 and errors.max() <= 0.25

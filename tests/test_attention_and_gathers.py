@@ -57,7 +57,10 @@ def test_flash_attention_is_the_calibrated_rate_with_backward_at_2_5x(a100):
 def test_unfused_attention_by_hand(a100):
     rates = analytical_rates(a100.gpu, "bf16", "unfused")
     s, d, elements = 2048, 128, 4 * 16 * 2048 * 2048
-    sat = lambda x: x / (x + rates.gemm_half_dim)
+
+    def sat(x):
+        return x / (x + rates.gemm_half_dim)
+
     gemm = 4.0 * elements * d / (rates.attention_flops_per_s * sat(s) ** 2 * sat(d))
     hbm, overhead = rates.memory_bytes_per_s, rates.kernel_overhead_s
     forward, backward = unfused_attention_time_s(elements, s, d, True, rates)
@@ -163,7 +166,8 @@ def test_small_ring_collectives_run_on_the_ll_protocol(a100):
     for kind in ("all_gather", "reduce_scatter"):
         # A 64 KiB gather (a bias vector): LL, at a quarter of the bus bandwidth across nodes.
         small = 64 * 1024
-        assert float(collective_time_s(kind, small, 32, 1, a100)) == pytest.approx(4 * bandwidth_s(small) + ll, rel=1e-12)
+        assert float(collective_time_s(kind, small, 32, 1, a100)) == pytest.approx(4 * bandwidth_s(small) + ll,
+                                                                                   rel=1e-12)
         # 1 GiB: Simple, whose bandwidth wins over LL's latency saving.
         big = 2**30
         assert float(collective_time_s(kind, big, 32, 1, a100)) == pytest.approx(bandwidth_s(big) + simple, rel=1e-12)

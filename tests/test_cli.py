@@ -76,7 +76,8 @@ def test_models_show_rejects_a_bad_seq_len():
 def test_hardware_list_has_gpus_and_clusters():
     result = invoke("hardware", "list")
     assert result.exit_code == 0, result.output
-    assert re.search(r"h100-sxm\s*│\s*989\.4\s*│\s*1978\.9\s*│\s*—\s*│\s*80\s*│\s*3\.35\s*│\s*450\s*│\s*50", result.stdout)
+    assert re.search(r"h100-sxm\s*│\s*989\.4\s*│\s*1978\.9\s*│\s*—\s*│\s*80\s*│\s*3\.35\s*│\s*450\s*│\s*50",
+                     result.stdout)
     assert "gb200-nvl72" in result.stdout and "dgx-h100" in result.stdout
 
 

@@ -222,7 +222,8 @@ def test_plan_place_on_a_uniform_cluster(tmp_path: Path):
     assert placement["host_order"] == ["node0", "node1", "node2", "node3"]
     figures = placement["rank_placement"]
     assert figures["step_time_s_after"] == figures["step_time_s_before"]  # uniform: nothing to gain, nothing lost
-    assert placement["stage_partition"]["slowest_stage_s_placed"] <= placement["stage_partition"]["slowest_stage_s_even"]
+    partition = placement["stage_partition"]
+    assert partition["slowest_stage_s_placed"] <= partition["slowest_stage_s_even"]
 
 
 def test_experts_into_the_plan_and_its_export(tmp_path: Path):

@@ -44,7 +44,8 @@ def test_eager_is_slower_than_compiled_and_compiled_prices_the_fused_kernels():
     eager, compiled = _step("torchtitan", False), _step("torchtitan", True)
     assert 1.10 < eager / compiled < 1.25
     # Megatron's model is fused kernels already: no eager term, whatever the (unused) flag says.
-    assert _step("megatron", False, zero=[1], recompute=[2], mbs=[1]) == _step("megatron", True, zero=[1], recompute=[2], mbs=[1])
+    assert (_step("megatron", False, zero=[1], recompute=[2], mbs=[1])
+            == _step("megatron", True, zero=[1], recompute=[2], mbs=[1]))
 
 
 def test_torchtitans_published_eager_and_compiled_runs():
@@ -115,7 +116,8 @@ def test_torchtitans_published_async_tp_pair():
     the model hides all but the first of tp chunks and charges the reduce-scatter half the SMs it holds; real async
     TP also pays for the smaller, decomposed matmuls."""
     runs = load_reference_runs()
-    errors = {run_id: predict_row(runs[runs.id == run_id].iloc[0]).error_frac for run_id in ("tt24_t4_01", "tt24_t4_02")}
+    errors = {run_id: predict_row(runs[runs.id == run_id].iloc[0]).error_frac
+              for run_id in ("tt24_t4_01", "tt24_t4_02")}
     assert errors["tt24_t4_01"] == pytest.approx(-0.086, abs=0.01) and errors["tt24_t4_02"] == pytest.approx(0.039,
                                                                                                          abs=0.01)
 

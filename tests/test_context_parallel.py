@@ -219,4 +219,5 @@ def test_all_gather_rows_that_do_not_fit_fall_back_to_the_next_fastest_variant(l
     # Ranked by memory, a layout's all-gather row holds more than its p2p row: p2p represents it.
     by_memory = search(job, h100x32, fixed, objective="memory")
     assert np.all(by_memory.table.cp_comm == P2P)
-    assert by_memory.estimates.memory.peak_bytes[by_memory.ranked[0]] == pytest.approx(float(est.memory.peak_bytes.min()))
+    assert by_memory.estimates.memory.peak_bytes[by_memory.ranked[0]] == pytest.approx(
+        float(est.memory.peak_bytes.min()))

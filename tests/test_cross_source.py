@@ -188,7 +188,8 @@ def test_fold_labels_keep_what_tells_them_apart():
     assert cs.short_label("table", "performance-summary-archive.md; 26.06 NeMo container; DGX-GB300; "
                                    "pre-training") == "26.06 NeMo container; DGX-GB300"
     assert cs.short_label("source", "Narayanan et al. 2021, Efficient Large-Scale") == "Narayanan et al. 2021"
-    assert cs.short_label("source", "torchtitan benchmarks (H100, Dec 2024)") == "torchtitan benchmarks (H100, Dec 2024)"
+    assert (cs.short_label("source", "torchtitan benchmarks (H100, Dec 2024)")
+            == "torchtitan benchmarks (H100, Dec 2024)")
 
 
 # -- the shipped reference runs ----------------------------------------------------------------------------------

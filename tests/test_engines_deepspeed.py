@@ -21,9 +21,9 @@ from paraplan.exporters.plan_input import ExportPlan
 pytestmark = pytest.mark.engines
 engine_module("deepspeed")
 
-import deepspeed.runtime.config as ds_runtime_config
-from deepspeed.launcher.runner import fetch_hostfile, parse_args
-from deepspeed.runtime.config import DeepSpeedConfig
+import deepspeed.runtime.config as ds_runtime_config  # noqa: E402 - after engine_module's importorskip
+from deepspeed.launcher.runner import fetch_hostfile, parse_args  # noqa: E402 - after engine_module's importorskip
+from deepspeed.runtime.config import DeepSpeedConfig  # noqa: E402 - after engine_module's importorskip
 
 
 class PlanMPU:

@@ -30,14 +30,14 @@ from paraplan.planner.layout import axis_groups, expert_map
 pytestmark = pytest.mark.engines
 engine_module("megatron.core")
 
-import torch
-import torch.nn.functional as F
-from megatron.core.distributed import DistributedDataParallelConfig
-from megatron.core.num_microbatches_calculator import ConstantNumMicroBatchesCalculator
-from megatron.core.optimizer import OptimizerConfig
-from megatron.core.parallel_state import RankGenerator
-from megatron.core.transformer import MLATransformerConfig, TransformerConfig
-from megatron.core.transformer.enums import AttnBackend, LayerType
+import torch  # noqa: E402 - after engine_module's importorskip
+import torch.nn.functional as F  # noqa: E402 - after engine_module's importorskip
+from megatron.core.distributed import DistributedDataParallelConfig  # noqa: E402 - after engine_module's importorskip
+from megatron.core.num_microbatches_calculator import ConstantNumMicroBatchesCalculator  # noqa: E402 - after engine_module's importorskip
+from megatron.core.optimizer import OptimizerConfig  # noqa: E402 - after engine_module's importorskip
+from megatron.core.parallel_state import RankGenerator  # noqa: E402 - after engine_module's importorskip
+from megatron.core.transformer import MLATransformerConfig, TransformerConfig  # noqa: E402 - after engine_module's importorskip
+from megatron.core.transformer.enums import AttnBackend, LayerType  # noqa: E402 - after engine_module's importorskip
 
 TRUE, FALSE, NARGS = "store_true", "store_false", "nargs+"
 
@@ -347,7 +347,8 @@ def test_megatron_core_builds_the_emitted_configuration(name):
     assert config.recompute_granularity == {"none": None, "selective": "selective", "full": "full",
                                             "modules": "selective"}[c.recompute]
     if c.recompute == "modules":  # the cheap set the cost model prices, as far as the model has the modules
-        expected = {"layernorm"} | ({"mla_up_proj"} if model.is_mla else set()) | ({"moe_act"} if model.is_moe else set())
+        expected = ({"layernorm"} | ({"mla_up_proj"} if model.is_mla else set())
+                    | ({"moe_act"} if model.is_moe else set()))
         assert set(config.recompute_modules) == expected
     assert (config.cpu_offloading, config.cpu_offloading_num_layers) == (c.offload > 0, c.offload)
     assert config.fp8 == ("hybrid" if plan.precision == "fp8" else None)

@@ -24,10 +24,10 @@ from paraplan.exporters.plan_input import ExportPlan
 pytestmark = pytest.mark.engines
 engine_module("torchtitan")
 
-import torch
-from torchtitan.config import ConfigManager
-from torchtitan.distributed import pipeline_parallel
-from torchtitan.distributed.parallel_dims import ParallelDims
+import torch  # noqa: E402 - after engine_module's importorskip
+from torchtitan.config import ConfigManager  # noqa: E402 - after engine_module's importorskip
+from torchtitan.distributed import pipeline_parallel  # noqa: E402 - after engine_module's importorskip
+from torchtitan.distributed.parallel_dims import ParallelDims  # noqa: E402 - after engine_module's importorskip
 
 PLANS = {
     "llama70b-fsdp3-tp8-pp4-vpp2-cp2": {"model": "llama-3.1-70b", "tp": 8, "pp": 4, "vpp": 2, "cp": 2, "dp": 2,

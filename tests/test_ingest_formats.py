@@ -17,9 +17,10 @@ from paraplan.errors import InputError
 from paraplan.measurements.ingest import parse_file
 from paraplan.measurements.ingest.detect import detect_kind
 
-RANKS = "\n".join(f"#  Rank  {r} Group  0 Pid  6110{r} on gpu-node-1 device  {r} [0x18] NVIDIA H200" for r in range(8))
-NCCL_TEXT = f"""# nThread 1 nGpus 1 minBytes 8 maxBytes 8589934592 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 \
-validation: 1 graph: 0
+RANKS = "\n".join(f"#  Rank  {r} Group  0 Pid  6110{r} on gpu-node-1 device  {r} [0x18] NVIDIA H200"
+                  for r in range(8))
+NCCL_TEXT = f"""# nThread 1 nGpus 1 minBytes 8 maxBytes 8589934592 step: 2(factor) warmup iters: 5 iters: 20 \
+agg iters: 1 validation: 1 graph: 0
 #
 # Using devices
 {RANKS}

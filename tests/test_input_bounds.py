@@ -16,7 +16,8 @@ from paraplan.measurements.ingest.megatron_log import fields_of, parse_megatron_
 
 
 def test_megatron_fields_split_like_megatron_prints_them():
-    line = " consumed samples: 512 | elapsed time per iteration (ms): 1234.5 | learning rate: 3.0E-04 | loss scale: 1.0 |"
+    line = (" consumed samples: 512 | elapsed time per iteration (ms): 1234.5 | learning rate: 3.0E-04 | "
+            "loss scale: 1.0 |")
     assert fields_of(line) == {"consumed samples": "512", "elapsed time per iteration (ms)": "1234.5",
                                "learning rate": "3.0E-04", "loss scale": "1.0"}
     assert fields_of(" no colon here | key: | : value |") == {}

@@ -172,7 +172,8 @@ def test_deepspeed_launch_reads_the_config_it_names():
 
 def test_torchtitan_0_3_launch_takes_what_its_config_function_sets(tmp_path):
     path = tmp_path / "run.sh"
-    path.write_text("torchrun --nnodes 4 --nproc-per-node 8 -m torchtitan.train --module llama3 --config llama3_70b \\\n"
+    path.write_text("torchrun --nnodes 4 --nproc-per-node 8 -m torchtitan.train --module llama3 "
+                    "--config llama3_70b \\\n"
                     "  --hf_assets_path ./assets/hf/Llama-3.1-70B --training.global_batch_size 64 \\\n"
                     "  --parallelism.no_enable_sequence_parallel --compile.enable activation-checkpoint:selective\n")
     job = read_job_file(path)
@@ -361,7 +362,8 @@ def test_an_empty_substitution_is_kept_as_written(tmp_path):
     from paraplan.job_files.detect import read_job_file
 
     script = tmp_path / "train.sh"
-    script.write_text('#!/bin/bash\nNOTE="${}"\ntorchrun --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size 2 '
+    script.write_text('#!/bin/bash\nNOTE="${}"\ntorchrun --nproc_per_node 8 pretrain_gpt.py '
+                      "--tensor-model-parallel-size 2 "
                       "--seq-length 4096 --global-batch-size 64 --micro-batch-size 1\n")
     job = read_job_file(script)
     assert job.layout["tp"] == 2 and job.seq_len == 4096 and job.global_batch == 64

@@ -68,8 +68,8 @@ def test_plan_content(plan):
     assert plan["rank"] == 1
     config = plan["config"]
     assert config["tp"] * config["pp"] * config["dp"] * config["cp"] == plan["cluster"]["num_gpus"] == 16
-    assert set(config) == {"tp", "pp", "dp", "cp", "cp_comm", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "ep_overlap",
-                           "offload", "pp_schedule", "tp_overlap"}
+    assert set(config) == {"tp", "pp", "dp", "cp", "cp_comm", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp",
+                           "ep_overlap", "offload", "pp_schedule", "tp_overlap"}
     est = plan["estimate"]
     assert sum(est["step_time_breakdown_s"].values()) == pytest.approx(est["step_time_s"], rel=1e-9)
     assert est["tokens_per_s"] == pytest.approx(64 * 4096 / est["step_time_s"], rel=1e-12)

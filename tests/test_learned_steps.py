@@ -32,7 +32,8 @@ def _log(args: dict, step_ms: list[float]) -> str:
     lines += [f"  {key} {'.' * (48 - len(key))} {value}" for key, value in args.items()]
     lines += ["-------------------- end of arguments ---------------------"]
     lines += [f" [2024-04-06 02:59:{i:02d}] iteration {10 * i:8d}/     100 | consumed samples: {640 * i:12d} | "
-              f"elapsed time per iteration (ms): {ms:.1f} | global batch size:    64 |" for i, ms in enumerate(step_ms, 1)]
+              f"elapsed time per iteration (ms): {ms:.1f} | global batch size:    64 |"
+              for i, ms in enumerate(step_ms, 1)]
     return "\n".join(lines) + "\n"
 
 
@@ -74,7 +75,8 @@ def test_learned_calibration_applies_to_evaluate(tmp_path, monkeypatch):
     score = target.scores[0]
     assert score.learned_mape_frac < 0.05 < score.analytical_mape_frac  # 20-30% slower than predicted, learned
     rates = compute_rates("auto", load_gpu("h100-sxm"), "bf16", "fused", "transformer_engine", store)
-    assert rates.step_time_factor == pytest.approx(1.25, rel=2e-3) and "learned step calibration on 3 runs" in rates.source
+    assert rates.step_time_factor == pytest.approx(1.25, rel=2e-3)
+    assert "learned step calibration on 3 runs" in rates.source
     evaluate = ["evaluate", "llama-2-7b", "--gpu", "h100-sxm", "--gpus", "8", "--seq-len", "4096", "--global-batch",
                 "64", "--tp", "2", "--pp", "1", "--sp", "on", "--zero", "1", "--json"]
     runner.invoke(app, [*evaluate, str(tmp_path / "auto.json")])

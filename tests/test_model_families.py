@@ -5,7 +5,8 @@ model builds in milliseconds on the meta device), ``config.to_dict()`` is what p
 ``AutoModelForCausalLM.from_config`` under ``torch.device("meta")`` is what it must count: every parameter
 (shared tensors once) plus the learned router biases it keeps as buffers (DeepSeek-style routers hold
 ``e_score_correction_bias`` so: it is not trained by gradients, yet it is a checkpoint weight and part of the
-published counts; constant tables registered as buffers, such as MiniMax-01's decay tables, are not). MTP modules, which transformers does not build, are outside ``total_params``.
+published counts; constant tables registered as buffers, such as MiniMax-01's decay tables, are not). MTP modules,
+which transformers does not build, are outside ``total_params``.
 """
 
 from __future__ import annotations
@@ -51,8 +52,8 @@ VARIANTS: dict[str, list[dict[str, Any]]] = {
     "phi": [{"qk_layernorm": True}],
     "stablelm": [{"qk_layernorm": True}, {"use_parallel_residual": True}, {"use_qkv_bias": True}],
     "glm4_moe": [{"use_qk_norm": True}],
-    "falcon": [{"new_decoder_architecture": True, "num_kv_heads": 2}, {"multi_query": False, "parallel_attn": False,
-                                                                        "bias": True, "num_kv_heads": 4}, {"alibi": True}],
+    "falcon": [{"new_decoder_architecture": True, "num_kv_heads": 2},
+               {"multi_query": False, "parallel_attn": False, "bias": True, "num_kv_heads": 4}, {"alibi": True}],
     "gpt_bigcode": [{"multi_query": False}],
     "opt": [{"enable_bias": False}, {"layer_norm_elementwise_affine": False}],
     "granitemoeshared": [{"shared_intermediate_size": 0}],
@@ -215,7 +216,8 @@ def _transformers_count(config: dict[str, Any]) -> int:
     transformers = pytest.importorskip("transformers", reason="the oracle needs transformers (extra: oracle)")
     torch = pytest.importorskip("torch", reason="the oracle needs torch (extra: oracle)")
     skip = ("model_type", "transformers_version", "auto_map", "quantization_config")
-    built = transformers.AutoConfig.for_model(config["model_type"], **{k: v for k, v in config.items() if k not in skip})
+    built = transformers.AutoConfig.for_model(config["model_type"],
+                                              **{k: v for k, v in config.items() if k not in skip})
     with torch.device("meta"):
         try:
             model = transformers.AutoModelForCausalLM.from_config(built)
@@ -305,7 +307,8 @@ JSON_SCALARS = (st.none() | st.booleans() | st.integers(min_value=-(10**30), max
                 | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=12))
 JSON_VALUES = st.recursive(JSON_SCALARS, lambda inner: st.lists(inner, max_size=4)
                            | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=12)
-FUZZ_KEYS = sorted({"model_type", "text_config", "topk_method", "rotary_dim", "qk_norm_type", "use_routing_bias", "hidden_size", "num_hidden_layers", "num_attention_heads",
+FUZZ_KEYS = sorted({"model_type", "text_config", "topk_method", "rotary_dim", "qk_norm_type", "use_routing_bias",
+                    "hidden_size", "num_hidden_layers", "num_attention_heads",
                     "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size", "layer_types",
                     "sliding_window", "mlp_only_layers", "decoder_sparse_step", "moe_layers", "mlp_layer_types",
                     "first_k_dense_replace", "moe_layer_freq", "n_group", "topk_group", "num_experts",
@@ -355,8 +358,8 @@ FUZZ_BASES = BASES + [json.loads(path.read_text()) for path in _real_configs()]
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(base=st.sampled_from(FUZZ_BASES), changes=st.lists(st.tuples(st.sampled_from(FUZZ_KEYS), JSON_VALUES), max_size=4),
-       inner=st.booleans())
+@given(base=st.sampled_from(FUZZ_BASES),
+       changes=st.lists(st.tuples(st.sampled_from(FUZZ_KEYS), JSON_VALUES), max_size=4), inner=st.booleans())
 def test_mutated_configs_give_a_spec_or_one_input_error(base, changes, inner):
     config = json.loads(json.dumps(base))
     target = config["text_config"] if inner and "text_config" in config else config
@@ -558,7 +561,8 @@ def test_models_types_lists_every_type_read_and_every_refusal():
         model_from_config({"model_type": "lama", "hidden_size": 64}, "x.json")
 
 
-@pytest.mark.skipif(not SHARED_CONFIGS.is_dir(), reason=f"{SHARED_CONFIGS} is absent (the shared folder beside the checkout)")
+@pytest.mark.skipif(not SHARED_CONFIGS.is_dir(),
+                    reason=f"{SHARED_CONFIGS} is absent (the shared folder beside the checkout)")
 def test_models_show_names_what_is_not_priced():
     from typer.testing import CliRunner
 

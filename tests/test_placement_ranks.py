@@ -45,7 +45,8 @@ def test_matches_brute_force_on_small_clusters(seed):
     rng = np.random.default_rng(seed)
     nodes = 5  # one more than the plan needs: the solver may leave any node idle
     measured = rng.uniform(5e9, 40e9, size=(nodes, nodes))
-    config = [{"tp": 4, "dp": 2, "pp": 2}, {"tp": 2, "dp": 4, "pp": 2}, {"tp": 4, "cp": 2, "dp": 2}, {"tp": 4, "dp": 1, "pp": 4}][seed]
+    config = [{"tp": 4, "dp": 2, "pp": 2}, {"tp": 2, "dp": 4, "pp": 2}, {"tp": 4, "cp": 2, "dp": 2},
+              {"tp": 4, "dp": 1, "pp": 4}][seed]
     document = make_plan_document(gpus_per_node=4, global_batch=64, **config)
     instance = rank_instance(document, topology([50.0] * nodes, measured=measured, per_node=4))
     placed = place_ranks(instance, FAST)
@@ -120,8 +121,8 @@ def test_falls_back_to_swap_descent(monkeypatch):
 
 def test_expert_all_to_all_is_an_axis_of_its_own():
     # ep=8 over 4-GPU nodes: each expert group spans two neighbouring nodes, all pairs talk.
-    assert slot_edges(tp=1, cp=1, dp=16, pp=1, vpp=1, gpus_per_node=4, ep=8) == {"ep": ((0, 1), (2, 3)),
-                                                                                  "dp": ((0, 1), (0, 3), (1, 2), (2, 3))}
+    assert slot_edges(tp=1, cp=1, dp=16, pp=1, vpp=1, gpus_per_node=4, ep=8) == {
+        "ep": ((0, 1), (2, 3)), "dp": ((0, 1), (0, 3), (1, 2), (2, 3))}
     assert "ep" not in slot_edges(tp=1, cp=1, dp=16, pp=1, vpp=1, gpus_per_node=8, ep=8)  # inside a node
     document = make_plan_document("mixtral-8x7b", tp=1, dp=16, ep=8, gpus_per_node=4, global_batch=64)
     measured = np.full((4, 4), np.nan)

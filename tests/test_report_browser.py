@@ -124,7 +124,8 @@ def _png_pixels(data: bytes) -> tuple[int, int, int, list[bytes]]:
     step = 3 if colour == 2 else 4
     raw, rows, previous = zlib.decompress(chunks[b"IDAT"]), [], bytearray(width * step)
     for y in range(height):
-        kind, line = raw[y * (width * step + 1)], bytearray(raw[y * (width * step + 1) + 1:(y + 1) * (width * step + 1)])
+        start = y * (width * step + 1)
+        kind, line = raw[start], bytearray(raw[start + 1:(y + 1) * (width * step + 1)])
         for i in range(len(line)):
             left = line[i - step] if i >= step else 0
             up, corner = previous[i], previous[i - step] if i >= step else 0

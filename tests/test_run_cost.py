@@ -153,7 +153,8 @@ def test_goodput_strictly_falls_as_the_failure_rate_rises(best, rate, factor, mo
     assert high < low
 
 
-@given(rate=RATES, write_gbps=st.floats(min_value=0.2, max_value=50.0), restart_s=st.floats(min_value=0, max_value=3600))
+@given(rate=RATES, write_gbps=st.floats(min_value=0.2, max_value=50.0),
+       restart_s=st.floats(min_value=0, max_value=3600))
 def test_async_checkpointing_is_at_least_as_good_as_sync(best, rate, write_gbps, restart_s):
     plan = hand_plan(best)
     runs = {mode: run_cost(plan, RunOptions(steps=100_000, failures_per_gpu_s=rate, checkpoint_mode=mode,

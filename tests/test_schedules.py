@@ -48,7 +48,8 @@ def test_neither_dual_schedule_has_a_larger_bubble_than_1f1b(forward, backward, 
     ratio = dual_bubble_ratio(forward, backward, weight)
     one_f_one_b = (pp - 1) * (forward + backward)
     for schedule in (DUALPIPE, DUALPIPEV):
-        assert float(schedule_bubble_s(schedule, pp, forward + backward, one_f_one_b, ratio)) <= one_f_one_b * (1 + 1e-12)
+        bubble = float(schedule_bubble_s(schedule, pp, forward + backward, one_f_one_b, ratio))
+        assert bubble <= one_f_one_b * (1 + 1e-12)
 
 
 DSV3 = load_model("deepseek-v3")
@@ -142,14 +143,16 @@ def test_dualpipev_from_the_command_line_to_the_torchtitan_flags(tmp_path):
     assert plan["config"]["pp_schedule"] == "dualpipev"
     exported = runner.invoke(app, ["export", str(out), "--format", "torchtitan", "-o", str(tmp_path / "tt")])
     assert exported.exit_code == 0, exported.output
-    assert "--parallelism.pipeline_parallel_schedule DualPipeV" in (tmp_path / "tt" / "torchtitan_launch.sh").read_text()
+    launch = (tmp_path / "tt" / "torchtitan_launch.sh").read_text()
+    assert "--parallelism.pipeline_parallel_schedule DualPipeV" in launch
     plain = runner.invoke(app, [*args, "--json", str(tmp_path / "plain.json")])
     assert plain.exit_code == 0 and json.loads((tmp_path / "plain.json").read_text())["plans"][0]["config"][
         "pp_schedule"] == "1f1b"
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    (["--engine", "megatron", "--vpp", "2", "--pp-schedule", "dualpipev"], "megatron does not run this pipeline schedule"),
+    (["--engine", "megatron", "--vpp", "2", "--pp-schedule", "dualpipev"],
+     "megatron does not run this pipeline schedule"),
     (["--engine", "torchtitan", "--vpp", "1", "--pp-schedule", "dualpipev"], "two chunks per rank"),
     (["--engine", "torchtitan", "--vpp", "2", "--pp-schedule", "zb-v"], "--pp-schedule expects"),
 ])
@@ -171,6 +174,7 @@ def test_a_plan_file_naming_a_schedule_its_engine_lacks_is_refused():
 def test_the_0_2_toml_of_an_moe_dualpipev_plan_turns_off_the_expert_overlap_it_was_not_priced_with():
     plan = make_export_plan("mixtral-8x7b", engine="torchtitan", pp=2, vpp=2, dp=8, ep=8, zero=0,
                             pp_schedule="dualpipev")
-    toml = files_of(plan, "torchtitan", torchtitan_version="0.2", torchtitan_model="deepseek_v3:16B")["torchtitan.toml"].text
+    toml = files_of(plan, "torchtitan", torchtitan_version="0.2",
+                    torchtitan_model="deepseek_v3:16B")["torchtitan.toml"].text
     assert 'pipeline_parallel_schedule = "DualPipeV"' in toml
     assert "pipeline_parallel_expert_parallel_overlap = false" in toml

@@ -40,7 +40,8 @@ def test_the_cli_imports_no_solver_learning_or_dataframe_library():
 
 
 def test_placement_modules_load_their_solvers_only_when_they_solve():
-    probe = ("import sys\nimport paraplan.planner.placement.rank_placement, paraplan.planner.placement.stage_partition\n"
+    probe = ("import sys\n"
+             "import paraplan.planner.placement.rank_placement, paraplan.planner.placement.stage_partition\n"
              "print(sorted({m.split('.')[0] for m in sys.modules} & {'ortools', 'pulp'}))")
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
                             cwd=NEUTRAL).stdout

@@ -57,7 +57,8 @@ def test_only_megatron_offers_it_and_only_with_tp_and_sequence_parallel():
                                                                  "tp_overlap": [0, 1]}).table
     assert np.sum((both.tp > 1) & (both.sp == 1) & (both.tp_overlap == 0)) == np.sum(on)
     titan = TrainingJob(model=load_model("llama-3.1-8b"), seq_len=8192, global_batch=64, engine="torchtitan")
-    assert np.all(enumerate_space(titan, H100, engine_rules("torchtitan"), {"pp": [1], "cp": [1]}).table.tp_overlap == 0)
+    titan_space = enumerate_space(titan, H100, engine_rules("torchtitan"), {"pp": [1], "cp": [1]})
+    assert np.all(titan_space.table.tp_overlap == 0)
 
 
 def test_the_search_turns_it_on_and_the_export_writes_the_flag(tmp_path):

@@ -143,7 +143,8 @@ BAD_FILES = {
                                 ["efficiency_from", "'h100' is not a built-in GPU"]),
     "cluster-unknown-gpu": (hardware_text(cluster={"gpu": "h21"}), ["clusters.site-h20.gpu", "unknown GPU 'h21'"]),
     "cluster-domain": (hardware_text(cluster={"nvlink_domain_gpus": 12}), ["site-h20", "whole nodes"]),
-    "cluster-latency": (hardware_text(cluster={"inter_node_latency_us": 1e9}), ["inter_node_latency_us", "implausibly"]),
+    "cluster-latency": (hardware_text(cluster={"inter_node_latency_us": 1e9}),
+                        ["inter_node_latency_us", "implausibly"]),
 }
 
 
