@@ -86,12 +86,13 @@ class Catalog:
             if resolved in self.gpus:
                 return self.gpus[resolved]
             if matched:
-                raise InputError(f"GPU {shown(name, 60)} is a product the catalog does not hold ({listed(sorted(self.gpus), 80)}); "
-                                 "describe it in a hardware file (--hardware FILE, see docs/hardware.md)")
+                raise InputError(f"GPU {shown(name, 60)} is a product the catalog does not hold "
+                                 f"({listed(sorted(self.gpus), 80)}); describe it in a hardware file "
+                                 "(--hardware FILE, see docs/hardware.md)")
             candidates = [c for c in device_candidates(name) if c in self.gpus]
             if candidates:
-                raise InputError(f"GPU {shown(name, 60)} could be any of {listed(candidates, 80)}; give the catalog name "
-                                 "(the product string with its memory size or form factor also works)")
+                raise InputError(f"GPU {shown(name, 60)} could be any of {listed(candidates, 80)}; give the "
+                                 "catalog name (the product string with its memory size or form factor also works)")
         if name not in self.gpus:
             raise _unknown_name("GPU", name, sorted(self.gpus), self.user_file)
         return self.gpus[name]

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 DTYPES = ("bf16", "fp16", "fp8", "fp4", "tf32")
 ATTENTION_KERNELS = ("fused", "flash", "unfused")
 """Attention implementations the cost model knows:
@@ -138,7 +140,7 @@ class ClusterSpec:
     """Fabric oversubscription ratio (>= 1; 1 = full bisection)."""
     host_memory_bytes_per_gpu: float | None = None
     """Host (CPU) memory per GPU for offloaded activations; None = the GPU's reference system."""
-    collective_time_fn: Callable | None = None
+    collective_time_fn: Callable[..., tuple[np.ndarray, np.ndarray]] | None = None
     """A learned collective model: (kind, bytes, group size, members per NVLink domain) -> (mask, seconds)
     arrays; where the mask is true its seconds replace the analytical ones (cost_models.learned)."""
     collective_source: str = ""

@@ -10,6 +10,7 @@ oversubscription), so the collectives' α–β model prices it unchanged. Each n
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -114,7 +115,7 @@ class Topology:
         over = max(self.leaf_oversubscription[leaf] for leaf in leaves) if len(leaves) > 1 else 1.0
         return nic / over
 
-    def subset(self, indices) -> Topology:
+    def subset(self, indices: Iterable[int]) -> Topology:
         """The topology of the nodes at ``indices`` (in that order), with their measured links."""
         indices = list(indices)
         measured = None if self.measured_bytes_per_s is None else self.measured_bytes_per_s[np.ix_(indices, indices)]

@@ -122,10 +122,10 @@ def _borrowed_efficiency(entry: dict[str, Any], where: str) -> tuple[EfficiencyS
                              f"{listed(sorted(builtin.gpus), 80)} ('paraplan hardware list') or '{DEFAULT_EFFICIENCY}'")
         return builtin.gpus[base].efficiency, builtin.gpus[base].efficiency_from
     architecture = entry.get("architecture")
-    base = architecture_bases().get(architecture.lower()) if isinstance(architecture, str) else None
-    if base is None:
+    family = architecture_bases().get(architecture.lower()) if isinstance(architecture, str) else None
+    if family is None:
         return default_efficiency(), DEFAULT_EFFICIENCY
-    return builtin.gpus[base].efficiency, builtin.gpus[base].efficiency_from
+    return builtin.gpus[family].efficiency, builtin.gpus[family].efficiency_from
 
 
 def _section(data: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
@@ -139,8 +139,8 @@ def _section(data: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
 
 def _check_name(name: Any, where: str, builtin: Catalog) -> None:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise InputError(f"{where}: {shown(name, 40)} is not a usable name (letters, digits, '.', '_', '+', '-'; at most "
-                         "64 characters, starting with a letter or digit)")
+        raise InputError(f"{where}: {shown(name, 40)} is not a usable name (letters, digits, '.', '_', '+', '-'; "
+                         "at most 64 characters, starting with a letter or digit)")
     if name in builtin.gpus or name in builtin.clusters:
         kind = "GPU" if name in builtin.gpus else "cluster"
         raise InputError(f"{where}.{name}: {name!r} is a built-in {kind}; a user entry never replaces a built-in "

@@ -17,7 +17,7 @@ def parse_yaml(text: str, origin: str) -> dict[str, Any]:
     return parse_user_yaml(text, origin)
 
 
-def check_keys(entry: Any, where: str, required: Iterable[str], optional: Iterable[str] = ()) -> dict:
+def check_keys(entry: Any, where: str, required: Iterable[str], optional: Iterable[str] = ()) -> dict[str, Any]:
     """Return ``entry`` if it is a mapping with every required key and no unknown key."""
     if not isinstance(entry, dict):
         raise InputError(f"{where}: expected a mapping, got {type(entry).__name__}")

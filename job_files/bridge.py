@@ -21,7 +21,9 @@ from paraplan.errors import InputError
 from paraplan.files import shown
 from paraplan.hardware_profiles.yaml_schema import parse_yaml
 from paraplan.job_files.imported import Facts, ImportedJob
-from paraplan.job_files.megatron_args import Args, read_megatron
+from paraplan.job_files.launch import FlagValues
+from paraplan.job_files.megatron_args import read_megatron
+from paraplan.job_files.megatron_values import Args
 from paraplan.job_files.models import resolve_model
 
 # Megatron-Bridge mixed-precision recipe names (megatron/bridge/training/mixed_precision.py) -> (fp8, recipe).
@@ -29,7 +31,9 @@ _RECIPES = {"current_scaling": "tensorwise", "delayed": "delayed", "mxfp8": "mxf
             "blockwise": "blockwise"}
 
 
-def is_bridge(data: dict) -> bool:
+def is_bridge(data: dict[str, Any]) -> bool:
+    """Whether parsed YAML ``data`` is a Megatron-Bridge ConfigContainer or a NeMo 1.0 config (a model section with
+    a layout or shape, beside train, trainer or a ConfigContainer target)."""
     model = data.get("model")
     return isinstance(model, dict) and ("tensor_model_parallel_size" in model or "num_layers" in model) and (
         "train" in data or "trainer" in data or "ConfigContainer" in str(data.get("_target_", "")))
@@ -52,6 +56,7 @@ def yaml_lines(text: str) -> dict[str, int]:
 
 
 def read_bridge(path: Path, text: str) -> ImportedJob:
+    """The job of a Megatron-Bridge ConfigContainer dump or a NeMo 1.0 YAML config."""
     data = _interpolated(parse_yaml(text, str(path)))
     lines = yaml_lines(text)
     facts = Facts(str(path), "megatron-bridge", "megatron")
@@ -69,15 +74,16 @@ def read_bridge(path: Path, text: str) -> ImportedJob:
 _REFERENCE = re.compile(r"^\$\{(\.?)([A-Za-z_][A-Za-z0-9_.]*)\}$")
 
 
-def _interpolated(data: dict) -> dict:
+def _interpolated(data: dict[str, Any]) -> dict[str, Any]:
     """NeMo's OmegaConf references resolved where they are plain: ``${.encoder_seq_length}`` (a sibling) and
     ``${trainer.precision}`` (from the top); others stay as written."""
-    def resolve(table: dict, key: str, depth: int = 0):
+    def resolve(table: dict[str, Any], key: str, depth: int = 0) -> Any:
         value = table[key]
         match = _REFERENCE.match(value) if isinstance(value, str) else None
         if match is None or depth > 8:
             return value
-        scope, target = (table, match.group(2)) if match.group(1) else (data, match.group(2))
+        scope: Any = table if match.group(1) else data
+        target = match.group(2)
         *parents, leaf = target.split(".")
         for parent in parents:
             scope = scope.get(parent) if isinstance(scope, dict) else None
@@ -85,12 +91,12 @@ def _interpolated(data: dict) -> dict:
             return value
         return resolve(scope, leaf, depth + 1)
 
-    def walk(table: dict) -> dict:
+    def walk(table: dict[str, Any]) -> dict[str, Any]:
         return {k: walk(v) if isinstance(v, dict) else resolve(table, k) for k, v in table.items()}
     return walk(data)
 
 
-def _pick(data: dict, lines: dict[str, int], section: str, key: str) -> tuple[Any, int | None] | None:
+def _pick(data: dict[str, Any], lines: dict[str, int], section: str, key: str) -> tuple[Any, int | None] | None:
     table = data.get(section)
     if not isinstance(table, dict) or table.get(key) is None:
         return None
@@ -104,7 +110,7 @@ def _pick(data: dict, lines: dict[str, int], section: str, key: str) -> tuple[An
     return (value if isinstance(value, list) else str(value), lines.get(f"{section}.{key}"))
 
 
-def _section(data: dict, key: str, facts: Facts) -> dict:
+def _section(data: dict[str, Any], key: str, facts: Facts) -> dict[str, Any]:
     """``data[key]`` when it is a mapping (absent or null: empty); InputError naming the key otherwise."""
     value = data.get(key) or {}
     if not isinstance(value, dict):
@@ -112,8 +118,9 @@ def _section(data: dict, key: str, facts: Facts) -> dict:
     return value
 
 
-def _container(data: dict, lines: dict[str, int], facts: Facts) -> dict:
-    values = {k: v for k in _section(data, "model", facts) if (v := _pick(data, lines, "model", k)) is not None}
+def _container(data: dict[str, Any], lines: dict[str, int], facts: Facts) -> FlagValues:
+    values: FlagValues = {k: v for k in _section(data, "model", facts)
+                          if (v := _pick(data, lines, "model", k)) is not None}
     renames = {"gated_linear_unit": "swiglu", "num_moe_experts": "num_experts"}
     for old, new in renames.items():
         if old in values:
@@ -125,7 +132,8 @@ def _container(data: dict, lines: dict[str, int], facts: Facts) -> dict:
         values["group_query_attention"] = ("True", values["num_query_groups"][1])
     for section, keys in (("train", ("global_batch_size", "micro_batch_size")),
                           ("dataset", ("seq_length", "sequence_length")),
-                          ("ddp", ("use_distributed_optimizer", "use_megatron_fsdp", "data_parallel_sharding_strategy")),
+                          ("ddp", ("use_distributed_optimizer", "use_megatron_fsdp",
+                                   "data_parallel_sharding_strategy")),
                           ("optimizer", ("use_distributed_optimizer",)), ("comm_overlap", ("tp_comm_overlap",)),
                           ("tokenizer", ("vocab_size",))):
         for key in keys:
@@ -136,7 +144,7 @@ def _container(data: dict, lines: dict[str, int], facts: Facts) -> dict:
     return values
 
 
-def _mixed_precision(data: dict, lines: dict[str, int], values: dict, facts: Facts) -> None:
+def _mixed_precision(data: dict[str, Any], lines: dict[str, int], values: FlagValues, facts: Facts) -> None:
     """mixed_precision overrides the model's own precision fields (Bridge applies it to the provider)."""
     mixed = data.get("mixed_precision")
     line = lines.get("mixed_precision")
@@ -153,12 +161,12 @@ def _mixed_precision(data: dict, lines: dict[str, int], values: dict, facts: Fac
             values[key] = picked if picked is not None else ("None", line)
 
 
-def _nemo1(data: dict, lines: dict[str, int], facts: Facts) -> dict:
+def _nemo1(data: dict[str, Any], lines: dict[str, int], facts: Facts) -> FlagValues:
     trainer, model = _section(data, "trainer", facts), _section(data, "model", facts)
     for key, name in (("num_nodes", "num_nodes"), ("gpus_per_node", "devices")):
         if isinstance(trainer.get(name), int) and not isinstance(trainer.get(name), bool):
             facts.put(key, trainer[name], facts.at(lines.get(f"trainer.{name}")))
-    values = {k: v for k in model if (v := _pick(data, lines, "model", k)) is not None}
+    values: FlagValues = {k: v for k in model if (v := _pick(data, lines, "model", k)) is not None}
     precision = str(trainer.get("precision", ""))
     line = lines.get("trainer.precision")
     values["bf16" if "bf16" in precision else "fp16" if "16" in precision else "fp32"] = ("True", line)

@@ -11,14 +11,16 @@ header of a paraplan export.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from paraplan.errors import InputError
 from paraplan.files import parse_user_json, read_user_text, shown
 from paraplan.job_files.imported import Facts, ImportedJob
-from paraplan.job_files.launch import cluster_facts, find_launch, flag_values, header_facts
-from paraplan.job_files.megatron_args import Args, read_megatron
+from paraplan.job_files.launch import FlagValues, Launch, cluster_facts, find_launch, flag_values, header_facts
+from paraplan.job_files.megatron_args import read_megatron
+from paraplan.job_files.megatron_values import Args
 from paraplan.job_files.models import resolve_model
 from paraplan.job_files.shell import read_script
 from paraplan.limits import MAX_GLOBAL_BATCH
@@ -31,11 +33,13 @@ _MODEL_FLAGS = ("model_name_or_path", "model_name", "model", "model_path")
 
 
 def is_ds_config(data: Any) -> bool:
+    """Whether parsed JSON ``data`` is a DeepSpeed config (it sets a batch size or ZeRO)."""
     return isinstance(data, dict) and bool({"train_batch_size", "train_micro_batch_size_per_gpu",
                                             "zero_optimization"} & data.keys())
 
 
 def is_deepspeed_script(text: str) -> bool:
+    """Whether ``text`` runs the ``deepspeed`` launcher or passes a DeepSpeed config."""
     return bool(re.search(r"(^|[\s/])deepspeed\s|--deepspeed_config|--deepspeed-config", text))
 
 
@@ -43,13 +47,13 @@ def read_ds_config(path: Path, text: str, facts: Facts | None = None) -> Importe
     """A ds_config.json alone (``facts`` None) or as named by a launch script (its facts)."""
     alone = facts is None
     facts = facts or Facts(str(path), "deepspeed-json", "deepspeed")
-    data = parse_user_json(text, str(path))
+    data = cast(dict[str, Any], parse_user_json(text, str(path)))  # top=dict: an object
     lines = _key_lines(text)
 
     def where(key: str) -> str:
         return f"{path}:{lines[key]}" if key in lines else str(path)
 
-    def number(key: str, section: dict | None = None) -> int | None:
+    def number(key: str, section: dict[str, Any] | None = None) -> int | None:
         value = (section if section is not None else data).get(key)
         if value is None or value == "auto":
             if value == "auto":
@@ -67,8 +71,9 @@ def read_ds_config(path: Path, text: str, facts: Facts | None = None) -> Importe
     facts.put("mbs", mbs, where("train_micro_batch_size_per_gpu"))
     if tbs and mbs and gas:
         if tbs % (mbs * gas):
-            raise InputError(f"{where('train_batch_size')}: train_batch_size {tbs} is not train_micro_batch_size_per_gpu "
-                             f"{mbs} x gradient_accumulation_steps {gas} x a data-parallel size; fix one of them")
+            raise InputError(f"{where('train_batch_size')}: train_batch_size {tbs} is not "
+                             f"train_micro_batch_size_per_gpu {mbs} x gradient_accumulation_steps {gas} x a "
+                             "data-parallel size; fix one of them")
         facts.put("dp", tbs // (mbs * gas), f"{where('train_batch_size')} / (micro-batch x accumulation)")
     zero = data.get("zero_optimization") or {}
     facts.put("zero", number("stage", zero) if isinstance(zero, dict) else None, where("stage"))
@@ -85,7 +90,7 @@ def read_ds_config(path: Path, text: str, facts: Facts | None = None) -> Importe
     return None
 
 
-def _precision(data: dict, facts: Facts, where) -> None:
+def _precision(data: dict[str, Any], facts: Facts, where: Callable[[str], str]) -> None:
     def enabled(key: str) -> bool:
         section = data.get(key)
         return isinstance(section, dict) and section.get("enabled") is True
@@ -125,7 +130,7 @@ def read_deepspeed_script(path: Path, text: str) -> ImportedJob:
     cluster_facts(launch, script, facts)
     _hostfile(launch, path, facts)
     program = flag_values(launch.program)
-    config = next((program[name] for name in _CONFIG_FLAGS if isinstance(program.get(name, (True,))[0], str)), None)
+    config = next((given for name in _CONFIG_FLAGS if (given := _word_value(program, name)) is not None), None)
     if config is None:
         raise InputError(f"{facts.at(launch.entry.line)}: the command names no --deepspeed_config FILE; add it, or "
                          "pass the ds_config.json itself to --from")
@@ -134,9 +139,10 @@ def read_deepspeed_script(path: Path, text: str) -> ImportedJob:
     if any(name in program for name in ("num_layers", "tensor_model_parallel_size", "pipeline_model_parallel_size")):
         _megatron_deepspeed(program, facts, path)
     for name in _MODEL_FLAGS:
-        if isinstance(program.get(name, (True,))[0], str) and "model" not in facts.values:
-            preset = resolve_model(program[name][0], path.parent)
-            facts.put("model", preset, facts.at(program[name][1]))
+        given = _word_value(program, name)
+        if given is not None and "model" not in facts.values:
+            preset = resolve_model(given[0], path.parent)
+            facts.put("model", preset, facts.at(given[1]))
     for name in _SEQ_FLAGS:
         if isinstance(program.get(name, (True,))[0], str):
             facts.put("seq_len", Args(program, facts, dashed=True).int(name), facts.at(program[name][1]))
@@ -145,7 +151,13 @@ def read_deepspeed_script(path: Path, text: str) -> ImportedJob:
     return facts.build()
 
 
-def _megatron_deepspeed(program, facts: Facts, path: Path) -> None:
+def _word_value(program: FlagValues, name: str) -> tuple[str, int | None] | None:
+    """``program[name]`` (value, line) when the flag has one word as its value; None when absent, bare or a list."""
+    value, line = program.get(name, (True, None))
+    return (value, line) if isinstance(value, str) else None
+
+
+def _megatron_deepspeed(program: FlagValues, facts: Facts, path: Path) -> None:
     """Megatron-DeepSpeed's flags: tp, pp and the model shape; they must agree with ds_config."""
     before = {key: (facts.values.get(key), facts.sources.get(key)) for key in ("global_batch", "mbs", "tp")}
     read_megatron(Args(program, facts, dashed=True), f"{path.name} model")
@@ -158,12 +170,12 @@ def _megatron_deepspeed(program, facts: Facts, path: Path) -> None:
                              "make them agree")
 
 
-def _hostfile(launch, path: Path, facts: Facts) -> None:
+def _hostfile(launch: Launch, path: Path, facts: Facts) -> None:
     """Nodes and slots from the --hostfile the launcher names (comments and blank lines skipped)."""
     entry = launch.launcher.get("hostfile")
     if entry is None or not isinstance(entry[0], str):
         return
-    hostfile = _resolve(entry[0], path, facts.at(entry[1]), required=False)
+    hostfile = _beside(entry[0], path)
     if hostfile is None:
         return
     slots = [int(m.group(1)) for line in read_user_text(hostfile, MAX_JOB_FILE_BYTES, "hostfile").splitlines()
@@ -173,14 +185,20 @@ def _hostfile(launch, path: Path, facts: Facts) -> None:
         facts.put("gpus_per_node", max(slots), f"{hostfile} (slots)")
 
 
-def _resolve(name: str, script: Path, where: str, required: bool = True) -> Path | None:
+def _beside(name: str, script: Path) -> Path | None:
     """A file a script names: as written, beside the script, or its base name beside the script (a path through
-    $CONFIG_DIR or another variable the script sets at run time)."""
+    $CONFIG_DIR or another variable the script sets at run time); None when none of these is a file."""
     for candidate in (Path(name), script.parent / name, script.parent / Path(name.replace("\\", "/")).name):
         if "$" not in str(candidate) and candidate.is_file():
             return candidate
-    if not required:
-        return None
+    return None
+
+
+def _resolve(name: str, script: Path, where: str) -> Path:
+    """:func:`_beside`, or InputError naming ``where`` the script names the file."""
+    found = _beside(name, script)
+    if found is not None:
+        return found
     raise InputError(f"{where}: names {shown(name)}, which is not beside {script.name} ({script.parent}); pass "
                      "ds_config.json to --from directly")
 

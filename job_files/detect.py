@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from paraplan.errors import InputError
 from paraplan.files import parse_user_json, read_user_text
@@ -23,14 +25,16 @@ def detect_format(path: Path, text: str) -> str:
     if stripped.startswith("{"):
         if deepspeed.is_ds_config(parse_user_json(text, str(path), top=None)):
             return "deepspeed-json"
-        raise InputError(f"{path}: JSON, but not a DeepSpeed config (no train_batch_size, train_micro_batch_size_per_gpu "
-                         "or zero_optimization); is this the ds_config.json the launch script names?")
+        raise InputError(f"{path}: JSON, but not a DeepSpeed config (no train_batch_size, "
+                         "train_micro_batch_size_per_gpu or zero_optimization); is this the ds_config.json the launch "
+                         "script names?")
     if megatron.is_megatron_log(text):
         return "megatron-log"
     if torchtitan.is_torchtitan_toml(text) and not stripped.startswith(("#!", "export ")):
         return "torchtitan-toml"
-    if _yaml_mapping(path, text) is not None:
-        if bridge.is_bridge(_yaml_mapping(path, text)):
+    mapping = _yaml_mapping(path, text)
+    if mapping is not None:
+        if bridge.is_bridge(mapping):
             return "megatron-bridge"
         raise InputError(f"{path}: YAML, but not a Megatron-Bridge or NeMo config (no model.tensor_model_parallel_size "
                          "beside train: or trainer:); is this the config the recipe dumped?")
@@ -43,7 +47,7 @@ def detect_format(path: Path, text: str) -> str:
     raise InputError(f"{path}: not a job file paraplan reads; --from takes a {KINDS}")
 
 
-def _yaml_mapping(path: Path, text: str) -> dict | None:
+def _yaml_mapping(path: Path, text: str) -> dict[str, Any] | None:
     """The YAML mapping of a file that looks like block YAML (``key:`` lines, no shell commands)."""
     lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     if not lines or not all(":" in line or line.lstrip().startswith("-") for line in lines[:5]):
@@ -56,7 +60,7 @@ def _yaml_mapping(path: Path, text: str) -> dict | None:
         return None
 
 
-_READERS = {
+_READERS: dict[str, Callable[[Path, str], ImportedJob | None]] = {
     "megatron-script": megatron.read_megatron_script, "megatron-log": megatron.read_megatron_log,
     "megatron-bridge": bridge.read_bridge, "torchtitan-toml": torchtitan.read_torchtitan_toml,
     "torchtitan-args": torchtitan.read_torchtitan_script, "deepspeed-json": deepspeed.read_ds_config,

@@ -95,7 +95,8 @@ class ImportedJob:
         model = self.model if self.model is not None else (self.model_spec.name if self.model_spec else None)
         return {"file": self.path, "format": self.format, "engine": self.engine, "model": model, "gpu": self.gpu,
                 "num_nodes": self.num_nodes, "gpus_per_node": self.gpus_per_node, "num_gpus": self.num_gpus,
-                "seq_len": self.seq_len, "global_batch": self.global_batch, "local_batch": self.local_batch, "precision": self.precision,
+                "seq_len": self.seq_len, "global_batch": self.global_batch, "local_batch": self.local_batch,
+                "precision": self.precision,
                 "fp8_recipe": self.fp8_recipe, "job": dict(self.job), "layout": dict(self.layout),
                 "sources": dict(self.sources), "missing": list(self.missing), "notes": list(self.notes)}
 
@@ -130,6 +131,7 @@ class Facts:
         self.put(key, value, DEFAULT)
 
     def note(self, text: str) -> None:
+        """Add ``text`` to the notes shown with the import (once)."""
         if text not in self.notes:
             self.notes.append(text)
 
@@ -162,12 +164,14 @@ class Facts:
         if "num_gpus" not in v and "num_nodes" in v and "gpus_per_node" in v:
             self.put("num_gpus", v["num_nodes"] * v["gpus_per_node"],
                      f"{self.sources['num_nodes']} (nodes x GPUs per node)")
-        if "num_nodes" not in v and "num_gpus" in v and "gpus_per_node" in v and v["num_gpus"] % v["gpus_per_node"] == 0:
+        if "num_nodes" not in v and "num_gpus" in v and "gpus_per_node" in v and \
+                v["num_gpus"] % v["gpus_per_node"] == 0:
             self.put("num_nodes", v["num_gpus"] // v["gpus_per_node"], self.sources["num_gpus"])
 
     def _check_world(self) -> None:
         v = self.values
-        if {"num_gpus", "num_nodes", "gpus_per_node"} <= v.keys() and v["num_nodes"] * v["gpus_per_node"] != v["num_gpus"]:
+        if {"num_gpus", "num_nodes", "gpus_per_node"} <= v.keys() and \
+                v["num_nodes"] * v["gpus_per_node"] != v["num_gpus"]:
             raise InputError(f"{self.sources['num_gpus']}: world size {v['num_gpus']} is not {v['num_nodes']} nodes x "
                              f"{v['gpus_per_node']} GPUs ({self.sources['num_nodes']}); make them agree")
         shape = v.get("tp", 1) * v.get("pp", 1) * v.get("cp", 1)

@@ -102,7 +102,7 @@ def cluster_facts(launch: Launch | None, script: Script, facts: Facts) -> None:
     facts.derive_world()
 
 
-def _put_count(facts: Facts, key: str, value: tuple, name: str) -> None:
+def _put_count(facts: Facts, key: str, value: tuple[str | bool | list[str], int | None], name: str) -> None:
     text, line = value
     text = text[-1] if isinstance(text, list) else str(text)
     text = text.split(":")[-1]  # torchrun's elastic MIN:MAX nodes: the most it runs on

@@ -11,8 +11,9 @@ from pathlib import Path
 
 from paraplan.errors import InputError
 from paraplan.job_files.imported import Facts, ImportedJob
-from paraplan.job_files.launch import cluster_facts, find_launch, flag_values, header_facts
-from paraplan.job_files.megatron_args import Args, read_megatron
+from paraplan.job_files.launch import FlagValues, cluster_facts, find_launch, flag_values, header_facts
+from paraplan.job_files.megatron_args import read_megatron
+from paraplan.job_files.megatron_values import Args
 from paraplan.job_files.shell import read_script
 
 ENTRY = re.compile(r"(^|/)(pretrain_\w+|train_\w+|pretrain)\.py$")
@@ -45,6 +46,7 @@ def read_megatron_script(path: Path, text: str) -> ImportedJob:
 
 
 def is_megatron_log(text: str) -> bool:
+    """Whether ``text`` is a Megatron-LM training log (it prints an arguments block at start-up)."""
     return bool(ARGUMENTS_START.search(text)) and "tensor_model_parallel_size" in text
 
 
@@ -54,7 +56,7 @@ def read_megatron_log(path: Path, text: str) -> ImportedJob:
     start = next((i for i, line in enumerate(lines) if ARGUMENTS_START.search(line)), None)
     if start is None:
         raise InputError(f"{path}: no '---- arguments ----' block; Megatron prints it at start-up on rank 0")
-    values = {}
+    values: FlagValues = {}
     for number, line in enumerate(lines[start + 1:], start=start + 2):
         if ARGUMENTS_END.search(line):
             break

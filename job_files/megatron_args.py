@@ -7,85 +7,19 @@ One reader for every place the arguments appear: a launch script's command line 
 
 from __future__ import annotations
 
-import ast
 import re
 
 from paraplan.choices import MEGATRON_CP_COMM_TYPES
 from paraplan.errors import InputError
 from paraplan.files import shown
-from paraplan.job_files.imported import Facts
 from paraplan.job_files.megatron_model import matching_preset, megatron_model
+from paraplan.job_files.megatron_values import Args
 
-_UNSET = ("None", "none", "null", "")
 _CP_COMM = {spelling: name for name, spelling in MEGATRON_CP_COMM_TYPES.items()}
 # cost_models.table's "modules" set: the cheap modules Megatron's --recompute-modules can name.
 _CHEAP_MODULES = {"layernorm", "mla_up_proj", "moe_act"}
 _SHARDING = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
 _ATTENTION = {"flash": "flash", "fused": "fused", "unfused": "unfused"}
-
-
-class Args:
-    """Megatron arguments by dest name: the value as text (True for a bare flag, a list for several words)
-    and the line it was written on."""
-
-    def __init__(self, values: dict[str, tuple[str | bool | list[str], int | None]], facts: Facts,
-                 dashed: bool) -> None:
-        self.values, self.facts, self.dashed = values, facts, dashed
-
-    def spell(self, name: str) -> str:
-        """The name as the file writes it."""
-        return "--" + name.replace("_", "-") if self.dashed else name
-
-    def where(self, name: str) -> str:
-        return self.facts.at(self.values[name][1]) if name in self.values else self.facts.path
-
-    def has(self, name: str) -> bool:
-        value = self.values.get(name, (None,))[0]
-        return value is not None and value is not False and value not in _UNSET
-
-    def text(self, name: str) -> str | None:
-        if not self.has(name):
-            return None
-        value = self.values[name][0]
-        if isinstance(value, list):
-            return " ".join(value)
-        if value is True:
-            return "True"
-        listed = re.fullmatch(r"\[\s*'?([^',\]]*)'?.*\]", str(value))  # a log's ['p2p']
-        return listed.group(1) if listed else str(value)
-
-    def int(self, name: str) -> int | None:
-        text = self.text(name)
-        if text is None:
-            return None
-        try:
-            value = ast.literal_eval(text.strip())
-        except (ValueError, SyntaxError):
-            value = None
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise InputError(f"{self.where(name)}: {self.spell(name)} expects a non-negative integer, got {shown(text)}")
-        return value
-
-    def number(self, name: str) -> float | None:
-        text = self.text(name)
-        if text is None:
-            return None
-        try:
-            return float(text)
-        except ValueError:
-            raise InputError(f"{self.where(name)}: {self.spell(name)} expects a number, got {shown(text)}") from None
-
-    def flag(self, name: str, default: bool = False) -> bool:
-        if name not in self.values or self.values[name][0] in _UNSET:
-            return default
-        value = self.values[name][0]
-        return value is True or str(value).lower() in ("true", "1", "yes")
-
-    def put(self, key: str, name: str, value) -> None:
-        """Record ``value`` for ``key`` as read from argument ``name``."""
-        self.facts.put(key, value, self.where(name))
 
 
 def read_megatron(args: Args, model_name: str) -> None:
@@ -100,8 +34,8 @@ def read_megatron(args: Args, model_name: str) -> None:
             preset = matching_preset(spec)
             facts.put("model", preset, args.where("num_layers")) if preset else facts.put(
                 "model_spec", spec, args.where("num_layers"))
-    for key, name in (("seq_len", "seq_length"), ("seq_len", "encoder_seq_length"), ("global_batch", "global_batch_size"),
-                      ("mbs", "micro_batch_size"), ("num_gpus", "world_size")):
+    for key, name in (("seq_len", "seq_length"), ("seq_len", "encoder_seq_length"),
+                      ("global_batch", "global_batch_size"), ("mbs", "micro_batch_size"), ("num_gpus", "world_size")):
         if args.has(name):
             args.put(key, name, args.int(name))
     _parallel(args)
@@ -127,8 +61,8 @@ def _parallel(args: Args) -> None:
     cp_comm = args.text("cp_comm_type")
     if cp_comm is not None and args.facts.values["cp"] > 1:
         if cp_comm not in _CP_COMM:
-            raise InputError(f"{args.where('cp_comm_type')}: {args.spell('cp_comm_type')} {shown(cp_comm)} is not one of "
-                             f"{', '.join(_CP_COMM)}")
+            raise InputError(f"{args.where('cp_comm_type')}: {args.spell('cp_comm_type')} {shown(cp_comm)} is not "
+                             f"one of {', '.join(_CP_COMM)}")
         args.put("cp_comm", "cp_comm_type", _CP_COMM[cp_comm])
     if args.has("num_experts"):
         etp = args.int("expert_tensor_parallel_size")
@@ -156,7 +90,9 @@ def _virtual_stages(args: Args) -> int | None:
         return _layout_stages(args)
     if not args.has("num_layers_per_virtual_pipeline_stage"):
         return None
-    per_chunk, pp = args.int("num_layers_per_virtual_pipeline_stage"), args.int("pipeline_model_parallel_size") or 1
+    # has() above: the argument is set, so int() gives a number (``or 0`` only tells mypy it is not None).
+    per_chunk = args.int("num_layers_per_virtual_pipeline_stage") or 0
+    pp = args.int("pipeline_model_parallel_size") or 1
     layers = (args.int("num_layers") or 0) + args.flag("account_for_embedding_in_pipeline_split") + args.flag(
         "account_for_loss_in_pipeline_split")
     if per_chunk == 0 or layers % (pp * per_chunk):

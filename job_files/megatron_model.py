@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Any
 
 from paraplan.errors import InputError
+from paraplan.job_files.megatron_values import Args
 from paraplan.model_specs.hf_config import load_model, model_from_config, preset_names
 from paraplan.model_specs.model_spec import ModelSpec
 
@@ -23,23 +25,24 @@ GPT2_BPE_VOCAB = 50257
 """Megatron's GPT2BPETokenizer: GPT-2's 50,257-token vocabulary (vocab.json), padded as any other."""
 
 
-def megatron_model(args, name: str) -> ModelSpec:
-    """The transformer ``args`` (a megatron_args.Args) describe; InputError when a shape argument is missing."""
+def megatron_model(args: Args, name: str) -> ModelSpec:
+    """The transformer ``args`` (Megatron's arguments) describe; InputError when a shape argument is missing."""
     for required in ("num_layers", "hidden_size", "num_attention_heads"):
         if not args.has(required):
             raise InputError(f"{args.facts.path}: no {args.spell(required)}; the file states no model shape (give "
                              "MODEL as a preset or a config.json)")
-    hidden, heads = args.int("hidden_size"), args.int("num_attention_heads")
+    hidden, heads = args.given_int("hidden_size"), args.given_int("num_attention_heads")
     gated = args.flag("swiglu")
     ffn = args.int("ffn_hidden_size") or (int(4 * hidden * 2 / 3 / 64) * 64 if gated else 4 * hidden)
     kv_heads = args.int("num_query_groups") if args.flag("group_query_attention") else heads
     moe = args.int("num_experts") or 0
     mla = args.flag("multi_latent_attention")
-    config = {"model_type": "deepseek_v3" if mla else "mixtral" if moe else "llama",
-              "num_hidden_layers": args.int("num_layers"), "hidden_size": hidden, "num_attention_heads": heads,
-              "num_key_value_heads": kv_heads or heads, "intermediate_size": ffn, "vocab_size": vocab_size(args),
-              "head_dim": args.int("kv_channels") or hidden // heads,
-              "max_position_embeddings": args.int("max_position_embeddings") or args.int("seq_length") or 2048}
+    config: dict[str, Any] = {
+        "model_type": "deepseek_v3" if mla else "mixtral" if moe else "llama",
+        "num_hidden_layers": args.int("num_layers"), "hidden_size": hidden, "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads or heads, "intermediate_size": ffn, "vocab_size": vocab_size(args),
+        "head_dim": args.int("kv_channels") or hidden // heads,
+        "max_position_embeddings": args.int("max_position_embeddings") or args.int("seq_length") or 2048}
     if moe:
         config.update(num_local_experts=moe, n_routed_experts=moe, num_experts_per_tok=args.int("moe_router_topk") or 2,
                       moe_intermediate_size=args.int("moe_ffn_hidden_size") or ffn)
@@ -51,31 +54,32 @@ def megatron_model(args, name: str) -> ModelSpec:
     return _as_stated(spec, args, moe)
 
 
-def vocab_size(args) -> int:
+def vocab_size(args: Args) -> int:
     """The vocabulary Megatron builds: the padded size a log reports, else --vocab-size (or GPT-2 BPE's) padded
     to a multiple of make_vocab_size_divisible_by x tp, as megatron/training/tokenizer _vocab_size_with_padding."""
     if args.has("padded_vocab_size"):
-        return args.int("padded_vocab_size")
+        return args.given_int("padded_vocab_size")
     size = args.int("vocab_size")
     if size is None and (args.text("tokenizer_type") or "") == "GPT2BPETokenizer":
         size = GPT2_BPE_VOCAB
         args.facts.note(f"vocabulary: GPT2BPETokenizer's {GPT2_BPE_VOCAB} tokens ({args.where('tokenizer_type')})")
     if size is None:
-        raise InputError(f"{args.facts.path}: no {args.spell('vocab_size')} (and no tokenizer with a known vocabulary); "
-                         "add it, or give MODEL as a preset or a config.json")
+        raise InputError(f"{args.facts.path}: no {args.spell('vocab_size')} (and no tokenizer with a known "
+                         "vocabulary); add it, or give MODEL as a preset or a config.json")
     multiple = (args.int("make_vocab_size_divisible_by") or 128) * (args.int("tensor_model_parallel_size") or 1)
     return -(-size // multiple) * multiple
 
 
-def _as_stated(spec: ModelSpec, args, moe: int) -> ModelSpec:
+def _as_stated(spec: ModelSpec, args: Args, moe: int) -> ModelSpec:
     """Fields Megatron's flags decide, over the Hugging Face family's defaults."""
     bias = not args.flag("disable_bias_linear") if args.has("disable_bias_linear") else args.flag(
         "add_bias_linear", default=True)
     position = args.text("position_embedding_type") or "learned_absolute"
     norm = (args.text("normalization") or "LayerNorm").lower()
     # Megatron's --hidden-dropout and --attention-dropout default to 0.1.
-    dropout = any((args.number(key) if args.has(key) else 0.1) > 0 for key in ("hidden_dropout", "attention_dropout"))
-    fields = {"gated_mlp": args.flag("swiglu"), "norm": "rmsnorm" if norm == "rmsnorm" else "layernorm",
+    dropout = any((args.given_number(key) if args.has(key) else 0.1) > 0
+                  for key in ("hidden_dropout", "attention_dropout"))
+    fields: dict[str, Any] = {"gated_mlp": args.flag("swiglu"), "norm": "rmsnorm" if norm == "rmsnorm" else "layernorm",
               "norm_bias": norm != "rmsnorm", "linear_bias": bias, "out_bias": None,
               "qkv_bias": bias or args.flag("add_qkv_bias"), "qk_norm": args.flag("qk_layernorm"),
               "position": "rope" if position in ("rope", "yarn", "mrope") else "learned",
@@ -92,7 +96,7 @@ def _as_stated(spec: ModelSpec, args, moe: int) -> ModelSpec:
         raise InputError(f"{args.facts.path}: {exc}") from None
 
 
-def moe_layers(args, num_layers: int) -> tuple[int, ...]:
+def moe_layers(args: Args, num_layers: int) -> tuple[int, ...]:
     """--moe-layer-freq: an integer N (every N-th layer) or a list expression like ``([0]*3+[1]*58)``."""
     text = (args.text("moe_layer_freq") or "1").strip()
     if re.fullmatch(r"[0-9]+", text):
@@ -113,7 +117,7 @@ def matching_preset(spec: ModelSpec) -> str | None:
     positions are learned), or None."""
     for name in preset_names():
         preset = _plain_out_bias(load_model(name))
-        ignore = {"name": name, "model_type": preset.model_type}
+        ignore: dict[str, Any] = {"name": name, "model_type": preset.model_type}
         if spec.position != "learned":
             ignore["max_positions"] = preset.max_positions
         if dataclasses.replace(_plain_out_bias(spec), **ignore) == preset:

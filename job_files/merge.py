@@ -65,7 +65,7 @@ def axis_text(value: Any) -> str:
 
 
 def fill_global_batch(job: ImportedJob, values: dict[str, Any]) -> None:
-    """global = local batch x data-parallel, for a file that leaves it to the world size (now known)."""
+    """Global batch = local batch x data-parallel, for a file that leaves it to the world size (now known)."""
     if values.get("global_batch") is not None or job.local_batch is None or values.get("gpus") is None:
         return
     shape = 1

@@ -22,9 +22,9 @@ _REPO = re.compile(r"Hugging Face ([\w.-]+/[\w.-]+)")
 def repo_presets() -> dict[str, str]:
     """Lower-case repo id and repo name -> preset, from the presets' own source notes."""
     table: dict[str, str] = {}
-    root = resources.files("paraplan.data").joinpath("models")
+    root = resources.files("paraplan.data") / "models"
     for name in preset_names():
-        source = json.loads(root.joinpath(name, "config.json").read_text()).get("_paraplan_source", "")
+        source = json.loads((root / name / "config.json").read_text()).get("_paraplan_source", "")
         match = _REPO.search(source)
         if match:
             table[match.group(1).lower()] = name

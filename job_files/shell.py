@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 from paraplan.errors import InputError
 from paraplan.job_files.shell_words import NAME, SEPARATORS, Expander, RawWord, Seg, Word, lex
@@ -34,6 +35,8 @@ class Script:
 
 
 # -- statements ---------------------------------------------------------------------------------------------
+Token: TypeAlias = RawWord | str | tuple[str, list[RawWord]]
+"""A token of a statement: a raw word, a separator or operator, or an array body ``("array", raw words)``."""
 _ASSIGN = re.compile(rf"^({NAME})(\+?)=(.*)$", re.DOTALL)
 _CONTROL = {"if", "then", "else", "elif", "fi", "do", "done", "for", "while", "until", "case", "esac", "{", "}"}
 _DECLARE = {"export", "local", "declare", "readonly", "typeset"}
@@ -62,9 +65,9 @@ def read_script(text: str, origin: str) -> Script:
     return script
 
 
-def _statement(tokens: list, i: int) -> tuple[list, int]:
+def _statement(tokens: list[RawWord | str], i: int) -> tuple[list[Token], int]:
     """Tokens up to the next separator; ``NAME=(`` arrays run to their ``)`` across lines."""
-    out: list = []
+    out: list[Token] = []
     while i < len(tokens):
         token = tokens[i]
         if isinstance(token, str) and token in SEPARATORS | {"&&", "||", "|"} and not (
@@ -82,14 +85,15 @@ def _statement(tokens: list, i: int) -> tuple[list, int]:
     return out, i
 
 
-def _literal(token) -> str:
+def _literal(token: object) -> str:
+    """The text of a raw word or separator as written (quotes dropped, nothing expanded); "" for an array."""
     if isinstance(token, RawWord):
         return "".join(text for kind, text in token.segs)
     return token if isinstance(token, str) else ""
 
 
-def _control(head: str, statement: list, branches: list[list[bool]], expander: Expander, script: Script,
-             origin: str) -> list | None:
+def _control(head: str, statement: list[Token], branches: list[list[bool]], expander: Expander, script: Script,
+             origin: str) -> list[Token] | None:
     """Track ``if`` branches; returns what follows ``then`` / ``else`` on the same statement, if anything."""
     if head == "if":
         taken = _test(statement[1:], expander, script)
@@ -109,7 +113,7 @@ def _control(head: str, statement: list, branches: list[list[bool]], expander: E
     return statement[1:] or None
 
 
-def _test(tokens: list, expander: Expander, script: Script) -> bool:
+def _test(tokens: list[Token], expander: Expander, script: Script) -> bool:
     words: list[str] = []
     for token in tokens:  # `||` and `&&` stay as words; an empty "$X" stays as an empty word
         words += ([w.text for w in expander.words(token)] or [""]) if isinstance(token, RawWord) else [str(token)]
@@ -153,7 +157,7 @@ def _one(words: list[str]) -> bool:
     raise ValueError("unsupported test")
 
 
-def _run(statement: list, script: Script, expander: Expander, origin: str) -> None:
+def _run(statement: list[Token], script: Script, expander: Expander, origin: str) -> None:
     """One simple command: leading assignments change variables; the rest is a command."""
     tokens = list(statement)
     while tokens and _literal(tokens[0]) in _DECLARE:
@@ -162,7 +166,8 @@ def _run(statement: list, script: Script, expander: Expander, origin: str) -> No
             break
     while tokens and isinstance(tokens[0], RawWord) and _ASSIGN.match(_literal(tokens[0])):
         tokens = _assign(tokens, script, expander)
-    words = _without_redirections([w for token in tokens if isinstance(token, RawWord) for w in expander.words(token)])
+    words = _without_redirections([w for token in tokens if isinstance(token, RawWord)
+                                   for w in expander.words(token)])
     if words and words[0].text not in _CONTROL:
         script.commands.append(words)
 
@@ -172,7 +177,8 @@ _REDIRECT = re.compile(r"^[0-9]*(>>?|<)(&[0-9]+)?(.*)$")
 
 def _without_redirections(words: list[Word]) -> list[Word]:
     """Drop ``> log``, ``2>&1``, ``>>out.txt``: they are the shell's, not the program's."""
-    out, skip = [], False
+    out: list[Word] = []
+    skip = False
     for word in words:
         match = _REDIRECT.match(word.text)
         if skip:
@@ -184,10 +190,13 @@ def _without_redirections(words: list[Word]) -> list[Word]:
     return out
 
 
-def _assign(tokens: list, script: Script, expander: Expander) -> list:
+def _assign(tokens: list[Token], script: Script, expander: Expander) -> list[Token]:
+    """Run the assignment ``tokens`` start with (``NAME=value``, ``NAME+=value``, ``NAME=( ... )``); the rest."""
     raw = tokens[0]
-    name_part = _literal(raw)
-    name, append = re.match(rf"^({NAME})(\+?)=", name_part).groups()
+    assigned = re.match(rf"^({NAME})(\+?)=", _literal(raw))
+    # _run calls this only on a raw word _ASSIGN matches, which this pattern matches too.
+    assert isinstance(raw, RawWord) and assigned is not None
+    name, append = assigned.groups()
     if len(tokens) > 1 and isinstance(tokens[1], tuple):  # NAME=( ... )
         elements = [w for element in tokens[1][1] for w in expander.words(element)]
         old = script.variables.get(name, []) if append else []
@@ -204,7 +213,8 @@ def _assign(tokens: list, script: Script, expander: Expander) -> list:
 
 def _strip_name(segs: list[Seg], count: int) -> list[Seg]:
     """The segments after the first ``count`` characters (the ``NAME=`` part, always unquoted)."""
-    out, skip = [], count
+    out: list[Seg] = []
+    skip = count
     for kind, text in segs:
         if skip >= len(text):
             skip -= len(text)

@@ -25,6 +25,8 @@ Seg = tuple[str, str]  # kind: "lit" (unquoted), "sq" (single quotes), "dq" (dou
 
 @dataclass(slots=True)
 class RawWord:
+    """A word as written, before expansion: its quoted and unquoted segments and its line (1-based)."""
+
     segs: list[Seg]
     line: int
 
@@ -33,7 +35,7 @@ SEPARATORS = {"\n", ";"}
 
 
 def lex(text: str, origin: str) -> tuple[list[RawWord | str], list[Word]]:
-    """Raw words, separators (``"\\n"``, ``";"``, ``"("``, ``")"``, ``"&&"``, ``"||"``, ``"|"``) and comments."""
+    r"""Raw words, separators (``"\n"``, ``";"``, ``"("``, ``")"``, ``"&&"``, ``"||"``, ``"|"``) and comments."""
     tokens: list[RawWord | str] = []
     comments: list[Word] = []
     i, line, n = 0, 1, len(text)
@@ -135,10 +137,13 @@ _PARAM = re.compile(r"\$(?:\{(?P<braced>[^}]*)\}|(?P<plain>" + NAME + r"|[0-9@*#
 
 
 class Expander:
+    """Expands words against the variables (scalars and arrays) a script has set so far."""
+
     def __init__(self, variables: dict[str, str | list[Word]]) -> None:
         self.variables = variables
 
     def scalar(self, name: str) -> str | None:
+        """``$name``: a scalar's value, an array's first element ("" when empty), None when unset."""
         value = self.variables.get(name)
         if isinstance(value, list):
             return value[0].text if value else ""
@@ -148,19 +153,24 @@ class Expander:
         """``${body}``: NAME, NAME[@], NAME:-default, NAME:=default, NAME:?msg, NAME-default."""
         array = re.fullmatch(rf"({NAME})\[[@*]\]", body)
         if array:
-            value = self.variables.get(array.group(1), [])
-            return value if isinstance(value, list) else [Word(w, 0) for w in value.split()]
+            return self.array(array.group(1))
         match = re.fullmatch(rf"({NAME}|[0-9]+)(:?[-=?+])?(.*)", body, re.DOTALL)
         if not match:
             return original
         name, op, rest = match.groups()
         value = self.scalar(name)
         if op in (":-", ":=", "-", "="):
-            unset = value is None or (op.startswith(":") and value == "")
-            return self.text(_unquote(rest)) if unset else value
+            if value is None or (op.startswith(":") and value == ""):
+                return self.text(_unquote(rest))
+            return value
         if op == ":+":
             return self.text(_unquote(rest)) if value else ""
         return original if value is None else value
+
+    def array(self, name: str) -> list[Word]:
+        """``${name[@]}``: an array's elements; a scalar split on whitespace (line 0: not known)."""
+        value = self.variables.get(name, [])
+        return value if isinstance(value, list) else [Word(w, 0) for w in value.split()]
 
     def text(self, text: str) -> str:
         """Expand ``$NAME``, ``${...}`` and ``$((...))`` inside a double-quoted string (no splitting)."""
@@ -174,6 +184,7 @@ class Expander:
             match = _PARAM.match(text, i)
             if match:
                 braced = match.group("braced")
+                value: str | list[Word]
                 if braced == "":  # bash calls ${} a bad substitution; kept as written, it names no setting
                     value = match.group(0)
                 else:
@@ -205,7 +216,7 @@ class Expander:
         the elements of an expanded array keep the lines they were written on."""
         whole = re.fullmatch(rf"\$\{{({NAME})\[[@*]\]\}}", raw.segs[0][1]) if len(raw.segs) == 1 else None
         if whole and raw.segs[0][0] != "sq":
-            elements = self.param(f"{whole.group(1)}[@]", raw.segs[0][1])
+            elements = self.array(whole.group(1))
             if raw.segs[0][0] == "dq":
                 return list(elements)
             return [Word(part, element.line or raw.line) for element in elements for part in element.text.split()]
@@ -221,7 +232,7 @@ class Expander:
                 quoted_any = True
                 array = re.fullmatch(rf"\$\{{({NAME})\[@\]\}}", text)
                 if array:
-                    elements = self.param(f"{array.group(1)}[@]", text)
+                    elements = self.array(array.group(1))
                     for index, element in enumerate(elements):
                         if index:
                             pieces.append([])

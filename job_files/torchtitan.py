@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import tomllib
 
@@ -21,6 +21,7 @@ from paraplan.job_files.imported import Facts, ImportedJob
 from paraplan.job_files.launch import cluster_facts, find_launch, flag_values, header_facts
 from paraplan.job_files.models import resolve_model
 from paraplan.job_files.shell import read_script
+from paraplan.model_specs.hf_config import load_model
 
 Fields = dict[str, dict[str, tuple[Any, str]]]
 """section -> key -> (value, where)."""
@@ -37,15 +38,25 @@ REGISTRY_0_3: dict[tuple[str, str], dict[str, Any]] = {
 # TrainingConfig (0.3.0) / [training] (0.2.2) defaults.
 _LOCAL_BATCH, _SEQ_LEN = 8, 2048
 _SUBCOMMAND = re.compile(r"^[a-z][a-z_-]*:[a-z0-9_]+$")
+
+
+class _Get(Protocol):
+    """:func:`apply_fields`'s lookup: the file's value, else the config registry's, else torchtitan's default."""
+
+    def __call__(self, section: str, key: str, default: Any = None,
+                 registry_key: str | None = None) -> tuple[Any, str]:
+        """(value, where it was read) of ``section.key``."""
 _SCHEDULES = {"1F1B": ("1f1b", False), "GPipe": ("1f1b", False), "Interleaved1F1B": ("1f1b", True),
               "InterleavedZeroBubble": ("1f1b", True), "DualPipeV": ("dualpipev", True)}
 
 
 def is_torchtitan_toml(text: str) -> bool:
+    """Whether ``text`` is a torchtitan job TOML (a [parallelism], [training] or [model] table)."""
     return bool(re.search(r"^\s*\[(parallelism|training|model)\]", text, re.MULTILINE)) and "=" in text
 
 
 def is_torchtitan_script(text: str) -> bool:
+    """Whether ``text`` launches torchtitan's trainer with its own flags."""
     return "torchtitan" in text and bool(re.search(r"--(module|job\.config_file|parallelism\.)", text))
 
 
@@ -59,11 +70,11 @@ def toml_fields(path: Path, text: str) -> Fields:
     section = ""
     for number, line in enumerate(text.splitlines(), start=1):
         header = re.match(r"\s*\[([^\]]+)\]", line)
-        key = re.match(r"\s*([A-Za-z0-9_]+)\s*=", line)
+        assigned = re.match(r"\s*([A-Za-z0-9_]+)\s*=", line)
         if header:
             section = header.group(1).strip()
-        elif key:
-            lines.setdefault((section, key.group(1)), number)
+        elif assigned:
+            lines.setdefault((section, assigned.group(1)), number)
     fields: Fields = {}
     for name, table in _flatten(data).items():
         for key, value in table.items():
@@ -71,9 +82,9 @@ def toml_fields(path: Path, text: str) -> Fields:
     return fields
 
 
-def _flatten(data: dict, prefix: str = "") -> dict[str, dict]:
+def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, dict[str, Any]]:
     """{"quantize": {"linear": {"float8": {...}}}} -> {"quantize.linear.float8": {...}} (leaf tables only)."""
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, Any]] = {}
     leaves = {k: v for k, v in data.items() if not isinstance(v, dict)}
     if leaves:
         out[prefix] = leaves
@@ -84,6 +95,7 @@ def _flatten(data: dict, prefix: str = "") -> dict[str, dict]:
 
 
 def read_torchtitan_toml(path: Path, text: str) -> ImportedJob:
+    """The job of a torchtitan 0.2 job TOML."""
     facts = Facts(str(path), "torchtitan-toml", "torchtitan")
     apply_fields(toml_fields(path, text), facts, "0.2")
     return facts.build()
@@ -136,7 +148,7 @@ def _beside(name: str, script: Path, where: str) -> Path:
 
 
 def apply_fields(fields: Fields, facts: Facts, version: str) -> None:
-    """torchtitan's sections as a job, with its defaults for what is left out."""
+    """Set the job of torchtitan's sections in ``facts``, with torchtitan's defaults for what is left out."""
     registry = _registry(fields, facts)
 
     def get(section: str, key: str, default: Any = None, registry_key: str | None = None) -> tuple[Any, str]:
@@ -215,7 +227,7 @@ def _model(fields: Fields, facts: Facts, registry: dict[str, Any]) -> None:
         facts.note(f"torchtitan model {name[0]} flavor {flavor[0]} ({flavor[1]}) is not a paraplan preset")
 
 
-def _data_parallel(get, facts: Facts, degrees: dict[str, int]) -> None:
+def _data_parallel(get: _Get, facts: Facts, degrees: dict[str, int]) -> None:
     shard, where = get("parallelism", "data_parallel_shard_degree", -1)
     shard = _int(shard, "parallelism.data_parallel_shard_degree", where)
     replicate = degrees["replicate"]
@@ -235,7 +247,7 @@ def _data_parallel(get, facts: Facts, degrees: dict[str, int]) -> None:
     facts.put("zero", stage if shard > 1 else 0, reshard_where if shard > 1 else where)
 
 
-def _pipeline(get, facts: Facts, pp: int) -> None:
+def _pipeline(get: _Get, facts: Facts, pp: int) -> None:
     schedule, where = get("parallelism", "pipeline_parallel_schedule", "1F1B")
     if pp == 1:
         facts.default("vpp", 1)
@@ -250,9 +262,7 @@ def _pipeline(get, facts: Facts, pp: int) -> None:
         facts.put("vpp", max(1, len(parts[0]) // pp), parts[1])
     elif name == "dualpipev" or (interleaved and per_stage[0] is None):
         facts.put("vpp", 2, where)
-    elif interleaved and "model" in facts.values:
-        from paraplan.model_specs.hf_config import load_model  # the layer count decides the stage count
-
+    elif interleaved and "model" in facts.values:  # the layer count decides the stage count
         layers = load_model(facts.values["model"]).num_layers
         first = _int(get("parallelism", "pipeline_parallel_first_stage_less_layers", 1)[0], "first_stage_less", where)
         last = _int(get("parallelism", "pipeline_parallel_last_stage_less_layers", 1)[0], "last_stage_less", where)
@@ -261,7 +271,7 @@ def _pipeline(get, facts: Facts, pp: int) -> None:
     facts.default("vpp", 1)
 
 
-def _batch(get, facts: Facts, registry: dict[str, Any], pp: int) -> None:
+def _batch(get: _Get, facts: Facts, registry: dict[str, Any], pp: int) -> None:
     # torchtitan before 0.2 named the local batch batch_size.
     local, where = get("training", "local_batch_size", None)
     if local is None:

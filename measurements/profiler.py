@@ -15,6 +15,8 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, TypeAlias
 
 from paraplan.errors import InputError
 from paraplan.measurements.ingest.hardware_names import CPU, catalog_name
@@ -22,6 +24,11 @@ from paraplan.measurements.ingest.paraplan_format import FORMAT_NAME, FORMAT_VER
 from paraplan.model_specs.model_spec import ModelSpec
 
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+
+Tensor: TypeAlias = Any
+"""A torch.Tensor: PyTorch is optional and imported inside the functions, so its types are not imported here."""
+Row: TypeAlias = dict[str, Any]
+"""One measurement of the paraplan-profile JSON format (kind, name, model, time_s, params)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,16 +57,18 @@ class ProfileSettings:
             raise ValueError(f"device must be auto, cuda or cpu, got {self.device!r}")
 
 
-def model_gemm_shapes(model: ModelSpec, tokens: tuple[int, ...], tps: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
+def model_gemm_shapes(model: ModelSpec, tokens: tuple[int, ...],
+                      tps: tuple[int, ...]) -> tuple[tuple[int, int, int], ...]:
     """The forward GEMMs of one of ``model``'s layers for each token count and TP degree (as layer.py costs them)."""
     h, q, kv, f = model.hidden_size, model.q_width, model.kv_width, model.ffn_size
     up = f * (model.mlp_matrices - 1)
-    shapes = {(t, (q + 2 * kv) // tp, h) for t in tokens for tp in tps} | {(t, h, q // tp) for t in tokens for tp in tps}
+    shapes = {(t, (q + 2 * kv) // tp, h) for t in tokens for tp in tps}
+    shapes |= {(t, h, q // tp) for t in tokens for tp in tps}
     shapes |= {(t, up // tp, h) for t in tokens for tp in tps} | {(t, h, f // tp) for t in tokens for tp in tps}
     return tuple(sorted(shapes))
 
 
-def _torch():
+def _torch() -> ModuleType:
     try:
         import torch
     except ImportError:
@@ -93,17 +102,17 @@ def estimated_seconds(settings: ProfileSettings, flops_per_s: float) -> float:
     return (gemm + attention) * runs / flops_per_s
 
 
-def _device(torch, wanted: str) -> str:
+def _device(torch: ModuleType, wanted: str) -> str:
     if wanted == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda asked for, but PyTorch sees no CUDA GPU; use --device cpu or auto")
     return "cuda" if wanted == "cuda" or (wanted == "auto" and torch.cuda.is_available()) else "cpu"
 
 
-def median_seconds(torch, device: str, fn: Callable[[], object], warmup: int, repeats: int) -> float:
+def median_seconds(torch: ModuleType, device: str, fn: Callable[[], object], warmup: int, repeats: int) -> float:
     """Median seconds of ``fn`` after ``warmup`` calls: CUDA events on a GPU, perf_counter on CPU."""
     for _ in range(warmup):
         fn()
-    times = []
+    times: list[float] = []
     for _ in range(repeats):
         if device == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -119,24 +128,26 @@ def median_seconds(torch, device: str, fn: Callable[[], object], warmup: int, re
     return statistics.median(times)
 
 
-def _row(kind: str, name: str, seconds: float, params: dict) -> dict:
+def _row(kind: str, name: str, seconds: float, params: dict[str, Any]) -> Row:
     return {"kind": kind, "name": name, "model": "", "time_s": seconds, "params": params}
 
 
-def _gemms(torch, device: str, settings: ProfileSettings, progress=None) -> list[dict]:
-    rows = []
+def _gemms(torch: ModuleType, device: str, settings: ProfileSettings,
+           progress: Callable[[str], None] | None = None) -> list[Row]:
+    rows: list[Row] = []
     for m, n, k in settings.gemm_shapes:
         if progress is not None:
             progress(f"GEMM {m}x{n}x{k}")
         a = torch.randn(m, k, device=device, dtype=torch.bfloat16)
         b = torch.randn(k, n, device=device, dtype=torch.bfloat16)
-        seconds = median_seconds(torch, device, lambda a=a, b=b: a @ b, settings.warmup, settings.repeats)
+        # Timed at once, within this iteration: the closure sees this iteration's a and b.
+        seconds = median_seconds(torch, device, lambda: a @ b, settings.warmup, settings.repeats)
         rows.append(_row("gemm", "matmul", seconds, {"m": m, "n": n, "k": k, "dtype": "bf16"}))
         rows += _fp8_gemm(torch, device, settings, a, b)
     return rows
 
 
-def _fp8_gemm(torch, device: str, settings: ProfileSettings, a, b) -> list[dict]:
+def _fp8_gemm(torch: ModuleType, device: str, settings: ProfileSettings, a: Tensor, b: Tensor) -> list[Row]:
     """fp8 (e4m3) GEMM through torch._scaled_mm on GPUs with fp8 tensor cores (compute capability >= 8.9)."""
     if device != "cuda" or torch.cuda.get_device_capability() < (8, 9) or not hasattr(torch, "_scaled_mm"):
         return []
@@ -151,8 +162,9 @@ def _fp8_gemm(torch, device: str, settings: ProfileSettings, a, b) -> list[dict]
     return [_row("gemm", "scaled_mm", seconds, {"m": m, "n": b.shape[1], "k": k, "dtype": "fp8"})]
 
 
-def _attention(torch, device: str, settings: ProfileSettings, progress=None) -> list[dict]:
-    rows = []
+def _attention(torch: ModuleType, device: str, settings: ProfileSettings,
+               progress: Callable[[str], None] | None = None) -> list[Row]:
+    rows: list[Row] = []
     for batch, heads, seq, dim in settings.attention_shapes:
         if progress is not None:
             progress(f"attention s={seq} h={heads}")
@@ -163,7 +175,8 @@ def _attention(torch, device: str, settings: ProfileSettings, progress=None) -> 
     return rows
 
 
-def _attention_times(torch, device: str, settings: ProfileSettings, shape: tuple[int, ...]) -> tuple[float, float]:
+def _attention_times(torch: ModuleType, device: str, settings: ProfileSettings,
+                     shape: tuple[int, ...]) -> tuple[float, float]:
     """(forward, backward) median seconds of causal scaled-dot-product attention (flash/SDPA backend)."""
     sdpa = torch.nn.functional.scaled_dot_product_attention
     q, k, v = (torch.randn(*shape, device=device, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
@@ -175,24 +188,27 @@ def _attention_times(torch, device: str, settings: ProfileSettings, shape: tuple
     return forward, backward
 
 
-def _copies(torch, device: str, settings: ProfileSettings) -> list[dict]:
-    rows = []
+def _copies(torch: ModuleType, device: str, settings: ProfileSettings) -> list[Row]:
+    rows: list[Row] = []
     for size in settings.copy_bytes:
         src = torch.empty(size, dtype=torch.uint8, device=device)
         dst = torch.empty_like(src)
-        seconds = median_seconds(torch, device, lambda s=src, d=dst: d.copy_(s), settings.warmup, settings.repeats)
+        # Timed at once, within this iteration: the closure sees this iteration's buffers.
+        seconds = median_seconds(torch, device, lambda: dst.copy_(src), settings.warmup, settings.repeats)
         rows.append(_row("memory", "copy", seconds, {"bytes": 2 * size}))  # read + write
     return rows
 
 
-def _collectives(torch, device: str, settings: ProfileSettings) -> list[dict]:
+def _collectives(torch: ModuleType, device: str, settings: ProfileSettings) -> list[Row]:
     dist = torch.distributed
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
         return []
-    world, rows = dist.get_world_size(), []
+    world = dist.get_world_size()
+    rows: list[Row] = []
     for size in settings.collective_bytes:
         x = torch.ones(max(size // 2, world), dtype=torch.bfloat16, device=device)
-        params = {"size_bytes": float(x.numel() * 2), "group_size": world, "domain": "intra", "devices_per_node": world}
+        params = {"size_bytes": float(x.numel() * 2), "group_size": world, "domain": "intra",
+                  "devices_per_node": world}
         for name, fn in _collective_calls(dist, x).items():
             try:
                 seconds = median_seconds(torch, device, fn, settings.warmup, settings.repeats)
@@ -202,7 +218,7 @@ def _collectives(torch, device: str, settings: ProfileSettings) -> list[dict]:
     return rows
 
 
-def _collective_calls(dist, x) -> dict[str, Callable[[], object]]:
+def _collective_calls(dist: ModuleType, x: Tensor) -> dict[str, Callable[[], object]]:
     """One call per collective on buffer ``x`` (sizes as NCCL's tests count them: the full buffer)."""
     world, rank = dist.get_world_size(), dist.get_rank()
     shard = x[: x.numel() // world]
@@ -210,12 +226,13 @@ def _collective_calls(dist, x) -> dict[str, Callable[[], object]]:
     return {"all_reduce": lambda: dist.all_reduce(x),
             "all_gather": lambda: dist.all_gather_into_tensor(x[: shard.numel() * world], shard),
             "reduce_scatter": lambda: dist.reduce_scatter_tensor(shard, x[: shard.numel() * world]),
-            "all_to_all": lambda: dist.all_to_all_single(incoming[: shard.numel() * world], x[: shard.numel() * world]),
+            "all_to_all": lambda: dist.all_to_all_single(incoming[: shard.numel() * world],
+                                                         x[: shard.numel() * world]),
             "send_recv": lambda: [w.wait() for w in dist.batch_isend_irecv(
                 [dist.P2POp(dist.isend, x, (rank + 1) % world), dist.P2POp(dist.irecv, incoming, (rank - 1) % world)])]}
 
 
-def _software(torch, device: str) -> str:
+def _software(torch: ModuleType, device: str) -> str:
     parts = [f"torch {torch.__version__}"]
     if device == "cuda":
         parts += [f"CUDA {torch.version.cuda}", f"cuDNN {torch.backends.cudnn.version()}",
@@ -231,7 +248,7 @@ def _driver_version() -> str:
         return "unknown"
 
 
-def run_profile(settings: ProfileSettings, progress: Callable[[str], None] | None = None) -> dict:
+def run_profile(settings: ProfileSettings, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Time everything in ``settings``; a paraplan-profile JSON document (``ingest`` reads it). ``progress`` is
     called with a short label after each measured point."""
     torch = _torch()

@@ -19,12 +19,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
 from paraplan.errors import InputError
 from paraplan.files import read_user_csv
 from paraplan.limits import MAX_COACTIVATION_CELLS, MAX_EXPERTS, MAX_MOE_LAYERS
+
+_Key = TypeVar("_Key", bound=tuple[int, ...])
 
 ROUTING_COLUMNS = ("layer", "expert", "next_expert", "tokens")
 MAX_ROUTING_BYTES = 256 << 20
@@ -95,12 +98,18 @@ def read_routing_csv(path: Path) -> RoutingStats:
         if not row or all(not cell.strip() for cell in row):
             continue
         layer, expert, next_expert, tokens = _parse_row(path, line_no, row)
-        key = (layer, expert) if next_expert is None else (layer, expert, next_expert)
-        target = loads if next_expert is None else pairs
-        if key in target:
-            raise InputError(f"{path}: line {line_no} repeats {'layer, expert' if next_expert is None else 'a pair'} {key}")
-        target[key] = tokens
+        if next_expert is None:
+            _put_new(loads, (layer, expert), tokens, f"{path}: line {line_no} repeats layer, expert")
+        else:
+            _put_new(pairs, (layer, expert, next_expert), tokens, f"{path}: line {line_no} repeats a pair")
     return _assemble(path, loads, pairs)
+
+
+def _put_new(table: dict[_Key, float], key: _Key, tokens: float, repeats: str) -> None:
+    """``table[key] = tokens``; InputError (``repeats`` and the key) when the file gave ``key`` before."""
+    if key in table:
+        raise InputError(f"{repeats} {key}")
+    table[key] = tokens
 
 
 def _parse_row(path: Path, line_no: int, row: list[str]) -> tuple[int, int, int | None, float]:
@@ -111,7 +120,8 @@ def _parse_row(path: Path, line_no: int, row: list[str]) -> tuple[int, int, int 
         next_expert = int(row[2]) if row[2].strip() else None
         tokens = float(row[3])
     except ValueError as exc:
-        raise InputError(f"{path}: line {line_no}: layer, expert, next_expert must be integers and tokens a number") from exc
+        raise InputError(f"{path}: line {line_no}: layer, expert, next_expert must be integers and tokens "
+                         "a number") from exc
     if min(layer, expert, 0 if next_expert is None else next_expert) < 0 or not math.isfinite(tokens) or tokens < 0:
         raise InputError(f"{path}: line {line_no}: indices and tokens must be non-negative finite numbers")
     if layer >= MAX_MOE_LAYERS or max(expert, next_expert or 0) >= MAX_EXPERTS:
@@ -120,7 +130,8 @@ def _parse_row(path: Path, line_no: int, row: list[str]) -> tuple[int, int, int 
     return layer, expert, next_expert, tokens
 
 
-def _assemble(path: Path, loads: dict, pairs: dict) -> RoutingStats:
+def _assemble(path: Path, loads: dict[tuple[int, int], float],
+              pairs: dict[tuple[int, int, int], float]) -> RoutingStats:
     if not loads:
         raise InputError(f"{path}: no load rows (rows with an empty next_expert)")
     num_layers = 1 + max(layer for layer, _ in loads)

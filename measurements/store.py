@@ -12,6 +12,7 @@ import json
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, cast
 
 import pandas as pd
 
@@ -54,7 +55,7 @@ def _foreign(path: Path, exc: BaseException) -> InputError:
                       "--store PATH or move it away")
 
 
-def _read_sql(store: Path, query: str, params: tuple = ()):
+def _read_sql(store: Path, query: str, params: tuple[object, ...] = ()) -> pd.DataFrame:
     """``pd.read_sql_query`` on the store; InputError when its tables are not the ones paraplan writes."""
     conn = _connect(store, create=False)
     try:
@@ -65,10 +66,10 @@ def _read_sql(store: Path, query: str, params: tuple = ()):
         conn.close()
 
 
-def _params(store: Path, text: object) -> dict:
+def _params(store: Path, text: object) -> dict[str, Any]:
     if not isinstance(text, str):
         raise _foreign(store, TypeError("a params cell is not JSON text"))
-    return parse_user_json(text, f"{store}: measurement params")
+    return cast(dict[str, Any], parse_user_json(text, f"{store}: measurement params"))  # top=dict: an object
 
 
 STORE_TABLES = frozenset({"files", "measurements"})
@@ -97,7 +98,7 @@ def _connect(path: Path, create: bool) -> sqlite3.Connection:
     return conn
 
 
-def _row(parsed: ParsedFile, item: Measurement) -> tuple:
+def _row(parsed: ParsedFile, item: Measurement) -> tuple[str, int, str, str, str, str, str, float, str]:
     return (parsed.sha256, item.line, item.kind, item.name, item.model, parsed.hardware, parsed.software,
             item.time_s, json.dumps(item.params, sort_keys=True))
 

@@ -44,9 +44,10 @@ def _names(value: Any, field: str, origin: str) -> tuple[str, ...]:
 def _compressed_tensors(q: dict[str, Any], origin: str) -> WeightFormat:
     """llm-compressor's format: config_groups.<group>.weights gives num_bits, type (int/float), group_size."""
     groups = q.get("config_groups")
-    weights = next(iter(groups.values()), {}).get("weights") if isinstance(groups, dict) and groups and \
-        isinstance(next(iter(groups.values())), dict) else None
-    if not isinstance(weights, dict) or weights.get("num_bits") not in (4, 8) or weights.get("type") not in ("int", "float"):
+    first = next(iter(groups.values())) if isinstance(groups, dict) and groups else None
+    weights = first.get("weights") if isinstance(first, dict) else None
+    if not isinstance(weights, dict) or weights.get("num_bits") not in (4, 8) or \
+            weights.get("type") not in ("int", "float"):
         raise InputError(f"{origin}: quantization_config (compressed-tensors) needs config_groups.<group>.weights with "
                          "num_bits 4 or 8 and type int or float")
     bits, kind = weights["num_bits"], weights["type"]
@@ -65,7 +66,8 @@ def _modelopt(q: dict[str, Any], origin: str) -> WeightFormat:
     block = _ints(q.get("group_size", 16), "group_size", origin) if algo == "NVFP4" else ()
     return WeightFormat(method="modelopt", weight_format="float8_e4m3fn" if algo == "FP8" else "nvfp4",
                         bits=8.0 if algo == "FP8" else 4.0, block_size=block,
-                        unquantized_modules=_names(q.get("exclude_modules", q.get("ignore")), "exclude_modules", origin))
+                        unquantized_modules=_names(q.get("exclude_modules", q.get("ignore")), "exclude_modules",
+                                                   origin))
 
 
 def weight_format(q: Any, origin: str) -> WeightFormat:

@@ -17,7 +17,7 @@ import difflib
 import math
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from paraplan.errors import InputError
 from paraplan.files import parse_user_json, read_user_json, shown
@@ -32,6 +32,9 @@ from paraplan.model_specs.model_families import (
     resolve,
 )
 from paraplan.model_specs.model_spec import ModelSpec
+
+if TYPE_CHECKING:  # importlib.abc's name works on 3.10 (importlib.resources.abc is 3.11+); only mypy reads it
+    from importlib.abc import Traversable
 
 SUPPORTED_TYPES = tuple(sorted(FAMILIES)) + tuple(sorted(TEXT_CONFIG_WRAPPERS))
 """Every model_type read: the decoder families and the multimodal wrappers whose text_config is read."""
@@ -105,8 +108,9 @@ def _traits(config: dict[str, Any], traits: FamilyTraits, origin: str) -> dict[s
             or values["qk_norm"] not in (False, "head", "full") or values["norms_per_layer"] not in (1, 2, 3, 4):
         raise InputError(f"{origin}: config.json states an unknown norm, position or QK-norm kind")
     rate = _get(config, "dropout", origin, default=traits.dropout_default, traits=traits)
-    fields = {name: bool(values[name]) for name in ("norm_bias", "norm_weight", "qkv_bias", "out_bias",
-                                                     "output_bias", "final_norm", "attention_output_gate")}
+    fields: dict[str, Any] = {name: bool(values[name]) for name in ("norm_bias", "norm_weight", "qkv_bias", "out_bias",
+                                                                     "output_bias", "final_norm",
+                                                                     "attention_output_gate")}
     fields.update(
         norm=values["norm"], norms_per_layer=values["norms_per_layer"], qk_norm=bool(values["qk_norm"]),
         qk_norm_width=values["qk_norm"] or "head", qk_norm_bias=traits.qk_norm_bias,
@@ -212,7 +216,8 @@ def _unwrap(config: dict[str, Any], name: str) -> tuple[dict[str, Any], str]:
         if not isinstance(text, dict):
             raise InputError(f"{name}: model_type {shown(outer)} keeps its decoder in text_config, which is missing")
         # The checkpoint's top-level model ties (or not) its output head, so the outer key wins.
-        inner = {**text, **{key: config[key] for key in ("tie_word_embeddings", "quantization_config") if key in config}}
+        inner = {**text, **{key: config[key] for key in ("tie_word_embeddings", "quantization_config")
+                            if key in config}}
         inner.setdefault("model_type", TEXT_CONFIG_WRAPPERS.get(outer))
         return inner, f"{name} (text decoder of {outer}; encoder towers not counted)"
     return config, name
@@ -236,7 +241,7 @@ def supported_model_types() -> tuple[str, ...]:
     return SUPPORTED_TYPES
 
 
-def _shape(config: dict[str, Any], traits: FamilyTraits, moe: dict[str, Any], name: str) -> dict[str, int]:
+def _shape(config: dict[str, Any], traits: FamilyTraits, moe: dict[str, Any], name: str) -> dict[str, Any]:
     """Widths and counts every family states (under its own spellings), as ModelSpec keyword arguments."""
     hidden = _int(_get(config, "hidden_size", name, traits=traits), "hidden_size", name)
     heads = _int(_get(config, "num_heads", name, traits=traits), "num_attention_heads", name)
@@ -277,7 +282,7 @@ def _read(config: dict[str, Any], name: str, spec_name: str) -> ModelSpec:
     config, name = _unwrap(config, name)
     model_type = config.get("model_type")
     traits = FAMILIES.get(model_type) if isinstance(model_type, str) else None
-    if traits is None:
+    if traits is None or not isinstance(model_type, str):  # the second test only narrows the type for mypy
         raise _unsupported(model_type, name)
     for nested in traits.flatten:  # DBRX keeps attention and FFN keys in sub-objects
         if isinstance(config.get(nested), dict):
@@ -301,7 +306,8 @@ def _read(config: dict[str, Any], name: str, spec_name: str) -> ModelSpec:
         raise InputError(str(exc)) from None
 
 
-def _presets_root():
+def _presets_root() -> Traversable:
+    """The shipped presets' folder (one sub-folder per preset, each holding config.json)."""
     return resources.files("paraplan.data").joinpath("models")
 
 
@@ -313,10 +319,11 @@ def preset_names() -> list[str]:
 def _read_checkpoint_config(path: Path, name: str) -> ModelSpec:
     """config.json at ``path``, with ModelOpt's hf_quant_config.json beside it when present (its
     ``quantization`` block says how the weights are stored)."""
-    config = read_user_json(path, MAX_CONFIG_BYTES, "model config")
+    config = cast(dict[str, Any], read_user_json(path, MAX_CONFIG_BYTES, "model config"))  # top=dict: an object
     beside = path.parent / "hf_quant_config.json"
     if beside.is_file() and "quantization_config" not in config:
-        quant = read_user_json(beside, MAX_CONFIG_BYTES, "quantization config").get("quantization")
+        outer = cast(dict[str, Any], read_user_json(beside, MAX_CONFIG_BYTES, "quantization config"))
+        quant = outer.get("quantization")
         if quant is not None:
             config = {**config, "quantization_config": {"quant_method": "modelopt", **quant}
                       if isinstance(quant, dict) else quant}
@@ -333,8 +340,8 @@ def load_model(name_or_path: str) -> ModelSpec:
         return _read_checkpoint_config(path, str(name_or_path))
     names = preset_names()
     if name_or_path in names:
-        text = _presets_root().joinpath(name_or_path, "config.json").read_text()
-        return model_from_config(parse_user_json(text, f"preset {name_or_path}"), name_or_path)
+        text = (_presets_root() / name_or_path / "config.json").read_text()
+        return model_from_config(cast(dict[str, Any], parse_user_json(text, f"preset {name_or_path}")), name_or_path)
     if REPO_ID.match(name_or_path):
         cached = cached_config_path(name_or_path)
         if cached is None:

@@ -4,6 +4,7 @@ indexer). Every list is length-checked before it is walked, so a hostile config 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from paraplan.errors import InputError
@@ -21,7 +22,7 @@ def non_negative_int(value: Any, field: str, origin: str) -> int:
     return value
 
 
-def _bounded_list(value: Any, field: str, origin: str, most: int) -> list:
+def _bounded_list(value: Any, field: str, origin: str, most: int) -> list[Any]:
     if not isinstance(value, list):
         raise InputError(f"{origin}: {field} must be a list, got {type(value).__name__}")
     if len(value) > most:
@@ -151,7 +152,7 @@ def moe_layers(config: dict[str, Any], traits: FamilyTraits, layers: int, origin
     return ()
 
 
-def gated_deltanet_params(config: dict[str, Any], hidden: int, positive) -> int:
+def gated_deltanet_params(config: dict[str, Any], hidden: int, positive: Callable[[str], int]) -> int:
     """One Gated DeltaNet mixer (Qwen3NextGatedDeltaNet / Qwen3_5GatedDeltaNet): in_proj_qkvz h -> 2·k + 2·v,
     in_proj_ba h -> 2·n_v, a depthwise causal conv1d over q, k, v (2·k + v channels, kernel taps, no bias),
     dt_bias and A_log (n_v each), a gated RMSNorm of d_v, out_proj v -> h; k = n_k·d_k, v = n_v·d_v."""
@@ -169,7 +170,8 @@ def lightning_attention_params(q_width: int, hidden: int) -> int:
     return 3 * hidden * q_width + 2 * q_width * hidden + q_width
 
 
-def indexer_params(config: dict[str, Any], hidden: int, q_lora_rank: int, positive, layers: int, origin: str) -> int:
+def indexer_params(config: dict[str, Any], hidden: int, q_lora_rank: int, positive: Callable[[str], int], layers: int,
+                   origin: str) -> int:
     """One layer's lightning indexer (DeepseekV32Indexer / GlmMoeDsaIndexer): wq_b q_lora -> n·d, wk h -> d,
     a LayerNorm of d with bias, weights_proj h -> n; n = index_n_heads, d = index_head_dim."""
     if config.get("indexer_types") is not None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from paraplan.arrays import Column
 from paraplan.model_specs.model_spec import ModelSpec
 
 CONV_STATE_BYTES = 2.0
@@ -57,7 +58,7 @@ class MixerShapes:
     index_topk: int = 0
     """Keys each query attends to after the indexer's selection."""
 
-    def linear_state_bytes(self, tp) -> np.ndarray:
+    def linear_state_bytes(self, tp: Column) -> np.ndarray:
         """Recurrent and convolution state of one sequence in one linear-attention layer on one GPU (heads
         split over tp)."""
         tp = np.asarray(tp, dtype=float)
@@ -66,7 +67,7 @@ class MixerShapes:
         conv = channels * max(self.linear_conv_kernel - 1, 0) * CONV_STATE_BYTES
         return (recurrent + conv) / tp
 
-    def linear_prefill_flops_per_token(self, tp) -> np.ndarray:
+    def linear_prefill_flops_per_token(self, tp: Column) -> np.ndarray:
         """Delta-rule FLOPs per prompt token per linear-attention layer on one GPU."""
         return DELTA_RULE_FLOPS_PER_STATE_ELEMENT * self.linear_value_heads * self.linear_key_dim \
             * self.linear_value_dim / np.asarray(tp, dtype=float)

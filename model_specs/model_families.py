@@ -29,6 +29,7 @@ class Key:
     default: Any
 
     def __call__(self, config: dict[str, Any]) -> Any:
+        """The value under the first of ``names`` present and not null in ``config``, else ``default``."""
         for name in self.names:
             if config.get(name) is not None:
                 return config[name]
@@ -266,10 +267,13 @@ FAMILIES: dict[str, FamilyTraits] = {
     "olmo": replace(LLAMA, norm="layernorm", norm_weight=False),
     "olmo2": OLMO2,
     "olmo3": replace(OLMO2, windows="layer_types", default_layer_types=_every(4, "full_attention")),
-    "exaone4": replace(LLAMA, qk_norm="head", post_norm_only=True, windows="layer_types", default_layer_types=_every(4, "full_attention")),
+    "exaone4": replace(LLAMA, qk_norm="head", post_norm_only=True, windows="layer_types",
+                       default_layer_types=_every(4, "full_attention")),
     "cohere": COHERE,
-    "cohere2": replace(COHERE, qk_norm=False, windows="layer_types", default_layer_types=_every(4, "full_attention")),
-    "cohere2_moe": replace(COHERE, qk_norm=False, windows="layer_types", default_layer_types=_every(4, "full_attention"),
+    "cohere2": replace(COHERE, qk_norm=False, windows="layer_types",
+                       default_layer_types=_every(4, "full_attention")),
+    "cohere2_moe": replace(COHERE, qk_norm=False, windows="layer_types",
+                           default_layer_types=_every(4, "full_attention"),
                            moe="mlp_layer_types", shared="deepseek",
                            aliases={"ffn_size": ("prefix_dense_intermediate_size",),
                                     "expert_ffn_size": ("intermediate_size",),
@@ -290,7 +294,8 @@ FAMILIES: dict[str, FamilyTraits] = {
     "gpt_bigcode": replace(GPT2, kv_heads=_multi_query),
     "gptj": replace(GPT2, norms_per_layer=1, qkv_bias=False, out_bias=False, position="rope",
                     tied=key("tie_word_embeddings"), parallel_residual=True, output_bias=True, dropout_default=0.0),
-    "gpt_neox": replace(GPT2, qkv_bias=key("attention_bias", default=True), out_bias=key("attention_bias", default=True),
+    "gpt_neox": replace(GPT2, qkv_bias=key("attention_bias", default=True),
+                        out_bias=key("attention_bias", default=True),
                         position="rope", tied=key("tie_word_embeddings"), ffn=None,
                         parallel_residual=key("use_parallel_residual", default=True), dropout_default=0.0),
     "codegen": replace(GPT2, norms_per_layer=1, qkv_bias=False, out_bias=False, position="rope",
@@ -340,7 +345,8 @@ FAMILIES: dict[str, FamilyTraits] = {
                        out_bias=key("attention_bias", default=True), router_bias=True, expert_bias=True,
                        attention_sinks=True, windows="layer_types", default_layer_types=_alternating),
     "glm4_moe": replace(LLAMA, moe="deepseek", shared="deepseek", router_bias=True, group_limited=True,
-                        qk_norm=lambda c: "head" if c.get("use_qk_norm") else False, mtp_key="num_nextn_predict_layers"),
+                        qk_norm=lambda c: "head" if c.get("use_qk_norm") else False,
+                        mtp_key="num_nextn_predict_layers"),
     "dots1": replace(QWEN3, moe="deepseek", shared="deepseek", router_bias=True, group_limited=True),
     "afmoe": replace(LLAMA, norms_per_layer=4, qk_norm="head", attention_output_gate=True, moe="deepseek",
                      first_dense_key="num_dense_layers", shared="deepseek", router_bias=True, windows="layer_types",
@@ -389,7 +395,8 @@ REFUSED: dict[str, str] = {
     "mamba": "it is a pure state-space model (no attention)", "mamba2": "it is a pure state-space model (no attention)",
     "falcon_mamba": "it is a pure state-space model (no attention)", "rwkv": "it is a recurrent (RWKV) model",
     "recurrent_gemma": "its recurrent (RG-LRU) blocks are not modelled", "xlstm": "its xLSTM blocks are not modelled",
-    "lfm2": "its short-convolution blocks are not modelled", "lfm2_moe": "its short-convolution blocks are not modelled",
+    "lfm2": "its short-convolution blocks are not modelled",
+    "lfm2_moe": "its short-convolution blocks are not modelled",
     "kimi_linear": "its Kimi Delta Attention layers are not modelled",
     "gemma3n": "its per-layer embeddings and AltUp streams are not modelled",
     "apertus": "its xIELU activation carries trained parameters that are not modelled",

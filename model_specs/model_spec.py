@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 LAYER_WEIGHT_MATRICES = 4
 """Weight matrices of a decoder layer as Megatron-style modules fuse them: QKV, output projection,
@@ -51,9 +51,9 @@ class WeightFormat:
                 "block_size": list(self.block_size), "unquantized_modules": list(self.unquantized_modules)}
 
     @classmethod
-    def from_json(cls, data: dict[str, object]) -> WeightFormat:
+    def from_json(cls, data: dict[str, Any]) -> WeightFormat:
         """The inverse of :meth:`to_json` (TypeError on unknown or missing keys)."""
-        return cls(**{**data, "block_size": tuple(data.get("block_size", ())),  # type: ignore[arg-type]
+        return cls(**{**data, "block_size": tuple(data.get("block_size", ())),
                       "unquantized_modules": tuple(data.get("unquantized_modules", ()))})
 
 
@@ -207,7 +207,8 @@ class ModelSpec:
                                  f"groups, {self.groups_per_token} per token")
             if any(not 0 <= i < self.num_layers for i in self.moe_layers) or len(set(self.moe_layers)) != len(
                     self.moe_layers):
-                raise ValueError(f"model {self.name}: MoE layer indices must be distinct and in 0..{self.num_layers - 1}")
+                raise ValueError(f"model {self.name}: MoE layer indices must be distinct and in "
+                                 f"0..{self.num_layers - 1}")
         if not 1 <= self.norms_per_layer <= 4 or not 0 <= self.linear_attention_layers <= self.num_layers:
             raise ValueError(f"model {self.name}: norms per layer must be 1-4 and linear-attention layers at most "
                              f"{self.num_layers}, got {self.norms_per_layer} and {self.linear_attention_layers}")
@@ -345,8 +346,8 @@ class ModelSpec:
 
     def moe_layer_params(self) -> int:
         """One MoE decoder layer: attention, norms, router, every routed expert and the shared expert."""
-        return (self.attention_params() + self.norms_per_layer * self._norm_params(self.hidden_size) + self.router_params()
-                + self.num_experts * self.expert_params() + self.shared_expert_params())
+        return (self.attention_params() + self.norms_per_layer * self._norm_params(self.hidden_size)
+                + self.router_params() + self.num_experts * self.expert_params() + self.shared_expert_params())
 
     def moe_layer_active_params(self) -> int:
         """Parameters one token touches in an MoE layer: all but the routed experts it does not visit."""

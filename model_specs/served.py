@@ -36,6 +36,7 @@ class ServedModel:
     """Local folder holding config.json (and the weights, for the engines), if given as a path."""
 
     def to_json(self) -> dict[str, object]:
+        """Plain JSON for a serving plan: the model's name, repo id, local folder and parameter count."""
         return {"name": self.spec.name, "hf_repo": self.hf_repo, "path": self.path,
                 "params": int(self.spec.total_params())}
 
@@ -58,7 +59,7 @@ def served_model(name_or_path: str) -> ServedModel:
     if config_file is not None:
         config = parse_user_json(read_user_text(config_file, MAX_CONFIG_BYTES, "model config"), str(config_file))
     else:
-        text = resources.files("paraplan.data").joinpath("models", name_or_path, "config.json").read_text()
+        text = (resources.files("paraplan.data") / "models" / name_or_path / "config.json").read_text()
         config = parse_user_json(text, f"preset {name_or_path}")
     mixers = mixer_shapes(config) if isinstance(config, dict) else NO_MIXERS
     local = Path(name_or_path).exists()

@@ -36,7 +36,9 @@ from functools import cache
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 
+from paraplan.arrays import Column
 from paraplan.hardware_profiles import catalog
 from paraplan.hardware_profiles.specs import EfficiencySpec, GPUSpec
 from paraplan.model_specs.hf_config import load_model
@@ -244,7 +246,9 @@ def row_grid(frame: pd.DataFrame, progress: Callable[[int, int], None] | None = 
         seconds = _interpolate(COARSE_GEMM, fine_g, seconds, 0)
         seconds = _interpolate(COARSE_ATTENTION, fine_a, seconds, 1) if attention else \
             np.repeat(seconds, len(fine_a), axis=1)
-        gemms.append(gemm), attentions.append(attention), surfaces.append(1.0 / seconds)
+        gemms.append(gemm)
+        attentions.append(attention)
+        surfaces.append(1.0 / seconds)
         measured.append(measured_tokens_per_s_per_gpu(row, load_model(row["model"])))
         if progress:
             progress(done + 1, len(frame))
@@ -270,7 +274,7 @@ def fit(grid: RowGrid, train: np.ndarray) -> dict[Constant, float]:
     return values
 
 
-def _prior_penalty(constant: Constant, value):
+def _prior_penalty(constant: Constant, value: Column) -> np.ndarray:
     """PRIOR_WEIGHT x |ln(value / default)|: what moving a constant away from the defaults costs the fit."""
     return PRIOR_WEIGHT * np.abs(np.log(np.asarray(value, dtype=float) / default_value(constant)))
 
@@ -302,7 +306,8 @@ def _descend(grid: RowGrid, rows: np.ndarray, constants: list[Constant], values:
         return 0 if constant is None else int(np.abs(axis[constant] - values[constant]).argmin())
 
     def objective(errors: np.ndarray) -> np.ndarray:
-        return sum(criterion(errors[..., readers[c]]) for c in constants)
+        # asarray: sum() is typed to start from the int 0; every group has constants, so this is an array already.
+        return np.asarray(sum(criterion(errors[..., readers[c]]) for c in constants))
 
     def scores(move: tuple[Constant, ...]) -> tuple[np.ndarray, list[np.ndarray]]:
         meshes = [m.ravel() for m in np.meshgrid(*(np.arange(len(axis[c])) for c in move), indexing="ij")]
@@ -393,7 +398,8 @@ def cross_source(frame: pd.DataFrame, progress: Callable[[int, int], None] | Non
     return folds_of(row_grid(dense_rows(frame), progress))
 
 
-def folds_of(grid: RowGrid, predict: Callable | None = None) -> CrossSource:
+def folds_of(grid: RowGrid,
+             predict: Callable[[pd.DataFrame, dict[str, EfficiencySpec]], np.ndarray] | None = None) -> CrossSource:
     """Every fold of ``grid``'s rows; the left-out rows are predicted by ``predict(rows, specs)`` (default:
     through the search, exactly)."""
     predict = predict or _errors
@@ -437,9 +443,9 @@ def short_label(level: str, name: str) -> str:
     return "; ".join(parts) or name
 
 
-def summary(errors) -> dict[str, float]:
+def summary(errors: ArrayLike) -> dict[str, float]:
     """Median and max |error| (fractions) and the median signed error."""
-    errors = np.asarray(errors, dtype=float)
-    errors = errors[np.isfinite(errors)]
-    return {"rows": len(errors), "median_abs_error_frac": float(np.median(np.abs(errors))),
-            "max_abs_error_frac": float(np.abs(errors).max()), "bias_frac": float(np.median(errors))}
+    values = np.asarray(errors, dtype=float)
+    values = values[np.isfinite(values)]
+    return {"rows": len(values), "median_abs_error_frac": float(np.median(np.abs(values))),
+            "max_abs_error_frac": float(np.abs(values).max()), "bias_frac": float(np.median(values))}

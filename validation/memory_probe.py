@@ -21,6 +21,7 @@ from io import StringIO
 import numpy as np
 import pandas as pd
 
+from paraplan.choices import Recompute
 from paraplan.cost_models.estimate import estimate
 from paraplan.hardware_profiles import quick_cluster
 from paraplan.hardware_profiles.units import BYTES_PER_GIB
@@ -37,7 +38,7 @@ PROBE_SHAPES = {
 PROBE_VOCAB = 128256
 PROBE_GPU = "h100-sxm"
 # The probe's activation-checkpointing modes as paraplan's recompute kinds for torchtitan.
-PROBE_RECOMPUTE = {"none": "none", "op": "selective", "full": "full"}
+PROBE_RECOMPUTE: dict[str, Recompute] = {"none": "none", "op": "selective", "full": "full"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +74,7 @@ def probe_model(shape: str) -> ModelSpec:
 
 
 def predict_probe_row(row: pd.Series) -> ProbePrediction:
-    """paraplan's torchtitan prediction at the row's configuration: one GPU, FSDP (ZeRO-3) over one rank."""
+    """Paraplan's torchtitan prediction at the row's configuration: one GPU, FSDP (ZeRO-3) over one rank."""
     model = probe_model(row["shape"])
     compiled = str(row["compile"]).lower() == "true"
     batch = int(row["batch"])
@@ -94,5 +95,6 @@ def predict_probe_row(row: pd.Series) -> ProbePrediction:
 
 
 def predict_probe_all(frame: pd.DataFrame | None = None) -> list[ProbePrediction]:
+    """Predict every probe row (the shipped probe measurements unless ``frame`` is given)."""
     frame = load_probe_rows() if frame is None else frame
     return [predict_probe_row(row) for _, row in frame.iterrows()]

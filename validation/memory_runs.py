@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from importlib import resources
 from io import StringIO
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -37,6 +38,9 @@ from paraplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_HEADS, MAX_LAYERS, M
 from paraplan.model_specs.hf_config import load_model
 from paraplan.model_specs.model_spec import ModelSpec
 from paraplan.planner.job import ParallelConfig, TrainingJob, configs_to_table
+
+if TYPE_CHECKING:  # only the annotation of _stage_allocated names it
+    from paraplan.cost_models.memory import MemoryBreakdown
 
 MEMORY_RUNS_ENV = "PARAPLAN_MEMORY_RUNS"
 DEFAULT_MEMORY_RUNS = Path("..") / "shared" / "calibration" / "memory_runs.csv"
@@ -118,7 +122,8 @@ def _check_row(row: pd.Series, path: Path) -> None:
     for column, bound in counts.items():
         value = _as_number(row[column])
         if not (pd.notna(value) and np.isfinite(value) and value >= 1 and value == int(value) and value <= bound):
-            raise InputError(f"{where}: {column} must be a whole number from 1 to {bound:,}, got {shown(row[column], 30)}")
+            raise InputError(f"{where}: {column} must be a whole number from 1 to {bound:,}, "
+                             f"got {shown(row[column], 30)}")
     if metric_of(str(row["memory_metric"])) not in ("fits", "oom"):
         gib = _as_number(row["measured_memory_gib"])
         if not (pd.notna(gib) and 0 < gib < 1e6):
@@ -126,7 +131,7 @@ def _check_row(row: pd.Series, path: Path) -> None:
                              f"{shown(row['measured_memory_gib'], 30)}")
 
 
-def _as_number(cell) -> float:
+def _as_number(cell: Any) -> float:
     """A cell as a float; NaN when it is not a number (or an integer beyond float range)."""
     try:
         return float(cell)
@@ -160,7 +165,8 @@ def _model(row: pd.Series) -> ModelSpec:
     return load_model(row["model"]) if row["model"] else _megatron_gpt(row)
 
 
-def _intish(value) -> int:
+def _intish(value: Any) -> int:
+    """A CSV cell holding a whole number, possibly written as a float (``8.0``), as an int."""
     return int(float(value))
 
 
@@ -191,7 +197,8 @@ def predict_memory_row(row: pd.Series) -> MemoryPrediction:
     return MemoryPrediction(row["id"], row["source"], metric, measured, float(predicted[0]), bool(est.fits[0]))
 
 
-def _stage_allocated(mem, stage: str):
+def _stage_allocated(mem: MemoryBreakdown, stage: str) -> np.ndarray:
+    """Allocated bytes of the ``stage`` a row measured: last, first, else the most loaded."""
     return {"last": mem.last_allocated_bytes, "first": mem.first_allocated_bytes}.get(stage, mem.allocated_bytes)
 
 
@@ -238,7 +245,8 @@ def leave_one_out_reserved(frame: pd.DataFrame) -> dict[str, float]:
     late = {}
     for row in rows:
         mode = "compiled" if int(row["compile"]) else "eager"
-        late[row["id"]] = predict_memory_row(row).predicted_bytes - (1 + FRAGMENTATION_FRAC[mode]) * allocated[row["id"]]
+        late[row["id"]] = (predict_memory_row(row).predicted_bytes
+                           - (1 + FRAGMENTATION_FRAC[mode]) * allocated[row["id"]])
     ratio = {row["id"]: (float(row["measured_memory_gib"]) * BYTES_PER_GIB - late[row["id"]]) / allocated[row["id"]]
              for row in rows}
     errors = {}

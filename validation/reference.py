@@ -13,16 +13,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 from io import StringIO
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 
-from paraplan.choices import CP_COMM_CODES, PIPELINE_SCHEDULE_CODES, RECOMPUTE_CODES
+from paraplan.choices import CP_COMM_CODES, PIPELINE_SCHEDULE_CODES, RECOMPUTE_CODES, CpComm
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec, load_cluster, quick_cluster
 from paraplan.hardware_profiles.catalog import with_nic
 from paraplan.hardware_profiles.units import BYTES_PER_S_PER_GBIT_S, FLOPS_PER_TFLOP
 from paraplan.model_specs.hf_config import load_model
+from paraplan.model_specs.model_spec import ModelSpec
 from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.plan import config_at
@@ -72,25 +74,28 @@ def load_reference_runs(text: str | None = None) -> pd.DataFrame:
     return frame
 
 
-def _eq3_flops_per_token(model, seq_len: int) -> float:
+def _eq3_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     """Narayanan et al. 2021 Eq. 3 per token: 96·l·h²·(1 + s/6h + V/16lh) (counts the recompute pass)."""
-    l, h, v = model.num_layers, model.hidden_size, model.vocab_size
-    return 96.0 * l * h * h * (1 + seq_len / (6 * h) + v / (16 * l * h))
+    layers, h, v = model.num_layers, model.hidden_size, model.vocab_size
+    return 96.0 * layers * h * h * (1 + seq_len / (6 * h) + v / (16 * layers * h))
 
 
-def measured_tokens_per_s_per_gpu(row: pd.Series, model) -> float:
+def measured_tokens_per_s_per_gpu(row: pd.Series, model: ModelSpec) -> float:
     """The row's measured throughput, derived from TFLOP/s with the source's formula if needed."""
     if pd.notna(row["measured_tokens_per_s_per_gpu"]):
         return float(row["measured_tokens_per_s_per_gpu"])
     if row["flops_convention"] == "megatron2021_eq3":
-        return float(row["measured_tflops_per_gpu"]) * FLOPS_PER_TFLOP / _eq3_flops_per_token(model, int(row["seq_len"]))
+        return float(row["measured_tflops_per_gpu"]) * FLOPS_PER_TFLOP / _eq3_flops_per_token(model,
+                                                                                              int(row["seq_len"]))
     raise InputError(f"reference run {row['id']}: no tokens/s and no known FLOP convention to derive it")
 
 
 def _fixed_knobs(row: pd.Series) -> dict[str, list[int]]:
     stated = row.get("cp_comm")
     default = engine_rules(row["engine"]).cp_comm_types[:1] or ("p2p",)
-    fixed = {"cp_comm": [CP_COMM_CODES[stated if isinstance(stated, str) and stated else default[0]]]}
+    # A CSV cell: the cast only names its type; an unknown name still fails the lookup (KeyError).
+    cp_comm = cast(CpComm, stated if isinstance(stated, str) and stated else default[0])
+    fixed = {"cp_comm": [CP_COMM_CODES[cp_comm]]}
     # Every published run here ran 1F1B or the interleaved schedule; a row may name another one.
     schedule = row.get("pp_schedule")
     schedule = schedule if isinstance(schedule, str) and schedule else "1f1b"
@@ -105,7 +110,7 @@ def _fixed_knobs(row: pd.Series) -> dict[str, list[int]]:
     return fixed
 
 
-def _cluster(row: pd.Series):
+def _cluster(row: pd.Series) -> ClusterSpec:
     num_gpus = int(row["num_gpus"])
     if isinstance(row.get("cluster"), str) and row["cluster"]:
         cluster = load_cluster(row["cluster"], num_gpus=num_gpus)
@@ -154,8 +159,8 @@ def predict_row(row: pd.Series) -> Prediction:
 
 
 PUBLISHED_CONFIG_COLUMNS = ("model", "gpu", "cluster", "num_gpus", "nic_gbps_per_gpu", "seq_len", "global_batch",
-                            "precision", "fp8_recipe", "engine", "attention", "kernels", "compile", "async_tp", "tp", "pp", "dp", "cp", "ep",
-                            "vpp", "mbs", "zero", "recompute")
+                            "precision", "fp8_recipe", "engine", "attention", "kernels", "compile", "async_tp",
+                            "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute")
 
 
 def distinct_published(frame: pd.DataFrame) -> pd.DataFrame:
@@ -184,7 +189,8 @@ class LayoutGap:
         return self.published_step_s / self.best_step_s
 
 
-def published_layout_gap(row: pd.Series, cache: dict | None = None) -> LayoutGap | None:
+def published_layout_gap(row: pd.Series,
+                         cache: dict[tuple[Any, ...], SearchResult] | None = None) -> LayoutGap | None:
     """How far the search ranks a run's published layout from its best, holding the memory and sharding
     knobs (ZeRO, recompute, offload, expert overlap) at those of the published plan, so the comparison is
     between layouts (tp, pp, dp, cp, ep, etp, vpp, mbs, sp) a user of that stack would pick among. None

@@ -13,11 +13,12 @@ import os
 from dataclasses import dataclass, replace
 from io import StringIO
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 
-from paraplan.cost_models.inference_step import Sharding
+from paraplan.cost_models.inference_step import Sharding, WeightPrecision
 from paraplan.cost_models.serving import (
     ENGINE_TRAITS,
     EngineTraits,
@@ -109,7 +110,7 @@ def _config_path(folder: Path, repo_id: str) -> Path:
 def _load(path: Path) -> tuple[ModelSpec, MixerShapes]:
     """The model and the shapes of the mixers ModelSpec does not carry (linear attention, DSA indexer)."""
     config = parse_user_json(read_user_text(path, MAX_CONFIG_BYTES, "model config"), str(path))
-    return load_model(str(path)), mixer_shapes(config)
+    return load_model(str(path)), mixer_shapes(cast(dict[str, Any], config))  # top=dict: an object
 
 
 def _cluster(system: str) -> ClusterSpec:
@@ -165,7 +166,8 @@ workers as keep the prefill pool at most half busy."""
 
 
 def _workers(rows: pd.DataFrame, model: ModelSpec, mixers: MixerShapes, cluster: ClusterSpec, engine: EngineTraits,
-             prec, prefill: Sharding, decode: Sharding, concurrency, isl, osl) -> tuple[np.ndarray, np.ndarray]:
+             prec: WeightPrecision, prefill: Sharding, decode: Sharding, concurrency: np.ndarray, isl: np.ndarray,
+             osl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(prefill workers, decode workers): as stated, else sized not to queue (UNSTATED_PREFILL_UTILISATION)."""
     fits, _ = running_capacity(model, cluster, engine, prec, decode, held_tokens(engine, isl, osl), mixers)
     per_worker = decode.dp * np.maximum(np.minimum(fits, engine.max_running), 1.0)
@@ -259,11 +261,13 @@ def overhead_grid(rows: pd.DataFrame, folder: Path) -> OverheadGrid:
     return OverheadGrid(rows=runs[0].drop(columns=list(PREDICTED)), **stack)
 
 
-def _log_err(predicted, measured):
+def _log_err(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
+    """|log(predicted / measured)| per row."""
     return np.abs(np.log(predicted / measured))
 
 
-def _mix(steady, burst, waves: float):
+def _mix(steady: np.ndarray, burst: np.ndarray, waves: float) -> np.ndarray:
+    """The mean over ``waves`` benchmark waves when the first is a burst and the rest run steady."""
     return steady + (burst - steady) / waves
 
 
@@ -284,7 +288,8 @@ def fit_constants(grid: OverheadGrid, mask: np.ndarray) -> FittedConstants:
             if not sel.any():
                 step[engine], request[engine] = 0.0, 0.0
                 continue
-            g = int(np.argmin([np.median(_log_err(tpot[i, sel], tpot_s[sel])) for i in range(len(STEP_OVERHEAD_GRID_S))]))
+            g = int(np.argmin([np.median(_log_err(tpot[i, sel], tpot_s[sel]))
+                               for i in range(len(STEP_OVERHEAD_GRID_S))]))
             errs = [np.median(_log_err(ttft[g, sel] + r, ttft_s[sel])) for r in REQUEST_OVERHEAD_GRID_S]
             step[engine], request[engine] = STEP_OVERHEAD_GRID_S[g], REQUEST_OVERHEAD_GRID_S[int(np.argmin(errs))]
             tpot_errs.append(_log_err(tpot[g, sel], tpot_s[sel]))
@@ -392,10 +397,11 @@ def _plain(value: float) -> float | None:
     return None if not np.isfinite(value) else float(value)
 
 
-def validation_document(report: ServingValidation) -> dict:
+def validation_document(report: ServingValidation) -> dict[str, Any]:
     """The report as plain data (the ``--json`` output of ``validate --serving``)."""
-    groups = [{key: (_plain(value) if isinstance(value, float) else value) for key, value in row.items()}
-              for row in report.table.to_dict(orient="records")]
+    groups: list[dict[str, Any]] = [
+        {key: (_plain(value) if isinstance(value, float) else value) for key, value in row.items()}
+        for row in report.table.to_dict(orient="records")]
     for group in groups:
         group["rows"] = int(group["rows"])
     c = report.constants

@@ -23,12 +23,15 @@ import itertools
 import math
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from io import StringIO
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 
 from paraplan.choices import RECOMPUTE_CODES
 from paraplan.cost_models.compute import ComputeRates
@@ -82,8 +85,8 @@ def read_runs(path: Path) -> pd.DataFrame:
     if len(frame) > MAX_RUNS:
         raise InputError(f"{path}: {len(frame):,} runs; a profile is fitted from at most {MAX_RUNS:,}")
     if frame.id.duplicated().any():
-        raise InputError(f"{path}: run id {shown(frame.id[frame.id.duplicated()].iloc[0], 40)} appears twice; give each run "
-                         "its own id")
+        raise InputError(f"{path}: run id {shown(frame.id[frame.id.duplicated()].iloc[0], 40)} appears twice; give "
+                         "each run its own id")
     return pd.DataFrame([_run(path, line, row) for line, (_, row) in enumerate(frame.iterrows(), start=2)])
 
 
@@ -104,10 +107,10 @@ def _number(path: Path, line: int, column: str, cell: str, integer: bool, zero_a
     return value
 
 
-def _run(path: Path, line: int, row: pd.Series) -> dict:
+def _run(path: Path, line: int, row: pd.Series) -> dict[str, Any]:
     """One CSV row as a reference-run row (the shape ``planner.reference`` predicts)."""
     cells = {k: str(v).strip() for k, v in row.items()}
-    run: dict = {"id": cells["id"] or f"line {line}", "source": str(path), "line": line,
+    run: dict[str, Any] = {"id": cells["id"] or f"line {line}", "source": str(path), "line": line,
                  "model": cells["model"], "gpu": cells["gpu"], "precision": cells["precision"],
                  "engine": cells["engine"], "flops_convention": "", "measured_tflops_per_gpu": np.nan}
     for column in POSITIVE_INTEGERS:
@@ -180,7 +183,8 @@ def predict_runs(runs: pd.DataFrame) -> list[RunPrediction]:
         except ValueError as exc:
             raise InputError(f"{where}: {exc}") from None
         if len(result.ranked) == 0:
-            reason = max(result.rejected, key=result.rejected.get) if result.rejected else "it does not fit in memory"
+            reason = max(result.rejected, key=lambda name: result.rejected[name]) if result.rejected \
+                else "it does not fit in memory"
             raise InputError(f"{where}: paraplan finds no feasible plan for this run ({reason}); check its knobs")
         best = int(result.ranked[0])
         out.append(RunPrediction(str(row["id"]), row["model"], row["gpu"], row["engine"], int(row["num_gpus"]),
@@ -218,7 +222,7 @@ def predict_megatron_logs(paths: list[Path], hardware: str | None) -> list[RunPr
     return out
 
 
-def fit_factor(step_ratios) -> float:
+def fit_factor(step_ratios: ArrayLike) -> float:
     """The step-time factor: exp of the median log of measured / predicted step time."""
     ratios = np.asarray(step_ratios, dtype=float)
     return float(np.exp(np.median(np.log(ratios))))
@@ -298,12 +302,13 @@ def profile_path(name_or_path: str) -> Path:
     return profiles_dir() / f"{name_or_path}.json"
 
 
-def profile_document(profile: StackProfile) -> dict:
+def profile_document(profile: StackProfile) -> dict[str, Any]:
     """The JSON a profile is saved as."""
-    def summary(errors) -> dict | None:
+    def summary(errors: np.ndarray | None) -> dict[str, float] | None:
         if errors is None:
             return None
-        return {"median_abs_error_frac": float(np.median(np.abs(errors))), "max_abs_error_frac": float(np.abs(errors).max())}
+        return {"median_abs_error_frac": float(np.median(np.abs(errors))),
+                "max_abs_error_frac": float(np.abs(errors).max())}
 
     return {"schema_version": SCHEMA_VERSION, "kind": KIND, "name": profile.name,
             "step_time_factor": profile.step_time_factor,
@@ -330,8 +335,8 @@ def load_profile(name_or_path: str) -> StackProfile:
     if not isinstance(document, dict) or document.get("kind") != KIND:
         raise InputError(f"{path}: not a stack profile (no \"kind\": \"{KIND}\"); make one with 'paraplan calibrate'")
     if document.get("schema_version") != SCHEMA_VERSION:
-        raise InputError(f"{path}: stack profile schema_version {shown(document.get('schema_version'), 30)}; this paraplan "
-                         f"reads {SCHEMA_VERSION}")
+        raise InputError(f"{path}: stack profile schema_version {shown(document.get('schema_version'), 30)}; this "
+                         f"paraplan reads {SCHEMA_VERSION}")
     factor, runs = document.get("step_time_factor"), document.get("runs")
     low, high = FACTOR_RANGE
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not low <= factor <= high:
@@ -358,7 +363,8 @@ def with_profile(rates: ComputeRates, profile: StackProfile) -> ComputeRates:
     if rates.gemm_time_fn is not None or rates.attention_time_fn is not None or rates.step_time_factor != 1.0:
         raise InputError(f"stack profile {profile.name} was fitted against the analytical model, but learned models "
                          f"apply here ({rates.source}); pass --cost-model analytical with --stack-profile")
-    return dataclasses.replace(rates, step_time_factor=profile.step_time_factor, source=f"{rates.source}; {profile.describe()}")
+    return dataclasses.replace(rates, step_time_factor=profile.step_time_factor,
+                               source=f"{rates.source}; {profile.describe()}")
 
 
 def mismatch_note(profile: StackProfile, gpu: str, engine: str) -> str | None:
@@ -371,7 +377,7 @@ def mismatch_note(profile: StackProfile, gpu: str, engine: str) -> str | None:
 
 
 # -- how many runs a profile needs -------------------------------------------------------------------------------
-def calibrated_rest_errors(step_ratios, fitted_on) -> np.ndarray:
+def calibrated_rest_errors(step_ratios: ArrayLike, fitted_on: Iterable[int]) -> np.ndarray:
     """Errors of the runs not in ``fitted_on`` (indices) once calibrated with the factor of those in it."""
     ratios = np.asarray(step_ratios, dtype=float)
     chosen = np.zeros(len(ratios), bool)
@@ -379,7 +385,7 @@ def calibrated_rest_errors(step_ratios, fitted_on) -> np.ndarray:
     return ratios[~chosen] / fit_factor(ratios[chosen]) - 1.0
 
 
-def runs_needed_curve(step_ratios, n: int, max_subsets: int = 500, seed: int = 0) -> np.ndarray:
+def runs_needed_curve(step_ratios: ArrayLike, n: int, max_subsets: int = 500, seed: int = 0) -> np.ndarray:
     """For every way (or ``max_subsets`` random ways) to pick ``n`` of the runs: the median |error| of the rest
     when calibrated from those ``n``. Empty when fewer than n + 1 runs exist."""
     ratios = np.asarray(step_ratios, dtype=float)

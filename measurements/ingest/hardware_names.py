@@ -19,7 +19,8 @@ def check_hardware(name: str, path: object) -> str:
     known = gpu_names()
     if name in (CPU, ANY) or name in known:
         return name
-    if looks_like_device_name(name) and catalog_name(name) in known:  # 'NVIDIA H100 80GB HBM3'
-        return catalog_name(name)
+    product = catalog_name(name) if looks_like_device_name(name) else None  # 'NVIDIA H100 80GB HBM3'
+    if product is not None and product in known:
+        return product
     raise InputError(f"{path}: unknown hardware {shown(name, 40)}; use a GPU name from 'paraplan hardware list' "
                      f"({listed(known, 80)}), cpu or any")

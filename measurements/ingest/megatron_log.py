@@ -23,7 +23,8 @@ _ARGUMENT = re.compile(r"^\s*([a-z][a-z0-9_]*)\s+\.{3,}\s+(\S.*)$")
 _MEMORY = re.compile(r"memory \(MB\)\s*\|(.*)$")
 # The arguments that tell what ran: kept as params of every step row.
 CONFIG_KEYS = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
-               "expert_model_parallel_size", "expert_tensor_parallel_size", "data_parallel_size", "world_size", "micro_batch_size",
+               "expert_model_parallel_size", "expert_tensor_parallel_size", "data_parallel_size", "world_size",
+               "micro_batch_size",
                "global_batch_size", "seq_length", "num_layers", "hidden_size", "ffn_hidden_size",
                "num_attention_heads", "num_query_groups", "num_experts", "moe_router_topk", "padded_vocab_size",
                "num_layers_per_virtual_pipeline_stage", "sequence_parallel", "use_distributed_optimizer",
@@ -52,7 +53,7 @@ def _arguments(lines: list[str]) -> dict[str, float | str]:
     return found
 
 
-def _step(path: Path, line_no: int, match: re.Match, config: dict[str, float | str]) -> Measurement:
+def _step(path: Path, line_no: int, match: re.Match[str], config: dict[str, float | str]) -> Measurement:
     fields = fields_of(match.group(3))
     elapsed = next((v for k, v in fields.items() if k.startswith("elapsed time per iteration")), None)
     if elapsed is None:
@@ -60,17 +61,19 @@ def _step(path: Path, line_no: int, match: re.Match, config: dict[str, float | s
     params: dict[str, float | str] = {"iteration": float(match.group(1)), **config}
     tflops = next((v for k, v in fields.items() if k.startswith("throughput per GPU")), None)
     if tflops is not None:
-        params["model_flops_per_s_per_gpu"] = positive_number(path, line_no, "throughput per GPU", tflops) * FLOPS_PER_TFLOP
+        params["model_flops_per_s_per_gpu"] = positive_number(path, line_no, "throughput per GPU",
+                                                              tflops) * FLOPS_PER_TFLOP
     if "global batch size" in fields:
         params["global_batch"] = positive_number(path, line_no, "global batch size", fields["global batch size"])
     seconds = positive_number(path, line_no, "elapsed time per iteration (ms)", elapsed) * SECONDS_PER_MS
     return Measurement(kind="step", name="iteration", line=line_no, time_s=seconds, params=params)
 
 
-def _memory(path: Path, line_no: int, match: re.Match) -> Measurement:
+def _memory(path: Path, line_no: int, match: re.Match[str]) -> Measurement:
     fields = fields_of(match.group(1))
-    params = {f"{key.replace(' ', '_')}_bytes": positive_number(path, line_no, key, value) * BYTES_PER_MIB
-              for key, value in fields.items()}
+    params: dict[str, float | str] = {
+        f"{key.replace(' ', '_')}_bytes": positive_number(path, line_no, key, value) * BYTES_PER_MIB
+        for key, value in fields.items()}
     if not params:
         raise bad_line(path, line_no, "a memory (MB) line without 'allocated: N' fields")
     return Measurement(kind="gpu_memory", name="memory", line=line_no, time_s=0.0, params=params)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from paraplan.errors import InputError
 from paraplan.hardware_profiles.units import SECONDS_PER_US
@@ -39,7 +40,9 @@ def collective_name(path: Path, text: str) -> str:
 
 def _ranks(lines: list[str]) -> tuple[int, set[str], str | None]:
     """(ranks listed, their hosts, the GPU name) from the ``Rank N ... on HOST device`` lines."""
-    hosts, gpus, ranks = set(), [], 0
+    hosts: set[str] = set()
+    gpus: list[str] = []
+    ranks = 0
     for line in lines:
         found = _RANK.match(line.strip())
         if found:
@@ -100,11 +103,13 @@ def parse_nccl_text(path: Path, text: str) -> Parsed:
     return Parsed(measurements=out, hardware=gpu, software=_software(text))
 
 
-def _json_document(path: Path, text: str) -> tuple[dict, list, list]:
+def _json_document(path: Path, text: str) -> tuple[dict[str, Any], list[Any], list[Any]]:
     """(document, results, devices) of an nccl-tests JSON file, each checked for its type."""
     document, results = json_list(path, text, "results", "an nccl-tests JSON file")
-    config = document.get("config") if isinstance(document.get("config"), dict) else {}
-    devices = config.get("devices") if isinstance(config.get("devices"), list) else []
+    stated = document.get("config")
+    config: dict[str, Any] = stated if isinstance(stated, dict) else {}
+    stated = config.get("devices")
+    devices: list[Any] = stated if isinstance(stated, list) else []
     ngpus = config.get("ngpus")
     if not devices and isinstance(ngpus, int) and not isinstance(ngpus, bool) and ngpus > 0:
         if ngpus > MAX_GPUS:

@@ -10,6 +10,7 @@ CSV: optional ``# hardware=NAME`` and ``# software=TEXT`` lines, then a header s
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from paraplan.errors import InputError
 from paraplan.files import parse_user_json, shown
@@ -21,7 +22,7 @@ FORMAT_VERSION = 1
 CSV_COLUMNS = ("kind", "name", "model", "time_s")
 
 
-def _measurement(path: Path, line: int, kind: object, name: object, model: object, time_s: object,
+def _measurement(path: Path, line: int, kind: object, name: object, model: object, time_s: Any,
                  params: object) -> Measurement:
     if not isinstance(params, dict) or not all(isinstance(v, (int, float, str)) for v in params.values()):
         raise bad_line(path, line, "params must be an object of numbers and strings")

@@ -22,6 +22,7 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from paraplan.errors import InputError
 from paraplan.files import decode_user_text, one_line, parse_user_json, read_user_bytes, shown
@@ -102,11 +103,10 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def json_list(path: Path, text: str, key: str, what: str) -> tuple[dict, list]:
+def json_list(path: Path, text: str, key: str, what: str) -> tuple[dict[str, Any], list[Any]]:
     """(document, document[key]) of a JSON file whose ``key`` must hold a list; InputError otherwise."""
     document = parse_user_json(text, str(path), top=None)
-    items = document.get(key) if isinstance(document, dict) else None
-    if not isinstance(items, list):
+    if not isinstance(document, dict) or not isinstance(items := document.get(key), list):
         raise InputError(f"{path}: {what} needs a '{key}' list")
     return document, items
 
@@ -116,8 +116,9 @@ def bad_line(path: Path, line: int, what: str) -> InputError:
     return InputError(one_line(f"{path}: line {line}: {what}"))
 
 
-def positive_number(path: Path, line: int, label: str, text: str) -> float:
-    """``text`` as a finite positive float, or InputError naming the line and the column."""
+def positive_number(path: Path, line: int, label: str, text: Any) -> float:
+    """``text`` (a cell's text, or a parsed JSON value) as a finite positive float, or InputError naming the line
+    and the column."""
     try:
         value = float(text)
     except (TypeError, ValueError, OverflowError):  # OverflowError: a JSON integer beyond float range

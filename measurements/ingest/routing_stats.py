@@ -19,7 +19,7 @@ def parse_routing(path: Path, text: str) -> Parsed:
     """Every load and co-activation count; ``line`` numbers the stored row (the CSV's order is not kept)."""
     del text  # read_routing_csv reads the file itself
     stats = read_routing_csv(path)
-    out = []
+    out: list[Measurement] = []
     for (layer, expert), tokens in np.ndenumerate(stats.tokens_per_expert):
         out.append(Measurement(kind="routing", name="load", line=len(out) + 1, time_s=0.0,
                                params={"layer": layer, "expert": expert, "next_expert": -1, "tokens": float(tokens)}))

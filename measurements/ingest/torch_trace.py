@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 from paraplan.files import shown
 from paraplan.hardware_profiles.units import SECONDS_PER_US
@@ -34,12 +35,12 @@ _NCCL_NAMES = {"AllReduce": "all_reduce", "AllGather": "all_gather", "ReduceScat
 _DTYPE_BYTES = {"BFloat16": 2, "Half": 2, "Float": 4, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Int": 4, "Long": 8}
 
 
-def _args(event: dict) -> dict:
+def _args(event: dict[str, Any]) -> dict[str, Any]:
     args = event.get("args")
     return args if isinstance(args, dict) else {}
 
 
-def _dims(op: dict) -> list:
+def _dims(op: dict[str, Any]) -> list[Any]:
     dims = _args(op).get("Input Dims", [])
     return dims if isinstance(dims, list) else []
 
@@ -60,7 +61,7 @@ def _number(value: object) -> float:
     return number if math.isfinite(number) and number > 0 else 0.0
 
 
-def _gemm_shape(name: str, dims: list) -> dict[str, float] | None:
+def _gemm_shape(name: str, dims: list[Any]) -> dict[str, float] | None:
     """(m, n, k) of a matmul-like op from its input dims, or None when they do not say."""
     shapes = [d for d in dims if _positive_ints(d)]
     if name == "aten::addmm" and len(shapes) >= 3:
@@ -73,7 +74,7 @@ def _gemm_shape(name: str, dims: list) -> dict[str, float] | None:
     return {"m": float(m), "n": float(n), "k": float(a[-1])}
 
 
-def _classify(op_name: str, dims: list, kernel: dict | None) -> tuple[str, str, dict]:
+def _classify(op_name: str, dims: list[Any], kernel: dict[str, Any] | None) -> tuple[str, str, dict[str, Any]]:
     kernel_name = str((kernel or {}).get("name", ""))
     nccl = _NCCL.search(kernel_name)
     if nccl or op_name.startswith(("c10d::", "nccl:", "gloo:")):
@@ -94,24 +95,24 @@ def _collective_name(raw: str) -> str:
     return raw.split("::")[-1].split(":")[-1].rstrip("_")
 
 
-def _comm_params(event: dict) -> dict:
+def _comm_params(event: dict[str, Any]) -> dict[str, float | str]:
     args = _args(event)
     size = _number(args.get("In msg nelems")) * _DTYPE_BYTES.get(str(args.get("dtype")), 2)
     group = _number(args.get("Group size"))
     return {"size_bytes": size, "group_size": group, "domain": "intra", "devices_per_node": group}
 
 
-def _events(path: Path, text: str) -> tuple[dict, list]:
+def _events(path: Path, text: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     document, events = json_list(path, text, "traceEvents", "a Chrome trace")
     return document, [e for e in events if isinstance(e, dict) and e.get("ph") == "X"]
 
 
-def _external_id(event: dict) -> int | str | None:
+def _external_id(event: dict[str, Any]) -> int | str | None:
     found = _args(event).get("External id")
     return found if isinstance(found, (int, str)) else None
 
 
-def _duration(path: Path, index: int, event: dict) -> float:
+def _duration(path: Path, index: int, event: dict[str, Any]) -> float:
     dur = event.get("dur")
     seconds = _number(dur) * SECONDS_PER_US
     if seconds == 0 and dur != 0:
