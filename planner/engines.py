@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from paraplan.choices import CpComm, Engine, PipelineSchedule, Precision, Recompute
 from paraplan.cost_models.pipeline_splits import PipelineSplit
 from paraplan.cost_models.recipes import (
     DEEPSPEED_MIXED,
@@ -15,7 +16,6 @@ from paraplan.cost_models.recipes import (
 )
 from paraplan.errors import InputError
 
-EngineName = Literal["megatron", "deepspeed", "torchtitan"]
 SelectiveSaves = Literal["attention_core", "alternate_matmuls"]
 
 # Loss working sets, bytes per logit element at the loss's peak:
@@ -34,7 +34,7 @@ EAGER_LOSS_BYTES_PER_LOGIT = 12.0
 class EngineRules:
     """One engine's parallelism support and memory recipe."""
 
-    name: str
+    name: Engine
     recipe: StateRecipe
     """How the engine stores and communicates model states in bf16 training."""
     low_precision_recipe: StateRecipe
@@ -45,7 +45,7 @@ class EngineRules:
     """Highest ZeRO stage that composes with pipeline parallelism."""
     supports_cp: bool
     """Context parallelism."""
-    cp_comm_types: tuple[str, ...]
+    cp_comm_types: tuple[CpComm, ...]
     """How its context parallelism can move K and V (context_parallel.CP_COMM_CODES names)."""
     cp_gather_overlaps_local: bool
     """Its all-gather variant runs under the local chunk's attention (PyTorch) rather than blocking."""
@@ -53,7 +53,7 @@ class EngineRules:
     """Interleaved (virtual-stage) pipeline schedule."""
     sp_modes_with_tp: tuple[int, ...]
     """Sequence-parallel settings allowed when tp > 1 (torchtitan always shards norms: only 1)."""
-    recompute_modes: tuple[str, ...]
+    recompute_modes: tuple[Recompute, ...]
     """Activation recomputation modes."""
     pipeline_split: PipelineSplit
     """How the engine itself cuts the layers into pipeline chunks (cost_models.pipeline_splits): Megatron's
@@ -83,7 +83,7 @@ class EngineRules:
     """TP collectives can be pipelined under their GEMMs (Megatron --tp-comm-overlap: tp > 1, sequence parallel)."""
     fp8_recipes: tuple[str, ...]
     """fp8 scaling recipes (cost_models.fp8_recipes.FP8_RECIPES) it can run; the first is its default."""
-    pipeline_schedules: tuple[str, ...]
+    pipeline_schedules: tuple[PipelineSchedule, ...]
     """Pipeline schedules (cost_models.table.PIPELINE_SCHEDULE_CODES) it runs; 1f1b covers the interleaved one."""
     selective_saves: SelectiveSaves
     """What ``selective`` recompute keeps: Megatron drops the attention core's tensors (Korthikanti et al.
@@ -103,20 +103,21 @@ class EngineRules:
     """The model's elementwise ops run as eager PyTorch kernels unless torch.compile fuses them (torchtitan);
     else fused kernels with few temporaries (Megatron with Transformer Engine, Megatron-DeepSpeed)."""
     fsdp_root_stays_gathered: bool
+    """With sharded weights, the root module (embedding, final norm, output layer) stays gathered from
+    its forward through its backward (FSDP2 never reshards the root after forward)."""
     pipeline_fsdp_unsharded: bool
     """Under a pipeline schedule, sharded weights stay gathered for the whole step and gradients accumulate
     unsharded, in the reduce dtype, until the last micro-batch: torch.distributed.pipelining's
     ``backward_maybe_with_nosync`` runs every backward but the last with FSDP2's
     ``set_requires_gradient_sync(False)`` and ``set_reshard_after_backward(False)``."""
-    """With sharded weights, the root module (embedding, final norm, output layer) stays gathered from
-    its forward through its backward (FSDP2 never reshards the root after forward)."""
     source: str
     """Where these rules come from."""
 
 
 ENGINES: dict[str, EngineRules] = {
     "megatron": EngineRules(
-        name="megatron", recipe=MEGATRON_MIXED, low_precision_recipe=MEGATRON_LOW_PRECISION, zero_stages=(0, 1, 3), max_zero_with_pp=1,
+        name="megatron", recipe=MEGATRON_MIXED, low_precision_recipe=MEGATRON_LOW_PRECISION, zero_stages=(0, 1, 3),
+        max_zero_with_pp=1,
         supports_cp=True, cp_comm_types=("p2p", "a2a", "allgather", "a2a+p2p"), cp_gather_overlaps_local=False,
         supports_interleaved=True, sp_modes_with_tp=(0, 1),
         recompute_modes=("none", "selective", "full", "modules"), pipeline_split="megatron", empty_edge_chunks=True,
@@ -126,7 +127,8 @@ ENGINES: dict[str, EngineRules] = {
         dispatchers=("alltoall", "deepep"), pipeline_schedules=("1f1b",),
         fp8_recipes=("tensorwise", "delayed", "blockwise", "mxfp8"), tp_comm_overlap=True,
         selective_saves="attention_core", loss_bytes_per_logit=MEGATRON_LOSS_BYTES_PER_LOGIT,
-        frees_grads_between_steps=False, saves_gathered_gemm_inputs=False, eager_pytorch_model=False, fsdp_root_stays_gathered=False, pipeline_fsdp_unsharded=False,
+        frees_grads_between_steps=False, saves_gathered_gemm_inputs=False, eager_pytorch_model=False,
+        fsdp_root_stays_gathered=False, pipeline_fsdp_unsharded=False,
         source=(
             "Megatron-LM core_v0.16 arguments: --use-distributed-optimizer, --use-megatron-fsdp, "
             "--cp-comm-type p2p|a2a|allgather|a2a+p2p with --hierarchical-context-parallel-sizes (Transformer "
@@ -147,7 +149,8 @@ ENGINES: dict[str, EngineRules] = {
         ),
     ),
     "deepspeed": EngineRules(
-        name="deepspeed", recipe=DEEPSPEED_MIXED, low_precision_recipe=DEEPSPEED_MIXED, zero_stages=(0, 1, 2, 3), max_zero_with_pp=1,
+        name="deepspeed", recipe=DEEPSPEED_MIXED, low_precision_recipe=DEEPSPEED_MIXED, zero_stages=(0, 1, 2, 3),
+        max_zero_with_pp=1,
         supports_cp=False, cp_comm_types=(), cp_gather_overlaps_local=False, supports_interleaved=False,
         sp_modes_with_tp=(0,),
         recompute_modes=("none", "full"), pipeline_split="deepspeed_uniform", empty_edge_chunks=True,
@@ -160,7 +163,8 @@ ENGINES: dict[str, EngineRules] = {
         # ZeRO-3 runs (Narayanan et al. Table 2, 529.6B at mbs 4 on 640 GPUs) ran within 2% of capacity and
         # Megatron's 6 B would call them out of memory; no DeepSpeed memory measurement settles it.
         selective_saves="attention_core", loss_bytes_per_logit=KORTHIKANTI_LOSS_BYTES_PER_LOGIT,
-        frees_grads_between_steps=False, saves_gathered_gemm_inputs=False, eager_pytorch_model=False, fsdp_root_stays_gathered=False, pipeline_fsdp_unsharded=False,
+        frees_grads_between_steps=False, saves_gathered_gemm_inputs=False, eager_pytorch_model=False,
+        fsdp_root_stays_gathered=False, pipeline_fsdp_unsharded=False,
         source=("DeepSpeed (ZeRO-3 costed as its 2021 releases ran it, see recipes.DEEPSPEED_MIXED): PipelineEngine "
                 "supports ZeRO-1 only; activation checkpointing is per layer (full); "
                 "deepspeed.checkpointing is reentrant and reruns the whole layer; attention is the model's own "
@@ -169,7 +173,8 @@ ENGINES: dict[str, EngineRules] = {
                 "specs with runtime/utils.partition_uniform (0.19.8); a stage may hold the embedding spec alone"),
     ),
     "torchtitan": EngineRules(
-        name="torchtitan", recipe=FSDP2_MIXED, low_precision_recipe=FSDP2_MIXED, zero_stages=(0, 2, 3), max_zero_with_pp=3,
+        name="torchtitan", recipe=FSDP2_MIXED, low_precision_recipe=FSDP2_MIXED, zero_stages=(0, 2, 3),
+        max_zero_with_pp=3,
         supports_cp=True, cp_comm_types=("allgather",), cp_gather_overlaps_local=True, supports_interleaved=True,
         sp_modes_with_tp=(1,),
         recompute_modes=("none", "selective", "full"), pipeline_split="torchtitan", empty_edge_chunks=True,
@@ -178,13 +183,15 @@ ENGINES: dict[str, EngineRules] = {
         expert_ranks_from=("dp", "cp"), etp_choices="one_or_tp", ep_overlap=False, dispatchers=("alltoall",),
         pipeline_schedules=("1f1b", "dualpipev"), fp8_recipes=("tensorwise", "rowwise"), tp_comm_overlap=False,
         selective_saves="alternate_matmuls", loss_bytes_per_logit=EAGER_LOSS_BYTES_PER_LOGIT,
-        frees_grads_between_steps=True, saves_gathered_gemm_inputs=True, eager_pytorch_model=True, fsdp_root_stays_gathered=True, pipeline_fsdp_unsharded=True,
+        frees_grads_between_steps=True, saves_gathered_gemm_inputs=True, eager_pytorch_model=True,
+        fsdp_root_stays_gathered=True, pipeline_fsdp_unsharded=True,
         source=(
             "torchtitan 0.3: scaled_dot_product_attention (flash backend by default, cuDNN backend on request), "
             "FSDP2 (reshard_after_forward = ZeRO-3, never = ZeRO-2), DDP replicate, "
             "TP with SequenceParallel norms, Interleaved1F1B and DualPipeV (pipeline_parallel_schedule; V-style "
             "stages, two per rank; 0.3.0 runs torch's ScheduleDualPipeV without the expert-parallel overlap hooks "
-            "0.2.2 had), quantize.linear.float8 recipe_name tensorwise|rowwise (torchao), context_parallel through PyTorch's ring attention "
+            "0.2.2 had), quantize.linear.float8 recipe_name tensorwise|rowwise (torchao), "
+            "context_parallel through PyTorch's ring attention "
             "(its default rotate method all-gathers K and V asynchronously under the local chunk's attention), "
             "activation_checkpoint mode none/selective/full through torch.utils.checkpoint with "
             "(selective_ac_option 'op': its policy saves the outputs of every other aten.mm and of SDPA) "
@@ -197,7 +204,7 @@ ENGINES: dict[str, EngineRules] = {
 }
 
 
-def recipe_for(rules: EngineRules, precision: str) -> StateRecipe:
+def recipe_for(rules: EngineRules, precision: Precision) -> StateRecipe:
     """The engine's state recipe for a GEMM precision."""
     return rules.low_precision_recipe if precision in ("fp8", "fp4") else rules.recipe
 

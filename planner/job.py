@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
-from paraplan.choices import CP_COMM_CODES, PIPELINE_SCHEDULE_CODES, RECOMPUTE_CODES
+from paraplan.choices import (
+    CP_COMM_CODES,
+    PIPELINE_SCHEDULE_CODES,
+    PRECISIONS,
+    RECOMPUTE_CODES,
+    CpComm,
+    Engine,
+    PipelineSchedule,
+    Precision,
+    Recompute,
+)
 from paraplan.cost_models.fp8_recipes import FP8_RECIPES
 from paraplan.cost_models.table import ConfigTable, Workload
 from paraplan.errors import InputError
 from paraplan.limits import MAX_GLOBAL_BATCH, MAX_SEQ_LEN
 from paraplan.measurements.routing import RoutingStats
 from paraplan.model_specs.model_spec import AttentionFlops, ModelSpec
-from paraplan.planner.engines import engine_rules, recipe_for
-
-PRECISIONS = ("bf16", "fp8", "fp4")
+from paraplan.planner.engines import EngineRules, engine_rules, recipe_for
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -26,11 +35,11 @@ class TrainingJob:
     """Tokens per sequence."""
     global_batch: int
     """Sequences per optimizer step."""
-    precision: str = "bf16"
+    precision: Precision = "bf16"
     """GEMM precision: bf16, fp8 or fp4."""
     fp8_recipe: str = "tensorwise"
     """How fp8 GEMM inputs are scaled (cost_models.fp8_recipes.FP8_RECIPES); only with precision fp8."""
-    engine: str = "megatron"
+    engine: Engine = "megatron"
     """Target engine: megatron, deepspeed or torchtitan."""
     attention: str = "auto"
     """Attention kernel: fused, flash or unfused; auto = the engine's default."""
@@ -141,7 +150,8 @@ class TrainingJob:
 FUSED_LOSS_BYTES_PER_LOGIT = 4.0
 
 
-def _memory_behaviour(rules, compiled: bool, fused_kernels: bool, compiled_loss: bool = False) -> dict:
+def _memory_behaviour(rules: EngineRules, compiled: bool, fused_kernels: bool,
+                      compiled_loss: bool = False) -> dict[str, Any]:
     """The engine's memory behaviour as the cost model's workload fields."""
     eager = rules.eager_pytorch_model and not fused_kernels
     allocator = ("compiled" if compiled else "eager") if eager else "fused_kernels"
@@ -165,7 +175,7 @@ class ParallelConfig:
     """Data parallel."""
     cp: int = 1
     """Context parallel."""
-    cp_comm: str = "p2p"
+    cp_comm: CpComm = "p2p"
     """How context parallelism moves K and V: p2p (ring), a2a (Ulysses), allgather or a2a+p2p."""
     ep: int = 1
     """Expert parallel (1 for dense models)."""
@@ -177,15 +187,15 @@ class ParallelConfig:
     """Micro-batch size, sequences."""
     zero: int = 0
     """ZeRO stage (Megatron: 1 = distributed optimizer, 3 = Megatron-FSDP)."""
-    recompute: str = "none"
-    """none, selective or full."""
+    recompute: Recompute = "none"
+    """none, selective, full or modules (paraplan.choices.Recompute)."""
     sp: bool = False
     """Sequence parallel."""
     ep_overlap: bool = False
     """Expert all-to-alls hidden under another micro-batch's compute (combined 1F1B)."""
     offload: int = 0
     """Layers whose saved activations live in host memory (Megatron --cpu-offloading-num-layers)."""
-    pp_schedule: str = "1f1b"
+    pp_schedule: PipelineSchedule = "1f1b"
     """Pipeline schedule: 1f1b (interleaved when vpp > 1), dualpipev or dualpipe (cost_models/schedules.py)."""
     tp_overlap: bool = False
     """TP collectives pipelined under their GEMMs (Megatron --tp-comm-overlap)."""
@@ -212,7 +222,7 @@ class ParallelConfig:
         """GPUs the configuration occupies."""
         return self.tp * self.pp * self.dp * self.cp
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """Plain fields, for JSON."""
         return asdict(self)
 
@@ -221,7 +231,8 @@ def configs_to_table(configs: list[ParallelConfig]) -> ConfigTable:
     """Stack configurations into the cost model's column table."""
     return ConfigTable.from_columns(
         tp=[c.tp for c in configs], pp=[c.pp for c in configs], dp=[c.dp for c in configs],
-        cp=[c.cp for c in configs], cp_comm=[CP_COMM_CODES[c.cp_comm] if c.cp > 1 else 0 for c in configs], ep=[c.ep for c in configs], etp=[c.etp for c in configs],
+        cp=[c.cp for c in configs], cp_comm=[CP_COMM_CODES[c.cp_comm] if c.cp > 1 else 0 for c in configs],
+        ep=[c.ep for c in configs], etp=[c.etp for c in configs],
         vpp=[c.vpp for c in configs], mbs=[c.mbs for c in configs],
         zero=[c.zero for c in configs], recompute=[RECOMPUTE_CODES[c.recompute] for c in configs],
         sp=[int(c.sp) for c in configs], ep_overlap=[int(c.ep_overlap) for c in configs],

@@ -12,7 +12,7 @@ from typing import Any
 
 from paraplan.errors import InputError, InternalError
 
-_TYPES = {
+_TYPES: dict[str, type | tuple[type, ...]] = {
     "object": dict, "array": list, "string": str, "boolean": bool, "null": type(None),
     "integer": int, "number": (int, float),
 }

@@ -13,7 +13,10 @@ block of num_experts / ep experts starting at e · num_experts / ep.
 
 from __future__ import annotations
 
+from typing import Any
+
 from paraplan.cost_models.pipeline_splits import (
+    PipelineSplit,
     edge_weights,
     split_exists,
     uneven_edge_chunks,
@@ -44,7 +47,7 @@ def axis_groups(rows: list[dict[str, int]], axis: str) -> list[list[int]]:
     return sorted((sorted(group) for group in groups.values()), key=lambda group: group[0])
 
 
-def stage_layers(num_layers: int, pp: int, vpp: int, split: str = "megatron") -> list[int]:
+def stage_layers(num_layers: int, pp: int, vpp: int, split: PipelineSplit = "megatron") -> list[int]:
     """Decoder layers of each model chunk in model order under the engine's ``split``; chunk k runs on
     pipeline rank k mod pp (cost_models/pipeline_splits.py). ValueError where the split does not exist."""
     if split != "megatron":
@@ -82,7 +85,7 @@ def stage_split(layers: list[int] | tuple[int, ...], num_layers: int, pp: int, v
 
 
 def expert_map(*, num_experts: int, moe_layers: list[int], ep: int, etp: int, world_size: int,
-               pp: int) -> dict:
+               pp: int) -> dict[str, Any]:
     """Expert-parallel groups and the experts each rank holds (empty lists for a dense model)."""
     header = {"num_experts": num_experts, "moe_layers": list(moe_layers), "ep": ep, "etp": etp,
               "rank_order": EXPERT_RANK_ORDER}
@@ -93,7 +96,7 @@ def expert_map(*, num_experts: int, moe_layers: list[int], ep: int, etp: int, wo
         raise ValueError(f"ep·etp = {ep * etp} must divide the {per_stage} ranks of a pipeline stage and ep = {ep} "
                          f"the {num_experts} experts")
     expert_dp, local = per_stage // (ep * etp), num_experts // ep
-    ranks = []
+    ranks: list[dict[str, Any]] = []
     for rank in range(world_size):
         ep_rank = rank // etp % ep
         ranks.append({"rank": rank, "etp": rank % etp, "ep": ep_rank, "expert_dp": rank // (etp * ep) % expert_dp,

@@ -135,7 +135,7 @@ def _dualpipev_order(rank: int, pp: int, m: int) -> list[_Op]:
 class _Run:
     """The state of one layout: what ran where and when."""
 
-    def __init__(self, times: ChunkTimes, m: int):
+    def __init__(self, times: ChunkTimes, m: int) -> None:
         self.times, self.m, self.paths = times, m, _paths(times, m)
         self.pp = times.pp
         self.free_s = [0.0] * self.pp

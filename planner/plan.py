@@ -11,6 +11,7 @@ import numpy as np
 
 from paraplan.choices import CP_COMM_NAMES, RECOMPUTE_NAMES
 from paraplan.cost_models.estimate import EstimateTable
+from paraplan.cost_models.memory import MemoryBreakdown
 from paraplan.cost_models.table import PIPELINE_SCHEDULE_NAMES, ConfigTable
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
@@ -87,7 +88,7 @@ def estimate_at(est: EstimateTable, row: int) -> dict[str, Any]:
     }
 
 
-def stage_memory(memory, row: int) -> list[dict[str, Any]]:
+def stage_memory(memory: MemoryBreakdown, row: int) -> list[dict[str, Any]]:
     """Live tensors and saved activations at the peak of the first, the busiest middle (pp >= 3) and the last
     (pp >= 2) pipeline stage of ``row``. The middle total is 0 without a middle stage; the last stage is the
     first one's own values at pp 1."""
@@ -138,7 +139,7 @@ def plan_to_json(plan: Plan, cost_model: str, run: dict[str, Any] | None = None)
 
 def plan_schema() -> dict[str, Any]:
     """The JSON Schema every plan file is checked against."""
-    text = resources.files("paraplan.planner").joinpath("schemas", "plan.schema.json").read_text()
+    text = (resources.files("paraplan.planner") / "schemas" / "plan.schema.json").read_text()
     return json.loads(text)
 
 

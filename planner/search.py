@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from paraplan.choices import CP_COMM_CODES
+from paraplan.choices import CP_COMM_CODES, OBJECTIVES, Objective
 from paraplan.cost_models.compute import ComputeRates
 from paraplan.cost_models.device_memory import usable_capacity_bytes
 from paraplan.cost_models.estimate import EstimateTable, default_rates, estimate
@@ -23,8 +23,9 @@ from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.space import SearchSpace, enumerate_space
 
-Objective = Literal["throughput", "cost", "memory"]
-OBJECTIVES = ("throughput", "cost", "memory")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 MEMORY_REASON = "does not fit in GPU memory"
 HOST_MEMORY_REASON = "offloaded activations exceed host memory"
 DOMINATED_CP_REASON = "another context-parallel variant of the same layout is faster"
@@ -33,15 +34,16 @@ ALL_GATHER = CP_COMM_CODES["allgather"]
 CP_VARIANT_AXES = ("tp", "cp", "mbs", "recompute")
 # Equal predictions rank the simpler layout first: fewer kinds of parallelism and memory tricks
 # to debug (context, pipeline, interleaving, tensor; offload, recompute, sharding), then the rest.
-TIE_BREAK = ("cp", "cp_comm", "pp", "pp_schedule", "vpp", "tp", "offload", "recompute", "zero", "sp", "tp_overlap", "ep_overlap", "etp", "ep", "dp", "mbs")
+TIE_BREAK = ("cp", "cp_comm", "pp", "pp_schedule", "vpp", "tp", "offload", "recompute", "zero", "sp", "tp_overlap",
+             "ep_overlap", "etp", "ep", "dp", "mbs")
 
 
 @dataclass(frozen=True, slots=True)
 class SearchResult:
     """Ranked rows of the evaluated table and what was rejected."""
 
-    table: object
-    """The evaluated ConfigTable."""
+    table: ConfigTable
+    """The evaluated candidates."""
     estimates: EstimateTable
     ranked: np.ndarray
     """Row indices of fitting candidates, best first."""
@@ -51,7 +53,7 @@ class SearchResult:
     """Lowest peak memory seen among rule-valid candidates (for 'fits nowhere' messages)."""
 
 
-def _objective_key(objective: str, job: TrainingJob, cluster: ClusterSpec, est: EstimateTable) -> np.ndarray:
+def _objective_key(objective: Objective, job: TrainingJob, cluster: ClusterSpec, est: EstimateTable) -> np.ndarray:
     if objective == "throughput":
         return est.step_time_s
     if objective == "memory":
@@ -66,7 +68,7 @@ def _objective_key(objective: str, job: TrainingJob, cluster: ClusterSpec, est: 
 
 
 def _fastest_cp_comm(job: TrainingJob, cluster: ClusterSpec, space: SearchSpace, rates: ComputeRates | None,
-                     objective: str) -> tuple[ConfigTable, np.ndarray, dict[str, int]]:
+                     objective: Objective) -> tuple[ConfigTable, np.ndarray, dict[str, int]]:
     """Each collapsed row gets the best CP variant its rules allow: the fastest (ties: the lowest code,
     p2p first), or under the memory objective the lowest code that does not gather the whole sequence's
     K, V. Variants change only the exposed CP time and, for all-gather, one layer's transient K, V, so
@@ -106,9 +108,12 @@ def _fastest_cp_comm(job: TrainingJob, cluster: ClusterSpec, space: SearchSpace,
     return dataclasses.replace(table, cp_comm=cp_comm), fallback, rejected
 
 
-def _splice(whole, rows: np.ndarray, part):
+_Record = TypeVar("_Record", bound="DataclassInstance")
+
+
+def _splice(whole: _Record, rows: np.ndarray, part: _Record) -> _Record:
     """``whole`` (an estimate table or one of its dataclasses) with ``rows`` replaced by ``part``'s rows."""
-    changes = {}
+    changes: dict[str, Any] = {}
     for field in dataclasses.fields(whole):
         value, new = getattr(whole, field.name), getattr(part, field.name)
         if isinstance(value, np.ndarray):

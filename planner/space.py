@@ -10,12 +10,13 @@ layer counts to those rows alone instead of multiplying the whole grid.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import product
 
 import numpy as np
 
+from paraplan.arrays import IntColumn
 from paraplan.choices import CP_COMM_CODES, PIPELINE_SCHEDULE_CODES, RECOMPUTE_CODES
 from paraplan.cost_models.context_parallel import heads_split_over, hierarchical_inner_size
 from paraplan.cost_models.pipeline_splits import edge_chunks, split_exists
@@ -24,8 +25,8 @@ from paraplan.hardware_profiles import ClusterSpec
 from paraplan.planner.engines import EngineRules
 from paraplan.planner.job import TrainingJob
 
-AXES = ("tp", "pp", "dp", "cp", "cp_comm", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "ep_overlap", "offload",
-        "pp_schedule", "tp_overlap")
+AXES = ("tp", "pp", "dp", "cp", "cp_comm", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "ep_overlap",
+        "offload", "pp_schedule", "tp_overlap")
 # The second pass expands these in order; the most selective first keeps the table small.
 DETAIL_AXES = ("vpp", "mbs", "pp_schedule", "sp", "tp_overlap", "zero", "recompute", "ep_overlap", "offload")
 # A free search offloads 1/16, 2/16, ... of the layers: fine enough that the last step moves
@@ -82,7 +83,12 @@ def _free_values(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules) ->
     }
 
 
-def _expert_reasons(job: TrainingJob, engine: EngineRules, tp, dp, cp, ep, etp) -> list[tuple]:
+# A rule's verdict on every candidate row: the mask of the rows it rejects, and why.
+Reason = tuple[np.ndarray, str]
+
+
+def _expert_reasons(job: TrainingJob, engine: EngineRules, tp: np.ndarray, dp: np.ndarray, cp: np.ndarray,
+                    ep: np.ndarray, etp: np.ndarray) -> list[Reason]:
     model = job.model
     axes = {"tp": tp, "dp": dp, "cp": cp}
     carved = np.prod([axes[a] for a in engine.expert_ranks_from], axis=0)
@@ -98,7 +104,8 @@ def _expert_reasons(job: TrainingJob, engine: EngineRules, tp, dp, cp, ep, etp) 
     ]
 
 
-def _cp_comm_reasons(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules, tp, cp, cp_comm) -> list[tuple]:
+def _cp_comm_reasons(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules, tp: np.ndarray, cp: np.ndarray,
+                     cp_comm: np.ndarray) -> list[Reason]:
     model, split = job.model, cp > 1
     offered = [CP_COMM_CODES[name] for name in engine.cp_comm_types]
     inner = hierarchical_inner_size(model, tp, cp, cluster.domain_gpus)
@@ -130,8 +137,8 @@ def _dividing_shape_grid(values: dict[str, list[int]], num_gpus: int) -> tuple[n
     return np.array(rows, dtype=np.int64).reshape(-1, 6), total_rows
 
 
-def _shape_reasons(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules, tp, pp, cp, cp_comm, ep,
-                   etp) -> list[tuple]:
+def _shape_reasons(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules, tp: np.ndarray, pp: np.ndarray,
+                   cp: np.ndarray, cp_comm: np.ndarray, ep: np.ndarray, etp: np.ndarray) -> list[Reason]:
     model, n = job.model, cluster.num_gpus
     layers_ok = split_exists(engine.pipeline_split, model.num_layers, pp, 1)
     dp = np.where(n % (tp * pp * cp) == 0, n // (tp * pp * cp), 0)
@@ -149,22 +156,24 @@ def _shape_reasons(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules, 
     ]
 
 
-# Each detail rule names the axes it reads, so it runs as soon as they are expanded (see DETAIL_STAGES).
-Rule = tuple[tuple[str, ...], Callable[[dict[str, np.ndarray]], np.ndarray], str]
+# What a detail rule reads: the candidate columns by axis name (a _Rows or a _Grid).
+Columns = Mapping[str, np.ndarray]
+# Each detail rule names the axes it reads, so it runs as soon as they are expanded (see _detail_pass).
+Rule = tuple[tuple[str, ...], Callable[[Columns], np.ndarray], str]
 
 
 def _detail_rules(job: TrainingJob, engine: EngineRules) -> list[Rule]:
     layers, mtp = job.model.num_layers, job.model.mtp_layers
     full = RECOMPUTE_CODES["full"]
 
-    def chunks_ok(t):
+    def chunks_ok(t: Columns) -> np.ndarray:
         return split_exists(engine.pipeline_split, layers, t["pp"], t["vpp"])
 
-    def empty_edge(t):
+    def empty_edge(t: Columns) -> np.ndarray:
         first, last = edge_chunks(engine.pipeline_split, layers, t["pp"], t["vpp"])
         return (t["pp"] > 1) & ((first == 0) | (last == 0))
 
-    def micro_batches(t):
+    def micro_batches(t: Columns) -> np.ndarray:
         per_step = t["dp"] * t["mbs"]
         return np.where(job.global_batch % per_step == 0, job.global_batch // per_step, 0)
 
@@ -172,7 +181,8 @@ def _detail_rules(job: TrainingJob, engine: EngineRules) -> list[Rule]:
         (("vpp",), lambda t: (t["vpp"] > 1) & (t["pp"] == 1), "vpp > 1 needs pp > 1"),
         (("vpp",), lambda t: (t["vpp"] > 1) & (not engine.supports_interleaved),
          f"{engine.name} has no interleaved schedule"),
-        (("vpp",), lambda t: (t["vpp"] > 1) & ~chunks_ok(t), f"{engine.name} cannot split the layers over pp·vpp chunks"),
+        (("vpp",), lambda t: (t["vpp"] > 1) & ~chunks_ok(t),
+         f"{engine.name} cannot split the layers over pp·vpp chunks"),
         (("vpp",), lambda t: empty_edge(t) & (not engine.empty_edge_chunks),
          f"{engine.name} cannot run an edge chunk without a decoder layer"),
         (("mbs",), lambda t: job.global_batch % (t["dp"] * t["mbs"]) != 0, "global batch not divisible by dp·mbs"),
@@ -214,14 +224,17 @@ def _detail_rules(job: TrainingJob, engine: EngineRules) -> list[Rule]:
     ]
 
 
-def _schedule_rules(engine: EngineRules, micro_batches) -> list[Rule]:
+def _schedule_rules(engine: EngineRules, micro_batches: Callable[[Columns], np.ndarray]) -> list[Rule]:
     """Where each pipeline schedule runs (cost_models/schedules.py). DualPipeV: torch's ScheduleDualPipeV with
     V-style stages, exactly two per rank; DualPipe: DeepSeek's DualPipe, one stage per rank and direction, an even
     number of ranks and of micro-batches (half enter from each end). Both need at least 2·pp micro-batches
     (deepseek-ai/DualPipe asserts num_chunks >= num_ranks * 2)."""
     v, dual = PIPELINE_SCHEDULE_CODES["dualpipev"], PIPELINE_SCHEDULE_CODES["dualpipe"]
     offered = [PIPELINE_SCHEDULE_CODES[name] for name in engine.pipeline_schedules]
-    bidirectional = lambda t: t["pp_schedule"] > 0
+
+    def bidirectional(t: Columns) -> np.ndarray:
+        return t["pp_schedule"] > 0
+
     return [
         (("pp_schedule",), lambda t: ~np.isin(t["pp_schedule"], offered),
          f"{engine.name} does not run this pipeline schedule"),
@@ -230,8 +243,8 @@ def _schedule_rules(engine: EngineRules, micro_batches) -> list[Rule]:
          "DualPipeV runs exactly two chunks per rank (vpp = 2)"),
         (("pp_schedule", "vpp"), lambda t: (t["pp_schedule"] == dual) & ((t["vpp"] != 1) | (t["pp"] % 2 == 1)),
          "DualPipe needs an even pp and no virtual stages"),
-        (("pp_schedule", "mbs"), lambda t: bidirectional(t) & ((micro_batches(t) < 2 * t["pp"])
-                                                               | ((t["pp_schedule"] == dual) & (micro_batches(t) % 2 == 1))),
+        (("pp_schedule", "mbs"), lambda t: bidirectional(t) & (
+            (micro_batches(t) < 2 * t["pp"]) | ((t["pp_schedule"] == dual) & (micro_batches(t) % 2 == 1))),
          "DualPipe schedules need at least 2·pp micro-batches (an even number for DualPipe)"),
     ]
 
@@ -247,7 +260,7 @@ def _dominated_tp_overlap_rule(engine: EngineRules) -> Rule:
             & engine.tp_comm_overlap, DOMINATED_TP_OVERLAP)
 
 
-def _first_reason(reasons: list[tuple], shape) -> np.ndarray:
+def _first_reason(reasons: list[Reason], shape: int | tuple[int, ...]) -> np.ndarray:
     """Index of the first failing reason per row (an array of ``shape``), -1 when valid."""
     code = np.full(shape, -1, dtype=np.int16 if len(reasons) < np.iinfo(np.int16).max else np.int64)
     for index, (mask, _) in reversed(list(enumerate(reasons))):
@@ -255,11 +268,12 @@ def _first_reason(reasons: list[tuple], shape) -> np.ndarray:
     return code
 
 
-def _count(counts: dict[str, int], reasons: list[tuple], code: np.ndarray, weight) -> None:
+def _count(counts: dict[str, int], reasons: list[Reason], code: np.ndarray, weight: IntColumn) -> None:
     """Add to each reason the candidates whose first failing reason it is: ``weight`` per row (a number, or
     per-row numbers broadcastable to ``code``)."""
     failed = code >= 0
     first = code[failed]
+    hits: np.ndarray | list[int]
     if np.ndim(weight) == 0:
         hits = np.bincount(first, minlength=len(reasons)) * int(weight)
     else:
@@ -274,7 +288,7 @@ def _count(counts: dict[str, int], reasons: list[tuple], code: np.ndarray, weigh
             counts[label] = counts.get(label, 0) + int(hits[index])
 
 
-def _variant_counts(columns: dict[str, np.ndarray]):
+def _variant_counts(columns: Columns) -> IntColumn:
     """How many CP variants each row stands for: the bits of its mask when collapsed, else 1."""
     if "cp_comm_allowed" not in columns:
         return 1
@@ -282,12 +296,13 @@ def _variant_counts(columns: dict[str, np.ndarray]):
     return sum((mask >> code) & 1 for code in range(len(CP_COMM_CODES)))
 
 
-class _Rows(Mapping):
+class _Rows(Mapping[str, np.ndarray]):
     """Rows of the valid shapes (``parent`` indexes the shape columns) with the detail columns expanded so far.
     A shape column is gathered only when something reads it, so the detail pass does not copy every shape
     column at every stage, and the last gather writes the final table."""
 
-    def __init__(self, shapes: dict[str, np.ndarray], parent: np.ndarray | None, details: dict[str, np.ndarray]):
+    def __init__(self, shapes: dict[str, np.ndarray], parent: np.ndarray | None,
+                 details: dict[str, np.ndarray]) -> None:
         self.shapes, self.parent, self.details = shapes, parent, details
         self.size = len(parent) if parent is not None else len(next(iter(shapes.values())))
         self._gathered: dict[str, np.ndarray] = {}
@@ -300,10 +315,10 @@ class _Rows(Mapping):
             self._gathered[name] = column if self.parent is None else column[self.parent]
         return self._gathered[name]
 
-    def __contains__(self, name) -> bool:
+    def __contains__(self, name: object) -> bool:
         return name in self.details or name in self.shapes
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter([*self.shapes, *self.details])
 
     def __len__(self) -> int:
@@ -325,17 +340,17 @@ class _Rows(Mapping):
                      {name: np.concatenate([column, other.details[name]]) for name, column in self.details.items()})
 
 
-class _Grid(Mapping):
+class _Grid(Mapping[str, np.ndarray]):
     """What a rule reads while ``axis`` is expanded: the existing columns as (rows, 1), the new axis as
     (1, values), so that they broadcast to the expanded table without building it."""
 
-    def __init__(self, rows: _Rows, axis: str, choices: np.ndarray):
+    def __init__(self, rows: _Rows, axis: str, choices: np.ndarray) -> None:
         self.rows, self.axis, self.choices = rows, axis, choices
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.choices[None, :] if name == self.axis else self.rows[name][:, None]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter([*self.rows, self.axis])
 
     def __len__(self) -> int:
@@ -352,7 +367,7 @@ def _expand_valid(columns: _Rows, axis: str, values: list[int], rules: list[Rule
     reasons = [(check(grid), label) for _, check, label in rules]
     code = _first_reason(reasons, (size, len(choices)))
     variants = _variant_counts(columns)
-    _count(counts, reasons, code, weight * (variants[:, None] if np.ndim(variants) else variants))
+    _count(counts, reasons, code, weight * (variants[:, None] if isinstance(variants, np.ndarray) else variants))
     kept = np.flatnonzero(code.reshape(-1) == -1)
     if len(choices) == 1 and len(kept) == size:  # nothing to expand or drop
         return columns.with_column(axis, np.full(size, choices[0], dtype=np.int64))

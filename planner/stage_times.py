@@ -16,9 +16,11 @@ from typing import Any
 
 import numpy as np
 
+from paraplan.choices import PipelineSchedule
 from paraplan.cost_models.collectives import p2p_time_s
-from paraplan.cost_models.estimate import default_rates, layer_terms, offload_exposed_s
+from paraplan.cost_models.estimate import LayerTerms, default_rates, layer_terms, offload_exposed_s
 from paraplan.cost_models.layer import ACTIVATION_BYTES
+from paraplan.cost_models.table import ConfigTable
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec, quick_cluster
 from paraplan.planner.job import ParallelConfig, TrainingJob, configs_to_table
@@ -49,7 +51,7 @@ class ChunkTimes:
     """One activation (or gradient) send between neighbouring pipeline ranks."""
     num_microbatches: int
     """Micro-batches per step on each data-parallel rank."""
-    schedule: str
+    schedule: PipelineSchedule
     """The plan's pipeline schedule: 1f1b (interleaved when several chunks per rank), dualpipe or dualpipev."""
     scale_frac: float
     """Factor applied to every re-priced time to match the plan's own total (1.0 = matched as priced)."""
@@ -60,7 +62,7 @@ class ChunkTimes:
         return max(self.rank_of_chunk) + 1
 
 
-def chunk_ranks(schedule: str, pp: int, num_chunks: int) -> tuple[int, ...]:
+def chunk_ranks(schedule: PipelineSchedule, pp: int, num_chunks: int) -> tuple[int, ...]:
     """Pipeline rank of each chunk in model order: k mod pp (1F1B, interleaved); the V of DualPipeV (rank r holds
     chunks r and 2pp − 1 − r); DualPipe's chunks are one copy's stages, rank k (its mirror copy runs the other way)."""
     if schedule == "dualpipev":
@@ -110,7 +112,7 @@ def repriced_chunk_times(document: dict[str, Any]) -> ChunkTimes:
         num_microbatches=job.global_batch // (config.dp * config.mbs), schedule=config.pp_schedule, scale_frac=1.0)
 
 
-def _offload_s(table, terms, cluster: ClusterSpec) -> float:
+def _offload_s(table: ConfigTable, terms: LayerTerms, cluster: ClusterSpec) -> float:
     """Exposed activation offload per micro-batch (pp = 1 only, so all on the one chunk): estimate's own term."""
     lt = terms.times
     exposed = offload_exposed_s(terms.memory.per_layer_bytes, table.offload, lt.forward_compute_s,

@@ -11,7 +11,7 @@ from paraplan.errors import InputError
 from paraplan.measurements.routing import RoutingStats, parse_skew, read_routing_csv, zipf_routing
 from paraplan.planner.json_schema import validate_own
 from paraplan.planner.placement.expert_placement import ExpertInstance, ExpertPlacement
-from paraplan.planner.placement.solver import SolverConfig
+from paraplan.planner.placement.solver import SolverConfig, SolveStats
 from paraplan.planner.plan import plan_schema
 
 EXPERT_MAP_VERSION = 1
@@ -31,6 +31,7 @@ def routing_input(routing: Path | None, skew: str | None, *, num_layers: int | N
             raise InputError(f"{routing} has {stats.num_experts} experts per layer but the plan's model has "
                              f"{num_experts}; use the routing file of that model")
         return stats
+    assert skew is not None  # exactly one of the two was given (checked above)
     exponent = parse_skew(skew)
     if not num_layers or not num_experts or num_layers < 1 or num_experts < 1:
         raise InputError("--skew needs the MoE size: --experts E and --layers L (or --plan PLAN.json of an MoE model)")
@@ -54,12 +55,12 @@ def expert_map_document(placement: ExpertPlacement, instance: ExpertInstance, st
     base = placement.baseline
     layers = []
     for layer, ranks in enumerate(placement.experts_on_ranks()):
-        share = placement.shares[layer]
+        share, traffic = placement.shares[layer], placement.traffic_stats[layer]
         layers.append({
             "layer": layer, "ranks": ranks,
             "token_share": [[round(float(share[e, r]), 6) for e in experts] for r, experts in enumerate(ranks)],
             "load": _stats(placement.load_stats[layer]),
-            "traffic": None if placement.traffic_stats[layer] is None else _stats(placement.traffic_stats[layer]),
+            "traffic": None if traffic is None else _stats(traffic),
         })
     return {
         "schema_version": EXPERT_MAP_VERSION, "source": stats.source, "ep": instance.ep,
@@ -102,7 +103,7 @@ def _reduction(before: float, after: float) -> float:
     return float(1.0 - after / before) if before > 0 else 0.0
 
 
-def _stats(stats) -> dict[str, Any]:
+def _stats(stats: SolveStats) -> dict[str, Any]:
     return {"status": stats.status, "objective": stats.objective, "bound": stats.bound,
             "gap_frac": stats.gap_frac, "wall_s": stats.wall_s}
 

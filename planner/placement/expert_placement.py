@@ -35,6 +35,9 @@ from paraplan.planner.placement.solver import SolverConfig, SolveStats, run_cp_s
 if TYPE_CHECKING:  # annotations only: OR-Tools loads where a solver runs
     from ortools.sat.python import cp_model
 
+    # CP-SAT variables by (expert, rank).
+    VarMap = dict[tuple[int, int], cp_model.IntVar]
+
 LOAD_RESOLUTION = 1_000_000
 """Integer units per layer's busiest-possible load: token counts above this are scaled down so that
 one unit is a millionth of a layer's routings, far below a router's run-to-run noise."""
@@ -95,41 +98,46 @@ def make_instance(stats: RoutingStats, ep: int, ranks_per_domain: int, replicas:
                           quantum_tokens=quantum, ep=ep, ranks_per_domain=ranks_per_domain, replicas=replicas)
 
 
-def _variables(model: cp_model.CpModel, load: np.ndarray, ep: int, replicable: np.ndarray):
+def _variables(model: cp_model.CpModel, load: np.ndarray, ep: int,
+               replicable: np.ndarray) -> tuple[VarMap, VarMap, cp_model.IntVar]:
     """x[e, r]: rank r holds a copy of expert e; y[e, r]: its tokens there, only for replicable experts."""
     experts = len(load)
-    x = {(e, r): model.NewBoolVar(f"x_e{e}_r{r}") for e in range(experts) for r in range(ep)}
-    y = {(e, r): model.NewIntVar(0, int(load[e]), f"y_e{e}_r{r}") for e in np.nonzero(replicable)[0].tolist()
+    x = {(e, r): model.new_bool_var(f"x_e{e}_r{r}") for e in range(experts) for r in range(ep)}
+    y = {(e, r): model.new_int_var(0, int(load[e]), f"y_e{e}_r{r}") for e in np.nonzero(replicable)[0].tolist()
          for r in range(ep)}
-    max_load = model.NewIntVar(0, int(load.sum()), "max_rank_load")
+    max_load = model.new_int_var(0, int(load.sum()), "max_rank_load")
     return x, y, max_load
 
 
-def _constraints(model: cp_model.CpModel, load, x, y, max_load, ep: int, slots: int) -> None:
+def _constraints(model: cp_model.CpModel, load: np.ndarray, x: VarMap, y: VarMap, max_load: cp_model.IntVar, ep: int,
+                 slots: int) -> None:
+    """Every expert on one rank (a replicable one on at least one, its tokens split among its copies), every rank
+    holding ``slots`` copies, and ``max_load`` at least each rank's tokens."""
     experts = len(load)
     for e in range(experts):
         copies = sum(x[e, r] for r in range(ep))
         if (e, 0) not in y:
-            model.Add(copies == 1)
+            model.add(copies == 1)
             continue
-        model.Add(copies >= 1)
-        model.Add(sum(y[e, r] for r in range(ep)) == int(load[e]))
+        model.add(copies >= 1)
+        model.add(sum(y[e, r] for r in range(ep)) == int(load[e]))
         for r in range(ep):
-            model.Add(y[e, r] <= int(load[e]) * x[e, r])
+            model.add(y[e, r] <= int(load[e]) * x[e, r])
     for r in range(ep):
-        model.Add(sum(x[e, r] for e in range(experts)) == slots)
+        model.add(sum(x[e, r] for e in range(experts)) == slots)
         served = sum(y[e, r] if (e, r) in y else int(load[e]) * x[e, r] for e in range(experts))
-        model.Add(max_load >= served)
+        model.add(max_load >= served)
 
 
-def _hint(model: cp_model.CpModel, load, x, y, max_load, share: np.ndarray) -> None:
+def _hint(model: cp_model.CpModel, load: np.ndarray, x: VarMap, y: VarMap, max_load: cp_model.IntVar,
+          share: np.ndarray) -> None:
     """A complete hint (every variable), which CP-SAT checks and keeps as its first solution."""
     for (e, r), var in x.items():
-        model.AddHint(var, int(share[e, r] > 0))
+        model.add_hint(var, int(share[e, r] > 0))
     tokens = integer_split(load, share)
     for (e, r), var in y.items():
-        model.AddHint(var, int(tokens[e, r]))
-    model.AddHint(max_load, int(tokens.sum(axis=0).max()))
+        model.add_hint(var, int(tokens[e, r]))
+    model.add_hint(max_load, int(tokens.sum(axis=0).max()))
 
 
 def integer_split(load: np.ndarray, share: np.ndarray) -> np.ndarray:
@@ -145,15 +153,17 @@ def integer_split(load: np.ndarray, share: np.ndarray) -> np.ndarray:
     return tokens
 
 
-def _read(solver: cp_model.CpSolver, load, x, y, ep: int) -> np.ndarray:
+def _read(solver: cp_model.CpSolver, load: np.ndarray, x: VarMap, y: VarMap, ep: int) -> np.ndarray:
+    """The solved layout as shares: a copy's tokens over its expert's (a weightless expert's copies split it
+    evenly)."""
     share = np.zeros((len(load), ep))
     for (e, r), var in x.items():
         if (e, r) not in y:
-            share[e, r] = solver.Value(var)
+            share[e, r] = solver.value(var)
         elif load[e] > 0:
-            share[e, r] = solver.Value(y[e, r]) / load[e]
+            share[e, r] = solver.value(y[e, r]) / load[e]
         else:
-            share[e, r] = solver.Value(var) / max(1, sum(solver.Value(x[e, s]) for s in range(ep)))
+            share[e, r] = solver.value(var) / max(1, sum(solver.value(x[e, s]) for s in range(ep)))
     return share
 
 
@@ -199,8 +209,8 @@ def solve_load(load: np.ndarray, ep: int, replicas: int, config: SolverConfig) -
     model = cp_model.CpModel()
     x, y, max_load = _variables(model, load, ep, replicable)
     _constraints(model, load, x, y, max_load, ep, slots)
-    model.Add(x[heaviest, 0] == 1)  # symmetry: some rank holds the heaviest expert; call it rank 0
-    model.Minimize(max_load)
+    model.add(x[heaviest, 0] == 1)  # symmetry: some rank holds the heaviest expert; call it rank 0
+    model.minimize(max_load)
     _hint(model, load, x, y, max_load, heuristic)
     solver, status = run_cp_sat(model, config, keep_hint_feasible=replicas > 0)
     if status is None:
@@ -224,8 +234,8 @@ def solve_traffic(load: np.ndarray, cost: np.ndarray, max_load_cap: int, start: 
     model = cp_model.CpModel()
     x, y, max_load = _variables(model, load, ep, np.zeros(len(load), dtype=bool))
     _constraints(model, load, x, y, max_load, ep, slots_per_rank(len(load), ep, 0))
-    model.Add(max_load <= max_load_cap)
-    model.Minimize(sum(int(cost[e, r]) * var for (e, r), var in x.items()))
+    model.add(max_load <= max_load_cap)
+    model.minimize(sum(int(cost[e, r]) * var for (e, r), var in x.items()))
     _hint(model, load, x, y, max_load, start)
     solver, status = run_cp_sat(model, config)
     start_cost = float((cost * start).sum())
@@ -241,7 +251,9 @@ def place_experts(instance: ExpertInstance, config: SolverConfig) -> ExpertPlace
     """Solve every layer in order; costs are reported in token-routings. Each layer's two phases together
     stay within ``config.time_limit_s``, model building included."""
     load, coact, ep, q = instance.load, instance.coactivation, instance.ep, instance.quantum_tokens
-    shares, load_stats, traffic_stats = [], [], []
+    shares: list[np.ndarray] = []
+    load_stats: list[SolveStats] = []
+    traffic_stats: list[SolveStats | None] = []
     for layer in range(load.shape[0]):
         config = config.restarted()
         share, stats = solve_load(load[layer], ep, instance.replicas, config)

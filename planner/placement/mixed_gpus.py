@@ -22,9 +22,13 @@ priced them, on the weakest type and the slowest link: a bound, not a refinement
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from paraplan.errors import InputError
+from paraplan.hardware_profiles import ClusterSpec
 from paraplan.hardware_profiles.topology import Topology
 from paraplan.planner.job import ParallelConfig, TrainingJob
 from paraplan.planner.placement.solver import SolverConfig, SolveStats
@@ -67,7 +71,7 @@ def whole_step_s(searched_step_s: float, mixed: MixedPipeline) -> float:
     return searched_step_s - mixed.weakest_only_step_s + mixed.step_s
 
 
-def pipeline_step_s(stage_s, microbatches: float) -> float:
+def pipeline_step_s(stage_s: Sequence[float] | np.ndarray, microbatches: float) -> float:
     """1F1B: m·max t + (Σ t − max t)."""
     slowest = max(stage_s)
     return microbatches * slowest + sum(stage_s) - slowest
@@ -142,7 +146,7 @@ def mixed_pipeline(job: TrainingJob, config: ParallelConfig, topology: Topology,
                          weakest_only_step_s=pipeline_step_s(stage_times(weakest_instance, split), m), stats=stats)
 
 
-def _fast_only(job: TrainingJob, config: ParallelConfig, fast_blocks: int, cluster) -> float | None:
+def _fast_only(job: TrainingJob, config: ParallelConfig, fast_blocks: int, cluster: ClusterSpec) -> float | None:
     """The fast type's nodes alone: pp stages of tp·cp·dp' GPUs, dp' = dp · fast blocks / pp."""
     if (config.dp * fast_blocks) % config.pp:
         return None
@@ -157,7 +161,8 @@ def _fast_only(job: TrainingJob, config: ParallelConfig, fast_blocks: int, clust
     return float(pipeline_step_s(stage_times(instance, split), job.global_batch / (dp * config.mbs)))
 
 
-def _cluster_of(topology: Topology, gpu: str, config: ParallelConfig):
+def _cluster_of(topology: Topology, gpu: str, config: ParallelConfig) -> ClusterSpec:
+    """The uniform cluster of ``gpu``'s nodes alone."""
     nodes = [i for i, node in enumerate(topology.nodes) if node.gpu.name == gpu]
     sub = Topology(name=f"{topology.name}:{gpu}", nodes=tuple(topology.nodes[i] for i in nodes),
                    leaf_oversubscription=topology.leaf_oversubscription,

@@ -12,6 +12,7 @@ express the uneven split; the plan JSON carries it for launchers of your own.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,8 +59,8 @@ def replica_types(topology: Topology, config: ParallelConfig) -> list[str]:
                          f"{per_node}) to run on one GPU type; got tp·cp = {config.tp * config.cp}")
     nodes_per_replica = replica_gpus // per_node
     if topology.num_nodes != nodes_per_replica * config.dp:
-        raise InputError(f"dp = {config.dp} replicas of {nodes_per_replica} node(s) need {nodes_per_replica * config.dp} "
-                         f"nodes; the topology has {topology.num_nodes}")
+        raise InputError(f"dp = {config.dp} replicas of {nodes_per_replica} node(s) need "
+                         f"{nodes_per_replica * config.dp} nodes; the topology has {topology.num_nodes}")
     names = [node.gpu.name for node in topology.nodes]
     types = [names[r * nodes_per_replica] for r in range(config.dp)]
     if any(len(set(names[r * nodes_per_replica:(r + 1) * nodes_per_replica])) > 1 for r in range(config.dp)):
@@ -79,19 +80,19 @@ def mixed_replicas(job: TrainingJob, config: ParallelConfig, topology: Topology,
     slope = {g: round(max(t) / TIME_QUANTUM_S) for g, t in stage_s.items()}  # per extra micro-batch
     offset = {g: round((sum(t) - max(t)) / TIME_QUANTUM_S) for g, t in stage_s.items()}  # fill and drain
     model = cp_model.CpModel()
-    m = [model.NewIntVar(1, total, f"microbatches_r{r}") for r in range(config.dp)]
-    slowest = model.NewIntVar(0, max(slope.values()) * total + max(offset.values()), "slowest_replica")
-    model.Add(sum(m) == total)
+    m = [model.new_int_var(1, total, f"microbatches_r{r}") for r in range(config.dp)]
+    slowest = model.new_int_var(0, max(slope.values()) * total + max(offset.values()), "slowest_replica")
+    model.add(sum(m) == total)
     for r, gpu in enumerate(types):
-        model.Add(slope[gpu] * m[r] + offset[gpu] <= slowest)
-    model.Minimize(slowest)
+        model.add(slope[gpu] * m[r] + offset[gpu] <= slowest)
+    model.minimize(slowest)
     even = _even(total, config.dp)
     for var, count in zip(m, even):
-        model.AddHint(var, count)
+        model.add_hint(var, count)
     run, status = run_cp_sat(model, solver)
-    chosen = even if status is None else tuple(int(run.Value(v)) for v in m)
+    chosen = even if status is None else tuple(int(run.value(v)) for v in m)
 
-    def step(counts) -> float:
+    def step(counts: Sequence[int]) -> float:
         return max(pipeline_step_s(stage_s[g], n) for g, n in zip(types, counts))
 
     objective = step(chosen)

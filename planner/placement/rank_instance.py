@@ -17,19 +17,24 @@ CYCLIC_AXES = ("tp", "cp", "dp")
 """Axes whose collectives run as rings (NCCL's inter-node ring visits nodes in rank order)."""
 
 
+def _unordered(a: int, b: int) -> tuple[int, int]:
+    """The pair (a, b) with the smaller node first."""
+    return (a, b) if a <= b else (b, a)
+
+
 def slot_edges(*, tp: int, cp: int, dp: int, pp: int, vpp: int, gpus_per_node: int, ep: int = 1,
-               etp: int = 1) -> dict[str, tuple]:
+               etp: int = 1) -> dict[str, tuple[tuple[int, int], ...]]:
     """Per axis, the unordered logical-node pairs that its groups' rings (pp: chains, rings with vpp > 1;
     ep: all pairs, an all-to-all) use."""
     rows = rank_map(tp=tp, cp=cp, dp=dp, pp=pp, gpus_per_node=gpus_per_node)
-    edges: dict[str, tuple] = {}
+    edges: dict[str, tuple[tuple[int, int], ...]] = {}
     if ep > 1:  # the expert grid (tp=etp, ep, expert dp, pp) over the same ranks, as Megatron builds it
         groups = expert_map(num_experts=ep, moe_layers=[0], ep=ep, etp=etp, world_size=len(rows), pp=pp)["ep_groups"]
-        pairs = {tuple(sorted((a // gpus_per_node, b // gpus_per_node))) for group in groups
-                 for a, b in itertools.combinations(group, 2)}
-        found = tuple(sorted(pair for pair in pairs if pair[0] != pair[1]))
-        if found:
-            edges["ep"] = found
+        node_pairs = {_unordered(a // gpus_per_node, b // gpus_per_node) for group in groups
+                      for a, b in itertools.combinations(group, 2)}
+        ep_edges = tuple(sorted(pair for pair in node_pairs if pair[0] != pair[1]))
+        if ep_edges:
+            edges["ep"] = ep_edges
     for axis in ("tp", "cp", "dp", "pp"):
         found: set[tuple[int, int]] = set()
         for group in axis_groups(rows, axis):
@@ -40,7 +45,7 @@ def slot_edges(*, tp: int, cp: int, dp: int, pp: int, vpp: int, gpus_per_node: i
             pairs = list(itertools.pairwise(path))
             if (axis in CYCLIC_AXES or vpp > 1) and len(path) > 2:
                 pairs.append((path[-1], path[0]))
-            found.update(tuple(sorted(pair)) for pair in pairs if pair[0] != pair[1])
+            found.update(_unordered(*pair) for pair in pairs if pair[0] != pair[1])
         if found:
             edges[axis] = tuple(sorted(found))
     return edges
@@ -106,6 +111,7 @@ def rank_instance(document: dict[str, Any], topology: Topology) -> RankInstance:
 
 
 def _check_fits(topology: Topology, per_node: int, slots: int, gpu: str) -> None:
+    """InputError unless ``topology`` has the plan's node size, its one GPU type and enough nodes."""
     sizes = {node.gpus_per_node for node in topology.nodes}
     if sizes != {per_node}:
         raise InputError(f"the plan runs {per_node} GPUs per node but topology {topology.name} has nodes of "

@@ -15,6 +15,7 @@ Heuristic (hint and fallback): pairwise-swap descent from the baseline.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -71,7 +72,7 @@ class RankPlacement:
     """Whether that pool holds an optimal placement of the whole topology."""
 
 
-def cost_of(instance: RankInstance, node_of_slot) -> int:
+def cost_of(instance: RankInstance, node_of_slot: Sequence[int]) -> int:
     """Σ_axis max over its edges of the pair cost, in TIME_QUANTUM_S."""
     total = 0
     for axis, edges in instance.edges.items():
@@ -80,7 +81,7 @@ def cost_of(instance: RankInstance, node_of_slot) -> int:
     return total
 
 
-def step_s(instance: RankInstance, node_of_slot) -> float:
+def step_s(instance: RankInstance, node_of_slot: Sequence[int]) -> float:
     """Predicted step time of a host order, seconds."""
     return instance.constant_s + cost_of(instance, node_of_slot) * TIME_QUANTUM_S
 
@@ -113,36 +114,39 @@ def brute_force(instance: RankInstance) -> tuple[tuple[int, ...], int]:
                key=lambda pair: pair[1])
 
 
-def _build(instance: RankInstance):
+def _build(instance: RankInstance) -> tuple[cp_model.CpModel, dict[tuple[int, int], cp_model.IntVar]]:
+    """The CP-SAT model: x[s, n] = logical node s runs on physical node n, each slot on one node, each node
+    hosting at most one slot; the objective is the sum of the axes' slowest links (_axis_max)."""
     from ortools.sat.python import cp_model  # imported where a solver runs: start-up time
     model = cp_model.CpModel()
     slots, nodes = instance.num_slots, instance.num_nodes
-    x = {(s, n): model.NewBoolVar(f"x_s{s}_n{n}") for s in range(slots) for n in range(nodes)}
+    x = {(s, n): model.new_bool_var(f"x_s{s}_n{n}") for s in range(slots) for n in range(nodes)}
     for s in range(slots):
-        model.AddExactlyOne(x[s, n] for n in range(nodes))
+        model.add_exactly_one(x[s, n] for n in range(nodes))
     for n in range(nodes):
-        model.AddAtMostOne(x[s, n] for s in range(slots))
+        model.add_at_most_one(x[s, n] for s in range(slots))
     objective = []
     for axis, edges in instance.edges.items():
         objective.append(_axis_max(model, axis, edges, instance.pair_cost[axis], x, nodes))
-    model.Minimize(sum(objective))
+    model.minimize(sum(objective))
     return model, x
 
 
-def _axis_max(model: cp_model.CpModel, axis: str, edges, cost: np.ndarray, x, nodes: int):
+def _axis_max(model: cp_model.CpModel, axis: str, edges: tuple[tuple[int, int], ...], cost: np.ndarray,
+              x: dict[tuple[int, int], cp_model.IntVar], nodes: int) -> cp_model.LinearExprT:
     """The axis's max edge cost as c_0 + Σ_k (c_k − c_{k−1})·above[k]; above[k] is forced to 1 when an
     edge lands on a node pair costing c_k or more."""
     off_diagonal = cost[~np.eye(nodes, dtype=bool)]
     levels = sorted(set(off_diagonal.tolist()))
-    above = [model.NewBoolVar(f"above_{axis}_k{k}") for k in range(len(levels))]
-    model.Add(above[0] == 1)
+    above = [model.new_bool_var(f"above_{axis}_k{k}") for k in range(len(levels))]
+    model.add(above[0] == 1)
     for k in range(1, len(levels)):
-        model.AddImplication(above[k], above[k - 1])
+        model.add_implication(above[k], above[k - 1])
     for s, t in edges:
         for p, q in itertools.permutations(range(nodes), 2):  # p == q cannot happen: one slot per node
             k = levels.index(int(cost[p, q]))
             if k > 0:
-                model.AddBoolOr([x[s, p].Not(), x[t, q].Not(), above[k]])
+                model.add_bool_or([x[s, p].Not(), x[t, q].Not(), above[k]])
     return levels[0] + sum((levels[k] - levels[k - 1]) * above[k] for k in range(1, len(levels)))
 
 
@@ -153,13 +157,14 @@ def place_ranks(instance: RankInstance, config: SolverConfig) -> RankPlacement:
     heuristic = swap_descent(instance, identity)
     model, x = _build(instance)
     for (s, n), var in x.items():
-        model.AddHint(var, int(heuristic[s] == n))
+        model.add_hint(var, int(heuristic[s] == n))
     solver, status = run_cp_sat(model, config)
     if status is None:
-        order, stats = heuristic, SolveStats(status="heuristic", objective=cost_of(instance, heuristic) * TIME_QUANTUM_S,
-                                             bound=0.0, wall_s=solver.wall_time)
+        order, stats = heuristic, SolveStats(status="heuristic",
+                                             objective=cost_of(instance, heuristic) * TIME_QUANTUM_S, bound=0.0,
+                                             wall_s=solver.wall_time)
     else:
-        order = tuple(next(n for n in range(instance.num_nodes) if solver.Value(x[s, n]))
+        order = tuple(next(n for n in range(instance.num_nodes) if solver.value(x[s, n]))
                       for s in range(instance.num_slots))
         objective = cost_of(instance, order)
         stats = SolveStats(status=status, objective=objective * TIME_QUANTUM_S,

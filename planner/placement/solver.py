@@ -49,7 +49,8 @@ class SolverConfig:
             raise ValueError(f"solver workers must be >= 1, got {self.num_workers}")
 
     def started(self, now: float | None = None) -> SolverConfig:
-        """This config with its deadline set, where a call begins (kept when an outer call already set it)."""
+        """A copy of the config with its deadline set, where a call begins (itself when an outer call already set
+        it)."""
         if self.deadline is not None:
             return self
         return replace(self, deadline=(time.monotonic() if now is None else now) + self.time_limit_s)
@@ -107,7 +108,7 @@ def run_cp_sat(model: cp_model.CpModel, config: SolverConfig, *,
     solver.parameters.num_workers = config.num_workers
     solver.parameters.random_seed = config.seed
     solver.parameters.keep_all_feasible_solutions_in_presolve = keep_hint_feasible
-    code = solver.Solve(model)
+    code = solver.solve(model)
     if code == cp_model.OPTIMAL:
         return solver, "optimal"
     if code == cp_model.FEASIBLE:

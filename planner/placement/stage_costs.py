@@ -75,7 +75,8 @@ def _state_bytes_per_param(job: TrainingJob, zero: int, group: int) -> float:
     return float(weights + grads + optim)
 
 
-def _layer_kinds(job: TrainingJob, config: ParallelConfig, cluster: ClusterSpec) -> dict[str, tuple[float, ...]]:
+def _layer_kinds(job: TrainingJob, config: ParallelConfig,
+                 cluster: ClusterSpec) -> dict[str, tuple[float, float, float]]:
     """(time, state bytes, activation bytes) of a dense and of an MoE layer. The cost model prices the
     mean layer of a model; a model whose layers are all one kind prices that kind exactly."""
     model = job.model

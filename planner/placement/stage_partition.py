@@ -10,11 +10,16 @@ only that divides; otherwise as even as possible). The baseline is the warm star
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from paraplan.planner.placement.solver import SolverConfig, SolveStats
+
+if TYPE_CHECKING:  # annotations only: PuLP loads where a partition is solved
+    import pulp
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,7 +79,7 @@ class StagePartition:
     """Objective and bound in seconds (slowest stage per micro-batch)."""
 
 
-def stage_times(instance: StageInstance, layers) -> np.ndarray:
+def stage_times(instance: StageInstance, layers: Sequence[int]) -> np.ndarray:
     """Per-stage time per micro-batch of a split, seconds."""
     bounds = np.cumsum([0, *layers])
     times = np.array([instance.layer_time_s[bounds[s]:bounds[s + 1]].sum() for s in range(len(layers))])
@@ -83,7 +88,7 @@ def stage_times(instance: StageInstance, layers) -> np.ndarray:
     return times * instance.time_scale
 
 
-def stage_bytes(instance: StageInstance, layers) -> np.ndarray:
+def stage_bytes(instance: StageInstance, layers: Sequence[int]) -> np.ndarray:
     """Per-stage peak memory of a split, bytes."""
     bounds = np.cumsum([0, *layers])
     used = np.array([instance.layer_state_bytes[bounds[s]:bounds[s + 1]].sum()
@@ -94,7 +99,7 @@ def stage_bytes(instance: StageInstance, layers) -> np.ndarray:
     return used
 
 
-def fits(instance: StageInstance, layers) -> bool:
+def fits(instance: StageInstance, layers: Sequence[int]) -> bool:
     """Every stage within its memory."""
     return bool((stage_bytes(instance, layers) <= instance.capacity_bytes).all())
 
@@ -124,7 +129,7 @@ def brute_force(instance: StageInstance) -> tuple[tuple[int, ...], float] | None
     return best
 
 
-def _milp(instance: StageInstance, relax: bool):
+def _milp(instance: StageInstance, relax: bool) -> tuple[pulp.LpProblem, dict[tuple[int, int], pulp.LpVariable]]:
     """Cumulative formulation: before[l, s] = 1 when layer l sits on stage s or earlier. It is monotone
     in both indices, so every solution is contiguous, and its LP relaxation is far tighter than one
     binary per (layer, stage) with index constraints."""
@@ -132,31 +137,33 @@ def _milp(instance: StageInstance, relax: bool):
     layers, stages = instance.num_layers, instance.num_stages
     kind = pulp.LpContinuous if relax else pulp.LpBinary
     problem = pulp.LpProblem("stage_partition", pulp.LpMinimize)
-    before = {(l, s): pulp.LpVariable(f"before_l{l}_s{s}", 0, 1, kind) for l in range(layers) for s in range(stages - 1)}
+    before = {(layer, s): pulp.LpVariable(f"before_l{layer}_s{s}", 0, 1, kind)
+              for layer in range(layers) for s in range(stages - 1)}
 
-    def cum(l: int, s: int):
-        return 0 if s < 0 else 1 if s == stages - 1 else before[l, s]
+    def cum(layer: int, s: int) -> int | pulp.LpVariable:
+        return 0 if s < 0 else 1 if s == stages - 1 else before[layer, s]
 
-    y = {(l, s): cum(l, s) - cum(l, s - 1) for l in range(layers) for s in range(stages)}
+    y = {(layer, s): cum(layer, s) - cum(layer, s - 1) for layer in range(layers) for s in range(stages)}
     slowest = pulp.LpVariable("slowest_stage_s", 0)
     problem += slowest
-    for (l, s), var in before.items():
-        if l + 1 < layers:
-            problem += before[l + 1, s] <= var, f"contiguous_l{l}_s{s}"
+    for (layer, s), var in before.items():
+        if layer + 1 < layers:
+            problem += before[layer + 1, s] <= var, f"contiguous_l{layer}_s{s}"
         if s + 1 < stages - 1:
-            problem += var <= before[l, s + 1], f"cumulative_l{l}_s{s}"
+            problem += var <= before[layer, s + 1], f"cumulative_l{layer}_s{s}"
     for s in range(stages):
-        problem += pulp.lpSum(y[l, s] for l in range(layers)) >= 1, f"nonempty_s{s}"
-        work = pulp.lpSum(float(instance.layer_time_s[l]) * y[l, s] for l in range(layers))
+        problem += pulp.lpSum(y[layer, s] for layer in range(layers)) >= 1, f"nonempty_s{s}"
+        work = pulp.lpSum(float(instance.layer_time_s[layer]) * y[layer, s] for layer in range(layers))
         extra = (instance.first_extra_s if s == 0 else 0.0) + (instance.last_extra_s if s == stages - 1 else 0.0)
         problem += float(instance.time_scale[s]) * (work + extra) <= slowest, f"time_s{s}"
-        memory = pulp.lpSum(float(instance.layer_state_bytes[l] + instance.in_flight[s]
-                                  * instance.layer_activation_bytes[l]) * y[l, s] for l in range(layers))
-        fixed = (instance.first_extra_bytes if s == 0 else 0.0) + (instance.last_extra_bytes if s == stages - 1 else 0.0)
+        memory = pulp.lpSum(float(instance.layer_state_bytes[layer] + instance.in_flight[s]
+                                  * instance.layer_activation_bytes[layer]) * y[layer, s] for layer in range(layers))
+        fixed = (instance.first_extra_bytes if s == 0 else 0.0) \
+            + (instance.last_extra_bytes if s == stages - 1 else 0.0)
         problem += memory + fixed <= float(instance.capacity_bytes[s]), f"memory_s{s}"
         if instance.equal_middle and 1 <= s < stages - 2:
-            problem += (pulp.lpSum(y[l, s] for l in range(layers)) == pulp.lpSum(y[l, s + 1] for l in range(layers)),
-                        f"equal_middle_s{s}")
+            problem += (pulp.lpSum(y[layer, s] for layer in range(layers))
+                        == pulp.lpSum(y[layer, s + 1] for layer in range(layers)), f"equal_middle_s{s}")
     return problem, before
 
 
@@ -168,8 +175,8 @@ def partition(instance: StageInstance, config: SolverConfig) -> StagePartition:
     base_slowest = float(stage_times(instance, base).max())
     problem, before = _milp(instance, relax=False)
     starts = np.repeat(np.arange(instance.num_stages), base)
-    for (l, s), var in before.items():
-        var.setInitialValue(int(starts[l] <= s))
+    for (layer, s), var in before.items():
+        var.setInitialValue(int(starts[layer] <= s))
     solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=config.remaining_s(), gapRel=config.relative_gap_frac or None,
                                threads=config.num_workers, warmStart=fits(instance, base),
                                options=[f"randomSeed {config.seed + 1}"])
@@ -181,7 +188,8 @@ def partition(instance: StageInstance, config: SolverConfig) -> StagePartition:
         return StagePartition(stage_layers=base, slowest_s=base_slowest, baseline_layers=base,
                               baseline_slowest_s=base_slowest, baseline_fits=fits(instance, base), stats=stats)
     # Stage of layer l = how many cumulative indicators are still 0 for it.
-    chosen = [sum(before[l, s].value() < 0.5 for s in range(instance.num_stages - 1)) for l in range(instance.num_layers)]
+    chosen = [sum(before[layer, s].value() < 0.5 for s in range(instance.num_stages - 1))
+              for layer in range(instance.num_layers)]
     layers = tuple(int(n) for n in np.bincount(chosen, minlength=instance.num_stages))
     slowest = float(stage_times(instance, layers).max())
     optimal = problem.sol_status == pulp.LpSolutionOptimal

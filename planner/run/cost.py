@@ -122,6 +122,7 @@ def num_steps(options: RunOptions, tokens_per_step: int) -> int:
     """Steps of the run: the step count, or the token budget rounded up to whole steps."""
     if options.steps is not None:
         return options.steps
+    assert options.tokens is not None  # RunOptions.__post_init__: a token budget or a step count, one of them
     return max(1, math.ceil(options.tokens / tokens_per_step - 1e-9))
 
 
@@ -215,7 +216,8 @@ def run_document(run: RunCost, options: RunOptions) -> dict[str, Any]:
     return {**{k: _finite(v) for k, v in numbers.items()}, "inputs": inputs}
 
 
-def _source(value: float | tuple, default: float | tuple, source: str) -> str:
+def _source(value: float | tuple[float, ...], default: float | tuple[float, ...], source: str) -> str:
+    """``source`` where the user kept the default, else "user-set"."""
     return source if value == default else "user-set"
 
 

@@ -10,6 +10,7 @@ References:
   J. W. Young, "A first order approximation to the optimum checkpoint interval", CACM 17(9), 1974.
   J. T. Daly, "A higher order estimate of the optimum checkpoint interval for restart dumps",
   Future Generation Computer Systems 22(3):303-312, 2006 (equation 37).
+
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Literal
 
 import numpy as np
 
+from paraplan.arrays import Column, IntColumn
 from paraplan.hardware_profiles.units import SECONDS_PER_HOUR
 
 CheckpointMode = Literal["async", "sync"]
@@ -79,19 +81,19 @@ class Checkpointing:
         return self.write_s if self.mode == "async" else 0.0
 
 
-def job_mtbf_s(failures_per_gpu_s, num_gpus):
+def job_mtbf_s(failures_per_gpu_s: Column, num_gpus: IntColumn) -> np.ndarray:
     """Mean time between failures of a synchronous job on ``num_gpus`` (inf without failures), seconds."""
     rate = np.asarray(failures_per_gpu_s, dtype=float) * num_gpus
     with np.errstate(divide="ignore"):
         return np.where(rate > 0, 1.0 / np.maximum(rate, 1e-300), np.inf)
 
 
-def young_interval_s(stall_s, mtbf_s):
+def young_interval_s(stall_s: Column, mtbf_s: Column) -> Column:
     """Young (1974): the compute time between checkpoints that minimises lost time, sqrt(2 delta M), seconds."""
     return np.sqrt(2.0 * np.asarray(stall_s, dtype=float) * mtbf_s)
 
 
-def daly_interval_s(stall_s, mtbf_s):
+def daly_interval_s(stall_s: Column, mtbf_s: Column) -> np.ndarray:
     """Daly (2006, eq. 37): sqrt(2 delta M) [1 + sqrt(delta / 2M) / 3 + (delta / 2M) / 9] - delta for delta < 2M,
     else M. Equals Young's interval to first order when delta << M; inf when M is (no failures)."""
     stall, mtbf = np.asarray(stall_s, dtype=float), np.asarray(mtbf_s, dtype=float)
@@ -101,13 +103,14 @@ def daly_interval_s(stall_s, mtbf_s):
     return np.where(ratio < 1.0, higher, mtbf)
 
 
-def lost_per_failure_s(interval_s, stall_s, lag_s, restart_s, load_s):
+def lost_per_failure_s(interval_s: Column, stall_s: Column, lag_s: Column, restart_s: Column,
+                       load_s: Column) -> Column:
     """Expected time one failure costs: half a checkpoint period (interval + stall) of work, the extra ``lag``
     while the newest checkpoint is still being written (async), the restart and the load; seconds."""
     return (np.asarray(interval_s, dtype=float) + stall_s) / 2.0 + lag_s + restart_s + load_s
 
 
-def wall_s(useful_s, interval_s, stall_s, lost_s, mtbf_s):
+def wall_s(useful_s: Column, interval_s: Column, stall_s: Column, lost_s: Column, mtbf_s: Column) -> np.ndarray:
     """Wall time of ``useful_s`` of training (Daly 2006's first-order model): the checkpoint stalls stretch it by
     (1 + stall / interval) and failures, arriving once per ``mtbf_s`` of wall time, each cost ``lost_s``:
     W = useful (1 + stall / interval) / (1 - lost / M). inf when lost >= M: the job fails faster than it recovers."""

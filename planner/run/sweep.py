@@ -42,7 +42,8 @@ class SweepPoint:
 def batch_candidates(low: int, high: int) -> list[int]:
     """Powers of two in [low, high] (the range's ends when none is)."""
     if not 1 <= low <= high:
-        raise InputError(f"--global-batch-range expects LOW:HIGH with 1 <= LOW <= HIGH (e.g. 512:2048), got {low}:{high}")
+        raise InputError("--global-batch-range expects LOW:HIGH with 1 <= LOW <= HIGH (e.g. 512:2048), "
+                         f"got {low}:{high}")
     powers = [1 << k for k in range(low.bit_length() - 1, high.bit_length()) if low <= 1 << k <= high]
     return powers or sorted({low, high})
 
