@@ -11,16 +11,16 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from paraplan.choices import ENGINES
 from paraplan.errors import InputError
 from paraplan.exporters.deepspeed import DS_CONFIG, HOSTFILE, deepspeed_launcher_script, deepspeed_program, hostfile
 from paraplan.exporters.json_files import expert_map_file, plan_file, rank_map_file
 from paraplan.exporters.launchers import plan_header, pytorchjob, slurm_script, torchrun_script
 from paraplan.exporters.megatron import megatron_program
 from paraplan.exporters.plan_input import ExportPlan
-from paraplan.exporters.program import OutputFile, Program
-from paraplan.exporters.torchtitan import TOML_NAME, TORCHTITAN_VERSIONS, torchtitan_program
+from paraplan.exporters.program import OutputFile, Program, already_built
+from paraplan.exporters.torchtitan import TOML_NAME, TORCHTITAN_VERSIONS, parse_torchtitan_version, torchtitan_program
 
-ENGINES = ("megatron", "deepspeed", "torchtitan")
 FORMATS = (*ENGINES, "slurm", "k8s", "json", "all")
 DEFAULT_IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3"
 _JOB_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a Kubernetes DNS-1123 label
@@ -77,7 +77,7 @@ def engine_program(plan: ExportPlan, options: ExportOptions) -> Program:
         return megatron_program(plan)
     if plan.engine == "deepspeed":
         return deepspeed_program(plan)
-    return torchtitan_program(plan, options.torchtitan_version, options.torchtitan_model)
+    return torchtitan_program(plan, parse_torchtitan_version(options.torchtitan_version), options.torchtitan_model)
 
 
 def export_files(plan: ExportPlan, fmt: str, options: ExportOptions) -> list[OutputFile]:
@@ -90,7 +90,7 @@ def export_files(plan: ExportPlan, fmt: str, options: ExportOptions) -> list[Out
         "expert_map.json": lambda: expert_map_file(plan),
         "slurm.sbatch": lambda: slurm_script(plan, program, job_name),
         "pytorchjob.yaml": lambda: pytorchjob(plan, program, job_name, options.image),
-        **{f.name: (lambda f=f: f) for f in program.config_files},
+        **{f.name: already_built(f) for f in program.config_files},
     }
     if plan.engine == "deepspeed":
         builders[HOSTFILE] = lambda: hostfile(plan)

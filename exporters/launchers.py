@@ -8,6 +8,7 @@ rank = node · gpus_per_node + local_rank matches the plan's rank map), then the
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import yaml
 
@@ -136,7 +137,7 @@ def pytorchjob(plan: ExportPlan, program: Program, job_name: str, image: str) ->
     # The operator sets MASTER_ADDR, MASTER_PORT and RANK (the pod's index = node rank) in every pod.
     script = (f'if [[ -n "${{TRAIN_SCRIPT:-}}" ]]; then shift {len(program.entry)}; set -- "$TRAIN_SCRIPT" "$@"; fi; '
               "exec " + _TORCHRUN.format(node_rank="$RANK") + ' "$@"')
-    container = {
+    container: dict[str, Any] = {
         "name": "pytorch", "image": image,
         "command": ["bash", "-c", script, "torchrun"],
         "args": [*program.entry, *program.argv(resolve)],
@@ -147,11 +148,11 @@ def pytorchjob(plan: ExportPlan, program: Program, job_name: str, image: str) ->
         "resources": {"limits": {"nvidia.com/gpu": plan.gpus_per_node}},
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
-    volumes: list[dict] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
     if program.config_files:
         container["volumeMounts"].append({"name": "paraplan-config", "mountPath": CONFIG_MOUNT, "readOnly": True})
         volumes.append({"name": "paraplan-config", "configMap": {"name": f"{job_name}-config"}})
-    def replica(count: int) -> dict:  # a fresh copy each: shared dicts would be dumped as YAML anchors
+    def replica(count: int) -> dict[str, Any]:  # a fresh copy each: shared dicts would be dumped as YAML anchors
         return {"replicas": count, "restartPolicy": "OnFailure",
                 "template": {"spec": copy.deepcopy({"containers": [container], "volumes": volumes})}}
 

@@ -24,7 +24,8 @@ _RECOMPUTE: dict[str, tuple[Arg, ...]] = {
 _NORM = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}
 _POSITION = {"rope": "rope", "learned": "learned_absolute"}
 # Megatron-Bridge's fp8 and fp4 performance recipes: hybrid E4M3/E5M2 with per-tensor current scaling unless the
-# plan names another --fp8-recipe, NVFP4 with its default recipe; gradients reduced in bf16 (cost_models/recipes.py MEGATRON_LOW_PRECISION).
+# plan names another --fp8-recipe, NVFP4 with its default recipe; gradients reduced in bf16
+# (cost_models/recipes.py MEGATRON_LOW_PRECISION).
 _LOW_PRECISION: dict[str, tuple[Arg, ...]] = {
     "bf16": (),
     "fp8": (("--fp8-format", "hybrid"), ("--fp8-recipe", "tensorwise")),

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from paraplan.choices import Engine, Precision
 from paraplan.errors import InputError
 from paraplan.files import one_line, parse_user_json, read_user_text, shown
 from paraplan.limits import (
@@ -41,14 +42,19 @@ class ExportPlan:
     document: dict[str, Any]
     """The plan exactly as the file holds it (schema-valid)."""
     model: ModelSpec
+    """The model's shape (the plan's own, else its preset)."""
     config: ParallelConfig
+    """The parallel layout."""
     seq_len: int
     """Tokens per sequence."""
     global_batch: int
     """Sequences per optimizer step."""
-    precision: str
-    engine: str
+    precision: Precision
+    """GEMM precision the plan was priced with."""
+    engine: Engine
+    """Training engine the plan was made for."""
     attention: str
+    """Attention kernel the plan was priced with."""
     num_nodes: int
     gpus_per_node: int
     """Processes torchrun starts on each node."""
@@ -179,8 +185,9 @@ def plan_from_document(plan: dict[str, Any]) -> ExportPlan:
         raise InputError(f"plan job fp8_recipe {shown(recipe, 30)} is not a recipe {job['engine']} runs "
                          f"({', '.join(engine_rules(job['engine']).fp8_recipes)}); re-plan for that engine")
     if config.pp_schedule not in engine_rules(job["engine"]).pipeline_schedules:
-        raise InputError(f"plan config pp_schedule {shown(config.pp_schedule, 30)} is not a schedule {job['engine']} runs "
-                         f"({', '.join(engine_rules(job['engine']).pipeline_schedules)}); re-plan for that engine")
+        raise InputError(f"plan config pp_schedule {shown(config.pp_schedule, 30)} is not a schedule {job['engine']} "
+                         f"runs ({', '.join(engine_rules(job['engine']).pipeline_schedules)}); re-plan for that "
+                         "engine")
     if job["global_batch"] % (config.mbs * config.dp):
         raise InputError(f"plan global batch {job['global_batch']} is not a multiple of "
                          f"mbs·dp = {config.mbs * config.dp}")
@@ -189,7 +196,8 @@ def plan_from_document(plan: dict[str, Any]) -> ExportPlan:
         precision=job["precision"], engine=job["engine"], attention=job["attention"],
         num_nodes=cluster["num_gpus"] // per_node, gpus_per_node=per_node, domain_gpus=cluster["nvlink_domain_gpus"],
         num_microbatches=job["global_batch"] // (config.mbs * config.dp),
-        stage_layers=tuple(_stage_layers(plan, model, config, job["engine"])), ranks=tuple(_ranks(plan, config, per_node)),
+        stage_layers=tuple(_stage_layers(plan, model, config, job["engine"])),
+        ranks=tuple(_ranks(plan, config, per_node)),
         hosts=tuple(_hosts(plan, cluster["num_gpus"] // per_node)), capacity_factor=job.get("capacity_factor"),
         dispatcher=job.get("dispatcher", "alltoall"), compiled=bool(job.get("compiled", False)),
         async_tp=bool(job.get("async_tp", False)), fp8_recipe=job.get("fp8_recipe", "tensorwise"))
@@ -208,7 +216,7 @@ def _model_of(section: dict[str, Any]) -> ModelSpec:
         raise InputError(f"the plan has no model shape (written before paraplan stored it) and {exc}") from None
 
 
-def _stage_layers(plan: dict[str, Any], model: ModelSpec, config: ParallelConfig, engine: str) -> list[int]:
+def _stage_layers(plan: dict[str, Any], model: ModelSpec, config: ParallelConfig, engine: Engine) -> list[int]:
     try:
         layout = stage_layers(model.num_layers, config.pp, config.vpp, engine_rules(engine).pipeline_split)
     except ValueError as exc:
@@ -218,9 +226,9 @@ def _stage_layers(plan: dict[str, Any], model: ModelSpec, config: ParallelConfig
         return stored  # a stage partition's (or a typed pipeline's) layers per stage
     if stored is not None and stored != layout:
         # With virtual stages the launch formats express the engine's own split only.
-        raise InputError(f"plan placement.stage_layers {shown(stored, 60)} is not a split the launch formats can express "
-                         f"for {model.num_layers} layers over pp·vpp = {config.pp * config.vpp} chunks: one chunk "
-                         f"per rank with at least one layer each, or the engine's own split {shown(layout, 60)}")
+        raise InputError(f"plan placement.stage_layers {shown(stored, 60)} is not a split the launch formats can "
+                         f"express for {model.num_layers} layers over pp·vpp = {config.pp * config.vpp} chunks: one "
+                         f"chunk per rank with at least one layer each, or the engine's own split {shown(layout, 60)}")
     return layout
 
 
@@ -233,8 +241,8 @@ def _ranks(plan: dict[str, Any], config: ParallelConfig, per_node: int) -> list[
         raise InputError(f"plan placement.rank_map differs from the {plan['placement']['rank_order']} layout of its "
                          "degrees; the launch formats can only start ranks in that layout")
     if plan["placement"]["rank_order"] != RANK_ORDER:
-        raise InputError(f"plan placement.rank_order {shown(plan['placement']['rank_order'], 30)} is not {RANK_ORDER!r}, the "
-                         "only order the launch formats start")
+        raise InputError(f"plan placement.rank_order {shown(plan['placement']['rank_order'], 30)} is not "
+                         f"{RANK_ORDER!r}, the only order the launch formats start")
     return default
 
 

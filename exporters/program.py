@@ -8,7 +8,10 @@ Kubernetes PyTorchJob) wrap the same Program, so every format runs the same argu
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from paraplan.choices import Engine
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -21,6 +24,11 @@ class OutputFile:
     """Full contents, UTF-8."""
     executable: bool = False
     """Mark it executable (shell scripts)."""
+
+
+def already_built(file: OutputFile) -> Callable[[], OutputFile]:
+    """A builder of a file made beforehand, for the formats' tables of file name -> builder."""
+    return lambda: file
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,11 +63,14 @@ class ArgGroup:
 class Program:
     """What every node runs under torchrun: an entry point with its arguments and environment."""
 
-    engine: str
+    engine: Engine
+    """The training engine the program runs."""
     entry: tuple[str, ...]
     """Default entry after torchrun: a script path, or ``-m module``; $TRAIN_SCRIPT replaces it."""
     entry_comment: str
+    """One line saying what the entry is."""
     groups: tuple[ArgGroup, ...]
+    """Its arguments, group by group."""
     env: tuple[tuple[str, str, str], ...] = ()
     """(name, value, why) exported before torchrun."""
     config_files: tuple[OutputFile, ...] = ()

@@ -18,16 +18,17 @@ from typing import Any
 
 import yaml
 
+from paraplan.choices import SERVING_ENGINES
 from paraplan.errors import InputError
-from paraplan.exporters.program import OutputFile, comment_block
+from paraplan.exporters.program import OutputFile, already_built, comment_block
 from paraplan.exporters.serving_engines import ENGINE_VERSIONS, expressible, trtllm_options
 from paraplan.exporters.serving_launch import Deployment, k8s_manifest, serve_script, share, trtllm_disagg_config
-from paraplan.exporters.serving_pools import ServingPool, place, pool_labels, read_pool
+from paraplan.exporters.serving_pools import place, pool_labels, read_pool
 from paraplan.exporters.writer import check_destination, write_files
+from paraplan.planner.serving.pool_shape import ServingPool
 from paraplan.version import __version__
 
-SERVING_FORMATS = ("vllm", "sglang", "trtllm", "k8s", "json", "all")
-ENGINES = ("vllm", "sglang", "trtllm")
+SERVING_FORMATS = (*SERVING_ENGINES, "k8s", "json", "all")
 PLAN_FILE = "serving-plan.json"
 MAX_EXPORT_GPUS = 65_536
 """Largest deployment exported from a plan file: serve.sh holds a branch per node (8,192 nodes of 8 GPUs); a file
@@ -42,8 +43,8 @@ def _deployment(document: dict[str, Any], plan_index: int) -> Deployment:
         raise InputError(f"plan index {plan_index} is out of range: this serving plan holds {len(plans)} "
                          f"deployment(s), 0 to {len(plans) - 1}")
     entry, where = plans[plan_index], f"plans[{plan_index}]"
-    if entry.get("engine") not in ENGINES or entry.get("mode") not in _MODES:
-        raise InputError(f"{where}: engine must be one of {', '.join(ENGINES)} and mode agg or disagg, got "
+    if entry.get("engine") not in SERVING_ENGINES or entry.get("mode") not in _MODES:
+        raise InputError(f"{where}: engine must be one of {', '.join(SERVING_ENGINES)} and mode agg or disagg, got "
                          f"{entry.get('engine')!r} / {entry.get('mode')!r}")
     pools = [read_pool(pool, f"{where}.pools[{i}]") for i, pool in enumerate(entry.get("pools") or [])]
     roles = tuple(pool.role for pool in pools)
@@ -107,8 +108,9 @@ def header(document: dict[str, Any], dep: Deployment) -> list[str]:
               f"{p.max_batched_tokens}, memory_frac {p.memory_frac:g}, max_model_len {p.max_model_len}"
               + (f"; {share(p)}" if p.traffic_frac is not None and label != p.role else "")  # several share the role
               for label, p in zip(dep.labels, dep.pools, strict=True)]
-    lines += [(f"Predicted: TTFT {_ms(estimate, 'ttft_s', w.get('percentile'))}, TPOT {_ms(estimate, 'tpot_s', w.get('percentile'))}, {rates}; meets targets: "
-              f"{e.get('meets_targets')}."), f"Flags checked against {ENGINE_VERSIONS[dep.engine]}."]
+    at = w.get("percentile")
+    lines += [(f"Predicted: TTFT {_ms(estimate, 'ttft_s', at)}, TPOT {_ms(estimate, 'tpot_s', at)}, {rates}; meets "
+               f"targets: {e.get('meets_targets')}."), f"Flags checked against {ENGINE_VERSIONS[dep.engine]}."]
     if quant["weights"] not in ("bf16", "fp8") or quant["experts"] != quant["weights"]:
         lines.append(f"Weights {quant['weights']} / experts {quant['experts']}: load a checkpoint quantized so; the "
                      "engine reads its quantization_config (no flag selects it).")
@@ -127,7 +129,7 @@ def _names(fmt: str, dep: Deployment, k8s_ok: bool) -> list[str]:
 def _check_format(fmt: str, engine: str) -> None:
     if fmt not in SERVING_FORMATS:
         raise InputError(f"--export expects one of {', '.join(SERVING_FORMATS)}, got {fmt!r}")
-    if fmt in ENGINES and fmt != engine:
+    if fmt in SERVING_ENGINES and fmt != engine:
         raise InputError(f"--export {fmt} needs a deployment for {fmt}; this one is for {engine} (export "
                          f"--export {engine}, or choose a {fmt} deployment of the plan)")
 
@@ -149,7 +151,7 @@ def serving_files(document: dict[str, Any], plan_index: int, fmt: str) -> list[O
         "serve.sh": lambda: serve_script(dep, lines),
         "k8s.yaml": lambda: k8s_manifest(dep, (name.strip("-")[:40] or "model") + "-serve", lines, options),
         "disagg-config.yaml": lambda: trtllm_disagg_config(dep, lines),
-        **{f.name: (lambda f=f: f) for f in options},
+        **{f.name: already_built(f) for f in options},
     }
     return [builders[file_name]() for file_name in _names(fmt, dep, k8s_ok)]
 

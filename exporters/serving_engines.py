@@ -16,7 +16,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from paraplan.exporters.serving_pools import ServingPool, pool_node_gpus
+from paraplan.exporters.serving_pools import pool_node_gpus
+from paraplan.planner.serving.pool_shape import ServingPool
 
 ENGINE_VERSIONS = {
     "vllm": "vLLM 0.33.0 (PyPI wheel)",
@@ -109,11 +110,6 @@ def expressible(engine: str, pool: dict[str, Any] | ServingPool) -> str | None:
     return None
 
 
-def per_rank(total: int, pool: ServingPool) -> int:
-    """A worker total split over its attention-DP ranks, at least 1 (SGLang's own floor division)."""
-    return max(1, total // pool.dp_attention)
-
-
 def vllm_command(pool: ServingPool, deployment: dict[str, Any], at: Slot) -> tuple[list[Word], dict[str, Word]]:
     """``vllm serve`` for one process, and the environment it needs."""
     argv: list[Word] = ["vllm", "serve", at.model, "--host", "0.0.0.0", "--port", str(at.port),
@@ -133,8 +129,8 @@ def vllm_command(pool: ServingPool, deployment: dict[str, Any], at: Slot) -> tup
         argv += ["--headless"]  # ranks beyond the first node run engine cores only (no API server)
     if pool.moe_ep > 1:
         argv += ["--enable-expert-parallel"]
-    argv += ["--max-num-seqs", str(per_rank(pool.max_batch, pool)),
-             "--max-num-batched-tokens", str(per_rank(pool.max_batched_tokens, pool)),
+    argv += ["--max-num-seqs", str(pool.max_batch_per_rank),
+             "--max-num-batched-tokens", str(pool.max_batched_tokens_per_rank),
              "--gpu-memory-utilization", f"{pool.memory_frac:g}", "--max-model-len", str(pool.max_model_len)]
     argv += _quant_flags("vllm", deployment)
     env: dict[str, Word] = {}
@@ -174,8 +170,8 @@ def trtllm_command(pool: ServingPool, at: Slot) -> tuple[list[Word], dict[str, W
     """``trtllm-serve`` for one worker: sizes and limits on the command line, the rest in its YAML."""
     argv: list[Word] = ["trtllm-serve", at.model, "--host", "0.0.0.0", "--port", str(at.port), "--backend",
                         "pytorch", "--tp_size", str(pool.tp_group), "--pp_size", str(pool.pp),
-                        "--max_batch_size", str(per_rank(pool.max_batch, pool)),
-                        "--max_num_tokens", str(per_rank(pool.max_batched_tokens, pool)),
+                        "--max_batch_size", str(pool.max_batch_per_rank),
+                        "--max_num_tokens", str(pool.max_batched_tokens_per_rank),
                         "--max_seq_len", str(pool.max_model_len)]
     if pool.nodes_per_worker > 1:
         argv += ["--gpus_per_node", str(pool.num_node_gpus)]
@@ -192,7 +188,7 @@ def trtllm_options(pool: ServingPool, deployment: dict[str, Any]) -> dict[str, A
         "kv_cache_config": {"dtype": KV_DTYPES["trtllm"] if kv == "fp8" else "auto",
                             "free_gpu_memory_fraction": pool.memory_frac},
         # CUDA graphs for every decode batch up to the per-rank limit; padding rounds a batch up to a captured size.
-        "cuda_graph_config": {"enable_padding": True, "max_batch_size": per_rank(pool.max_batch, pool)},
+        "cuda_graph_config": {"enable_padding": True, "max_batch_size": pool.max_batch_per_rank},
     }
     if pool.role != "aggregated":
         options["cache_transceiver_config"] = {"backend": TRANSFER[deployment["kv_transfer"]["backend"]][2],

@@ -28,7 +28,8 @@ from paraplan.exporters.serving_engines import (
     trtllm_command,
     vllm_command,
 )
-from paraplan.exporters.serving_pools import Process, ServingPool, gpu_nodes, node_ranges, pool_labels
+from paraplan.exporters.serving_pools import Process, gpu_nodes, node_ranges, pool_labels
+from paraplan.planner.serving.pool_shape import ServingPool
 
 ROUTER_PORT = 8000  # the deployment's public port, on node 0
 CONFIG_MOUNT = "/etc/paraplan"
@@ -53,6 +54,7 @@ class Deployment:
 
     @property
     def engine(self) -> str:
+        """The deployment's serving engine: vllm, sglang or trtllm."""
         return str(self.entry["engine"])
 
     @property
@@ -107,7 +109,8 @@ def _process_lines(dep: Deployment, proc: Process) -> list[str]:
     if dep.engine == "trtllm" and pool.nodes_per_worker > 1:
         if proc.node_in_worker:
             return [f"    # {label} worker {proc.worker}: started over MPI from node {proc.first_node}"]
-        hosts = ",".join(f"${{HOSTS[{proc.first_node + i}]}}:{pool.num_node_gpus}" for i in range(pool.nodes_per_worker))
+        hosts = ",".join(f"${{HOSTS[{proc.first_node + i}]}}:{pool.num_node_gpus}"
+                         for i in range(pool.nodes_per_worker))
         argv = ["mpirun", "-n", str(pool.gpus_per_worker), "--host", (f'"{hosts}"', ""), "trtllm-llmapi-launch", *argv]
     gpus = "" if len(proc.gpus) == pool.num_node_gpus else f"CUDA_VISIBLE_DEVICES={','.join(map(str, proc.gpus))} "
     prefix = gpus + "".join(f"{name}={_bash(value)} " for name, value in env.items())
@@ -160,11 +163,12 @@ def _front_lines(dep: Deployment) -> list[str]:
                 '> "$LOG_DIR"/disaggregated.log 2>&1 &')]
     servers = [("prefill", prefill), ("decode", decode)] if disagg else [("API", agg)] if len(dep.pools) == 1 else \
         [(f"{label} API", _server_urls(dep, "aggregated", i)) for i, label in enumerate(dep.labels)]
-    lines = [f"    # {name} servers: " + ", ".join(f"node {n} port {port}" for n, port in urls) for name, urls in servers]
+    lines = [f"    # {name} servers: " + ", ".join(f"node {n} port {port}" for n, port in urls)
+             for name, urls in servers]
     if disagg:
-        return lines + [("    # vLLM ships no production P/D proxy: route each request to a prefill server (max_tokens 1, "
-                        "kv_transfer_params) then to a decode server, e.g. vLLM's examples/online_serving/"
-                        "disaggregated_serving proxy, vllm-router or llm-d.")]
+        return lines + [("    # vLLM ships no production P/D proxy: route each request to a prefill server "
+                         "(max_tokens 1, kv_transfer_params) then to a decode server, e.g. vLLM's "
+                         "examples/online_serving/disaggregated_serving proxy, vllm-router or llm-d.")]
     return lines + (["    # put a load balancer over these servers"] + _traffic_lines(dep) if len(agg) > 1 else
                     ["    # the endpoint: node 0"])
 
@@ -248,7 +252,8 @@ def _deployment(dep: Deployment, pool: ServingPool, app: str, argv: list[str], e
         "ports": [{"name": "http", "containerPort": K8S_PORT}],
         "resources": {"limits": {"nvidia.com/gpu": pool.gpus_per_worker}},
         # every engine serves GET /health (vLLM serve/instrumentator/health.py, SGLang http_server.py,
-        # TRT-LLM tensorrt_llm/serve/openai_server.py); loading a large checkpoint takes minutes, hence the long threshold
+        # TRT-LLM tensorrt_llm/serve/openai_server.py); loading a large checkpoint takes minutes, hence the long
+        # threshold
         "readinessProbe": {"httpGet": {"path": "/health", "port": K8S_PORT}, "periodSeconds": 10,
                            "failureThreshold": 360},
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],

@@ -1,11 +1,10 @@
 """A serving deployment's pools, read from the serving-plan document, and where their processes run.
 
-paraplan's sharding fields are engine-neutral: ``tp`` is the attention tensor-parallel degree,
-``dp_attention`` the attention data-parallel ranks of one worker, ``moe_tp`` x ``moe_ep`` the split of
-the MoE layers over the worker's tp*dp_attention GPUs, ``workers`` the pool's replicas. Workers are
-packed onto nodes pool by pool (prefill pools first, as the plan lists them); a worker larger than a
-node takes whole nodes. No node holds two pools, so pools of different GPU types (a mixed aggregated
-fleet, or prefill and decode on different GPUs) land on different machines.
+A pool entry of the document reads into planner/serving/pool_shape.ServingPool, the one description of a
+pool's workers (its ``workers`` key is the pool's ``num_workers``). Workers are packed onto nodes pool by pool
+(prefill pools first, as the plan lists them); a worker larger than a node takes whole nodes. No node holds two
+pools, so pools of different GPU types (a mixed aggregated fleet, or prefill and decode on different GPUs) land
+on different machines.
 """
 
 from __future__ import annotations
@@ -16,68 +15,9 @@ from typing import Any
 
 from paraplan.errors import InputError
 from paraplan.hardware_profiles.catalog import builtin_catalog
+from paraplan.planner.serving.pool_shape import POOL_ROLES, ServingPool
 
 DEFAULT_NODE_GPUS = 8  # HGX/DGX H100, H200, B200 boards carry 8 GPUs (clusters.yaml dgx-*)
-ROLES = ("aggregated", "prefill", "decode")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ServingPool:
-    """One pool of identical engine workers."""
-
-    role: str
-    """aggregated, prefill or decode."""
-    gpu: str
-    """GPU catalog name, e.g. h200-sxm."""
-    num_workers: int
-    """Independent engine instances (replicas) of this pool."""
-    gpus_per_worker: int
-    """GPUs of one worker: tp * dp_attention * pp."""
-    tp: int
-    """Attention tensor-parallel degree."""
-    pp: int
-    """Pipeline-parallel degree."""
-    dp_attention: int
-    """Attention data-parallel ranks per worker."""
-    moe_ep: int
-    """Expert-parallel degree of the MoE layers."""
-    moe_tp: int
-    """Tensor-parallel degree of each expert (moe_tp * moe_ep = tp * dp_attention)."""
-    max_batch: int
-    """Running sequences of one worker (all its attention-DP ranks together)."""
-    max_batched_tokens: int
-    """Tokens of one worker's forward step (all its attention-DP ranks together)."""
-    memory_frac: float
-    """The engine's own memory knob (vLLM gpu_memory_utilization, SGLang mem_fraction_static, TRT-LLM
-    free_gpu_memory_fraction)."""
-    max_model_len: int
-    """Longest request, prompt plus output, in tokens."""
-    num_node_gpus: int
-    """GPUs per node of this GPU type."""
-    traffic_frac: float | None = None
-    """Fraction of the deployment's requests the planner sends to this pool; None when the plan leaves it out."""
-
-    @property
-    def tp_group(self) -> int:
-        """GPUs of one pipeline stage: tp * dp_attention (SGLang --tp-size, TRT-LLM tensor_parallel_size)."""
-        return self.tp * self.dp_attention
-
-    @property
-    def nodes_per_worker(self) -> int:
-        """Nodes one worker spans (1 when it fits a node)."""
-        return max(1, self.gpus_per_worker // self.num_node_gpus)
-
-    @property
-    def workers_per_node(self) -> int:
-        """Workers sharing one node (1 when a worker spans nodes)."""
-        return max(1, self.num_node_gpus // self.gpus_per_worker)
-
-    @property
-    def num_nodes(self) -> int:
-        """Nodes the pool takes."""
-        if self.nodes_per_worker > 1:
-            return self.num_workers * self.nodes_per_worker
-        return -(-self.num_workers // self.workers_per_node)
 
 
 def pool_node_gpus(entry: dict[str, Any]) -> int:
@@ -92,6 +32,7 @@ def node_gpus(gpu: str) -> int:
 
 
 def _int(entry: dict[str, Any], key: str, where: str) -> int:
+    """``entry[key]`` as a positive integer; InputError naming the field otherwise."""
     value = entry.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InputError(f"{where}.{key} must be a positive integer, got {value!r}")
@@ -100,8 +41,8 @@ def _int(entry: dict[str, Any], key: str, where: str) -> int:
 
 def read_pool(entry: dict[str, Any], where: str) -> ServingPool:
     """A pool entry of the plan document, with its shape checked (InputError naming the field)."""
-    if entry.get("role") not in ROLES:
-        raise InputError(f"{where}.role must be one of {', '.join(ROLES)}, got {entry.get('role')!r}")
+    if entry.get("role") not in POOL_ROLES:
+        raise InputError(f"{where}.role must be one of {', '.join(POOL_ROLES)}, got {entry.get('role')!r}")
     ints = {key: _int(entry, key, where) for key in ("workers", "gpus_per_worker", "tp", "pp", "dp_attention",
                                                       "moe_ep", "moe_tp", "max_batch", "max_batched_tokens",
                                                       "max_model_len")}
@@ -113,20 +54,20 @@ def read_pool(entry: dict[str, Any], where: str) -> ServingPool:
                                 or not 0 <= traffic <= 1):
         raise InputError(f"{where}.traffic_frac must be a fraction in [0, 1], got {traffic!r}")
     gpu = str(entry.get("gpu", ""))
-    pool = ServingPool(role=entry["role"], gpu=gpu, num_workers=ints["workers"],
-                       gpus_per_worker=ints["gpus_per_worker"], tp=ints["tp"], pp=ints["pp"],
-                       dp_attention=ints["dp_attention"], moe_ep=ints["moe_ep"], moe_tp=ints["moe_tp"],
-                       max_batch=ints["max_batch"], max_batched_tokens=ints["max_batched_tokens"],
+    pool = ServingPool(role=entry["role"], gpu=gpu, num_node_gpus=pool_node_gpus(entry), num_workers=ints["workers"],
+                       tp=ints["tp"], pp=ints["pp"], dp_attention=ints["dp_attention"], moe_ep=ints["moe_ep"],
+                       moe_tp=ints["moe_tp"], max_batch=ints["max_batch"],
+                       max_batched_tokens=ints["max_batched_tokens"],
                        memory_frac=float(frac), max_model_len=ints["max_model_len"],
-                       num_node_gpus=pool_node_gpus(entry),
                        traffic_frac=None if traffic is None else float(traffic))
-    _check_shape(pool, where)
+    _check_shape(pool, ints["gpus_per_worker"], where)
     return pool
 
 
-def _check_shape(pool: ServingPool, where: str) -> None:
-    if pool.tp_group * pool.pp != pool.gpus_per_worker:
-        raise InputError(f"{where}: gpus_per_worker {pool.gpus_per_worker} must equal tp*dp_attention*pp = "
+def _check_shape(pool: ServingPool, stated_gpus_per_worker: int, where: str) -> None:
+    """InputError where the entry's gpus_per_worker, its MoE split or its node fit disagree with its sharding."""
+    if pool.gpus_per_worker != stated_gpus_per_worker:
+        raise InputError(f"{where}: gpus_per_worker {stated_gpus_per_worker} must equal tp*dp_attention*pp = "
                          f"{pool.tp}*{pool.dp_attention}*{pool.pp}")
     if pool.moe_tp * pool.moe_ep != pool.tp_group:
         raise InputError(f"{where}: moe_tp*moe_ep = {pool.moe_tp}*{pool.moe_ep} must equal tp*dp_attention = "

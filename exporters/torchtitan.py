@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from typing import Literal
+from typing import Literal, get_args
 
 from paraplan.cost_models.pipeline_splits import edge_weights, weighted_chunk, weighted_split_exists
 from paraplan.errors import InputError
@@ -18,7 +18,7 @@ from paraplan.exporters.plan_input import ExportPlan
 from paraplan.exporters.program import Arg, ArgGroup, ConfigPath, OutputFile, Program
 
 TorchtitanVersion = Literal["0.3", "0.2"]
-TORCHTITAN_VERSIONS: tuple[str, ...] = ("0.3", "0.2")
+TORCHTITAN_VERSIONS: tuple[TorchtitanVersion, ...] = get_args(TorchtitanVersion)
 TOML_NAME = "torchtitan.toml"
 # Presets torchtitan ships a config for: 0.3 config-registry (module, function), 0.2 (model name, flavor).
 # 0.3's llama3_405b swaps in float8 rowwise linears when it is built, so it is no bf16 405B and is left
@@ -31,8 +31,9 @@ FLAVORS_0_2 = {"llama-3.1-8b": ("llama3", "8B"), "llama-3.1-70b": ("llama3", "70
 def parallelism(plan: ExportPlan, version: TorchtitanVersion) -> dict[str, int | str | bool | list[list[str]]]:
     """[parallelism] fields: ZeRO as FSDP2 sharding or replication, TP (+SP), PP split, CP, EP."""
     c = plan.config
-    fields: dict[str, int | str | bool | list[list[str]]] = {"data_parallel_replicate_degree": c.dp if c.zero == 0 else 1,
-                                           "data_parallel_shard_degree": 1 if c.zero == 0 else c.dp}
+    fields: dict[str, int | str | bool | list[list[str]]] = {
+        "data_parallel_replicate_degree": c.dp if c.zero == 0 else 1,
+        "data_parallel_shard_degree": 1 if c.zero == 0 else c.dp}
     if c.zero in (2, 3):
         # ZeRO-3 reshards after every forward; ZeRO-2 keeps gathered weights until backward.
         fields["fsdp_reshard_after_forward"] = "always" if c.zero == 3 else "never"
@@ -132,6 +133,14 @@ def model_choice(plan: ExportPlan, version: TorchtitanVersion, override: str | N
     return table[plan.model.name]
 
 
+def parse_torchtitan_version(text: str) -> TorchtitanVersion:
+    """``text`` as a torchtitan release line (TORCHTITAN_VERSIONS); InputError otherwise."""
+    for version in TORCHTITAN_VERSIONS:
+        if text == version:
+            return version
+    raise InputError(f"--torchtitan-version expects {' or '.join(TORCHTITAN_VERSIONS)}, got {text!r}")
+
+
 def torchtitan_program(plan: ExportPlan, version: TorchtitanVersion, override: str | None = None) -> Program:
     """``-m torchtitan.train`` with 0.3 overrides or a 0.2 TOML file."""
     if plan.engine != "torchtitan":
@@ -158,7 +167,7 @@ def torchtitan_program(plan: ExportPlan, version: TorchtitanVersion, override: s
 
 
 def overrides(plan: ExportPlan, module: str, config: str) -> tuple[ArgGroup, ...]:
-    """torchtitan 0.3 command-line groups; the activation-checkpoint subcommand must come last."""
+    """The command-line groups of torchtitan 0.3; the activation-checkpoint subcommand must come last."""
     def dotted(section: str, fields: dict) -> tuple[Arg, ...]:
         args: list[Arg] = []
         for name, value in fields.items():

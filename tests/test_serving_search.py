@@ -311,11 +311,11 @@ def test_mixed_gpu_types_fleet_and_cross_type_disaggregation(llama8b):
     for plan in mixed.plans:
         assert plan.meets_targets
         used: dict[str, int] = {}
-        for pool in plan.pools:
-            used[pool.gpu] = used.get(pool.gpu, 0) + pool.workers * pool.gpus_per_worker
+        for pool in (p.shape for p in plan.pools):
+            used[pool.gpu] = used.get(pool.gpu, 0) + pool.num_workers * pool.gpus_per_worker
         assert used.get("h100-sxm", 0) <= 8 and used.get("h200-sxm", 0) <= 4
         if len(plan.pools) > 1 and plan.mode == "agg":
-            assert sum(p.traffic_frac for p in plan.pools) == pytest.approx(1.0)
+            assert sum(p.shape.traffic_frac for p in plan.pools) == pytest.approx(1.0)
     alone = [best((a,), (2.0,)), best((b,), (2.2,))]
     cheapest_alone = min(r.plans[0].estimate["usd_per_million_output_tokens"] for r in alone)
     assert mixed.plans[0].estimate["usd_per_million_output_tokens"] <= cheapest_alone * (1 + 1e-9)

@@ -26,13 +26,14 @@ import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from paraplan.errors import InputError
 from paraplan.files import listed, parse_user_csv, parse_user_json, read_user_text, shown
 from paraplan.limits import MAX_SEQ_LEN
-from paraplan.planner.serving.queueing import Arrivals
+from paraplan.planner.serving.arrivals import Arrivals
 
 MAX_TRACE_BYTES = 1 << 28
 """256 MiB: two million requests of Mooncake-style JSONL with their block hashes (about 100 bytes a line)."""
@@ -98,7 +99,8 @@ def read_trace(path: Path) -> Trace:
 
 
 # -- formats to columns: name -> (cells, line of each cell), plus the time unit --------------------------------
-Columns = tuple[dict[str, list], list[int], float]
+Columns = tuple[dict[str, list[Any]], list[int], float]
+"""Each column's cells (JSON values or CSV text) by name, the line of each row, and the time unit in seconds."""
 
 
 def _key(name: object) -> str:
@@ -116,7 +118,9 @@ def _is_number(text: str) -> bool:
 
 
 def _plain_columns(text: str, origin: str) -> Columns:
-    cells, lines = [], []
+    """One arrival time per line."""
+    cells: list[Any] = []
+    lines: list[int] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if line.strip() and not line.lstrip().startswith("#"):
             _count_bound(len(cells), origin)
@@ -126,8 +130,9 @@ def _plain_columns(text: str, origin: str) -> Columns:
 
 
 def _csv_columns(text: str, origin: str) -> Columns:
-    numbered = [(number, row) for number, row in enumerate(parse_user_csv(text, origin, max_rows=MAX_TRACE_REQUESTS + 1),
-                                                            start=1) if any(cell.strip() for cell in row)
+    """CSV with a header row naming the columns."""
+    rows = parse_user_csv(text, origin, max_rows=MAX_TRACE_REQUESTS + 1)
+    numbered = [(number, row) for number, row in enumerate(rows, start=1) if any(cell.strip() for cell in row)
                 and not row[0].lstrip().startswith("#")]
     if not numbered:
         raise InputError(f"{origin}: no header row; the first line names the columns (timestamp, input_len, ...)")
@@ -135,7 +140,8 @@ def _csv_columns(text: str, origin: str) -> Columns:
     header = [_key(cell) for cell in names]
     if not any(key in TIME_KEYS for key in header):
         raise InputError(f"{origin}: line {header_line}: no arrival-time column; name one timestamp, arrival_time or "
-                         f"time (seconds) or timestamp_ms (milliseconds); the header has {shown(listed(names, 60), 80)}")
+                         "time (seconds) or timestamp_ms (milliseconds); the header has "
+                         f"{shown(listed(names, 60), 80)}")
     body = numbered[1:]
     for number, row in body:
         if len(row) != len(header):
@@ -152,38 +158,45 @@ def _json_columns(text: str, first: str, origin: str) -> Columns:
     if isinstance(document, dict) and isinstance(document.get("start_times"), list):
         return _result_columns(document, origin)
     records = document if isinstance(document, list) else [document]
-    if not records or not all(isinstance(record, dict) for record in records):
+    objects = [record for record in records if isinstance(record, dict)]
+    if not records or len(objects) != len(records):
         raise InputError(f"{origin}: expected JSON objects, one per request, or a vLLM result with start_times")
-    _count_bound(len(records) - 1, origin)
-    return _record_columns(records, [1] * len(records), origin)
+    _count_bound(len(objects) - 1, origin)
+    return _record_columns(objects, [1] * len(objects), origin)
 
 
-def _jsonl_records(text: str, origin: str) -> tuple[list[dict], list[int]]:
+def _jsonl_records(text: str, origin: str) -> tuple[list[dict[str, Any]], list[int]]:
     """The objects of JSONL text and their lines: parsed as one JSON array (20x faster than line by line); where
     that fails or a line is not one object, the first bad line is parsed alone for its message."""
     numbered = [(number, line) for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
     _count_bound(len(numbered) - 1, origin)
+    lines = [number for number, _ in numbered]
     try:
-        records = parse_user_json("[" + ",\n".join(line for _, line in numbered) + "]", origin, top=list)
+        joined = parse_user_json("[" + ",\n".join(line for _, line in numbered) + "]", origin, top=list)
     except InputError:
-        records = None
-    if records is None or len(records) != len(numbered) or not all(isinstance(r, dict) for r in records):
-        # Line by line: the first bad line names itself. (The joined array nests one level deeper, so a file of
-        # lines each at the depth limit parses only this way.)
-        records = [parse_user_json(line, f"{origin}: line {number}") for number, line in numbered]
-        for (number, _), record in zip(numbered, records):
-            if not isinstance(record, dict):
-                raise InputError(f"{origin}: line {number}: expected one JSON object per line")
-    return records, [number for number, _ in numbered]
+        joined = None
+    if isinstance(joined, list) and len(joined) == len(numbered) and all(isinstance(r, dict) for r in joined):
+        return joined, lines
+    # Line by line: the first bad line names itself. (The joined array nests one level deeper, so a file of
+    # lines each at the depth limit parses only this way.)
+    parsed = [parse_user_json(line, f"{origin}: line {number}") for number, line in numbered]
+    records: list[dict[str, Any]] = []
+    for number, record in zip(lines, parsed):
+        if not isinstance(record, dict):
+            raise InputError(f"{origin}: line {number}: expected one JSON object per line")
+        records.append(record)
+    return records, lines
 
 
-def _record_columns(records: list[dict], lines: list[int], origin: str) -> Columns:
+def _record_columns(records: list[dict[str, Any]], lines: list[int], origin: str) -> Columns:
+    """Columns of JSON objects, one per request, keyed as the first one is."""
     keys = {_key(key): key for key in records[0]}
     names = [key for key in (*TIME_KEYS, *INPUT_KEYS, *OUTPUT_KEYS) if key in keys]
     if not any(key in TIME_KEYS for key in names):
         raise InputError(f"{origin}: line {lines[0]}: no arrival-time key; give timestamp, arrival_time or time "
-                         f"(seconds) or timestamp_ms (milliseconds); the object has {shown(listed(list(keys), 60), 80)}")
-    columns: dict[str, list] = {}
+                         "(seconds) or timestamp_ms (milliseconds); the object has "
+                         f"{shown(listed(list(keys), 60), 80)}")
+    columns: dict[str, list[Any]] = {}
     for name in names:
         try:
             columns[name] = [record[keys[name]] for record in records]
@@ -195,25 +208,29 @@ def _record_columns(records: list[dict], lines: list[int], origin: str) -> Colum
     return columns, lines, 1e-3 if mooncake else 1.0
 
 
-def _result_columns(document: dict, origin: str) -> Columns:
-    columns = {"start_times": document["start_times"]}
+def _result_columns(document: dict[str, Any], origin: str) -> Columns:
+    """The result of vLLM's bench serve: start_times, and input_lens and output_lens when saved with the details."""
+    starts: list[Any] = document["start_times"]
+    columns = {"start_times": starts}
     for key in ("input_lens", "output_lens"):
-        if isinstance(document.get(key), list):
-            if len(document[key]) != len(columns["start_times"]):
-                raise InputError(f"{origin}: {key} has {len(document[key]):,} entries, start_times "
-                                 f"{len(columns['start_times']):,}; is the result file complete?")
-            columns[key] = document[key]
-    _count_bound(len(columns["start_times"]) - 1, origin)
-    return columns, [1] * len(columns["start_times"]), 1.0
+        lengths = document.get(key)
+        if isinstance(lengths, list):
+            if len(lengths) != len(starts):
+                raise InputError(f"{origin}: {key} has {len(lengths):,} entries, start_times "
+                                 f"{len(starts):,}; is the result file complete?")
+            columns[key] = lengths
+    _count_bound(len(starts) - 1, origin)
+    return columns, [1] * len(starts), 1.0
 
 
 def _count_bound(count: int, origin: str) -> None:
+    """InputError once a trace holds more than MAX_TRACE_REQUESTS requests (``count``: those read so far, less one)."""
     if count >= MAX_TRACE_REQUESTS:
         raise InputError(f"{origin}: more than {MAX_TRACE_REQUESTS:,} requests; give a shorter window of the trace")
 
 
 # -- columns to a trace -----------------------------------------------------------------------------------------
-def _numbers(cells: list, lines: list[int], origin: str, name: str) -> np.ndarray:
+def _numbers(cells: list[Any], lines: list[int], origin: str, name: str) -> np.ndarray:
     """The cells as floats (numbers, or strings of numbers); InputError naming the first that is not one."""
     for cell, line in zip(cells, lines):
         if isinstance(cell, bool) or not isinstance(cell, (int, float, str)):
@@ -236,7 +253,7 @@ def _number_or_nan(cell: object) -> float:
         return math.nan
 
 
-def _times_s(cells: list, lines: list[int], origin: str, name: str, unit_s: float) -> np.ndarray:
+def _times_s(cells: list[Any], lines: list[int], origin: str, name: str, unit_s: float) -> np.ndarray:
     """Arrival times in seconds: numbers in ``unit_s``, or date-times (Azure's traces) as seconds after the first."""
     if cells and isinstance(cells[0], str) and not _is_number(cells[0]):
         try:
@@ -254,7 +271,7 @@ def _times_s(cells: list, lines: list[int], origin: str, name: str, unit_s: floa
     return times
 
 
-def _lengths(columns: dict[str, list], keys: tuple[str, ...], lines: list[int], origin: str) -> LengthStats | None:
+def _lengths(columns: dict[str, list[Any]], keys: tuple[str, ...], lines: list[int], origin: str) -> LengthStats | None:
     name = next((key for key in keys if key in columns), None)
     if name is None:
         return None

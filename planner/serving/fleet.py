@@ -15,20 +15,18 @@ was sized for. Solved with PuLP's CBC (the allowed MILP solver); tests check it 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
-from paraplan.planner.serving.load import aggregated
-from paraplan.planner.serving.plan import ServingPlan, exact_latency, make_pool
-from paraplan.planner.serving.search import (
-    MAX_UTILISATION_WITHOUT_TARGETS,
-    PoolSide,
-    interpolated_step,
-    load_for,
-    target_quantile,
-)
-from paraplan.planner.serving.space import batch_caps
+from paraplan.planner.serving.estimate import plan_estimate, prices_by_gpu
+from paraplan.planner.serving.load import Latency, aggregated
+from paraplan.planner.serving.plan import STATISTICS, PricedPool, ServingPlan, exact_latency, make_pool
+from paraplan.planner.serving.problem import Priced, ServingProblem
+from paraplan.planner.serving.search import PoolSide, interpolated_step, load_for, qualifies, target_quantile
+from paraplan.planner.serving.space import ServingWorkload, batch_caps
 
 BISECTION_STEPS = 40
 """Halvings of the rate bracket (a factor 1e4 wide in log space): 40 steps leave 2e-11 of it."""
@@ -42,9 +40,13 @@ class FleetOption:
     """One kind of worker the fleet may hold."""
 
     side: PoolSide
+    """The GPU type, engine and KV dtype, with their costs."""
     shard: int
+    """Row of the side's costs: the worker's sharding."""
     chunk: int
+    """Column of the side's chunk sizes."""
     cap: float
+    """Running-batch cap per attention-DP rank."""
     gpus: int
     """GPUs of one worker."""
     capacity_per_s: float
@@ -53,29 +55,25 @@ class FleetOption:
     """One worker's GPUs at their price."""
 
 
-def _meets(latency, workload, prefill_busy) -> np.ndarray:
-    """Within the targets, or without targets with the prefill queue at most 85% busy."""
-    ok = latency.stable & np.isfinite(latency.ttft_s) & np.isfinite(latency.tpot_s)
-    if workload.ttft_target_s is not None:
-        ok &= latency.ttft_s <= workload.ttft_target_s
-    if workload.tpot_target_s is not None:
-        ok &= latency.tpot_s <= workload.tpot_target_s
-    if workload.ttft_target_s is None and workload.tpot_target_s is None:
-        ok &= prefill_busy <= MAX_UTILISATION_WITHOUT_TARGETS
-    return ok
+def _meets(latency: Latency, workload: ServingWorkload, prefill_busy: np.ndarray) -> np.ndarray:
+    """Stable and within the targets, or without targets with the prefill queue at most 85% busy."""
+    return latency.stable & qualifies(workload, latency.ttft_s, latency.tpot_s, prefill_busy)
 
 
-def worker_capacity(side: PoolSide, workload, s, k, cap) -> np.ndarray:
-    """Highest request rate one worker of each configuration carries within the targets (0 if none)."""
+def worker_capacity(side: PoolSide, workload: ServingWorkload, s: np.ndarray, k: np.ndarray, cap: np.ndarray
+                    ) -> np.ndarray:
+    """Highest request rate one worker of each configuration (sharding row ``s``, chunk column ``k``, batch cap
+    ``cap``) carries within the targets (0 if none)."""
     costs = side.costs
     base = load_for(workload, side.setup)
-    kw = {"prefill_s": costs.prefill_s[s], "step_of": interpolated_step(costs, s), "fits": costs.fits[s, k], "cap": cap,
-          "chunk": np.asarray(costs.chunks, dtype=float)[k], "replicas": 1.0, "ranks": costs.shard.dp[s]}
+    kw: dict[str, Any] = {"prefill_s": costs.prefill_s[s], "step_of": interpolated_step(costs, s),
+                          "fits": costs.fits[s, k], "cap": cap, "chunk": np.asarray(costs.chunks, dtype=float)[k],
+                          "replicas": 1.0, "ranks": costs.shard.dp[s]}
     hi = costs.shard.dp[s] / costs.prefill_s[s]  # prefill alone saturates the GPUs beyond this rate
     lo = hi * 1e-4
     q = target_quantile(workload)
 
-    def ok(rate):
+    def ok(rate: np.ndarray) -> np.ndarray:
         load = replace(base, rate_per_s=rate)
         return _meets(aggregated(load, q=q, **kw), workload, rate / costs.shard.dp[s] * costs.prefill_s[s])
     good = ok(lo)
@@ -86,7 +84,7 @@ def worker_capacity(side: PoolSide, workload, s, k, cap) -> np.ndarray:
     return np.where(good, lo, 0.0)
 
 
-def fleet_options(side: PoolSide, workload, fixed) -> list[FleetOption]:
+def fleet_options(side: PoolSide, workload: ServingWorkload, fixed: dict[str, tuple[int, ...]]) -> list[FleetOption]:
     """Per worker size on one GPU type, the configuration with the highest capacity."""
     costs = side.costs
     caps = batch_caps(side.setup.engine.max_running, fixed)
@@ -112,8 +110,20 @@ class FleetSolution:
     """Worker counts per option, the objective and the solver's status."""
 
     counts: tuple[int, ...]
+    """Workers of each option, in the options' order."""
     objective: float
+    """USD per hour (cost) or GPUs (throughput) of the fleet."""
     status: str
+    """The solver's status: optimal."""
+
+
+def _weight(option: FleetOption, by_cost: bool) -> float:
+    """What one worker of ``option`` costs the objective: USD per hour by cost, else its GPUs."""
+    if not by_cost:
+        return float(option.gpus)
+    if option.usd_per_hour is None:  # check_prices refuses the cost objective without every price
+        raise ValueError("the cost objective needs every GPU type's price")
+    return option.usd_per_hour
 
 
 def solve_fleet(options: list[FleetOption], rate_per_s: float, available: dict[str, int], by_cost: bool
@@ -124,9 +134,9 @@ def solve_fleet(options: list[FleetOption], rate_per_s: float, available: dict[s
 
     if not options:
         return None
+    weight = [_weight(o, by_cost) for o in options]
     problem = pulp.LpProblem("serving_fleet", pulp.LpMinimize)
     x = [pulp.LpVariable(f"workers_{n}", lowBound=0, cat="Integer") for n in range(len(options))]
-    weight = [o.usd_per_hour if by_cost else float(o.gpus) for o in options]
     problem += pulp.lpSum(w * v for w, v in zip(weight, x))
     problem += pulp.lpSum(o.capacity_per_s * v for o, v in zip(options, x)) >= rate_per_s
     for gpu, limit in available.items():
@@ -138,33 +148,42 @@ def solve_fleet(options: list[FleetOption], rate_per_s: float, available: dict[s
     return FleetSolution(counts=counts, objective=float(sum(w * n for w, n in zip(weight, counts))), status="optimal")
 
 
-def fleet_plan(problem, options: list[FleetOption], solution: FleetSolution) -> ServingPlan:
-    """The fleet as a plan: one aggregated pool per option used, each priced exactly at its share of the rate."""
-    from paraplan.planner.serving.rank import _prices, plan_estimate
+def _combined(parts: Sequence[tuple[float, dict[str, dict[str, float]]]]) -> dict[str, dict[str, float]]:
+    """The fleet's latencies from its pools' (share, statistics): the mean weighted by each pool's share of the
+    requests, a percentile the worst pool's (an upper bound)."""
+    return {m: {name: (sum(w * st[m][name] for w, st in parts) if name == "mean"
+                       else max(st[m][name] for _, st in parts)) for name, _ in STATISTICS}
+            for m in ("ttft_s", "tpot_s")}
 
-    rate = problem.workload.arrivals.rate_per_s
+
+def fleet_plan(problem: ServingProblem, options: list[FleetOption], solution: FleetSolution, rate_per_s: float
+               ) -> ServingPlan:
+    """The fleet as a plan: one aggregated pool per option used, each priced exactly at its share of the rate
+    ``rate_per_s`` (requests per second)."""
     used = [(o, n) for o, n in zip(options, solution.counts) if n > 0]
     total = sum(o.capacity_per_s * n for o, n in used)
-    pools, parts = [], []
+    pools: list[PricedPool] = []
+    parts: list[tuple[float, dict[str, dict[str, float]]]] = []
+    batches: list[float] = []
     for o, n in used:
         share = o.capacity_per_s * n / total
-        pool = make_pool("aggregated", o.side.setup, o.side.costs, o.shard, o.chunk, o.cap, n, traffic_frac=share)
+        pool = make_pool("aggregated", o.side.setup, o.side.costs, o.shard, o.chunk, o.cap, n,
+                         problem.workload.max_model_len, traffic_frac=share)
         base = load_for(problem.workload, o.side.setup)
-        stats, flow = exact_latency(replace(base, rate_per_s=rate * share), (pool,))
+        stats, flow = exact_latency(replace(base, rate_per_s=rate_per_s * share), (pool,))
         pools.append(pool)
-        parts.append((share, stats, flow))
-    stats = {m: {name: (sum(w * st[m][name] for w, st, _ in parts) if name == "mean"
-                        else max(st[m][name] for _, st, _ in parts)) for name in ("mean", "p50", "p90", "p99")}
-             for m in ("ttft_s", "tpot_s")}
-    flow = {"requests_per_s": rate, "running_batch": max(f["running_batch"] for _, _, f in parts)}
-    estimate, meets = plan_estimate(problem, "agg", tuple(pools), stats, flow, _prices(problem))
+        parts.append((share, stats))
+        batches.append(flow["running_batch"])
+    flow = {"requests_per_s": rate_per_s, "running_batch": max(batches)}
+    estimate, meets = plan_estimate(problem, "agg", tuple(pools), _combined(parts), flow, prices_by_gpu(problem))
     return ServingPlan(rank=0, setup=pools[0].setup, mode="agg", pools=tuple(pools), estimate=estimate,
                        meets_targets=meets)
 
 
-def fleet_plans(problem, priced) -> list[ServingPlan]:
-    """One fleet per engine and KV dtype over every GPU type (open loop only)."""
-    if problem.choices.objective == "latency":
+def fleet_plans(problem: ServingProblem, priced: list[Priced]) -> list[ServingPlan]:
+    """One fleet per engine and KV dtype over every GPU type (open loop only: none for a closed loop)."""
+    arrivals = problem.workload.arrivals
+    if problem.choices.objective == "latency" or arrivals is None:
         return []
     available = {c.gpu.name: c.num_gpus for c in problem.clusters}
     by_cost = problem.choices.objective == "cost"
@@ -175,7 +194,7 @@ def fleet_plans(problem, priced) -> list[ServingPlan]:
             groups.setdefault(key, []).extend(fleet_options(p.side, problem.workload, problem.choices.fixed))
     plans = []
     for options in groups.values():
-        solution = solve_fleet(options, problem.workload.arrivals.rate_per_s, available, by_cost)
+        solution = solve_fleet(options, arrivals.rate_per_s, available, by_cost)
         if solution is not None:
-            plans.append(fleet_plan(problem, options, solution))
+            plans.append(fleet_plan(problem, options, solution, arrivals.rate_per_s))
     return plans

@@ -3,11 +3,16 @@ pools of a candidate, a short text of them, and which plans count as the same.""
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Iterable
+from typing import Any
+
 import numpy as np
 
-from paraplan.planner.serving.plan import Pool, ServingPlan, make_pool
-from paraplan.planner.serving.problem import Priced, ServingProblem, feasible
+from paraplan.planner.serving.plan import PricedPool, ServingPlan, make_pool
+from paraplan.planner.serving.pool_shape import ServingPool
+from paraplan.planner.serving.problem import Priced, ServingProblem, feasible, side_of
 from paraplan.planner.serving.search import Candidates
+from paraplan.planner.serving.space import DeploymentMode
 
 PARETO_POINTS = 64
 DISTINCT_REL = 0.01
@@ -24,23 +29,32 @@ def pareto_front(tokens_per_gpu: np.ndarray, tokens_per_user: np.ndarray) -> np.
     return order[keep]
 
 
-def candidate_pools(c: Candidates, row: int, priced: list[Priced]) -> tuple[str, tuple[Pool, ...]]:
+def candidate_pools(c: Candidates, row: int, priced: list[Priced], max_model_len: int
+                    ) -> tuple[DeploymentMode, tuple[PricedPool, ...]]:
+    """The mode and pools of candidate ``row`` (``max_model_len``: the workload's longest request, tokens)."""
     i = c.index[row]
-    decode = priced[c.setup].side
+    decode = side_of(priced, c.setup)
     if c.kind[row] == 0:
-        return "agg", (make_pool("aggregated", decode.setup, decode.costs, int(i[0]), int(i[1]), i[2], i[3]),)
-    prefill = priced[c.prefill_owner].side
+        return "agg", (make_pool("aggregated", decode.setup, decode.costs, int(i[0]), int(i[1]), i[2], i[3],
+                                 max_model_len),)
+    prefill = side_of(priced, c.prefill_owner)
     decode_chunk = int(np.searchsorted(np.asarray(decode.costs.chunks, dtype=float), i[4]))
     return "disagg", (make_pool("prefill", prefill.setup, prefill.costs, int(i[0]), int(i[1]),
-                                prefill.setup.engine.max_running, i[2]),
-                      make_pool("decode", decode.setup, decode.costs, int(i[3]), decode_chunk, i[4], i[5]))
+                                prefill.setup.engine.max_running, i[2], max_model_len),
+                      make_pool("decode", decode.setup, decode.costs, int(i[3]), decode_chunk, i[4], i[5],
+                                max_model_len))
+
+
+def _layout(plan: ServingPlan) -> tuple[Hashable, ...]:
+    """What two plans must share to count as the same: engine, KV dtype, mode and each pool's workers."""
+    return (plan.setup.engine.name, plan.setup.kv_dtype, plan.mode,
+            tuple((x.role, x.gpu, x.num_workers, x.tp, x.pp, x.dp_attention, x.moe_ep)
+                  for x in (p.shape for p in plan.pools)))
 
 
 def _same(a: ServingPlan, b: ServingPlan, q: str) -> bool:
-    def layout(p: ServingPlan):
-        return (p.setup.engine.name, p.setup.kv_dtype, p.mode,
-                tuple((x.role, x.gpu, x.workers, x.tp, x.pp, x.dp_attention, x.moe_ep) for x in p.pools))
-    if layout(a) != layout(b):
+    """Same layout, and TTFT, TPOT (at statistic ``q``) and throughput within DISTINCT_REL."""
+    if _layout(a) != _layout(b):
         return False
     pairs = ((a.estimate["ttft_s"][q], b.estimate["ttft_s"][q]), (a.estimate["tpot_s"][q], b.estimate["tpot_s"][q]),
              (a.estimate["tokens_per_s"], b.estimate["tokens_per_s"]))
@@ -56,7 +70,8 @@ def distinct(plans: list[ServingPlan], q: str) -> list[ServingPlan]:
     return out
 
 
-def pareto_points(problem: ServingProblem, priced: list[Priced], everything: list[Candidates]) -> list[dict]:
+def pareto_points(problem: ServingProblem, priced: list[Priced], everything: list[Candidates]
+                  ) -> list[dict[str, Any]]:
     """The non-dominated feasible deployments in output tokens/s per GPU against tokens/s per user (1 / mean
     TPOT), screening values, at most PARETO_POINTS of them."""
     rows = []
@@ -70,21 +85,22 @@ def pareto_points(problem: ServingProblem, priced: list[Priced], everything: lis
     out = []
     for i in front[::step]:
         c, row, per_gpu, per_user = rows[i]
-        mode, pools = candidate_pools(c, row, priced)
-        setup = priced[c.setup].side.setup
+        mode, pools = candidate_pools(c, row, priced, problem.workload.max_model_len)
+        setup = side_of(priced, c.setup).setup
+        shapes = [p.shape for p in pools]
         out.append({"tokens_per_s_per_gpu": per_gpu, "tokens_per_s_per_user": per_user,
                     "engine": setup.engine.name, "mode": mode, "kv_cache_dtype": setup.kv_dtype,
-                    "num_gpus": int(sum(p.workers * p.gpus_per_worker for p in pools)),
-                    "summary": describe_pools(pools)})
+                    "num_gpus": int(sum(p.num_gpus for p in shapes)), "summary": describe_pools(shapes)})
     return out
 
 
-def describe_pools(pools) -> str:
-    """A short text of a deployment's pools: '2x tp4 ...' or 'prefill 1x tp8 ... + decode 2x tp1 dp8 ep8 ...'."""
+def describe_pools(pools: Iterable[ServingPool]) -> str:
+    """A short text of a deployment's pools: '2x tp4 ...' or 'prefill 1x tp8 ... + decode 2x tp1 dp8 ep8 ...', with
+    the batch cap and max batched tokens per attention-DP rank."""
     parts = []
     for p in pools:
         axes = [f"tp{p.tp}"] + [f"dp{p.dp_attention}"] * (p.dp_attention > 1) + [f"pp{p.pp}"] * (p.pp > 1) \
             + [f"ep{p.moe_ep}"] * (p.moe_ep > 1)
-        text = f"{p.workers}x {p.gpu} {' '.join(axes)} b{p.max_batch} c{p.max_batched_tokens}"
+        text = f"{p.num_workers}x {p.gpu} {' '.join(axes)} b{p.max_batch_per_rank} c{p.max_batched_tokens_per_rank}"
         parts.append(text if p.role == "aggregated" else f"{p.role} {text}")
     return " + ".join(parts)

@@ -23,10 +23,13 @@ prompt at a time (prefill pool waits: G/G/c with c = workers × ranks), then the
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from paraplan.arrays import Column
 from paraplan.planner.serving.queueing import count_quantile, gamma_quantile, mean_wait_s, wait_quantile_s
 
 FIXED_POINT_ITERATIONS = 40
@@ -35,6 +38,8 @@ stable. Measured on the four cases of bench/serve_speed.py: after 40 iterations 
 3e-7 (relative) of its converged value; the slowest reach 1e-12 only after 73."""
 CONVERGED_REL = 1e-9
 """The fixed point stops once no batch moves by more than this fraction."""
+StepOf = Callable[[np.ndarray], np.ndarray]
+"""The decode step, seconds, as a function of the running batch per attention-DP rank (one entry a candidate)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,13 +47,17 @@ class Load:
     """What arrives at a deployment."""
 
     isl: float
+    """Mean prompt tokens per request."""
     osl: float
+    """Mean output tokens per request."""
     isl_cv: float
+    """Coefficient of variation of prompt lengths."""
     osl_cv: float
+    """Coefficient of variation of output lengths."""
     concurrency: float | None
     """Closed loop: requests in flight over the deployment."""
-    rate_per_s: float | None
-    """Open loop: requests per second over the deployment."""
+    rate_per_s: Column | None
+    """Open loop: requests per second over the deployment (one per candidate where a search sizes the rate)."""
     arrival_cv2: float
     """Squared coefficient of variation of inter-arrival times (open loop)."""
     request_overhead_s: float
@@ -56,7 +65,22 @@ class Load:
 
     @property
     def closed(self) -> bool:
+        """A closed loop (fixed concurrency), else an open one (an arrival rate)."""
         return self.concurrency is not None
+
+    @property
+    def closed_concurrency(self) -> float:
+        """Requests in flight of a closed loop; ValueError for an open loop, which has none."""
+        if self.concurrency is None:
+            raise ValueError("an open-loop load has no concurrency")
+        return self.concurrency
+
+    @property
+    def open_rate_per_s(self) -> Column:
+        """Requests per second of an open loop; ValueError for a closed loop, whose rate is a result."""
+        if self.rate_per_s is None:
+            raise ValueError("a closed-loop load has no arrival rate")
+        return self.rate_per_s
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,7 +88,9 @@ class Latency:
     """Per candidate (arrays): latencies at one statistic (the mean or a percentile) and the throughput."""
 
     ttft_s: np.ndarray
+    """Time to first token, seconds."""
     tpot_s: np.ndarray
+    """Time per output token, seconds."""
     running_batch: np.ndarray
     """Sequences decoding together per attention-DP rank."""
     requests_per_s: np.ndarray
@@ -75,28 +101,31 @@ class Latency:
     """The highest utilisation of the workers' queues (prefill and batch slots; 0 in a closed loop)."""
 
 
-def _count(mean, dispersion, q):
+def _count(mean: Column, dispersion: float, q: float | None) -> Column:
     """A count at statistic q; with no dispersion (a closed loop of fixed lengths) every request sees the mean."""
     if q is None or np.all(np.asarray(dispersion) == 0):
         return mean
     return count_quantile(mean, dispersion, q)
 
 
-def _length(cv, q):
+def _length(cv: float, q: float | None) -> Column:
     """A request's length over the mean at statistic q (1 for the mean)."""
     return 1.0 if q is None else gamma_quantile(1.0, cv, q)
 
 
-def _wait(rate, ca2, service, cs2, servers, q):
+def _wait(rate: Column, ca2: float, service: Column, cs2: float, servers: Column, q: float | None) -> np.ndarray:
+    """The wait for a server: its mean (q None) or its percentile q."""
     return mean_wait_s(rate, ca2, service, cs2, servers) if q is None \
         else wait_quantile_s(rate, ca2, service, cs2, servers, q)
 
 
-def _chunks(isl: float, chunk) -> np.ndarray:
+def _chunks(isl: float, chunk: Column) -> np.ndarray:
+    """Steps a prompt of ``isl`` tokens takes at ``chunk`` max batched tokens."""
     return np.ceil(isl / np.asarray(chunk, dtype=float))
 
 
-def solve_batch(rate_per_rank, osl: float, step_of, slots, interference=0.0) -> np.ndarray:
+def solve_batch(rate_per_rank: Column, osl: float, step_of: StepOf, slots: Column, interference: Column = 0.0
+                ) -> np.ndarray:
     """B = λ·osl·step(B)/(1 − interference), at most ``slots``: the running batch of an open loop."""
     scale = np.asarray(rate_per_rank, dtype=float) * osl / np.maximum(1.0 - interference, 1e-12)
     batch = np.minimum(np.maximum(scale * step_of(np.ones_like(scale)), 1e-9), slots)
@@ -108,36 +137,49 @@ def solve_batch(rate_per_rank, osl: float, step_of, slots, interference=0.0) -> 
     return np.maximum(batch, 1e-9)
 
 
-def aggregated(load: Load, *, q=None, **workers) -> Latency:
+def aggregated(load: Load, *, q: float | None = None, **workers: Any) -> Latency:
     """Aggregated workers at one statistic ``q`` (None: the mean); ``workers`` as :func:`aggregated_stats`."""
     return aggregated_stats(load, qs=(q,), **workers)[0]
 
 
-def aggregated_stats(load: Load, *, prefill_s, step_of, fits, cap, chunk, replicas, ranks, qs) -> list[Latency]:
+def aggregated_stats(load: Load, *, prefill_s: np.ndarray, step_of: StepOf, fits: np.ndarray, cap: Column,
+                     chunk: Column, replicas: Column, ranks: Column, qs: Sequence[float | None]) -> list[Latency]:
     """Aggregated workers: ``replicas`` of them, each with ``ranks`` attention-DP ranks of ``fits`` KV slots, a
     batch cap ``cap``, ``chunk`` max batched tokens; ``step_of(B)`` the decode step at B per rank. The running
     batch (a fixed point in an open loop) is solved once for all the statistics ``qs`` (None: the mean)."""
-    isl, osl = load.isl, load.osl
     slots = np.maximum(np.minimum(fits, cap), 1.0)
-    chunk_steps = _chunks(isl, chunk) - 1.0
-    if load.closed:
-        per_rank = load.concurrency / (replicas * ranks)
-        batch = np.maximum(np.minimum(per_rank, slots), 1.0)
-        step = step_of(batch)
-        tpot_mean = step + batch * prefill_s / osl
-        queued = np.maximum(per_rank - batch, 0.0) / batch * (osl * tpot_mean + prefill_s)
-        ttft_mean = load.request_overhead_s + prefill_s + tpot_mean / 2.0 + chunk_steps * step + queued
-        rate = load.concurrency / (ttft_mean + osl * tpot_mean)
-        stable = np.ones_like(tpot_mean, dtype=bool)
+    chunk_steps = _chunks(load.isl, chunk) - 1.0
+    solve = _aggregated_closed if load.closed else _aggregated_open
+    return solve(load, prefill_s, step_of, slots, chunk_steps, replicas * ranks, qs)
 
-        def at(q) -> Latency:
-            tpot = step + _count(batch, load.osl_cv ** 2, q) * prefill_s / osl
-            ttft = load.request_overhead_s + prefill_s * _length(load.isl_cv, q) + tpot_mean / 2.0 \
-                + chunk_steps * step + queued
-            return Latency(ttft_s=ttft, tpot_s=tpot, running_batch=batch, requests_per_s=rate, stable=stable,
-                           busy=np.zeros_like(tpot))
-        return [at(q) for q in qs]
-    lam = load.rate_per_s / (replicas * ranks)
+
+def _aggregated_closed(load: Load, prefill_s: np.ndarray, step_of: StepOf, slots: np.ndarray, chunk_steps: np.ndarray,
+                       num_ranks: Column, qs: Sequence[float | None]) -> list[Latency]:
+    """aggregated_stats of a closed loop over ``num_ranks`` attention-DP ranks in all."""
+    osl, concurrency = load.osl, load.closed_concurrency
+    per_rank = concurrency / num_ranks
+    batch = np.maximum(np.minimum(per_rank, slots), 1.0)
+    step = step_of(batch)
+    tpot_mean = step + batch * prefill_s / osl
+    queued = np.maximum(per_rank - batch, 0.0) / batch * (osl * tpot_mean + prefill_s)
+    ttft_mean = load.request_overhead_s + prefill_s + tpot_mean / 2.0 + chunk_steps * step + queued
+    rate = concurrency / (ttft_mean + osl * tpot_mean)
+    stable = np.ones_like(tpot_mean, dtype=bool)
+
+    def at(q: float | None) -> Latency:
+        tpot = step + _count(batch, load.osl_cv ** 2, q) * prefill_s / osl
+        ttft = load.request_overhead_s + prefill_s * _length(load.isl_cv, q) + tpot_mean / 2.0 \
+            + chunk_steps * step + queued
+        return Latency(ttft_s=ttft, tpot_s=tpot, running_batch=batch, requests_per_s=rate, stable=stable,
+                       busy=np.zeros_like(tpot))
+    return [at(q) for q in qs]
+
+
+def _aggregated_open(load: Load, prefill_s: np.ndarray, step_of: StepOf, slots: np.ndarray, chunk_steps: np.ndarray,
+                     num_ranks: Column, qs: Sequence[float | None]) -> list[Latency]:
+    """aggregated_stats of an open loop over ``num_ranks`` attention-DP ranks in all."""
+    osl, rate_per_s = load.osl, load.open_rate_per_s
+    lam = rate_per_s / num_ranks
     busy = lam * prefill_s
     batch = solve_batch(lam, osl, step_of, slots, busy)
     step = step_of(np.maximum(batch, 1.0))
@@ -145,9 +187,9 @@ def aggregated_stats(load: Load, *, prefill_s, step_of, fits, cap, chunk, replic
     lifetime = osl * tpot_mean + prefill_s
     slot_use = lam * lifetime / slots
     stable = (busy < 1.0) & (slot_use < 1.0)
-    rate = np.broadcast_to(load.rate_per_s, tpot_mean.shape).astype(float)
+    rate = np.broadcast_to(rate_per_s, tpot_mean.shape).astype(float)
 
-    def at(q) -> Latency:
+    def at(q: float | None) -> Latency:
         tpot = step + _count(lam * osl * tpot_mean, load.arrival_cv2, q) * prefill_s / osl
         prefill_wait = _wait(lam, load.arrival_cv2, prefill_s, load.isl_cv ** 2, 1.0, q)
         slot_wait = _wait(lam, load.arrival_cv2, lifetime, load.osl_cv ** 2, slots, q)
@@ -158,42 +200,46 @@ def aggregated_stats(load: Load, *, prefill_s, step_of, fits, cap, chunk, replic
     return [at(q) for q in qs]
 
 
-def decode_pool(load: Load, *, q=None, **workers) -> tuple[Latency, np.ndarray]:
+def decode_pool(load: Load, *, q: float | None = None, **workers: Any) -> tuple[Latency, np.ndarray]:
     """Disaggregated decode workers at one statistic ``q``; ``workers`` as :func:`decode_pool_stats`."""
     return decode_pool_stats(load, qs=(q,), **workers)[0]
 
 
-def decode_pool_stats(load: Load, *, step_of, fits, cap, workers, ranks, qs) -> list[tuple[Latency, np.ndarray]]:
+def decode_pool_stats(load: Load, *, step_of: StepOf, fits: np.ndarray, cap: Column, workers: Column, ranks: Column,
+                      qs: Sequence[float | None]) -> list[tuple[Latency, np.ndarray]]:
     """Disaggregated decode workers per statistic in ``qs``: (their latency with TTFT = the wait for a decode slot
     only, that wait); the running batch is solved once."""
     osl = load.osl
     slots = np.maximum(np.minimum(fits, cap), 1.0)
     if load.closed:
-        per_rank = load.concurrency / (workers * ranks)
+        concurrency = load.closed_concurrency
+        per_rank = concurrency / (workers * ranks)
         batch = np.maximum(np.minimum(per_rank, slots), 1.0)
         tpot = step_of(batch)
         wait = np.maximum(per_rank - batch, 0.0) / batch * osl * tpot
-        rate = load.concurrency / (osl * tpot + wait)
+        rate = concurrency / (osl * tpot + wait)
         latency = Latency(ttft_s=wait, tpot_s=tpot, running_batch=batch, requests_per_s=rate,
                           stable=np.ones_like(tpot, dtype=bool), busy=np.zeros_like(tpot))
         return [(latency, wait) for _ in qs]
-    lam = load.rate_per_s / (workers * ranks)
+    rate_per_s = load.open_rate_per_s
+    lam = rate_per_s / (workers * ranks)
     batch = solve_batch(lam, osl, step_of, slots)
     tpot = step_of(np.maximum(batch, 1.0))
     lifetime = osl * tpot
     slot_use = lam * lifetime / slots
     stable = slot_use < 1.0
-    rate = np.broadcast_to(load.rate_per_s, tpot.shape).astype(float)
+    rates = np.broadcast_to(rate_per_s, tpot.shape).astype(float)
 
-    def at(q) -> tuple[Latency, np.ndarray]:
+    def at(q: float | None) -> tuple[Latency, np.ndarray]:
         wait = np.where(stable, _wait(lam, load.arrival_cv2, lifetime, load.osl_cv ** 2, slots, q), np.inf)
-        return Latency(ttft_s=wait, tpot_s=np.where(stable, tpot, np.inf), running_batch=batch, requests_per_s=rate,
+        return Latency(ttft_s=wait, tpot_s=np.where(stable, tpot, np.inf), running_batch=batch, requests_per_s=rates,
                        stable=stable, busy=slot_use), wait
     return [at(q) for q in qs]
 
 
-def prefill_pool_ttft_s(load: Load, *, rate_per_s, prefill_s, transfer_s, chunk, step_overhead_s, workers, ranks,
-                        arrival_cv2, q=None) -> np.ndarray:
+def prefill_pool_ttft_s(load: Load, *, rate_per_s: Column, prefill_s: np.ndarray, transfer_s: np.ndarray,
+                        chunk: Column, step_overhead_s: float, workers: Column, ranks: Column, arrival_cv2: float,
+                        q: float | None = None) -> np.ndarray:
     """Disaggregated prefill workers: the wait for a free prefill rank, the prompt's prefill (one step per
     ``chunk`` tokens) and the KV transfer; inf where the pool cannot keep up."""
     service = prefill_s + (_chunks(load.isl, chunk) - 1.0) * step_overhead_s

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from paraplan.arrays import Column
 from paraplan.cost_models.inference_step import Sharding, WeightPrecision
 from paraplan.cost_models.serving import (
     EngineTraits,
@@ -88,7 +89,7 @@ class WorkerCosts:
         return self.shard.gpus
 
 
-def _decode(setup: ServingSetup, shard: Sharding, batch) -> np.ndarray:
+def _decode(setup: ServingSetup, shard: Sharding, batch: Column) -> np.ndarray:
     """Decode step at ``batch`` sequences per attention-DP rank: pipeline stages each run batch/pp of them at a
     time, and a token crosses every stage, so a sequence waits one full pass at micro-batch batch/pp."""
     micro = np.maximum(np.asarray(batch, dtype=float) / shard.pp, 1.0)
@@ -142,6 +143,6 @@ def decode_s(costs: WorkerCosts, index: np.ndarray, batch: np.ndarray) -> np.nda
     return flat[at] * (1 - frac) + flat[at + 1] * frac
 
 
-def exact_decode_s(setup: ServingSetup, shard: Sharding, batch) -> np.ndarray:
+def exact_decode_s(setup: ServingSetup, shard: Sharding, batch: Column) -> np.ndarray:
     """The decode step priced directly (for the plans shown)."""
     return _decode(setup, shard, batch)

@@ -7,14 +7,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from paraplan.arrays import Column
 from paraplan.cost_models.serving import ENGINE_TRAITS, weight_precision
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.model_specs.mixers import MixerShapes
 from paraplan.model_specs.model_spec import ModelSpec
-from paraplan.planner.serving.plan import ServingPlan
 from paraplan.planner.serving.pools import ServingSetup
-from paraplan.planner.serving.search import MAX_UTILISATION_WITHOUT_TARGETS, Candidates, PoolSide
+from paraplan.planner.serving.search import Candidates, PoolSide, qualifies
 from paraplan.planner.serving.space import ServingChoices, ServingWorkload
 
 _PRECISION_MODES = {"bf16": "bf16", "fp8": "fp8", "fp4": "nvfp4"}
@@ -44,17 +44,8 @@ class ServingProblem:
 
     @property
     def gpus_text(self) -> str:
+        """The GPUs available, in words: "16 h100-sxm + 8 h200-sxm"."""
         return " + ".join(f"{c.num_gpus} {c.gpu.name}" for c in self.clusters)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ServingResult:
-    """The ranked plans, the Pareto front and how many deployments the search priced."""
-
-    plans: list[ServingPlan]
-    pareto: list[dict]
-    considered: int
-    feasible: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,9 +53,19 @@ class Priced:
     """One setup's per-sharding costs and price."""
 
     setup_id: int
+    """Index of the setup in ``setups(problem)``."""
     cluster_id: int
+    """Index of its GPU type in ``problem.clusters``."""
     side: PoolSide | None
     """None where no sharding of the setup fits its GPUs."""
+
+
+def side_of(priced: list[Priced], setup: int) -> PoolSide:
+    """The priced side of setup ``setup``: a candidate's setups always have one (no sharding fits: no candidate)."""
+    side = priced[setup].side
+    if side is None:
+        raise ValueError(f"setup {setup} has no priced sharding, yet a candidate names it")
+    return side
 
 
 def quant_modes(model: ModelSpec, precision: str) -> tuple[str, str]:
@@ -95,18 +96,13 @@ def setups(problem: ServingProblem) -> list[tuple[int, ServingSetup]]:
 
 
 def feasible(c: Candidates, workload: ServingWorkload) -> np.ndarray:
-    """Candidates that meet the targets (or, without targets, keep every queue at most 85% busy)."""
-    ok = np.isfinite(c.ttft_s) & np.isfinite(c.tpot_s) & (c.tokens_per_s > 0)
-    if workload.ttft_target_s is not None:
-        ok &= c.ttft_s <= workload.ttft_target_s
-    if workload.tpot_target_s is not None:
-        ok &= c.tpot_s <= workload.tpot_target_s
-    if workload.ttft_target_s is None and workload.tpot_target_s is None:
-        ok &= c.busy <= MAX_UTILISATION_WITHOUT_TARGETS
-    return ok
+    """Candidates that carry traffic and meet the targets (or, without targets, keep every queue at most 85%
+    busy)."""
+    return (c.tokens_per_s > 0) & qualifies(workload, c.ttft_s, c.tpot_s, c.busy)
 
 
-def objective_key(objective: str, tokens_per_s, gpus, ttft_s, tpot_s, osl: float, usd_per_hour) -> np.ndarray:
+def objective_key(objective: str, tokens_per_s: Column, gpus: Column, ttft_s: Column, tpot_s: Column, osl: float,
+                  usd_per_hour: Column) -> Column:
     """Lower is better: GPU-seconds per output token (throughput), dollars per output token (cost) or a request's
     latency at the target percentile (latency)."""
     if objective == "latency":
@@ -118,6 +114,7 @@ def objective_key(objective: str, tokens_per_s, gpus, ttft_s, tpot_s, osl: float
 
 
 def check_prices(problem: ServingProblem) -> None:
+    """InputError where the cost objective meets a GPU type without a price."""
     if problem.choices.objective != "cost":
         return
     missing = [c.gpu.name for i, c in enumerate(problem.clusters) if problem.price(i) is None]

@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from paraplan.arrays import Column
 from paraplan.errors import InputError
 from paraplan.files import shown
+from paraplan.planner.serving.arrivals import Arrivals, gamma, poisson
 
 EXACT_MAX_SERVERS = 64
 """Largest server count whose Erlang C comes from the exact recursion. The recursion costs three array passes per
@@ -50,35 +51,6 @@ BLOCK = 32_768
 stay in cache; whole 200,000-entry temporaries cost a fresh mapping (page faults) each, 5x slower here."""
 MAX_ARRIVAL_CV = 100.0
 """Largest CV accepted for gamma:CV arrivals: cv² = 10^4, far beyond any burstiness Allen-Cunneen answers for."""
-_STABLE_ONLY = {"divide": "ignore", "invalid": "ignore", "over": "ignore", "under": "ignore"}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Arrivals:
-    """An arrival process, reduced to what the queueing math reads: its rate and its burstiness."""
-
-    rate_per_s: float
-    """Mean request arrival rate (requests per second)."""
-    cv2: float
-    """Squared coefficient of variation of inter-arrival times (Poisson 1; gamma:CV -> CV**2; a trace: measured)."""
-    source: str
-    """Where it comes from: "poisson", "gamma:CV=2", "trace PATH (N requests)"."""
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.rate_per_s) and self.rate_per_s > 0):
-            raise ValueError(f"arrival rate must be a positive number of requests per second, got {self.rate_per_s}")
-        if not (math.isfinite(self.cv2) and self.cv2 >= 0):
-            raise ValueError(f"inter-arrival cv2 must be a finite number >= 0, got {self.cv2}")
-
-
-def poisson(rate_per_s: float) -> Arrivals:
-    """Poisson arrivals (exponential gaps, cv² = 1) at ``rate_per_s``."""
-    return Arrivals(rate_per_s=float(rate_per_s), cv2=1.0, source="poisson")
-
-
-def gamma(rate_per_s: float, cv: float) -> Arrivals:
-    """Renewal arrivals with gamma-distributed gaps of coefficient of variation ``cv`` (1: Poisson, 0: regular)."""
-    return Arrivals(rate_per_s=float(rate_per_s), cv2=float(cv) ** 2, source=f"gamma:CV={cv:g}")
 
 
 def parse_arrival(text: str, rate_per_s: float | None) -> Arrivals:
@@ -118,6 +90,10 @@ def _arrival_cv(value: str) -> float:
         raise InputError(f"--arrival gamma:{shown(value, 30)}: the CV must be a number from 0 (regular) through "
                          f"{MAX_ARRIVAL_CV:g} (1 is Poisson, 2-4 bursty), e.g. gamma:2")
     return cv
+
+
+# Every function here returns inf, 0 or nan as results (module docstring): numpy's floating-point warnings are
+# silenced where they compute (np.errstate(all="ignore"): divide, invalid, overflow and underflow).
 
 
 # -- Erlang C ---------------------------------------------------------------------------------------------------
@@ -160,7 +136,8 @@ def _erlang_b_normal(offered: np.ndarray, servers: np.ndarray) -> np.ndarray:
     cdf(c; a) = P(Gamma(c + 1) > a) by Wilson-Hilferty (the cube root of a gamma variable is nearly normal)."""
     c, inv = servers, 1.0 / servers
     log_c = np.log(c)
-    log_factorial = (c + 0.5) * log_c - c + 0.5 * math.log(2 * math.pi) + inv * (1 / 12 - inv * inv * (1 / 360 - inv * inv / 1260))
+    log_factorial = (c + 0.5) * log_c - c + 0.5 * math.log(2 * math.pi) \
+        + inv * (1 / 12 - inv * inv * (1 / 360 - inv * inv / 1260))
     log_pmf = c * np.log(offered) - offered - log_factorial
     shape = c + 1.0
     z = (np.cbrt(offered / shape) - 1.0 + 1.0 / (9.0 * shape)) * 3.0 * np.sqrt(shape)
@@ -176,7 +153,8 @@ def _erlang_c(offered: np.ndarray, servers: np.ndarray) -> np.ndarray:
     return blocking / (1.0 - offered / servers * (1.0 - blocking))
 
 
-def _queue_block(rate, arrival_cv2, service, service_cv2, servers, quantile) -> tuple[np.ndarray, ...]:
+def _queue_block(rate: Column, arrival_cv2: Column, service: Column, service_cv2: Column, servers: Column,
+                 quantile: Column) -> tuple[np.ndarray, ...]:
     """(ρ, Erlang C, mean wait, wait at ``quantile``) of 1-d arrays (or scalars) of at most BLOCK entries."""
     rate, arrival_cv2, service, service_cv2, servers, quantile = np.broadcast_arrays(
         rate, arrival_cv2, service, service_cv2, servers, quantile)
@@ -193,14 +171,15 @@ def _queue_block(rate, arrival_cv2, service, service_cv2, servers, quantile) -> 
     return rho, waits, mean, np.where(np.isinf(mean), np.inf, at_quantile)
 
 
-def _blockwise(*arguments) -> tuple[np.ndarray, ...]:
+def _blockwise(*arguments: Column) -> tuple[np.ndarray, ...]:
     """_queue_block over the broadcast arguments, BLOCK entries at a time, reshaped to their broadcast shape."""
     shape = np.broadcast_shapes(*(np.shape(v) for v in arguments))
-    flat = [float(np.asarray(v, dtype=float).item()) if np.size(v) == 1 else np.broadcast_to(np.asarray(v, dtype=float), shape).ravel()
-            for v in arguments]  # a scalar stays one number: no copy made, broadcast per block
+    # a scalar stays one number: no copy made, broadcast per block
+    flat = [float(np.asarray(v, dtype=float).item()) if np.size(v) == 1
+            else np.broadcast_to(np.asarray(v, dtype=float), shape).ravel() for v in arguments]
     size = math.prod(shape)
     outputs = tuple(np.empty(size) for _ in range(4))
-    with np.errstate(**_STABLE_ONLY):
+    with np.errstate(all="ignore"):
         for start in range(0, size, BLOCK):
             block = [v if isinstance(v, float) else v[start:start + BLOCK] for v in flat]
             for out, part in zip(outputs, _queue_block(*block)):
@@ -208,32 +187,34 @@ def _blockwise(*arguments) -> tuple[np.ndarray, ...]:
     return tuple(out.reshape(shape) for out in outputs)
 
 
-def utilisation(rate_per_s, service_mean_s, servers) -> np.ndarray:
+def utilisation(rate_per_s: Column, service_mean_s: Column, servers: Column) -> np.ndarray:
     """ρ = λ·S/c: the busy fraction of each server (>= 1: the queue grows without bound; inf below one server)."""
     rate, service, count = (np.asarray(v, dtype=float) for v in (rate_per_s, service_mean_s, servers))
     count = np.floor(count)
-    with np.errstate(**_STABLE_ONLY):
+    with np.errstate(all="ignore"):
         return np.where(count >= 1, rate * service / np.maximum(count, 1.0), np.inf)
 
 
-def wait_probability(rate_per_s, service_mean_s, servers) -> np.ndarray:
+def wait_probability(rate_per_s: Column, service_mean_s: Column, servers: Column) -> np.ndarray:
     """Erlang C: the probability that an arrival waits in M/M/c (1 where ρ >= 1)."""
     return _blockwise(rate_per_s, 1.0, service_mean_s, 1.0, servers, 0.5)[1]
 
 
-def mean_wait_s(rate_per_s, arrival_cv2, service_mean_s, service_cv2, servers) -> np.ndarray:
+def mean_wait_s(rate_per_s: Column, arrival_cv2: Column, service_mean_s: Column, service_cv2: Column,
+                servers: Column) -> np.ndarray:
     """Mean wait in queue of G/G/c (Allen-Cunneen), seconds: C·S/(c(1-ρ))·(ca2+cs2)/2; inf where ρ >= 1."""
     return _blockwise(rate_per_s, arrival_cv2, service_mean_s, service_cv2, servers, 0.5)[2]
 
 
-def wait_quantile_s(rate_per_s, arrival_cv2, service_mean_s, service_cv2, servers, quantile) -> np.ndarray:
+def wait_quantile_s(rate_per_s: Column, arrival_cv2: Column, service_mean_s: Column, service_cv2: Column,
+                    servers: Column, quantile: Column) -> np.ndarray:
     """The ``quantile`` of the wait in queue, seconds, from P(W > t) ~= Pw·exp(-t/θ), θ = mean wait / Pw (exact
     for M/M/c): θ·ln(Pw/(1 - q)) where Pw > 1 - q, else 0; inf where ρ >= 1."""
     return _blockwise(rate_per_s, arrival_cv2, service_mean_s, service_cv2, servers, quantile)[3]
 
 
 # -- distributions of counts and lengths ------------------------------------------------------------------------
-def _normal_quantile(quantile) -> np.ndarray:
+def _normal_quantile(quantile: Column) -> np.ndarray:
     """Φ⁻¹(q) per entry (-inf at 0, inf at 1, nan outside [0, 1]): the standard library's exact inverse
     (Wichura's AS241) once per distinct q; a planner asks for a handful of percentiles."""
     q = np.asarray(quantile, dtype=float)
@@ -243,22 +224,22 @@ def _normal_quantile(quantile) -> np.ndarray:
     return np.asarray(values, dtype=float)[where].reshape(q.shape)
 
 
-def count_quantile(mean, dispersion, quantile) -> np.ndarray:
+def count_quantile(mean: Column, dispersion: Column, quantile: Column) -> np.ndarray:
     """The ``quantile`` of a count with mean μ and variance D·μ (Poisson: D = 1; renewal arrivals of cv² D, over
     a long window: D): the smallest n with P(N <= n) >= q, by the normal approximation with continuity correction
     and the Cornish-Fisher skewness term (skewness (2D - 1)/sqrt(Dμ)); an integer >= 0, 0 where μ = 0."""
     mu, spread = np.asarray(mean, dtype=float), np.asarray(dispersion, dtype=float)
     z = _normal_quantile(quantile)
-    with np.errstate(**_STABLE_ONLY):
+    with np.errstate(all="ignore"):
         at = mu + z * np.sqrt(spread * mu) + (z * z - 1.0) * (2.0 * spread - 1.0) / 6.0
         return np.where(mu == 0, 0.0, np.maximum(np.ceil(at - 0.5), 0.0))
 
 
-def gamma_quantile(mean, cv, quantile) -> np.ndarray:
+def gamma_quantile(mean: Column, cv: Column, quantile: Column) -> np.ndarray:
     """The ``quantile`` of a gamma-distributed length of given mean and coefficient of variation, by Wilson-
     Hilferty: mean·(1 - cv²/9 + z·cv/3)³, at least 0; exactly the mean where cv = 0."""
     m, spread = np.asarray(mean, dtype=float), np.asarray(cv, dtype=float)
     z = _normal_quantile(quantile)
-    with np.errstate(**_STABLE_ONLY):
+    with np.errstate(all="ignore"):
         cube = np.maximum(1.0 - spread * spread / 9.0 + z * spread / 3.0, 0.0) ** 3
         return np.where(spread == 0, m, m * cube)

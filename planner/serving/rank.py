@@ -12,26 +12,20 @@ from dataclasses import replace
 
 import numpy as np
 
-from paraplan.cost_models.serving import held_tokens
 from paraplan.errors import InputError
+from paraplan.planner.serving.estimate import plan_estimate, prices_by_gpu
+from paraplan.planner.serving.fleet import fleet_plans
 from paraplan.planner.serving.front import candidate_pools, distinct, pareto_front, pareto_points
-from paraplan.planner.serving.plan import (
-    SECONDS_PER_HOUR,
-    TOKENS_PER_MILLION,
-    Pool,
-    ServingPlan,
-    exact_latency,
-    memory_of,
-)
+from paraplan.planner.serving.plan import ServingPlan, ServingResult, exact_latency
 from paraplan.planner.serving.problem import (
     Priced,
     ServingProblem,
-    ServingResult,
     check_prices,
     feasible,
     objective_key,
     quant_modes,
     setups,
+    side_of,
 )
 from paraplan.planner.serving.search import Candidates, PoolSide, load_for, price_across, price_setup
 
@@ -41,42 +35,12 @@ EXACT_POOL = 4
 the plans asked for are re-priced and re-ranked."""
 
 
-def plan_estimate(problem: ServingProblem, mode: str, pools: tuple[Pool, ...], stats: dict, flow: dict,
-                  prices: dict[str, float | None]) -> tuple[dict, bool]:
-    """The estimate block of a plan (SI units) and whether it meets the targets at the bound percentile."""
-    workload = problem.workload
-    gpus = sum(p.workers * p.gpus_per_worker for p in pools)
-    tokens = flow["requests_per_s"] * workload.osl
-    costs = [prices.get(p.gpu) for p in pools]
-    usd = None if any(c is None for c in costs) else sum(c * p.workers * p.gpus_per_worker for c, p in zip(costs, pools))
-    q = f"p{workload.percentile}"
-    ttft, tpot = stats["ttft_s"][q], stats["tpot_s"][q]
-    meets = bool(np.isfinite(ttft) and np.isfinite(tpot)
-                 and (workload.ttft_target_s is None or ttft <= workload.ttft_target_s * (1 + 1e-9))
-                 and (workload.tpot_target_s is None or tpot <= workload.tpot_target_s * (1 + 1e-9)))
-    first = pools[0]
-    estimate = {
-        **stats, "tokens_per_s": tokens, "tokens_per_s_per_gpu": tokens / gpus,
-        "tokens_per_s_per_user": 1.0 / stats["tpot_s"]["mean"], "requests_per_s": flow["requests_per_s"],
-        "running_batch": flow["running_batch"], "prefill_s": float(first.costs.prefill_s[first.shard_index]),
-        "kv_transfer_s": float(first.costs.kv_transfer_s[first.shard_index]) if mode == "disagg" else 0.0,
-        "memory": [memory_of(p, float(held_tokens(p.setup.engine, workload.isl, workload.osl))) for p in pools],
-        "price_usd_per_gpu_hour": None if usd is None else usd / gpus, "usd_per_hour": usd,
-        "usd_per_million_output_tokens": None if usd is None else usd / SECONDS_PER_HOUR / tokens * TOKENS_PER_MILLION,
-        "max_model_len": workload.max_model_len}
-    return estimate, meets
-
-
-def _prices(problem: ServingProblem) -> dict[str, float | None]:
-    return {c.gpu.name: problem.price(i) for i, c in enumerate(problem.clusters)}
-
-
 def build_plan(problem: ServingProblem, priced: list[Priced], c: Candidates, row: int) -> ServingPlan:
     """One candidate priced exactly, with its memory per pool and its price."""
-    mode, pools = candidate_pools(c, row, priced)
-    decode = priced[c.setup].side
+    mode, pools = candidate_pools(c, row, priced, problem.workload.max_model_len)
+    decode = side_of(priced, c.setup)
     stats, flow = exact_latency(load_for(problem.workload, decode.setup), pools)
-    estimate, meets = plan_estimate(problem, mode, pools, stats, flow, _prices(problem))
+    estimate, meets = plan_estimate(problem, mode, pools, stats, flow, prices_by_gpu(problem))
     return ServingPlan(rank=0, setup=decode.setup, mode=mode, pools=pools, estimate=estimate, meets_targets=meets)
 
 
@@ -104,7 +68,7 @@ def no_fit(problem: ServingProblem, everything: list[Candidates], considered: in
 
 def _tweaks(priced: list[Priced], c: Candidates) -> np.ndarray:
     """Knobs a candidate sets away from its engine's defaults (max batched tokens, batch cap, an fp8 KV cache)."""
-    side = priced[c.setup].side
+    side = side_of(priced, c.setup)
     engine, chunks = side.setup.engine, np.asarray(side.costs.chunks, dtype=float)
     agg = c.kind == 0
     chunk = np.where(agg, chunks[np.clip(c.index[:, 1].astype(int), 0, chunks.size - 1)], engine.max_batched_tokens)
@@ -158,8 +122,6 @@ def search_serving(problem: ServingProblem, top: int = 5) -> ServingResult:
     plans = [build_plan(problem, priced, c, row) for c, row in _select(problem, everything, top, priced)] \
         if feasible_count else []
     if len(problem.clusters) > 1 and problem.workload.arrivals is not None and "agg" in problem.choices.modes:
-        from paraplan.planner.serving.fleet import fleet_plans
-
         plans += fleet_plans(problem, priced)
     plans = sorted((p for p in plans if p.meets_targets), key=lambda p: plan_key(problem, p))
     plans = [replace(p, rank=n) for n, p in enumerate(distinct(plans, f"p{problem.workload.percentile}")[:top],

@@ -12,10 +12,12 @@ and, in a closed loop, the decode pool's request rate (computed per decode optio
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from paraplan.planner.serving.load import Load, aggregated_stats, decode_pool_stats, prefill_pool_ttft_s
+from paraplan.arrays import Column
+from paraplan.planner.serving.load import Load, StepOf, aggregated_stats, decode_pool_stats, prefill_pool_ttft_s
 from paraplan.planner.serving.pools import ServingSetup, WorkerCosts, decode_s, worker_costs
 from paraplan.planner.serving.space import ServingChoices, ServingWorkload, batch_caps, chunk_sizes, worker_shardings
 
@@ -26,20 +28,32 @@ MAX_DENSE_REPLICAS = 64
 """Worker counts are searched one by one up to 64, then in steps of ~5% (a 5% finer count changes cost by less)."""
 
 
+def qualifies(workload: ServingWorkload, ttft_s: np.ndarray, tpot_s: np.ndarray, busy: Column) -> np.ndarray:
+    """Deployments that meet the targets (ServingWorkload.meets), or, without targets, keep every queue at most
+    MAX_UTILISATION_WITHOUT_TARGETS busy (``busy``: the highest utilisation, 0-1)."""
+    ok = workload.meets(ttft_s, tpot_s)
+    return ok if workload.has_targets else ok & (busy <= MAX_UTILISATION_WITHOUT_TARGETS)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Candidates:
     """Priced deployments of one setup (arrays, one entry a deployment); ``kind`` 0 aggregated, 1 disaggregated."""
 
     setup: int
+    """Index of the setup (of the decode pool, when disaggregated)."""
     kind: np.ndarray
+    """0 aggregated, 1 disaggregated [n]."""
     index: np.ndarray
     """[n, 6]: agg (shard, chunk, cap, replicas, -1, -1); disagg (prefill shard, prefill chunk, prefill workers,
     decode shard, decode cap, decode workers)."""
     gpus: np.ndarray
+    """GPUs of the deployment."""
     ttft_s: np.ndarray
     """At the target percentile (the mean when no --percentile is bound)."""
     tpot_s: np.ndarray
+    """At the target percentile, as ``ttft_s``."""
     tpot_mean_s: np.ndarray
+    """Mean time per output token."""
     tokens_per_s: np.ndarray
     """Output tokens per second over the deployment (mean)."""
     busy: np.ndarray
@@ -51,10 +65,12 @@ class Candidates:
 
     @property
     def prefill_owner(self) -> int:
+        """The setup of the prefill pool (``setup`` unless it runs on another GPU type)."""
         return self.setup if self.prefill_setup < 0 else self.prefill_setup
 
 
 def _price(price: float | None) -> float:
+    """A price per GPU-hour, NaN where unknown (so sums with it are unknown too)."""
     return np.nan if price is None else float(price)
 
 
@@ -86,16 +102,15 @@ def target_quantile(workload: ServingWorkload) -> float | None:
     return None if workload.percentile == 50 and workload.arrivals is None else workload.percentile / 100.0
 
 
-def _most_sequences(load: Load, fits: np.ndarray, sequences_per_rank) -> np.ndarray:
+def _most_sequences(load: Load, fits: np.ndarray, sequences_per_rank: np.ndarray) -> np.ndarray:
     """The most sequences a rank can run at once: what fits, and in a closed loop no more than its share."""
     return np.minimum(fits, sequences_per_rank) if load.closed else fits
 
 
 def _agg_grid(costs: WorkerCosts, caps: np.ndarray, budget: int, load: Load) -> tuple[np.ndarray, ...]:
     """(shard, chunk, cap, replicas) of every aggregated candidate within the budget whose cap fits its chunk."""
-    s, k, c = np.meshgrid(np.arange(costs.gpus.size), np.arange(len(costs.chunks)), np.arange(caps.size),
-                          indexing="ij")
-    s, k, c = s.ravel(), k.ravel(), c.ravel()
+    s, k, c = (a.ravel() for a in np.meshgrid(np.arange(costs.gpus.size), np.arange(len(costs.chunks)),
+                                              np.arange(caps.size), indexing="ij"))
     chunk = np.asarray(costs.chunks, dtype=float)[k]
     keep = (caps[c] <= chunk) & (costs.fits[s, k] >= 1.0)
     s, k, c = s[keep], k[keep], c[keep]
@@ -113,21 +128,25 @@ def _cap_matters(caps: np.ndarray, c: np.ndarray, most: np.ndarray) -> np.ndarra
     return (caps[c] < most) | (below < most)
 
 
-def _with_counts(s, k, c, counts):
+def _with_counts(s: np.ndarray, k: np.ndarray, c: np.ndarray, counts: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each (shard, chunk, cap) row repeated once per worker count, with the count as a fourth column."""
     n = s.size
     return np.repeat(s, counts.size), np.repeat(k, counts.size), np.repeat(c, counts.size), np.tile(counts, n)
 
 
-def interpolated_step(costs: WorkerCosts, shard_index: np.ndarray):
+def interpolated_step(costs: WorkerCosts, shard_index: np.ndarray) -> StepOf:
     """The decode step of each candidate's sharding as a function of its batch, interpolated on the grid."""
     return lambda batch: decode_s(costs, shard_index, batch)
 
 
-def _aggregated(setup_id: int, workload: ServingWorkload, load: Load, costs: WorkerCosts, caps: np.ndarray,
-                budget: int, q, price: float | None) -> Candidates:
+def _aggregated(setup_id: int, load: Load, costs: WorkerCosts, caps: np.ndarray, budget: int, q: float | None,
+                price: float | None) -> Candidates:
+    """Every aggregated deployment of one setup within ``budget`` GPUs, priced at the mean and at ``q``."""
     s, k, cap, r = _agg_grid(costs, caps, budget, load)
-    kw = {"prefill_s": costs.prefill_s[s], "step_of": interpolated_step(costs, s), "fits": costs.fits[s, k], "cap": cap,
-              "chunk": np.asarray(costs.chunks, dtype=float)[k], "replicas": r, "ranks": costs.shard.dp[s]}
+    kw: dict[str, Any] = {"prefill_s": costs.prefill_s[s], "step_of": interpolated_step(costs, s),
+                          "fits": costs.fits[s, k], "cap": cap, "chunk": np.asarray(costs.chunks, dtype=float)[k],
+                          "replicas": r, "ranks": costs.shard.dp[s]}
     mean, at_q = aggregated_stats(load, qs=(None, q), **kw)
     gpus = r * costs.gpus[s]
     index = np.stack([s, k, cap, r, -np.ones_like(r), -np.ones_like(r)], axis=1)
@@ -136,7 +155,8 @@ def _aggregated(setup_id: int, workload: ServingWorkload, load: Load, costs: Wor
                       busy=mean.busy, usd_per_hour=gpus * _price(price))
 
 
-def _decode_options(load: Load, costs: WorkerCosts, caps: np.ndarray, budget: int, q, shared: bool):
+def _decode_options(load: Load, costs: WorkerCosts, caps: np.ndarray, budget: int, q: float | None, shared: bool
+                    ) -> dict[str, np.ndarray]:
     """Decode pool options (shard, cap, workers) and their latency, the slot wait, the chunk they launch with."""
     chunks = np.asarray(costs.chunks, dtype=float)
     fit_chunk = np.searchsorted(chunks, caps)  # the smallest chunk that carries a full decode batch
@@ -152,11 +172,12 @@ def _decode_options(load: Load, costs: WorkerCosts, caps: np.ndarray, budget: in
     room = w * costs.gpus[s] < budget if shared else w * costs.gpus[s] <= budget  # a shared budget keeps room
     keep = room & _cap_matters(caps, c, most)  # for a prefill worker
     s, k, c, w = s[keep], k[keep], c[keep], w[keep]
-    kw = {"step_of": interpolated_step(costs, s), "fits": costs.fits[s, k], "cap": caps[c], "workers": w, "ranks": costs.shard.dp[s]}
+    kw: dict[str, Any] = {"step_of": interpolated_step(costs, s), "fits": costs.fits[s, k], "cap": caps[c],
+                          "workers": w, "ranks": costs.shard.dp[s]}
     (mean, mean_wait), (at_q, wait_q) = decode_pool_stats(load, qs=(None, q), **kw)
-    return {"s": s, "k": k, "cap": caps[c], "w": w, "gpus": w * costs.gpus[s], "tpot": at_q.tpot_s, "tpot_mean": mean.tpot_s,
-                "wait": wait_q, "wait_mean": mean_wait, "rate": mean.requests_per_s, "batch": mean.running_batch,
-                "busy": np.where(mean.stable, 0.0, 1.0)}
+    return {"s": s, "k": k, "cap": caps[c], "w": w, "gpus": w * costs.gpus[s], "tpot": at_q.tpot_s,
+            "tpot_mean": mean.tpot_s, "wait": wait_q, "wait_mean": mean_wait, "rate": mean.requests_per_s,
+            "batch": mean.running_batch, "busy": np.where(mean.stable, 0.0, 1.0)}
 
 
 def _front(gpus: np.ndarray, *scores: np.ndarray) -> np.ndarray:
@@ -199,21 +220,25 @@ class PoolSide:
     """One side of a disaggregated deployment: its setup (GPU type, engine, KV dtype), costs, budget and price."""
 
     setup_id: int
+    """Index of the setup."""
     setup: ServingSetup
+    """GPU type, engine, precision and KV dtype."""
     costs: WorkerCosts
+    """The setup's per-sharding costs."""
     budget: int
+    """GPUs of its type the side may use."""
     price: float | None
+    """USD per GPU-hour of its type; None where unknown."""
 
 
 def _disaggregated(prefill: PoolSide, decode: PoolSide, workload: ServingWorkload, load: Load, caps: np.ndarray,
-                   q) -> Candidates:
+                   q: float | None) -> Candidates:
     """Decode pool options paired with prefill pool options; on one GPU type they share its budget, across two
     types each stays within its own."""
     shared = prefill.setup_id == decode.setup_id
     dec = _decode_options(load, decode.costs, caps, decode.budget, q, shared)
-    usable = np.isfinite(dec["tpot"]) & np.isfinite(dec["wait"])
-    if workload.tpot_target_s is not None:
-        usable &= dec["tpot"] <= workload.tpot_target_s
+    # The TTFT is known only once paired with a prefill pool: 0 s passes its target here.
+    usable = np.isfinite(dec["wait"]) & workload.meets(0.0, dec["tpot"])
     front = np.flatnonzero(usable)[_front(dec["gpus"][usable], dec["tpot"][usable], dec["wait"][usable])]
     costs = prefill.costs
     pre = _prefill_options(costs, prefill.setup.engine.step_overhead_s, load.isl, prefill.budget, shared)
@@ -224,18 +249,18 @@ def _disaggregated(prefill: PoolSide, decode: PoolSide, workload: ServingWorkloa
         j, p, gpus = j[within], p[within], gpus[within]
     rate = dec["rate"][j] if load.closed else load.rate_per_s
     sp = pre["s"][p]
-    kw = {"rate_per_s": rate, "prefill_s": costs.prefill_s[sp], "transfer_s": costs.kv_transfer_s[sp],
-          "chunk": np.asarray(costs.chunks, dtype=float)[pre["k"][p]],
-          "step_overhead_s": prefill.setup.engine.step_overhead_s, "workers": pre["w"][p], "ranks": costs.shard.dp[sp],
-          "arrival_cv2": 1.0 if load.closed else load.arrival_cv2}
+    kw: dict[str, Any] = {"rate_per_s": rate, "prefill_s": costs.prefill_s[sp], "transfer_s": costs.kv_transfer_s[sp],
+                          "chunk": np.asarray(costs.chunks, dtype=float)[pre["k"][p]],
+                          "step_overhead_s": prefill.setup.engine.step_overhead_s, "workers": pre["w"][p],
+                          "ranks": costs.shard.dp[sp], "arrival_cv2": 1.0 if load.closed else load.arrival_cv2}
     ttft_mean = prefill_pool_ttft_s(load, **kw) + dec["wait_mean"][j]
     ttft = prefill_pool_ttft_s(load, q=q, **kw) + dec["wait"][j] if q is not None else ttft_mean
     if load.closed:
-        tokens = load.concurrency * load.osl / (ttft_mean + load.osl * dec["tpot_mean"][j])
+        tokens = load.closed_concurrency * load.osl / (ttft_mean + load.osl * dec["tpot_mean"][j])
         busy = np.zeros_like(ttft)
     else:
-        tokens = np.full(ttft.shape, load.rate_per_s * load.osl)
-        busy = load.rate_per_s * costs.prefill_s[sp] / pre["servers"][p]
+        tokens = np.full(ttft.shape, load.open_rate_per_s * load.osl)
+        busy = load.open_rate_per_s * costs.prefill_s[sp] / pre["servers"][p]
     index = np.stack([sp, pre["k"][p], pre["w"][p], dec["s"][j], dec["cap"][j], dec["w"][j]], axis=1).astype(float)
     usd = dec["gpus"][j] * _price(decode.price) + pre["gpus"][p] * _price(prefill.price)
     return Candidates(setup=decode.setup_id, kind=np.ones(j.size, dtype=int), index=index, gpus=gpus, ttft_s=ttft,
@@ -255,7 +280,7 @@ def price_setup(setup_id: int, setup: ServingSetup, workload: ServingWorkload, c
     load, q = load_for(workload, setup), target_quantile(workload)
     out = []
     if "agg" in choices.modes:
-        out.append(_aggregated(setup_id, workload, load, costs, caps, budget, q, price))
+        out.append(_aggregated(setup_id, load, costs, caps, budget, q, price))
     if "disagg" in choices.modes and budget >= 2:
         side = PoolSide(setup_id=setup_id, setup=setup, costs=costs, budget=budget, price=price)
         out.append(_disaggregated(side, side, workload, load, caps, q))

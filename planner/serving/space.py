@@ -17,20 +17,30 @@ dense models scale out by replicas instead.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal, get_args, overload
 
 import numpy as np
 
+from paraplan.arrays import Column
+from paraplan.choices import SERVING_ENGINES, SERVING_OBJECTIVES
 from paraplan.cost_models.inference_step import Sharding
-from paraplan.cost_models.serving import ENGINES
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.model_specs.model_spec import ModelSpec
-from paraplan.planner.serving.queueing import Arrivals, gamma_quantile
+from paraplan.planner.serving.arrivals import Arrivals
+from paraplan.planner.serving.queueing import gamma_quantile
 
 PERCENTILES = (50, 90, 99)
-MODES = ("agg", "disagg")
-KV_DTYPES = ("bf16", "fp8")
-OBJECTIVES = ("throughput", "cost", "latency")
+DeploymentMode = Literal["agg", "disagg"]
+"""How a deployment runs: aggregated workers, or prefill and decode pools apart."""
+MODES: tuple[DeploymentMode, ...] = get_args(DeploymentMode)
+KvDtype = Literal["bf16", "fp8"]
+"""The KV cache's element type."""
+KV_DTYPES: tuple[KvDtype, ...] = get_args(KvDtype)
+TARGET_REL_TOLERANCE = 1e-9
+"""Slack on each latency target, relative, the same at screening and after exact pricing: a deployment can land on
+its own target up to float rounding (a fleet worker bisected to the rate that just meets it), and rounding must
+not refuse it. Far above double rounding (~1e-16), far below any latency difference that matters."""
 CHUNK_GRID = (2048, 4096, 8192, 16384)
 """Max batched tokens per step searched (vLLM max_num_batched_tokens, SGLang chunked_prefill_size, TRT-LLM
 max_num_tokens); 8192 is each engine's default on >= 70 GiB GPUs (cost_models/serving.ENGINE_TRAITS)."""
@@ -92,26 +102,57 @@ class ServingWorkload:
             + self.osl * gamma_quantile(1.0, self.osl_cv, LONGEST_QUANTILE)
         return int(np.ceil(longest))
 
+    @property
+    def has_targets(self) -> bool:
+        """Whether a TTFT or a TPOT target binds the deployment."""
+        return self.ttft_target_s is not None or self.tpot_target_s is not None
+
+    @overload
+    def meets(self, ttft_s: float, tpot_s: float) -> bool: ...
+
+    @overload
+    def meets(self, ttft_s: np.ndarray, tpot_s: Column) -> np.ndarray: ...
+
+    @overload
+    def meets(self, ttft_s: float, tpot_s: np.ndarray) -> np.ndarray: ...
+
+    def meets(self, ttft_s: Column, tpot_s: Column) -> bool | np.ndarray:
+        """Whether latencies (seconds, at the bound percentile) meet the targets: both finite, and each within its
+        target where one is set, up to TARGET_REL_TOLERANCE. Scalars give a bool, arrays a bool array of their
+        broadcast shape."""
+        ttft, tpot = np.asarray(ttft_s, dtype=float), np.asarray(tpot_s, dtype=float)
+        ok = np.isfinite(ttft) & np.isfinite(tpot)
+        if self.ttft_target_s is not None:
+            ok &= ttft <= self.ttft_target_s * (1 + TARGET_REL_TOLERANCE)
+        if self.tpot_target_s is not None:
+            ok &= tpot <= self.tpot_target_s * (1 + TARGET_REL_TOLERANCE)
+        return bool(ok) if ok.ndim == 0 else ok
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServingChoices:
     """What the user fixed or left to the search."""
 
-    engines: tuple[str, ...] = ENGINES
+    engines: tuple[str, ...] = SERVING_ENGINES
+    """Serving engines searched (SERVING_ENGINES; checked here, as the user named them)."""
     precision: str = "auto"
     """GEMM precision: auto (the checkpoint's own format), bf16, fp8 or fp4."""
     kv_dtypes: tuple[str, ...] = KV_DTYPES
+    """KV cache dtypes searched (KV_DTYPES)."""
     modes: tuple[str, ...] = MODES
+    """Deployment modes searched (MODES)."""
     fixed: dict[str, tuple[int, ...]] = field(default_factory=dict)
     """Axes the user fixed: tp, pp, ep, dp_attention, batch, chunk (each a tuple of allowed values)."""
     objective: str = "throughput"
+    """What ranks the deployments (SERVING_OBJECTIVES)."""
     price_usd_per_gpu_hour: float | None = None
+    """One price per GPU-hour for every GPU type, USD; None: the catalog's."""
 
     def __post_init__(self) -> None:
-        unknown = [e for e in self.engines if e not in ENGINES]
+        unknown = [e for e in self.engines if e not in SERVING_ENGINES]
         if unknown or not self.engines:
-            raise InputError(f"--engine {','.join(unknown) or '(none)'}: choose from {', '.join(ENGINES)}")
-        if self.objective not in OBJECTIVES:
+            raise InputError(f"--engine {','.join(unknown) or '(none)'}: choose from {', '.join(SERVING_ENGINES)}")
+        if self.objective not in SERVING_OBJECTIVES:
             raise InputError(f"--objective {self.objective!r}: choose throughput, cost or latency")
         bad = [m for m in self.modes if m not in MODES]
         if bad or not self.modes:
