@@ -15,12 +15,21 @@ latency), so small all-gathers and reduce-scatters pay LL's latency.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 
+from paraplan.arrays import Column
 from paraplan.hardware_profiles import ClusterSpec
 
-_BUS_FACTOR = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0, "all_to_all": 1.0}
-_RING_ONLY = ("all_gather", "reduce_scatter")
+Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
+"""A collective :func:`collective_time_s` prices (point-to-point sends are :func:`p2p_time_s`)."""
+NcclProtocol = Literal["simple", "ll"]
+"""NCCL's ring protocol: Simple for bulk data, LL (8-byte stores with inline flags) for small messages."""
+
+_BUS_FACTOR: dict[Collective, float] = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0,
+                                        "all_to_all": 1.0}
+_RING_ONLY: tuple[Collective, ...] = ("all_gather", "reduce_scatter")
 # Per-step latency of a ring moving bulk data (NCCL's Simple protocol, which it picks for multi-MB
 # buffers) and its fixed launch cost, from NCCL's tuning model (NVIDIA/nccl src/graph/tuning.cc,
 # hwLat Ring/Simple: 3.4 us per NVLink step, 9.6 us per network step; baseLat Ring/Simple 8.4 us).
@@ -39,7 +48,7 @@ RING_LL_BANDWIDTH_FRAC_ACROSS = 1.0 / 4.0
 RING_LL_BANDWIDTH_FRAC_INSIDE = 1.0 / 3.0
 
 
-def members_per_domain(group_size, stride, cluster: ClusterSpec):
+def members_per_domain(group_size: Column, stride: Column, cluster: ClusterSpec) -> np.ndarray:
     """How many members of a group (ranks ``stride`` apart) share one NVLink domain."""
     group_size = np.asarray(group_size, dtype=float)
     stride = np.asarray(stride, dtype=float)
@@ -48,13 +57,16 @@ def members_per_domain(group_size, stride, cluster: ClusterSpec):
 
 
 def _link_bandwidths(cluster: ClusterSpec) -> tuple[float, float]:
+    """(NVLink, NIC) bytes per second one GPU achieves: the datasheet rates times their efficiencies, the NIC's
+    also divided by the fabric's oversubscription."""
     eff = cluster.gpu.efficiency
     nvlink = cluster.gpu.nvlink_bytes_per_s * eff.nvlink_frac
     nic = cluster.nic_bytes_per_s_per_gpu * eff.nic_frac / cluster.oversubscription
     return nvlink, nic
 
 
-def collective_time_s(kind: str, size_bytes, group_size, stride, cluster: ClusterSpec):
+def collective_time_s(kind: Collective, size_bytes: Column, group_size: Column, stride: Column,
+                      cluster: ClusterSpec) -> np.ndarray:
     """Seconds for one collective of ``size_bytes`` (the full buffer) over ``group_size`` ranks.
 
     ``stride`` is the rank distance between consecutive members under the rank order
@@ -78,14 +90,18 @@ def collective_time_s(kind: str, size_bytes, group_size, stride, cluster: Cluste
     return np.where(n > 1, seconds, 0.0)
 
 
-def collective_latency_s(kind: str, group_size, stride, cluster: ClusterSpec, protocol: str = "simple"):
+def collective_latency_s(kind: Collective, group_size: Column, stride: Column, cluster: ClusterSpec,
+                         protocol: NcclProtocol = "simple") -> np.ndarray:
     """Size-independent seconds of one collective: the α of the α–β model. ``protocol="ll"``: a ring
     collective small enough that NCCL runs it with the LL protocol (all-gather, reduce-scatter)."""
     n = np.asarray(group_size, dtype=float)
     return _latency_s(kind, n, members_per_domain(n, stride, cluster), cluster, protocol)
 
 
-def _latency_s(kind: str, n, k, cluster: ClusterSpec, protocol: str = "simple"):
+def _latency_s(kind: Collective, n: np.ndarray, k: np.ndarray, cluster: ClusterSpec,
+               protocol: NcclProtocol = "simple") -> np.ndarray:
+    """Seconds of one collective's latency over ``n`` ranks, ``k`` of them per NVLink domain: ring steps
+    (all-gather, reduce-scatter) or a tree's logarithmic depth (all-reduce, all-to-all); 0 where n = 1."""
     domains = n / k
     intra_lat, inter_lat = cluster.intra_domain_latency_s, cluster.inter_node_latency_s
     if kind in _RING_ONLY:
@@ -103,7 +119,7 @@ def _latency_s(kind: str, n, k, cluster: ClusterSpec, protocol: str = "simple"):
     return np.where(n > 1, latency, 0.0)
 
 
-def p2p_time_s(size_bytes, group_size, stride, cluster: ClusterSpec):
+def p2p_time_s(size_bytes: Column, group_size: Column, stride: Column, cluster: ClusterSpec) -> np.ndarray:
     """Seconds to send ``size_bytes`` to the next member of a group (pipeline or ring neighbour).
 
     The slowest hop decides: if the group spans more than one NVLink domain, some hop crosses
@@ -117,7 +133,7 @@ def p2p_time_s(size_bytes, group_size, stride, cluster: ClusterSpec):
     return np.where(n > 1, np.asarray(size_bytes, dtype=float) / bandwidth + latency, 0.0)
 
 
-def all_to_all_time_s(size_bytes, group_size, stride, cluster: ClusterSpec):
+def all_to_all_time_s(size_bytes: Column, group_size: Column, stride: Column, cluster: ClusterSpec) -> np.ndarray:
     """Seconds for one all-to-all in which every member sends ``size_bytes`` in total, split evenly.
 
     Unlike reductions, an all-to-all cannot aggregate across a domain: of each member's bytes,
@@ -133,8 +149,9 @@ def all_to_all_time_s(size_bytes, group_size, stride, cluster: ClusterSpec):
     return np.where(n > 1, np.maximum(intra, inter) + _latency_s("all_to_all", n, k, cluster), 0.0)
 
 
-def deduplicated_dispatch_time_s(tokens, token_bytes, copies_per_token, remote_domains_per_token, group_size,
-                                 stride, cluster: ClusterSpec):
+def deduplicated_dispatch_time_s(tokens: Column, token_bytes: float, copies_per_token: float,
+                                 remote_domains_per_token: Column, group_size: Column, stride: Column,
+                                 cluster: ClusterSpec) -> np.ndarray:
     """Seconds for one DeepEP-style dispatch (or combine) of ``tokens`` routed tokens per member.
 
     Each token crosses the network once per distinct remote NVLink domain holding one of its experts (to the

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from paraplan.arrays import Column
 from paraplan.hardware_profiles import GPUSpec
 from paraplan.hardware_profiles.specs import ATTENTION_KERNELS, FLASH_FAMILY_KERNELS
 
@@ -19,7 +20,12 @@ from paraplan.hardware_profiles.specs import ATTENTION_KERNELS, FLASH_FAMILY_KER
 # because it recomputes QKᵀ (Dao 2023, FlashAttention-2, section 3.1.2).
 ATTENTION_BACKWARD_OVER_FORWARD = 2.5
 
-BYTES_PER_ELEMENT = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5, "tf32": 4.0}
+BYTES_PER_ELEMENT: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5, "tf32": 4.0}
+
+GemmTimeFn = Callable[[Column, Column, Column], np.ndarray]
+"""Seconds of GEMMs (m, n, k), broadcast like :func:`gemm_time_s` (a learned model's predictor)."""
+AttentionTimeFn = Callable[[Column], tuple[np.ndarray, np.ndarray]]
+"""(forward, backward) seconds of flash attention for forward causal FLOPs, like :func:`flash_attention_time_s`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,9 +49,9 @@ class ComputeRates:
     """Fixed cost per kernel launch."""
     source: str
     """Which model produced these rates."""
-    gemm_time_fn: Callable | None = None
+    gemm_time_fn: GemmTimeFn | None = None
     """A learned model of GEMM seconds for (m, n, k); when set, ``gemm_time_s`` defers to it."""
-    attention_time_fn: Callable | None = None
+    attention_time_fn: AttentionTimeFn | None = None
     """A learned model of flash-attention (forward, backward) seconds for forward causal FLOPs; when set,
     ``flash_attention_time_s`` defers to it."""
     step_time_factor: float = 1.0
@@ -79,12 +85,13 @@ def analytical_rates(gpu: GPUSpec, gemm_dtype: str, attention_kernel: str = "fus
     )
 
 
-def _saturation(dim, half_dim: float):
+def _saturation(dim: Column, half_dim: float) -> np.ndarray:
+    """The GEMM efficiency factor of one dimension: d / (d + d_half), between 0 and 1."""
     dim = np.asarray(dim, dtype=float)
     return dim / (dim + half_dim)
 
 
-def gemm_time_s(m, n, k, rates: ComputeRates):
+def gemm_time_s(m: Column, n: Column, k: Column, rates: ComputeRates) -> np.ndarray:
     """Seconds for one GEMM C[m,n] = A[m,k] · B[k,n] on one GPU."""
     if rates.gemm_time_fn is not None:
         return rates.gemm_time_fn(m, n, k)
@@ -98,7 +105,7 @@ def gemm_time_s(m, n, k, rates: ComputeRates):
     return np.maximum(compute, memory) + rates.kernel_overhead_s
 
 
-def flash_attention_time_s(causal_flops, rates: ComputeRates) -> tuple[np.ndarray, np.ndarray]:
+def flash_attention_time_s(causal_flops: Column, rates: ComputeRates) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of a flash-family kernel executing ``causal_flops`` forward."""
     if rates.attention_time_fn is not None:
         return rates.attention_time_fn(causal_flops)
@@ -106,7 +113,7 @@ def flash_attention_time_s(causal_flops, rates: ComputeRates) -> tuple[np.ndarra
     return forward + rates.kernel_overhead_s, ATTENTION_BACKWARD_OVER_FORWARD * forward + rates.kernel_overhead_s
 
 
-def unfused_attention_time_s(score_elements, seq_len, head_dim, dropout: bool,
+def unfused_attention_time_s(score_elements: Column, seq_len: int, head_dim: int, dropout: bool,
                              rates: ComputeRates) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of attention with the score matrix materialised in HBM.
 
@@ -131,6 +138,6 @@ def unfused_attention_time_s(score_elements, seq_len, head_dim, dropout: bool,
     return forward, backward
 
 
-def memory_bound_time_s(num_bytes, num_kernels, rates: ComputeRates):
+def memory_bound_time_s(num_bytes: Column, num_kernels: Column, rates: ComputeRates) -> np.ndarray:
     """Seconds for element-wise kernels moving ``num_bytes`` through HBM."""
     return np.asarray(num_bytes, dtype=float) / rates.memory_bytes_per_s + num_kernels * rates.kernel_overhead_s

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from paraplan.arrays import Column, IntColumn
 from paraplan.hardware_profiles.units import BYTES_PER_GIB
 
 # The driver keeps part of HBM for itself: PyTorch's out-of-memory messages report "a total capacity of
@@ -37,19 +38,19 @@ NCCL_BYTES_PER_COMMUNICATOR = 0.3 * BYTES_PER_GIB
 FRAGMENTATION_FRAC = {"eager": 0.13, "compiled": 0.05, "fused_kernels": 0.07}
 
 
-def usable_capacity_bytes(hbm_bytes) -> np.ndarray:
+def usable_capacity_bytes(hbm_bytes: Column) -> np.ndarray:
     """HBM the driver lets a process use (bytes)."""
     return np.asarray(hbm_bytes, dtype=float) * DRIVER_VISIBLE_FRAC
 
 
-def non_torch_bytes(tp, pp, dp, cp, ep) -> np.ndarray:
+def non_torch_bytes(tp: IntColumn, pp: IntColumn, dp: IntColumn, cp: IntColumn, ep: IntColumn) -> Column:
     """CUDA context and NCCL buffers: one communicator per parallel axis of size > 1 (the world
     communicator torch.distributed always creates counts as one)."""
     groups = sum(np.where(np.asarray(axis) > 1, 1.0, 0.0) for axis in (tp, pp, dp, cp, ep))
     return CUDA_CONTEXT_BYTES + (1.0 + groups) * NCCL_BYTES_PER_COMMUNICATOR
 
 
-def reserved_bytes(allocated_bytes, allocator: str) -> np.ndarray:
+def reserved_bytes(allocated_bytes: Column, allocator: str) -> np.ndarray:
     """What the caching allocator holds when the live tensors peak at ``allocated_bytes``."""
     return np.asarray(allocated_bytes, dtype=float) * (1.0 + FRAGMENTATION_FRAC[allocator])
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from paraplan.arrays import Column, IntColumn
 from paraplan.cost_models.collectives import collective_latency_s, collective_time_s
 from paraplan.cost_models.compute import ComputeRates, memory_bound_time_s
 from paraplan.cost_models.table import ConfigTable, Workload
@@ -23,7 +24,9 @@ BUCKET_PARAMS = 40_000_000
 BACKWARD_SHARE = 2.0 / 3.0
 
 
-def _exposed(comm_s, window_s, last_bucket_frac):
+def _exposed(comm_s: np.ndarray, window_s: Column, last_bucket_frac: np.ndarray) -> np.ndarray:
+    """Seconds of ``comm_s`` the step waits for: what outlasts the overlapping ``window_s``, and at least the
+    last bucket's share."""
     return np.maximum(comm_s - window_s, comm_s * last_bucket_frac)
 
 
@@ -50,9 +53,10 @@ class DataParallelTraffic:
     """The group has more than one member."""
 
 
-def dp_traffic(work: Workload, t: ConfigTable, cluster: ClusterSpec, rates: ComputeRates, params_per_gpu,
-               layer_params_per_gpu, stage_layers=1, tensors_per_layer=1, vectors_per_layer=0, group=None,
-               stride=None) -> DataParallelTraffic:
+def dp_traffic(work: Workload, t: ConfigTable, cluster: ClusterSpec, rates: ComputeRates, params_per_gpu: Column,
+               layer_params_per_gpu: Column, stage_layers: Column = 1, tensors_per_layer: int = 1,
+               vectors_per_layer: int = 0, group: IntColumn | None = None,
+               stride: IntColumn | None = None) -> DataParallelTraffic:
     """The collectives of :func:`dp_exposed_s`: everything that does not depend on the stage's compute time."""
     recipe = work.recipe
     # Gradients are reduced over data parallel x context parallel (CP ranks share weights);
@@ -103,7 +107,8 @@ def dp_traffic(work: Workload, t: ConfigTable, cluster: ClusterSpec, rates: Comp
         gathers_after_step=np.broadcast_to(t.zero >= 1, shape), active=np.broadcast_to(np.asarray(group) > 1, shape))
 
 
-def dp_exposed_from(work: Workload, traffic: DataParallelTraffic, stage_time_s, num_microbatches):
+def dp_exposed_from(work: Workload, traffic: DataParallelTraffic, stage_time_s: Column,
+                    num_microbatches: Column) -> np.ndarray:
     """Seconds of ``traffic`` the step waits for, given the stage's time per micro-batch and the micro-batches."""
     backward_s = BACKWARD_SHARE * stage_time_s
     forward_s = stage_time_s - backward_s
@@ -119,9 +124,10 @@ def dp_exposed_from(work: Workload, traffic: DataParallelTraffic, stage_time_s, 
     return np.where(traffic.active, np.where(traffic.per_microbatch, sharded, replicated), 0.0)
 
 
-def dp_exposed_s(work: Workload, t: ConfigTable, cluster: ClusterSpec, rates: ComputeRates, params_per_gpu,
-                 layer_params_per_gpu, stage_time_s, num_microbatches, stage_layers=1, tensors_per_layer=1,
-                 vectors_per_layer=0, group=None, stride=None):
+def dp_exposed_s(work: Workload, t: ConfigTable, cluster: ClusterSpec, rates: ComputeRates, params_per_gpu: Column,
+                 layer_params_per_gpu: Column, stage_time_s: Column, num_microbatches: Column,
+                 stage_layers: Column = 1, tensors_per_layer: int = 1, vectors_per_layer: int = 0,
+                 group: IntColumn | None = None, stride: IntColumn | None = None) -> np.ndarray:
     """Seconds of data-parallel traffic the step waits for (arrays over configs).
 
     ``stage_layers`` and ``tensors_per_layer`` count the separate all-gathers of sharded weights

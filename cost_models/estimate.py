@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from paraplan.arrays import Column, IntColumn
 from paraplan.cost_models.collectives import p2p_time_s
 from paraplan.cost_models.compute import ComputeRates, analytical_rates, gemm_time_s, memory_bound_time_s
 from paraplan.cost_models.device_memory import usable_capacity_bytes
@@ -44,6 +46,12 @@ from paraplan.cost_models.stages import stage_layout
 from paraplan.cost_models.table import ConfigTable, Workload, distinct_rows, take_rows
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.model_specs.model_spec import ModelSpec
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+_Record = TypeVar("_Record", bound="DataclassInstance")
+"""An estimate table or one of the dataclasses of per-row arrays it holds."""
 
 # Adam step per parameter it updates: read fp32 weight, gradient, m, v (16 B), write weight,
 # m, v (12 B) and the 16-bit compute copy (2 B).
@@ -85,7 +93,7 @@ class EstimateTable:
     """Which model produced the numbers."""
 
 
-def edge_times(model: ModelSpec, t: ConfigTable, tokens, rates: ComputeRates):
+def edge_times(model: ModelSpec, t: ConfigTable, tokens: Column, rates: ComputeRates) -> tuple[np.ndarray, np.ndarray]:
     """Per micro-batch: embedding (first stage) and output layer + loss (last stage)."""
     h, vocab = model.hidden_size, model.vocab_size
     embed = memory_bound_time_s(tokens * h * ACTIVATION_BYTES * 5, 2, rates)
@@ -95,7 +103,8 @@ def edge_times(model: ModelSpec, t: ConfigTable, tokens, rates: ComputeRates):
     return embed, logits_gemm + loss
 
 
-def offload_exposed_s(layer_bytes, offload_layers, forward_s, backward_s, cluster: ClusterSpec):
+def offload_exposed_s(layer_bytes: Column, offload_layers: IntColumn, forward_s: Column, backward_s: Column,
+                      cluster: ClusterSpec) -> np.ndarray:
     """Per micro-batch: the part of each offloaded layer's copy out (forward) and back (backward)
     that one layer's compute does not cover."""
     gpu = cluster.gpu
@@ -103,7 +112,8 @@ def offload_exposed_s(layer_bytes, offload_layers, forward_s, backward_s, cluste
     return offload_layers * (np.maximum(copy_s - forward_s, 0.0) + np.maximum(copy_s - backward_s, 0.0))
 
 
-def interleaved_p2p_exposed_s(hop_s, vpp, stage_forward_s, stage_backward_s):
+def interleaved_p2p_exposed_s(hop_s: np.ndarray, vpp: IntColumn, stage_forward_s: Column,
+                              stage_backward_s: Column) -> np.ndarray:
     """Per micro-batch: the pipeline sends of an interleaved schedule that compute does not hide.
 
     A rank sends an activation after each of its vpp forward chunks and a gradient after each of its vpp
@@ -116,7 +126,8 @@ def interleaved_p2p_exposed_s(hop_s, vpp, stage_forward_s, stage_backward_s):
     return vpp * (np.maximum(hop_s - chunk_forward, 0.0) + np.maximum(hop_s - chunk_backward, 0.0))
 
 
-def _pick(condition, when_true, when_false):
+def _pick(condition: np.ndarray, when_true: Column, when_false: Column) -> np.ndarray:
+    """Per row, ``when_true`` where ``condition`` holds, else ``when_false``."""
     return np.where(condition, when_true, when_false)
 
 
@@ -128,6 +139,7 @@ def default_rates(cluster: ClusterSpec, work: Workload) -> ComputeRates:
 
 
 def _with_recipe(rates: ComputeRates, cluster: ClusterSpec, work: Workload) -> ComputeRates:
+    """``rates`` with the job's fp8 recipe applied (fp8_recipes.with_fp8_recipe)."""
     return with_fp8_recipe(rates, work.precision, work.fp8_recipe, cluster.gpu.architecture)
 
 
@@ -205,7 +217,8 @@ def stage_terms(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: Confi
         updated = updated + expert_params / np.where(t.zero >= 1, edp, 1)
     optimizer = memory_bound_time_s(updated * OPTIMIZER_BYTES_PER_PARAM, OPTIMIZER_KERNELS, rates)
     return StageTerms(ranks=ranks, dense_traffic=dense, expert_traffic=experts,
-                      optimizer_s=np.array(np.broadcast_to(optimizer, (len(t),)), dtype=float), shares=state_shares(model, work, t))
+                      optimizer_s=np.array(np.broadcast_to(optimizer, (len(t),)), dtype=float),
+                      shares=state_shares(model, work, t))
 
 
 def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTable,
@@ -222,36 +235,41 @@ def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTa
     if len(t) <= ROWS_PER_BLOCK:
         return _estimate_rows(model, cluster, work, t, rates, take_rows(layers, layer_of_row),
                               take_rows(stages, stage_of_row))
-    result = None
-    for start in range(0, len(t), ROWS_PER_BLOCK):
+
+    def block(rows: slice) -> EstimateTable:
+        return _estimate_rows(model, cluster, work, t.take(rows), rates, take_rows(layers, layer_of_row[rows]),
+                              take_rows(stages, stage_of_row[rows]))
+
+    first_rows = slice(0, ROWS_PER_BLOCK)
+    first = block(first_rows)
+    result = _allocated_like(first, len(t))
+    _fill(result, first_rows, first)
+    for start in range(ROWS_PER_BLOCK, len(t), ROWS_PER_BLOCK):
         rows = slice(start, start + ROWS_PER_BLOCK)
-        block = _estimate_rows(model, cluster, work, t.take(rows), rates, take_rows(layers, layer_of_row[rows]),
-                               take_rows(stages, stage_of_row[rows]))
-        result = _allocated_like(block, len(t)) if result is None else result
-        _fill(result, rows, block)
+        _fill(result, rows, block(rows))
     return result
 
 
-def _allocated_like(block, size: int):
+def _allocated_like(block: _Record, size: int) -> _Record:
     """``block`` (an estimate table or one of its dataclasses) with every per-row array as an empty one of ``size``
     rows, to fill block by block."""
-    changes = {}
+    changes: dict[str, Any] = {}
     for field in dataclasses.fields(block):
         value = getattr(block, field.name)
         if isinstance(value, np.ndarray):
             changes[field.name] = np.empty(size, dtype=value.dtype)
-        elif dataclasses.is_dataclass(value):
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
             changes[field.name] = _allocated_like(value, size)
     return dataclasses.replace(block, **changes)
 
 
-def _fill(whole, rows: slice, block) -> None:
+def _fill(whole: DataclassInstance, rows: slice, block: DataclassInstance) -> None:
     """Write ``block``'s rows into ``whole`` at ``rows``."""
     for field in dataclasses.fields(whole):
         value = getattr(whole, field.name)
         if isinstance(value, np.ndarray):
             value[rows] = getattr(block, field.name)
-        elif dataclasses.is_dataclass(value):
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
             _fill(value, rows, getattr(block, field.name))
 
 
@@ -259,49 +277,22 @@ def _estimate_rows(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: Co
                    layers: LayerTerms, stages: StageTerms) -> EstimateTable:
     """Predict the rows of ``t`` whose per-layer and per-stage terms are ``layers`` and ``stages``."""
     m = work.global_batch / (t.dp * t.mbs)
-    tokens = t.mbs * work.seq_len / t.cp
     lt = layers.times
-    ranks = stages.ranks
-    layout = ranks.layout
-    embed_s, output_s = layers.embed_s, layers.output_s
-
-    layer_compute = lt.forward_compute_s + lt.backward_compute_s + lt.recompute_s
-    layer_bytes = layers.memory.per_layer_bytes
-    offload = offload_exposed_s(layer_bytes, t.offload, lt.forward_compute_s, lt.backward_compute_s, cluster)
-    first_compute = layout.first_layers * layer_compute + ranks.embedding_on_first * embed_s \
-        + ranks.output_on_first * output_s + offload
-    last_compute = layout.last_layers * layer_compute + ranks.embedding_on_last * embed_s + ranks.output_on_last * output_s
-    middle_compute = layout.middle_layers * layer_compute
-    single = t.pp == 1
-    first_compute = _pick(single, first_compute + output_s, first_compute)
-    comm_layer = lt.tp_comm_s + lt.cp_comm_s + lt.ep_comm_s
-    first_t = first_compute + layout.first_layers * comm_layer
-    last_t = _pick(single, first_t, last_compute + layout.last_layers * comm_layer)
-    middle_t = _pick(t.pp >= 3, middle_compute + layout.middle_layers * comm_layer, 0.0)
-    slowest = np.maximum(np.maximum(first_t, last_t), middle_t)
-    total = _pick(single, first_t, first_t + last_t + np.maximum(t.pp - 2, 0) * middle_t)
-    critical_layers = np.select([slowest == first_t, slowest == last_t], [layout.first_layers, layout.last_layers],
-                                layout.middle_layers)
-
-    hop = p2p_time_s(tokens * model.hidden_size * ACTIVATION_BYTES / t.tp, t.pp, t.tp * t.cp * t.dp, cluster)
-    interleaved = interleaved_p2p_exposed_s(hop, t.vpp, critical_layers * lt.forward_compute_s,
-                                            critical_layers * (lt.backward_compute_s + lt.recompute_s))
-    # 1F1B waits for a send and a receive per micro-batch; DualPipe's paired chunks hide them (schedules.py).
-    # The fill crosses pp - 1 boundaries twice.
-    steady_p2p = _pick(is_bidirectional(t.pp_schedule), 0.0, _pick(t.vpp > 1, interleaved, 2.0 * hop)) * m
-    pp_comm = _pick(single, 0.0, steady_p2p + 2.0 * (t.pp - 1) * hop)
+    pipeline = _pipeline_times(t, layers, stages.ranks, cluster)
+    slowest = pipeline.slowest_s
+    pp_comm = _pp_comm_s(model, cluster, work, t, lt, pipeline.critical_layers, m)
     ratio = dual_bubble_ratio(lt.forward_compute_s, lt.backward_compute_s + lt.recompute_s, lt.weight_grad_s)
-    bubble = schedule_bubble_s(t.pp_schedule, t.pp, slowest, (total - slowest) / t.vpp, ratio)
+    bubble = schedule_bubble_s(t.pp_schedule, t.pp, slowest, (pipeline.total_s - slowest) / t.vpp, ratio)
 
     dp_comm = dp_exposed_from(work, stages.dense_traffic, slowest, m)
     if stages.expert_traffic is not None:
         dp_comm = dp_comm + dp_exposed_from(work, stages.expert_traffic, slowest, m)
     optimizer = stages.optimizer_s
 
-    tp_total = m * critical_layers * lt.tp_comm_s
-    cp_total = m * critical_layers * lt.cp_comm_s
-    ep_total = m * critical_layers * lt.ep_comm_s
-    offload_total = m * offload  # offload needs pp = 1: the only stage is the slowest
+    tp_total = m * pipeline.critical_layers * lt.tp_comm_s
+    cp_total = m * pipeline.critical_layers * lt.cp_comm_s
+    ep_total = m * pipeline.critical_layers * lt.ep_comm_s
+    offload_total = m * pipeline.offload_s  # offload needs pp = 1: the only stage is the slowest
     compute_total = m * slowest - tp_total - cp_total - ep_total - offload_total
     step = compute_total + tp_total + cp_total + ep_total + offload_total + pp_comm + bubble + dp_comm + optimizer
 
@@ -311,8 +302,8 @@ def _estimate_rows(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: Co
     recompute_per_token = layers.recompute_flops_per_token
     peak = cluster.gpu.peak(work.precision)
     per_gpu_flops = flops_per_token * tokens_per_s / num_gpus
-    memory = trimmed_to_capacity(memory_breakdown(model, work, t, layout, m, layer_bytes, ranks, layers.memory,
-                                                  stages.shares),
+    memory = trimmed_to_capacity(memory_breakdown(model, work, t, stages.ranks.layout, m, layers.memory.per_layer_bytes,
+                                                  stages.ranks, layers.memory, stages.shares),
                                  usable_capacity_bytes(cluster.gpu.hbm_bytes))
     return EstimateTable(
         step_time_s=step, compute_s=compute_total, tp_comm_s=tp_total, cp_comm_s=cp_total, ep_comm_s=ep_total,
@@ -327,7 +318,62 @@ def _estimate_rows(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: Co
     )
 
 
-def _recompute_flops_per_token(model: ModelSpec, work: Workload, t: ConfigTable):
+@dataclass(frozen=True, slots=True)
+class PipelineTimes:
+    """Seconds per micro-batch of the pipeline ranks, per row (compute and the layers' exposed TP, CP and EP
+    communication)."""
+
+    slowest_s: np.ndarray
+    """The slowest of the first, the last and the busiest middle rank."""
+    total_s: np.ndarray
+    """Summed over every rank: the first, the last and pp − 2 middle ranks (the one rank where pp = 1)."""
+    critical_layers: np.ndarray
+    """Decoder layers the slowest rank runs per micro-batch."""
+    offload_s: np.ndarray
+    """Exposed activation offload of the first rank (:func:`offload_exposed_s`; pp = 1 only)."""
+
+
+def _pipeline_times(t: ConfigTable, layers: LayerTerms, ranks: RankWork, cluster: ClusterSpec) -> PipelineTimes:
+    """The :class:`PipelineTimes` of every row: each rank runs its layers, its share of the embedding and of the
+    output layer and loss (all of them where pp = 1), and the first rank its exposed offload."""
+    lt, layout = layers.times, ranks.layout
+    embed_s, output_s = layers.embed_s, layers.output_s
+    layer_compute = lt.forward_compute_s + lt.backward_compute_s + lt.recompute_s
+    offload = offload_exposed_s(layers.memory.per_layer_bytes, t.offload, lt.forward_compute_s, lt.backward_compute_s,
+                                cluster)
+    first_compute = layout.first_layers * layer_compute + ranks.embedding_on_first * embed_s \
+        + ranks.output_on_first * output_s + offload
+    last_compute = layout.last_layers * layer_compute + ranks.embedding_on_last * embed_s \
+        + ranks.output_on_last * output_s
+    middle_compute = layout.middle_layers * layer_compute
+    single = t.pp == 1
+    first_compute = _pick(single, first_compute + output_s, first_compute)
+    comm_layer = lt.tp_comm_s + lt.cp_comm_s + lt.ep_comm_s
+    first_t = first_compute + layout.first_layers * comm_layer
+    last_t = _pick(single, first_t, last_compute + layout.last_layers * comm_layer)
+    middle_t = _pick(t.pp >= 3, middle_compute + layout.middle_layers * comm_layer, 0.0)
+    slowest = np.maximum(np.maximum(first_t, last_t), middle_t)
+    total = _pick(single, first_t, first_t + last_t + np.maximum(t.pp - 2, 0) * middle_t)
+    critical_layers = np.select([slowest == first_t, slowest == last_t], [layout.first_layers, layout.last_layers],
+                                layout.middle_layers)
+    return PipelineTimes(slowest_s=slowest, total_s=total, critical_layers=critical_layers, offload_s=offload)
+
+
+def _pp_comm_s(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTable, lt: LayerTimes,
+               critical_layers: np.ndarray, num_microbatches: Column) -> np.ndarray:
+    """Seconds per step of pipeline sends the step waits for: a send and a receive of one micro-batch's
+    activations per micro-batch under 1F1B (what compute does not hide of the interleaved schedule's; none under
+    DualPipe's paired chunks, schedules.py), and the fill crossing pp − 1 boundaries twice. 0 where pp = 1."""
+    tokens = t.mbs * work.seq_len / t.cp
+    hop = p2p_time_s(tokens * model.hidden_size * ACTIVATION_BYTES / t.tp, t.pp, t.tp * t.cp * t.dp, cluster)
+    interleaved = interleaved_p2p_exposed_s(hop, t.vpp, critical_layers * lt.forward_compute_s,
+                                            critical_layers * (lt.backward_compute_s + lt.recompute_s))
+    steady_p2p = _pick(is_bidirectional(t.pp_schedule), 0.0, _pick(t.vpp > 1, interleaved, 2.0 * hop)) \
+        * num_microbatches
+    return _pick(t.pp == 1, 0.0, steady_p2p + 2.0 * (t.pp - 1) * hop)
+
+
+def _recompute_flops_per_token(model: ModelSpec, work: Workload, t: ConfigTable) -> np.ndarray:
     """FLOPs per token executed again in backward: a layer forward (full; without the down
     projection when recompute stops early), attention (selective), or MLA's up projections
     (modules; the norms and the expert activation it also reruns are not matrix FLOPs)."""

@@ -16,17 +16,18 @@ from __future__ import annotations
 
 import dataclasses
 
+from paraplan.choices import Precision
 from paraplan.cost_models.compute import ComputeRates
 
 FP8_RECIPES = ("tensorwise", "delayed", "rowwise", "blockwise", "mxfp8")
 """Megatron-LM's --fp8-recipe names (tensorwise, delayed, blockwise, mxfp8) and torchao's rowwise."""
 
-RECIPE_ARCHITECTURES = {"rowwise": ("hopper", "blackwell"), "blockwise": ("hopper", "blackwell"),
-                        "mxfp8": ("blackwell",)}
+RECIPE_ARCHITECTURES: dict[str, tuple[str, ...]] = {"rowwise": ("hopper", "blackwell"),
+                                                   "blockwise": ("hopper", "blackwell"), "mxfp8": ("blackwell",)}
 """Where a recipe runs: MXFP8 needs Blackwell's block-scaled tensor cores (Transformer Engine refuses it on
 Hopper); the others need fp8 tensor cores (Hopper onwards). tensorwise and delayed run wherever fp8 does."""
 
-GEMM_RATE_FACTOR = {
+GEMM_RATE_FACTOR: dict[tuple[str, str], float] = {
     ("rowwise", "hopper"): 0.77,
     ("blockwise", "hopper"): 1.00,
     ("mxfp8", "blackwell"): 0.91,
@@ -58,7 +59,7 @@ def recipe_error(recipe: str, architecture: str, gpu_name: str) -> str | None:
     return None
 
 
-def with_fp8_recipe(rates: ComputeRates, precision: str, recipe: str, architecture: str) -> ComputeRates:
+def with_fp8_recipe(rates: ComputeRates, precision: Precision, recipe: str, architecture: str) -> ComputeRates:
     """``rates`` with the recipe's GEMM factor applied (fp8 jobs only, once: the rates remember their recipe)."""
     if precision != "fp8" or rates.fp8_recipe is not None:
         return rates

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from paraplan.arrays import Column
+from paraplan.choices import Precision
 from paraplan.cost_models.collectives import collective_time_s
 from paraplan.cost_models.compute import ComputeRates, analytical_rates
 from paraplan.errors import InputError
@@ -51,11 +53,11 @@ steps, which every engine here replays as CUDA graphs. Prefill steps are launche
 class WeightPrecision:
     """How the deployed weights and KV cache are stored and which GEMM kernels they run."""
 
-    dense_dtype: str
+    dense_dtype: Precision
     """Compute dtype of the attention and dense-MLP GEMMs: bf16, fp8 or fp4 (weight-only int4 runs bf16)."""
     dense_bytes: float
     """Bytes per attention/dense-MLP weight, block scales included (fp8 1.0, nvfp4 0.5625, bf16 2.0)."""
-    expert_dtype: str
+    expert_dtype: Precision
     """Compute dtype of the routed-expert GEMMs."""
     expert_bytes: float
     """Bytes per routed-expert weight, scales included."""
@@ -81,7 +83,7 @@ class Sharding:
     """Pipeline stages (each holds num_layers/pp layers)."""
 
     @staticmethod
-    def of(tp, dp=1, moe_tp=None, moe_ep=1, pp=1) -> Sharding:
+    def of(tp: Column, dp: Column = 1, moe_tp: Column | None = None, moe_ep: Column = 1, pp: Column = 1) -> Sharding:
         """A sharding from scalars or arrays; ``moe_tp`` defaults to tp·dp/moe_ep."""
         tp, dp, moe_ep, pp = (np.asarray(v, dtype=float) for v in (tp, dp, moe_ep, pp))
         moe_tp = tp * dp / moe_ep if moe_tp is None else np.asarray(moe_tp, dtype=float)
@@ -116,7 +118,7 @@ class StepTime:
         return self.gemm_s + self.experts_s + self.attention_s + self.elementwise_s + self.comm_s + self.overhead_s
 
 
-def rates_for(cluster: ClusterSpec, dtype: str) -> ComputeRates:
+def rates_for(cluster: ClusterSpec, dtype: Precision) -> ComputeRates:
     """The GPU's GEMM rates for ``dtype``. A 4-bit format on a GPU without fp4 tensor cores (Hopper) runs as
     weight-only quantization: 4-bit weights dequantized in the kernel, bf16 math (vLLM's Marlin and MXFP4
     kernels, TRT-LLM's W4A16 path)."""
@@ -129,18 +131,19 @@ def rates_for(cluster: ClusterSpec, dtype: str) -> ComputeRates:
     return analytical_rates(cluster.gpu, dtype, "fused")
 
 
-def _saturation(m, half_dim: float):
-    m = np.maximum(np.asarray(m, dtype=float), 1e-9)
-    return m / (m + half_dim)
+def _saturation(m: Column, half_dim: float) -> np.ndarray:
+    """The GEMM efficiency factor of the token dimension: m / (m + d_half), m floored just above 0."""
+    floored = np.maximum(np.asarray(m, dtype=float), 1e-9)
+    return floored / (floored + half_dim)
 
 
-def _roofline_s(flops, weight_bytes, tokens, rates: ComputeRates):
+def _roofline_s(flops: Column, weight_bytes: Column, tokens: Column, rates: ComputeRates) -> np.ndarray:
     """max(FLOPs at the shape-saturated GEMM rate, weight bytes at achieved HBM bandwidth)."""
     compute = np.asarray(flops, dtype=float) / (rates.gemm_flops_per_s * _saturation(tokens, rates.gemm_half_dim))
     return np.maximum(compute, np.asarray(weight_bytes, dtype=float) / rates.memory_bytes_per_s)
 
 
-def attention_params_per_gpu(model: ModelSpec, tp) -> np.ndarray:
+def attention_params_per_gpu(model: ModelSpec, tp: Column) -> np.ndarray:
     """Attention weights one GPU holds: projections split over tp, except MLA's down projections and a sparse-
     attention indexer (replicated) and K/V heads, replicated once tp exceeds the KV heads."""
     tp = np.asarray(tp, dtype=float)
@@ -153,14 +156,14 @@ def attention_params_per_gpu(model: ModelSpec, tp) -> np.ndarray:
     return q_and_out / tp + kv + model.indexer_params
 
 
-def _dense_layer_params(model: ModelSpec, moe_layer: bool, tp) -> np.ndarray:
-    """Weights of one layer outside the routed experts that one GPU reads: attention, dense MLP or shared
-    expert and router."""
+def _dense_layer_params(model: ModelSpec, moe_layer: bool, tp: Column) -> tuple[np.ndarray, np.ndarray]:
+    """(attention, MLP) weights of one layer outside the routed experts that one GPU reads: the attention, and
+    the dense MLP or the shared expert and router."""
     mlp = model.shared_expert_params() + model.router_params() if moe_layer else model.mlp_params()
     return attention_params_per_gpu(model, tp), mlp / np.asarray(tp, dtype=float)
 
 
-def kv_bytes_per_token_per_layer(model: ModelSpec, tp, kv_bytes: float) -> np.ndarray:
+def kv_bytes_per_token_per_layer(model: ModelSpec, tp: Column, kv_bytes: float) -> np.ndarray:
     """KV-cache bytes one GPU stores per token per softmax-attention layer: K and V of its KV heads (replicated
     once tp exceeds them), or MLA's latent plus rotary key, which every attention-TP rank holds whole."""
     tp = np.asarray(tp, dtype=float)
@@ -169,7 +172,7 @@ def kv_bytes_per_token_per_layer(model: ModelSpec, tp, kv_bytes: float) -> np.nd
     return 2.0 * model.head_dim * np.maximum(model.num_kv_heads / tp, 1.0) * kv_bytes
 
 
-def decode_attention_flops_per_key(model: ModelSpec, tp) -> np.ndarray:
+def decode_attention_flops_per_key(model: ModelSpec, tp: Column) -> np.ndarray:
     """Attention-core FLOPs one GPU spends per cached key per layer for one decoding query: QKᵀ and AV over
     its heads (4·heads·d_head), or under MLA with the up projections absorbed, against the latent and rotary
     key (2·heads·(2·kv_lora + d_rope))."""
@@ -179,7 +182,7 @@ def decode_attention_flops_per_key(model: ModelSpec, tp) -> np.ndarray:
     return 2.0 * heads * (model.qk_head_dim + model.value_head_dim)
 
 
-def prefill_attention_flops(model: ModelSpec, prompt_tokens, mixers: MixerShapes = NO_MIXERS
+def prefill_attention_flops(model: ModelSpec, prompt_tokens: Column, mixers: MixerShapes = NO_MIXERS
                             ) -> tuple[np.ndarray, np.ndarray]:
     """Causal attention-core FLOPs of one prompt per layer over all heads, (full layers, sliding layers):
     2·keys·heads·(d_qk + d_v) with keys = s²/2 causal, or s·w − w²/2 inside a window w; with a sparse-attention
@@ -204,8 +207,8 @@ def _layer_counts(model: ModelSpec, mixers: MixerShapes) -> tuple[int, int, int,
     return model.num_dense_layers, model.num_moe_layers, model.num_layers - sliding - linear, sliding, linear
 
 
-def _comm_per_layer_s(model: ModelSpec, tokens_per_rank, moe_tokens, shard: Sharding, cluster: ClusterSpec,
-                      moe_layer: bool):
+def _comm_per_layer_s(model: ModelSpec, tokens_per_rank: Column, moe_tokens: Column, shard: Sharding,
+                      cluster: ClusterSpec, moe_layer: bool) -> np.ndarray:
     """Exposed collective seconds of one layer: the attention output all-reduce over tp, then the MLP's:
     an all-reduce over tp, or with attention DP an all-gather and reduce-scatter of the ``moe_tokens`` all DP
     ranks send to the MoE group."""
@@ -220,7 +223,8 @@ def _comm_per_layer_s(model: ModelSpec, tokens_per_rank, moe_tokens, shard: Shar
     return attention + np.where(shard.dp > 1, dp_path, attention)
 
 
-def _experts_s(model: ModelSpec, moe_tokens, shard: Sharding, prec: WeightPrecision, rates: ComputeRates):
+def _experts_s(model: ModelSpec, moe_tokens: Column, shard: Sharding, prec: WeightPrecision,
+               rates: ComputeRates) -> np.ndarray:
     """Routed-expert seconds of one MoE layer on one GPU: the experts its share of the routed copies of the
     MoE group's ``moe_tokens`` hits."""
     copies = np.asarray(moe_tokens, dtype=float) * model.experts_per_token
@@ -230,13 +234,47 @@ def _experts_s(model: ModelSpec, moe_tokens, shard: Sharding, prec: WeightPrecis
     expert_weights = model.mlp_matrices * model.hidden_size * width
     copies_here = copies / shard.moe_ep
     per_expert = copies_here / np.maximum(hit, 1e-9)
-    compute = 2.0 * copies_here * expert_weights / (rates.gemm_flops_per_s * _saturation(per_expert, rates.gemm_half_dim))
+    compute = 2.0 * copies_here * expert_weights / (rates.gemm_flops_per_s
+                                                    * _saturation(per_expert, rates.gemm_half_dim))
     return np.maximum(compute, hit * expert_weights * prec.expert_bytes / rates.memory_bytes_per_s)
 
 
+def _decode_attention_s(model: ModelSpec, prec: WeightPrecision, shard: Sharding, seqs: np.ndarray,
+                        attended_keys: tuple[Column, Column], mixers: MixerShapes, rates: ComputeRates) -> np.ndarray:
+    """Seconds of one decode step's attention on one GPU, all layers: the attended keys' KV-cache reads or their
+    FLOPs, whichever is slower (``attended_keys``: full-attention and sliding-window keys per layer, summed over
+    the ``seqs`` sequences); a sparse-attention indexer scanning every cached key; linear-attention layers
+    reading and writing their state."""
+    _, _, full_layers, sliding_layers, linear_layers = _layer_counts(model, mixers)
+    full_keys, sliding_keys = attended_keys
+    kv_token = kv_bytes_per_token_per_layer(model, shard.tp, prec.kv_bytes)
+    scanned = np.asarray(full_keys, dtype=float)
+    attended = np.minimum(scanned, seqs * mixers.index_topk) if mixers.index_topk else scanned
+    keys = full_layers * attended + sliding_layers * np.asarray(sliding_keys, dtype=float)
+    attention = np.maximum(keys * kv_token / rates.memory_bytes_per_s,
+                           keys * decode_attention_flops_per_key(model, shard.tp) / rates.attention_flops_per_s)
+    indexer = full_layers * scanned * np.maximum(mixers.index_key_bytes / rates.memory_bytes_per_s,
+                                                 mixers.index_flops_per_key / rates.attention_flops_per_s)
+    states = linear_layers * seqs * 2.0 * mixers.linear_state_bytes(shard.tp) / rates.memory_bytes_per_s
+    return attention + indexer + states
+
+
+def _prefill_attention_s(model: ModelSpec, shard: Sharding, tokens: np.ndarray,
+                         attention_flops: tuple[Column, Column], mixers: MixerShapes,
+                         rates: ComputeRates) -> np.ndarray:
+    """Seconds of one prefill step's attention on one GPU, all layers: the (full, sliding) attention-core FLOPs
+    per layer split over tp, and the linear-attention layers' prefill FLOPs of ``tokens``."""
+    _, _, full_layers, sliding_layers, linear_layers = _layer_counts(model, mixers)
+    full_flops, sliding_flops = attention_flops
+    return (full_layers * np.asarray(full_flops) + sliding_layers * np.asarray(sliding_flops)) \
+        / shard.tp / rates.attention_flops_per_s \
+        + linear_layers * tokens * mixers.linear_prefill_flops_per_token(shard.tp) / rates.attention_flops_per_s
+
+
 def step_time(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, shard: Sharding, *,
-              tokens_per_rank, sequences_per_rank, attended_keys, attention_flops, decode: bool,
-              moe_tokens=None, mixers: MixerShapes = NO_MIXERS) -> StepTime:
+              tokens_per_rank: Column, sequences_per_rank: Column, attended_keys: tuple[Column, Column],
+              attention_flops: tuple[Column, Column], decode: bool, moe_tokens: Column | None = None,
+              mixers: MixerShapes = NO_MIXERS) -> StepTime:
     """One step over every layer on one GPU of every pipeline stage in turn (a token crosses all of them).
 
     ``tokens_per_rank``: tokens each attention-DP rank runs this step; ``sequences_per_rank``: how many
@@ -264,23 +302,8 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, sha
     gemm = (model.num_layers - linear_layers) * attn_s + linear_layers * linear_s + dense_layers * dense_mlp_s \
         + moe_layers * shared_s + head_s
     experts = moe_layers * _experts_s(model, moe_tokens, shard, prec, expert_rates) if moe_layers else 0.0 * tokens
-    full_keys, sliding_keys = attended_keys
-    kv_token = kv_bytes_per_token_per_layer(model, shard.tp, prec.kv_bytes)
-    if decode:
-        scanned = np.asarray(full_keys, dtype=float)
-        attended = np.minimum(scanned, seqs * mixers.index_topk) if mixers.index_topk else scanned
-        keys = full_layers * attended + sliding_layers * np.asarray(sliding_keys, dtype=float)
-        attention = np.maximum(keys * kv_token / dense_rates.memory_bytes_per_s,
-                               keys * decode_attention_flops_per_key(model, shard.tp) / dense_rates.attention_flops_per_s)
-        indexer = full_layers * scanned * np.maximum(mixers.index_key_bytes / dense_rates.memory_bytes_per_s,
-                                                     mixers.index_flops_per_key / dense_rates.attention_flops_per_s)
-        states = linear_layers * seqs * 2.0 * mixers.linear_state_bytes(shard.tp) / dense_rates.memory_bytes_per_s
-        attention = attention + indexer + states
-    else:
-        full_flops, sliding_flops = attention_flops
-        attention = (full_layers * np.asarray(full_flops) + sliding_layers * np.asarray(sliding_flops)) \
-            / shard.tp / dense_rates.attention_flops_per_s \
-            + linear_layers * tokens * mixers.linear_prefill_flops_per_token(shard.tp) / dense_rates.attention_flops_per_s
+    attention = _decode_attention_s(model, prec, shard, seqs, attended_keys, mixers, dense_rates) if decode \
+        else _prefill_attention_s(model, shard, tokens, attention_flops, mixers, dense_rates)
     elementwise = model.num_layers * tokens * model.hidden_size * ELEMENTWISE_BYTES_PER_HIDDEN \
         / dense_rates.memory_bytes_per_s
     comm = dense_layers * _comm_per_layer_s(model, tokens, moe_tokens, shard, cluster, False) \

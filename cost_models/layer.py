@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paraplan.choices import PIPELINE_SCHEDULE_CODES
+from paraplan.arrays import Column, IntColumn
+from paraplan.choices import PIPELINE_SCHEDULE_CODES, Precision
 from paraplan.cost_models.collectives import collective_time_s
 from paraplan.cost_models.compute import (
     ComputeRates,
@@ -64,7 +65,7 @@ class LayerTimes:
     Zero-bubble and DualPipe schedules run it apart from the input gradients (schedules.py)."""
 
 
-def _attention_gemms_s(model: ModelSpec, tokens, tp, rates: ComputeRates):
+def _attention_gemms_s(model: ModelSpec, tokens: Column, tp: IntColumn, rates: ComputeRates) -> np.ndarray:
     """Forward seconds of the attention projections. MLA (DeepSeek): the query and KV down
     projections to their latents are replicated across TP; the up projections and the output
     projection are split over heads."""
@@ -80,14 +81,15 @@ def _attention_gemms_s(model: ModelSpec, tokens, tp, rates: ComputeRates):
     return query + kv_down + kv_up + gemm_time_s(tokens, h, a * model.v_head_dim / tp, rates)
 
 
-def _dense_mlp_gemms_s(model: ModelSpec, tokens, tp, rates: ComputeRates):
+def _dense_mlp_gemms_s(model: ModelSpec, tokens: Column, tp: IntColumn,
+                       rates: ComputeRates) -> tuple[np.ndarray, np.ndarray]:
     """(up + down, down alone) forward seconds of a dense layer's MLP."""
     h, f = model.hidden_size, model.ffn_size
     down = gemm_time_s(tokens, h, f / tp, rates)
     return gemm_time_s(tokens, f * (model.mlp_matrices - 1) / tp, h, rates) + down, down
 
 
-def _mla_up_projections_s(model: ModelSpec, tokens, tp, rates: ComputeRates):
+def _mla_up_projections_s(model: ModelSpec, tokens: Column, tp: IntColumn, rates: ComputeRates) -> np.ndarray:
     """Forward seconds of MLA's query and key/value up projections (latents to per-head Q, K, V)."""
     if not model.is_mla:
         return np.zeros_like(np.asarray(tokens, dtype=float))
@@ -96,7 +98,8 @@ def _mla_up_projections_s(model: ModelSpec, tokens, tp, rates: ComputeRates):
     return query + gemm_time_s(tokens, a * (model.qk_nope_head_dim + model.v_head_dim) / tp, model.kv_lora_rank, rates)
 
 
-def _module_recompute_s(model: ModelSpec, work: Workload, tokens, t: ConfigTable, rates: ComputeRates):
+def _module_recompute_s(model: ModelSpec, work: Workload, tokens: np.ndarray, t: ConfigTable,
+                        rates: ComputeRates) -> np.ndarray:
     """Seconds to rerun the ``modules`` recompute set in backward: the two norms (read the input,
     write the output), MLA's up projections and the routed experts' activation function."""
     h = model.hidden_size
@@ -108,7 +111,7 @@ def _module_recompute_s(model: ModelSpec, work: Workload, tokens, t: ConfigTable
     return norms + _mla_up_projections_s(model, tokens, t.tp, rates) + act
 
 
-def _exposed_expert_comm_s(moe_comm_s, layer_compute_s, t: ConfigTable):
+def _exposed_expert_comm_s(moe_comm_s: np.ndarray, layer_compute_s: np.ndarray, t: ConfigTable) -> np.ndarray:
     """Dispatch/combine the step waits for: all of it, or with the combined 1F1B schedule what
     outlasts the other micro-batch's compute of the same layer (forward of one under backward of
     the other), plus the compute slowed while they share the GPU: the all-to-all kernels hold
@@ -120,7 +123,7 @@ def _exposed_expert_comm_s(moe_comm_s, layer_compute_s, t: ConfigTable):
     return np.where((t.ep_overlap == 1) | (t.pp_schedule == PIPELINE_SCHEDULE_CODES["dualpipe"]), overlapped, comm)
 
 
-def _elementwise_bytes_per_token(model: ModelSpec, tp, sp, precision: str):
+def _elementwise_bytes_per_token(model: ModelSpec, tp: IntColumn, sp: IntColumn, precision: Precision) -> np.ndarray:
     """HBM bytes moved per token by the memory-bound ops of one layer forward (the MoE block's own
     element-wise kernels are priced in moe.py; a dense MLP's activation counts here, layer mean)."""
     h, q, kv, f = model.hidden_size, model.q_width, model.kv_width, model.ffn_size
@@ -154,7 +157,7 @@ EAGER_EXTRA_KERNELS_PER_LAYER = 19
 rotary tensor (1), repeat_kv's two copies and the output copy."""
 
 
-def _eager_extra_bytes_per_token(model: ModelSpec, tp, sp):
+def _eager_extra_bytes_per_token(model: ModelSpec, tp: IntColumn, sp: IntColumn) -> Column:
     """HBM bytes the eager ops of one layer forward move beyond the fused kernels ``_elementwise_bytes_per_token``
     prices (dense Llama-style blocks; an MoE block's own kernels are moe.py's)."""
     h, q, kv, f = model.hidden_size, model.q_width, model.kv_width, model.ffn_size
@@ -178,7 +181,8 @@ def causal_keys_per_query(model: ModelSpec, seq_len: int) -> float:
     return (model.sliding_layers * windowed + full_layers * seq_len / 2.0) / model.num_layers
 
 
-def _tp_comm_s(model: ModelSpec, tokens, t: ConfigTable, cluster: ClusterSpec, recompute_stops_early: bool):
+def _tp_comm_s(model: ModelSpec, tokens: np.ndarray, t: ConfigTable, cluster: ClusterSpec,
+               recompute_stops_early: bool) -> np.ndarray:
     """Two all-reduces (or all-gather + reduce-scatter pairs with SP) forward, two backward, and
     the recomputed forward's two (one when recompute stops before the down projection)."""
     size = tokens * model.hidden_size * ACTIVATION_BYTES
@@ -189,7 +193,7 @@ def _tp_comm_s(model: ModelSpec, tokens, t: ConfigTable, cluster: ClusterSpec, r
     return (2.0 * (1.0 + mlp) + recomputed) * per_collective
 
 
-def _exposed_tp_comm_s(tp_comm_s, gemm_s, t: ConfigTable, async_tp: bool):
+def _exposed_tp_comm_s(tp_comm_s: np.ndarray, gemm_s: np.ndarray, t: ConfigTable, async_tp: bool) -> np.ndarray:
     """TP communication the step waits for: all of it, or with the collectives pipelined under their GEMMs
     (torch's async TP, or Megatron's --tp-comm-overlap through Transformer Engine's userbuffers: ring-exchanged
     all-gather chunks into the GEMM, the GEMM's output reduce-scattered chunk by chunk) the first of the tp
@@ -206,7 +210,8 @@ def _exposed_tp_comm_s(tp_comm_s, gemm_s, t: ConfigTable, async_tp: bool):
     return np.where(async_tp | (t.tp_overlap == 1), overlapped, tp_comm_s)
 
 
-def _attention_core_s(model: ModelSpec, work: Workload, tokens, tp, rates: ComputeRates):
+def _attention_core_s(model: ModelSpec, work: Workload, tokens: Column, tp: IntColumn,
+                      rates: ComputeRates) -> tuple[np.ndarray, np.ndarray]:
     """(forward, backward) seconds of the attention core for ``tokens`` local queries."""
     if rates.attention_kernel == "unfused":
         score_elements = tokens * work.seq_len * model.num_heads / tp
@@ -216,8 +221,8 @@ def _attention_core_s(model: ModelSpec, work: Workload, tokens, tp, rates: Compu
                                   / tp, rates)
 
 
-def _cp_comm_s(model: ModelSpec, work: Workload, tokens, t: ConfigTable, cluster: ClusterSpec, attention_fwd_s,
-               attention_bwd_s):
+def _cp_comm_s(model: ModelSpec, work: Workload, tokens: np.ndarray, t: ConfigTable, cluster: ClusterSpec,
+               attention_fwd_s: np.ndarray, attention_bwd_s: np.ndarray) -> np.ndarray:
     """Exposed context-parallel traffic, forward + backward; recompute that reruns the attention core
     (selective, full) runs its forward communication again."""
     forward, backward = cp_comm_s(model, tokens, t.tp, t.cp, t.cp_comm, cluster, attention_fwd_s, attention_bwd_s,
@@ -225,7 +230,7 @@ def _cp_comm_s(model: ModelSpec, work: Workload, tokens, t: ConfigTable, cluster
     return forward * _attention_forward_runs(t) + backward
 
 
-def _attention_forward_runs(t: ConfigTable):
+def _attention_forward_runs(t: ConfigTable) -> np.ndarray:
     """Times the attention core's forward runs per step: twice when selective or full recompute reruns it."""
     return np.where((t.recompute == 1) | (t.recompute == 2), 2.0, 1.0)
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from paraplan.arrays import Column, IntColumn
+from paraplan.choices import Precision
 from paraplan.cost_models.context_parallel import gathered_kv_bytes
 from paraplan.cost_models.device_memory import non_torch_bytes, reserved_bytes
 from paraplan.cost_models.layer import ACTIVATION_BYTES
@@ -87,8 +89,10 @@ def _attention_stored_widths(model: ModelSpec) -> tuple[int, int, int]:
     return model.q_width + 2 * model.kv_width, model.q_width, 0
 
 
-def layer_activation_bytes_per_token(model: ModelSpec, tp, sp, recompute, gemm_input_bytes: float = 2.0, etp=1,
-                                     selective_saves: str = "attention_core", gathered_gemm_inputs: bool = False):
+def layer_activation_bytes_per_token(model: ModelSpec, tp: IntColumn, sp: IntColumn, recompute: IntColumn,
+                                     gemm_input_bytes: float = 2.0, etp: IntColumn = 1,
+                                     selective_saves: str = "attention_core",
+                                     gathered_gemm_inputs: bool = False) -> np.ndarray:
     """Activation bytes one layer stores per token for its backward, on one GPU (mean over dense
     and MoE layers; the MoE block's share is :func:`moe.moe_activation_bytes_per_token`).
 
@@ -104,7 +108,8 @@ def layer_activation_bytes_per_token(model: ModelSpec, tp, sp, recompute, gemm_i
     norm_inputs, gemm_inputs = ACTIVATION_BYTES * model.norms_per_layer * h, gemm_input_bytes * (2 * h + latent)
     replicated = norm_inputs + (0.0 if gathered_gemm_inputs else gemm_inputs) + (2 * h if model.dropout else 0)
     whole_sequence = gemm_inputs if gathered_gemm_inputs else 0.0  # kept all-gathered: never divided by tp
-    sharded = ACTIVATION_BYTES * qkv + gemm_input_bytes * out + dense_frac * (ACTIVATION_BYTES * gate + gemm_input_bytes) * f
+    sharded = ACTIVATION_BYTES * qkv + gemm_input_bytes * out \
+        + dense_frac * (ACTIVATION_BYTES * gate + gemm_input_bytes) * f
     moe = moe_frac * moe_activation_bytes_per_token(model, tp, etp, gemm_input_bytes) if model.is_moe else 0.0
     stored = replicated / seq_shard + sharded / np.asarray(tp, dtype=float) + moe + whole_sequence
     # The ``modules`` set (layernorm, mla_up_proj, moe_act) keeps the norms' inputs, MLA's latents
@@ -121,7 +126,7 @@ def layer_activation_bytes_per_token(model: ModelSpec, tp, sp, recompute, gemm_i
     return np.select([recompute == 2, recompute == 3, recompute == 1], [layer_input, stored - rerun, selective], stored)
 
 
-def alternate_matmul_bytes_per_token(model: ModelSpec, tp, seq_shard):
+def alternate_matmul_bytes_per_token(model: ModelSpec, tp: IntColumn, seq_shard: IntColumn) -> np.ndarray:
     """What torchtitan's op-level selective checkpointing keeps of a dense layer per token: the layer's
     input (the checkpoint's argument) and the outputs its policy saves. The policy saves every aten.mm
     output except every second one (counted per layer) and the attention kernel's output and
@@ -135,33 +140,33 @@ def alternate_matmul_bytes_per_token(model: ModelSpec, tp, seq_shard):
     return ACTIVATION_BYTES * model.hidden_size / seq_shard + attention / tp + mlp
 
 
-def attention_scores_bytes_per_token(model: ModelSpec, seq_len: int, tp):
+def attention_scores_bytes_per_token(model: ModelSpec, seq_len: int, tp: IntColumn) -> np.ndarray:
     """Unfused attention keeps the softmax output (2 B per score) and, with attention dropout, its
     1-byte mask and 2-byte output: 5·a·s bytes per token with dropout, 2·a·s without (/tp)."""
     per_score = 5.0 if model.dropout else 2.0
     return per_score * model.num_heads * seq_len / np.asarray(tp, dtype=float)
 
 
-def expert_data_parallel(t: ConfigTable):
+def expert_data_parallel(t: ConfigTable) -> np.ndarray:
     """Size of the routed experts' data-parallel group: the tp·dp·cp ranks of a pipeline stage
     that hold the same expert shard (Megatron-core's expert_data_parallel_size)."""
     return t.tp * t.dp * t.cp // (t.ep * t.etp)
 
 
-def _gemm_input_bytes(precision: str) -> float:
+def _gemm_input_bytes(precision: Precision) -> float:
     """fp8 GEMM inputs are saved as 1-byte casts; fp4 recipes also keep 1 byte (MXFP8/NVFP4 TE
     recipes save an fp8 copy for the weight-gradient GEMM, which runs at higher precision)."""
     return 1.0 if precision in ("fp8", "fp4") else ACTIVATION_BYTES
 
 
-def _scores_bytes(model: ModelSpec, work: Workload, t: ConfigTable, tokens):
+def _scores_bytes(model: ModelSpec, work: Workload, t: ConfigTable, tokens: np.ndarray) -> np.ndarray:
     """Score matrices an unfused attention layer keeps for one micro-batch (zero for flash kernels)."""
     if work.attention != "unfused":
         return np.zeros(len(t))
     return tokens * attention_scores_bytes_per_token(model, work.seq_len, t.tp)
 
 
-def stored_layer_bytes(model: ModelSpec, work: Workload, t: ConfigTable):
+def stored_layer_bytes(model: ModelSpec, work: Workload, t: ConfigTable) -> np.ndarray:
     """Activation bytes one layer keeps for its backward, per micro-batch, on one GPU: what an
     offloaded layer copies to the host and back."""
     tokens = t.mbs * work.seq_len / t.cp
@@ -172,7 +177,7 @@ def stored_layer_bytes(model: ModelSpec, work: Workload, t: ConfigTable):
     return per_layer + np.where(t.recompute == 0, _scores_bytes(model, work, t, tokens), 0.0)
 
 
-def _per_row(value, size: tuple[int]) -> np.ndarray:
+def _per_row(value: Column, size: tuple[int]) -> np.ndarray:
     """``value`` (a scalar or an array over rows) as its own writable array of ``size``."""
     return np.array(np.broadcast_to(value, size), dtype=float)
 
@@ -235,119 +240,215 @@ def state_shares(model: ModelSpec, work: Workload, t: ConfigTable) -> StateShare
     experts = recipe.sharded_bytes_per_param(t.zero, expert_data_parallel(t))
     root_gathered = np.where(work.fsdp_root_stays_gathered & (t.zero >= recipe.weights_sharded_from_zero),
                              recipe.param_gather_bytes / t.tp, 0.0)
-    return StateShares(*(_per_row(share, size) for share in (*dense, *experts)),
+    return StateShares(weights_frac=_per_row(dense[0], size), grads_frac=_per_row(dense[1], size),
+                       optimizer_frac=_per_row(dense[2], size), expert_weights_frac=_per_row(experts[0], size),
+                       expert_grads_frac=_per_row(experts[1], size),
+                       expert_optimizer_frac=_per_row(experts[2], size),
                        gathered_bytes=_per_row(_gathered_bytes(model, work, t), size),
                        root_gathered_frac=_per_row(root_gathered, size),
                        non_torch_bytes=_per_row(non_torch_bytes(t.tp, t.pp, t.dp, t.cp, t.ep), size))
 
 
 def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: StageLayout,
-                     num_microbatches, per_layer=None, ranks: RankWork | None = None,
+                     num_microbatches: Column, per_layer: np.ndarray | None = None, ranks: RankWork | None = None,
                      layer: LayerMemory | None = None, shares: StateShares | None = None) -> MemoryBreakdown:
-    """Itemised peak memory of the first and last stage; the larger one is reported.
+    """Itemised peak memory of the first and last stage and the busiest middle rank; the largest is reported.
 
     ``per_layer``: :func:`stored_layer_bytes`, when the caller has it already. ``ranks``: the schedule's
     per-rank work (schedules.rank_work) whose ``layout`` is ``layout``; None = 1F1B's placement. ``layer``
     and ``shares``: :func:`layer_memory` and :func:`state_shares` of ``t``, when the caller has them.
     """
-    recipe = work.recipe
     layer = layer_memory(model, work, t) if layer is None else layer
     shares = state_shares(model, work, t) if shares is None else shares
     per_layer = layer.per_layer_bytes if per_layer is None else per_layer
+    grads_held = _grads_held_frac(work, t, num_microbatches)
+    first, last, middle = _stage_peaks(model, work, t, layout, num_microbatches, per_layer, ranks, layer, shares,
+                                       grads_held)
+    return _breakdown_at_worst(work, t, layer, shares, grads_held, per_layer, first, last, middle)
+
+
+@dataclass(frozen=True, slots=True)
+class StagePeak:
+    """One pipeline rank at the peak of its activations, per row, on one GPU."""
+
+    params: np.ndarray
+    """Parameters outside the routed experts (already divided by tp)."""
+    expert_params: np.ndarray
+    """Routed-expert parameters (already divided by ep·etp)."""
+    activations_bytes: np.ndarray
+    """Saved activations of the micro-batches in flight (:func:`_activation_bytes`)."""
+    transient_bytes: np.ndarray
+    """Gathered weights and working set (:func:`_transient_bytes`)."""
+    runs_loss: np.ndarray | bool
+    """The rank runs the output layer and the loss, so it also holds the logits."""
+    allocated_bytes: np.ndarray
+    """Live tensors at the peak: model states, activations, transient buffers and the logits where it runs the
+    loss (the last rank: the first rank's where pp = 1; the middle rank: 0 where pp < 3)."""
+
+
+def _stage_peaks(model: ModelSpec, work: Workload, t: ConfigTable, layout: StageLayout, num_microbatches: Column,
+                 per_layer: np.ndarray, ranks: RankWork | None, layer: LayerMemory, shares: StateShares,
+                 grads_held: np.ndarray) -> tuple[StagePeak, StagePeak, StagePeak]:
+    """The :class:`StagePeak` of the first rank, the last rank and the busiest middle rank."""
     pp1 = t.pp == 1
-    # Offload runs with pp = 1 only, so one micro-batch is in flight and the first stage is the model.
+    first_acts, last_acts, middle_acts = _activation_bytes(t, layout, per_layer, layer.embedding_output_bytes,
+                                                           num_microbatches)
+    loss_on_first, loss_on_last = _loss_ranks(t, ranks)
+    loss = layer.loss_bytes
+    stage_gathered = _stage_gathered_bytes_per_param(work, t, num_microbatches)
+    middle_params, middle_experts = _middle_rank_params(model, t, layout, ranks)
+    first_root = model.embedding_params() + np.where(pp1, model.output_params(), 0.0)
+    first_transient = _transient_bytes(layer, shares, stage_gathered, layout.first_params, first_root)
+    last_transient = _transient_bytes(layer, shares, stage_gathered, layout.last_params, model.output_params())
+    middle_transient = _transient_bytes(layer, shares, stage_gathered, middle_params, 0.0)
+    first_total = _states_bytes(shares, layout.first_params, layout.first_expert_params, grads_held) + first_acts \
+        + first_transient + np.where(loss_on_first, loss, 0.0)
+    last_total = np.where(pp1, first_total,
+                          _states_bytes(shares, layout.last_params, layout.last_expert_params, grads_held)
+                          + last_acts + last_transient + np.where(loss_on_last, loss, 0.0))
+    middle_total = np.where(t.pp >= 3, _states_bytes(shares, middle_params, middle_experts, grads_held)
+                            + middle_acts + middle_transient, 0.0)
+    return (StagePeak(params=layout.first_params, expert_params=layout.first_expert_params,
+                      activations_bytes=first_acts, transient_bytes=first_transient, runs_loss=loss_on_first,
+                      allocated_bytes=first_total),
+            StagePeak(params=layout.last_params, expert_params=layout.last_expert_params, activations_bytes=last_acts,
+                      transient_bytes=last_transient, runs_loss=loss_on_last, allocated_bytes=last_total),
+            StagePeak(params=middle_params, expert_params=middle_experts, activations_bytes=middle_acts,
+                      transient_bytes=middle_transient, runs_loss=False, allocated_bytes=middle_total))
+
+
+def _activation_bytes(t: ConfigTable, layout: StageLayout, per_layer: np.ndarray, embedding_output_bytes: np.ndarray,
+                      num_microbatches: Column) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first, last, busiest middle) rank's saved activations at its peak, bytes on one GPU: the layers' stored
+    bytes (``per_layer`` each) times the micro-batches in flight, the first rank's with the embedding output and
+    without its offloaded layers. Offload runs with pp = 1 only, so one micro-batch is in flight and the first
+    stage is the model."""
     first_in_flight = in_flight_microbatches(t.pp_schedule, t.pp, num_microbatches,
                                              in_flight_chunks(t.pp, t.vpp, num_microbatches, last_rank=False) / t.vpp)
     last_in_flight = in_flight_microbatches(t.pp_schedule, t.pp, num_microbatches,
                                             in_flight_chunks(t.pp, t.vpp, num_microbatches, last_rank=True) / t.vpp)
-    embedding_output = layer.embedding_output_bytes
-    first_acts = (per_layer * (layout.first_layers - t.offload) + embedding_output) * first_in_flight
-    last_acts = per_layer * layout.last_layers * last_in_flight
-    # The ranks that run the loss: the last under 1F1B; the first under DualPipeV; both edges under DualPipe.
-    loss_on_first = pp1 | (ranks is not None and ranks.output_on_first > 0)
+    middle_in_flight = in_flight_microbatches(t.pp_schedule, t.pp, num_microbatches,
+                                              in_flight_chunks_at(t.pp, t.vpp, num_microbatches, 1) / t.vpp)
+    first = (per_layer * (layout.first_layers - t.offload) + embedding_output_bytes) * first_in_flight
+    return first, per_layer * layout.last_layers * last_in_flight, per_layer * layout.middle_layers * middle_in_flight
+
+
+def _loss_ranks(t: ConfigTable, ranks: RankWork | None) -> tuple[np.ndarray, np.ndarray | bool]:
+    """(whether the first rank runs the loss, whether the last does): the last under 1F1B; the first under
+    DualPipeV; both edges under DualPipe; the one stage where pp = 1."""
+    loss_on_first = (t.pp == 1) | (ranks is not None and ranks.output_on_first > 0)
     loss_on_last = ranks.output_on_last > 0 if ranks is not None else True
-    loss = layer.loss_bytes
-    working_set = layer.working_set_bytes
-    weights_frac, grads_frac, optim_frac = shares.weights_frac, shares.grads_frac, shares.optimizer_frac
-    expert_fracs = shares.expert_weights_frac, shares.expert_grads_frac, shares.expert_optimizer_frac
-    # Gradients freed after every step exist at the first micro-batch's activation peak only when an
-    # earlier micro-batch's backward has run (accumulation or a pipeline schedule).
-    grads_held = np.where(work.frees_grads_between_steps & (num_microbatches <= 1) & pp1, 0.0, 1.0)
-    gathered = shares.gathered_bytes
+    return loss_on_first, loss_on_last
+
+
+def _grads_held_frac(work: Workload, t: ConfigTable, num_microbatches: Column) -> np.ndarray:
+    """1 where gradients exist at the activation peak, else 0. Gradients freed after every step exist at the
+    first micro-batch's activation peak only when an earlier micro-batch's backward has run (accumulation or a
+    pipeline schedule)."""
+    return np.where(work.frees_grads_between_steps & (num_microbatches <= 1) & (t.pp == 1), 0.0, 1.0)
+
+
+def _stage_gathered_bytes_per_param(work: Workload, t: ConfigTable, num_microbatches: Column) -> np.ndarray:
+    """Bytes per parameter of the stage kept gathered (unsharded) through compute: the gathered weights under
+    reshard-after-backward only (FSDP SHARD_GRAD_OP), the gathered weights and the unsharded fp32 gradients
+    under pipelined FSDP2; 0 otherwise."""
+    recipe = work.recipe
     # Reshard-after-backward only (FSDP SHARD_GRAD_OP): the whole stage stays gathered in compute.
     stage_gathered = np.where((t.zero == 2) & (recipe.weights_sharded_from_zero == 2), recipe.param_gather_bytes, 0.0)
     # Pipelined FSDP2 (torchtitan): after the first micro-batch's backward the stage's weights stay gathered
     # (ZeRO-3 too) and its gradients accumulate unsharded in fp32 (the recipe's gradient bytes).
-    pipelined_fsdp = work.pipeline_fsdp_unsharded & ~pp1 & (t.zero >= recipe.weights_sharded_from_zero) \
+    pipelined_fsdp = work.pipeline_fsdp_unsharded & (t.pp != 1) & (t.zero >= recipe.weights_sharded_from_zero) \
         & (np.asarray(num_microbatches) > 1)
-    stage_gathered = np.where(pipelined_fsdp, recipe.param_gather_bytes + recipe.grad_bytes, stage_gathered)
-    root_gathered = shares.root_gathered_frac
+    return np.where(pipelined_fsdp, recipe.param_gather_bytes + recipe.grad_bytes, stage_gathered)
 
-    def states(params, expert_params, grads=grads_held):
-        held = weights_frac + grads * grads_frac + optim_frac
-        return params * held + expert_params * (expert_fracs[0] + grads * expert_fracs[1] + expert_fracs[2])
 
-    def late_grads(params, expert_params):
-        """Gradients created after the activation peak (absent at it)."""
-        return (1.0 - grads_held) * (params * grads_frac + expert_params * expert_fracs[1])
-
-    def transient(params, root_params):
-        return gathered + stage_gathered * params + root_gathered * root_params + working_set
-
-    first_root = model.embedding_params() + np.where(pp1, model.output_params(), 0.0)
-    first_transient = transient(layout.first_params, first_root)
-    last_transient = transient(layout.last_params, model.output_params())
-    first_total = states(layout.first_params, layout.first_expert_params) + first_acts + first_transient \
-        + np.where(loss_on_first, loss, 0.0)
-    last_total = np.where(pp1, first_total, states(layout.last_params, layout.last_expert_params) + last_acts
-                          + last_transient + np.where(loss_on_last, loss, 0.0))
-    # The busiest middle rank: rank 1, which holds the most layers of any middle rank (every engine's split
-    # gives extra layers to the first chunks) and the most in-flight micro-batches (pp - 1) among them.
+def _middle_rank_params(model: ModelSpec, t: ConfigTable, layout: StageLayout,
+                        ranks: RankWork | None) -> tuple[np.ndarray, np.ndarray]:
+    """(parameters outside the routed experts, routed-expert parameters) on one GPU of the busiest middle rank:
+    rank 1, which holds the most layers of any middle rank (every engine's split gives extra layers to the first
+    chunks) and the most in-flight micro-batches (pp − 1) among them."""
     middle_param_layers = layout.middle_layers if ranks is None else ranks.middle_param_layers
-    middle_params = middle_param_layers * model.shared_params_per_layer_mean() / t.tp
-    middle_experts = middle_param_layers * model.routed_params_per_layer_mean() / (t.ep * t.etp)
-    middle_acts = per_layer * layout.middle_layers * in_flight_microbatches(
-        t.pp_schedule, t.pp, num_microbatches, in_flight_chunks_at(t.pp, t.vpp, num_microbatches, 1) / t.vpp)
-    middle_transient = transient(middle_params, 0.0)
-    has_middle = t.pp >= 3
-    middle_total = np.where(has_middle, states(middle_params, middle_experts) + middle_acts + middle_transient, 0.0)
+    return (middle_param_layers * model.shared_params_per_layer_mean() / t.tp,
+            middle_param_layers * model.routed_params_per_layer_mean() / (t.ep * t.etp))
+
+
+def _states_bytes(shares: StateShares, params: np.ndarray, expert_params: np.ndarray, grads: Column) -> np.ndarray:
+    """Weights, gradients (times ``grads``: 1 held, 0 not yet created) and optimizer states of ``params`` and
+    ``expert_params`` parameters, bytes on one GPU."""
+    held = shares.weights_frac + grads * shares.grads_frac + shares.optimizer_frac
+    return params * held + expert_params * (shares.expert_weights_frac + grads * shares.expert_grads_frac
+                                            + shares.expert_optimizer_frac)
+
+
+def _late_grads_bytes(shares: StateShares, grads_held: np.ndarray, params: np.ndarray,
+                      expert_params: np.ndarray) -> np.ndarray:
+    """Gradients created after the activation peak (absent at it), bytes on one GPU."""
+    return (1.0 - grads_held) * (params * shares.grads_frac + expert_params * shares.expert_grads_frac)
+
+
+def _transient_bytes(layer: LayerMemory, shares: StateShares, stage_gathered: np.ndarray, params: np.ndarray,
+                     root_params: Column) -> np.ndarray:
+    """Buffers live only while a layer runs, bytes on one GPU: the layer-at-a-time gathered weights, the stage
+    kept gathered (``stage_gathered`` bytes per parameter), FSDP2's gathered root (``root_params`` embedding and
+    output parameters) and the working set."""
+    return shares.gathered_bytes + stage_gathered * params + shares.root_gathered_frac * root_params \
+        + layer.working_set_bytes
+
+
+def _pick(at_first: np.ndarray, at_last: np.ndarray, first: Column | bool, last: Column | bool,
+          middle: Column | bool) -> np.ndarray:
+    """Per row, ``first`` where ``at_first``, else ``last`` where ``at_last``, else ``middle`` (np.where, not
+    np.choose: the same values, several times faster)."""
+    return np.where(at_first, first, np.where(at_last, last, middle))
+
+
+def _breakdown_at_worst(work: Workload, t: ConfigTable, layer: LayerMemory, shares: StateShares,
+                        grads_held: np.ndarray, per_layer: np.ndarray, first: StagePeak, last: StagePeak,
+                        middle: StagePeak) -> MemoryBreakdown:
+    """The :class:`MemoryBreakdown` of the rank whose live tensors peak highest, with the allocator's reserve."""
+    pp1 = t.pp == 1
     # Worst stage: 0 first, 1 last, 2 the busiest middle rank (ties go to the earlier label).
-    worst = np.argmax(np.stack([first_total, np.where(pp1, 0.0, last_total), middle_total]), axis=0)
-    at_first, at_last = worst == 0, worst == 1  # np.where, not np.choose: the same values, several times faster
-    pick = lambda first, last, middle: np.where(at_first, first, np.where(at_last, last, middle))
-    params = pick(layout.first_params, layout.last_params, middle_params)
-    experts = pick(layout.first_expert_params, layout.last_expert_params, middle_experts)
-    activation_peak = np.maximum(np.maximum(first_total, last_total), middle_total)
+    worst = np.argmax(np.stack([first.allocated_bytes, np.where(pp1, 0.0, last.allocated_bytes),
+                                middle.allocated_bytes]), axis=0)
+    at_first, at_last = worst == 0, worst == 1
+    params = _pick(at_first, at_last, first.params, last.params, middle.params)
+    experts = _pick(at_first, at_last, first.expert_params, last.expert_params, middle.expert_params)
+    activation_peak = np.maximum(np.maximum(first.allocated_bytes, last.allocated_bytes), middle.allocated_bytes)
     # The optimizer step holds every state at once, gradients included, and no activations: it is the
     # peak where gradients are freed between steps and activations are small.
-    step_peak = states(params, experts, grads=1.0)
+    step_peak = _states_bytes(shares, params, experts, grads=1.0)
     allocated = np.maximum(activation_peak, step_peak)
     # Gradients created after the activation peak find the allocator's cached blocks cut to activation
     # sizes and take new segments: reserved holds them on top of the activation peak's blocks (the H100
     # probe, bench/gpu_memory_probe.py: max_reserved exceeds the fragmented activation peak by about the
     # gradient bytes; torchtitan's 8 -> 128 rank rows fall by 16 B per parameter, not 12).
-    reserved = np.maximum(reserved_bytes(activation_peak, work.allocator) + late_grads(params, experts),
+    reserved = np.maximum(reserved_bytes(activation_peak, work.allocator)
+                          + _late_grads_bytes(shares, grads_held, params, experts),
                           reserved_bytes(step_peak, work.allocator))
     outside = shares.non_torch_bytes
-    holds_loss = np.where(worst == 0, loss_on_first, np.where(worst == 1, loss_on_last, False))
+    holds_loss = _pick(at_first, at_last, first.runs_loss, last.runs_loss, False)
     largest = np.where(holds_loss, layer.largest_logits_bytes, layer.largest_layer_tensor_bytes)
+    expert_fracs = shares.expert_weights_frac, shares.expert_grads_frac, shares.expert_optimizer_frac
     return MemoryBreakdown(
-        weights_bytes=params * weights_frac + experts * expert_fracs[0],
-        grads_bytes=np.where(allocated > activation_peak, 1.0, grads_held) * (params * grads_frac + experts * expert_fracs[1]),
-        optimizer_bytes=params * optim_frac + experts * expert_fracs[2],
-        activations_bytes=pick(first_acts, last_acts, middle_acts),
-        logits_bytes=np.where(holds_loss, loss, 0.0),
-        transient_bytes=pick(first_transient, last_transient, middle_transient),
+        weights_bytes=params * shares.weights_frac + experts * shares.expert_weights_frac,
+        grads_bytes=np.where(allocated > activation_peak, 1.0, grads_held)
+        * (params * shares.grads_frac + experts * shares.expert_grads_frac),
+        optimizer_bytes=params * shares.optimizer_frac + experts * shares.expert_optimizer_frac,
+        activations_bytes=_pick(at_first, at_last, first.activations_bytes, last.activations_bytes,
+                                middle.activations_bytes),
+        logits_bytes=np.where(holds_loss, layer.loss_bytes, 0.0),
+        transient_bytes=_pick(at_first, at_last, first.transient_bytes, last.transient_bytes,
+                              middle.transient_bytes),
         host_bytes=per_layer * t.offload,
         allocated_bytes=allocated,
-        first_allocated_bytes=first_total,
-        last_allocated_bytes=last_total,
-        first_activations_bytes=first_acts,
-        last_activations_bytes=np.where(pp1, first_acts, last_acts),
-        middle_allocated_bytes=middle_total,
-        middle_activations_bytes=np.where(has_middle, middle_acts, 0.0),
-        middle_states_bytes=middle_params * (weights_frac + grads_frac + optim_frac)
-        + middle_experts * sum(expert_fracs),
+        first_allocated_bytes=first.allocated_bytes,
+        last_allocated_bytes=last.allocated_bytes,
+        first_activations_bytes=first.activations_bytes,
+        last_activations_bytes=np.where(pp1, first.activations_bytes, last.activations_bytes),
+        middle_allocated_bytes=middle.allocated_bytes,
+        middle_activations_bytes=np.where(t.pp >= 3, middle.activations_bytes, 0.0),
+        middle_states_bytes=middle.params * (shares.weights_frac + shares.grads_frac + shares.optimizer_frac)
+        + middle.expert_params * sum(expert_fracs),
         reserved_bytes=reserved,
         non_torch_bytes=outside,
         reserve_bytes=reserved - allocated + outside,
@@ -357,12 +458,12 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
     )
 
 
-def in_flight_chunks(pp, vpp, num_microbatches, last_rank: bool):
+def in_flight_chunks(pp: IntColumn, vpp: IntColumn, num_microbatches: Column, last_rank: bool) -> np.ndarray:
     """:func:`in_flight_chunks_at` of the first or the last pipeline rank."""
     return in_flight_chunks_at(pp, vpp, num_microbatches, np.asarray(pp) - 1 if last_rank else 0)
 
 
-def in_flight_chunks_at(pp, vpp, num_microbatches, rank):
+def in_flight_chunks_at(pp: IntColumn, vpp: IntColumn, num_microbatches: Column, rank: IntColumn) -> np.ndarray:
     """Model chunks whose activations a pipeline rank holds at its peak. Megatron's interleaved
     schedule runs (pp − r − 1)·2 + (vpp − 1)·pp warm-up forwards on rank r before its first backward,
     so rank r holds that many chunks plus one, at most every chunk of the step (m·vpp); 1F1B holds
@@ -376,7 +477,7 @@ def in_flight_chunks_at(pp, vpp, num_microbatches, rank):
     return np.where(vpp > 1, interleaved, np.minimum(pp - rank, m))
 
 
-def _working_set_bytes(model: ModelSpec, work: Workload, t: ConfigTable, tokens):
+def _working_set_bytes(model: ModelSpec, work: Workload, t: ConfigTable, tokens: np.ndarray) -> np.ndarray:
     """Transient activations while one layer is recomputed in backward: its whole activations (full
     recompute) and its score matrices (unfused attention under selective or full); all-gather CP holds the
     whole sequence's K, V (and dK, dV) of the layer in backward."""
@@ -384,23 +485,24 @@ def _working_set_bytes(model: ModelSpec, work: Workload, t: ConfigTable, tokens)
                                                                  _gemm_input_bytes(work.precision), t.etp,
                                                                  gathered_gemm_inputs=work.saves_gathered_gemm_inputs)
     scores = _scores_bytes(model, work, t, tokens)
-    working_set = np.where(t.recompute == 2, recomputed_layer, 0.0) + np.where(np.isin(t.recompute, (1, 2)), scores, 0.0)
+    working_set = np.where(t.recompute == 2, recomputed_layer, 0.0) \
+        + np.where(np.isin(t.recompute, (1, 2)), scores, 0.0)
     return working_set + gathered_kv_bytes(model, tokens, t.tp, t.cp, t.cp_comm)
 
 
-def _largest_logits_bytes(model: ModelSpec, work: Workload, t: ConfigTable, tokens):
+def _largest_logits_bytes(model: ModelSpec, work: Workload, t: ConfigTable, tokens: np.ndarray) -> np.ndarray:
     """The largest single tensor of a stage that runs the loss: the logits in fp32 (the loss's upcast copy
     or its gradient), or in bf16 where a fused loss never upcasts them (loss_bytes_per_logit below 4)."""
     return tokens * model.vocab_size / t.tp * np.minimum(4.0, work.loss_bytes_per_logit / 2)
 
 
-def _largest_layer_tensor_bytes(model: ModelSpec, t: ConfigTable, tokens):
+def _largest_layer_tensor_bytes(model: ModelSpec, t: ConfigTable, tokens: np.ndarray) -> np.ndarray:
     """The largest single tensor of a stage without the loss: the MLP's up-projection output in bf16
     (gate and up together for gated MLPs), sharded by TP."""
     return tokens * model.ffn_size * (2 if model.gated_mlp else 1) * ACTIVATION_BYTES / t.tp
 
 
-def _gathered_bytes(model: ModelSpec, work: Workload, t: ConfigTable):
+def _gathered_bytes(model: ModelSpec, work: Workload, t: ConfigTable) -> np.ndarray:
     """Sharded weights gathered a layer at a time: the gathered copy, the prefetched next one and its
     gradient; engines that gather per parameter tensor hold only the largest tensors."""
     recipe = work.recipe
@@ -409,7 +511,7 @@ def _gathered_bytes(model: ModelSpec, work: Workload, t: ConfigTable):
                     unit_params / t.tp * (2 * recipe.param_gather_bytes + recipe.grad_bytes), 0.0)
 
 
-def trimmed_to_capacity(memory: MemoryBreakdown, usable_bytes) -> MemoryBreakdown:
+def trimmed_to_capacity(memory: MemoryBreakdown, usable_bytes: Column) -> MemoryBreakdown:
     """The breakdown as the device would show it: where the fragmented peak would pass usable capacity
     but what must fit does fit, the allocator trims its cache and holds the capacity instead (the H100
     probe's near-capacity rows report max_reserved within 0.3 GiB of capacity less non-PyTorch memory)."""

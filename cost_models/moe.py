@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from paraplan.arrays import Column, IntColumn
+from paraplan.choices import Precision
 from paraplan.cost_models.collectives import (
     all_to_all_time_s,
     collective_time_s,
@@ -54,13 +56,13 @@ class MoETimes:
     """Forward GEMMs alone (router, experts, shared expert): what the weight gradients repeat in backward."""
 
 
-def routed_copies_per_rank(model: ModelSpec, work: Workload, t: ConfigTable):
+def routed_copies_per_rank(model: ModelSpec, work: Workload, t: ConfigTable) -> np.ndarray:
     """Token copies one GPU's experts process per micro-batch with a balanced router: k·T/tp·etp."""
     tokens = t.mbs * work.seq_len / t.cp
     return model.experts_per_token * tokens / t.tp * t.etp
 
 
-def expert_imbalance(work: Workload, t: ConfigTable, copies_per_rank):
+def expert_imbalance(work: Workload, t: ConfigTable, copies_per_rank: np.ndarray) -> np.ndarray:
     """The busiest EP rank's routed tokens over the mean rank's (≥ 1 when dropless), per config.
 
     With token dropping padded to capacity, the capacity factor itself. Otherwise (dropless):
@@ -83,7 +85,7 @@ def expert_imbalance(work: Workload, t: ConfigTable, copies_per_rank):
     return 1.0 + np.sqrt(2.0 * np.log(ep)) * sigma_over_mean
 
 
-def _grouped_expert_gemms_s(model: ModelSpec, copies, t: ConfigTable, rates: ComputeRates):
+def _grouped_expert_gemms_s(model: ModelSpec, copies: np.ndarray, t: ConfigTable, rates: ComputeRates) -> np.ndarray:
     """Forward seconds of the local experts' up and down GEMMs, each at its per-expert shape, as
     one grouped kernel (one launch per matrix, not per expert)."""
     h, f = model.hidden_size, model.expert_ffn_size / t.etp
@@ -94,7 +96,7 @@ def _grouped_expert_gemms_s(model: ModelSpec, copies, t: ConfigTable, rates: Com
     return local_experts * (up + down) + 2.0 * rates.kernel_overhead_s
 
 
-def _shared_expert_gemms_s(model: ModelSpec, tokens, tp, rates: ComputeRates):
+def _shared_expert_gemms_s(model: ModelSpec, tokens: Column, tp: IntColumn, rates: ComputeRates) -> np.ndarray:
     """Forward seconds of the shared expert: a dense MLP, tensor-parallel like the attention."""
     if not model.shared_expert_ffn_size:
         return np.zeros_like(np.asarray(tokens, dtype=float))
@@ -102,7 +104,8 @@ def _shared_expert_gemms_s(model: ModelSpec, tokens, tp, rates: ComputeRates):
     return gemm_time_s(tokens, (model.mlp_matrices - 1) * f, h, rates) + gemm_time_s(tokens, h, f, rates)
 
 
-def _elementwise_s(model: ModelSpec, routed_tokens, copies, t: ConfigTable, precision: str, rates: ComputeRates):
+def _elementwise_s(model: ModelSpec, routed_tokens: np.ndarray, copies: np.ndarray, t: ConfigTable,
+                   precision: Precision, rates: ComputeRates) -> np.ndarray:
     """Forward seconds of router softmax/top-k, permute, unpermute, the expert activation and the
     fp8/fp4 casts of the expert GEMM inputs (read 16-bit, write the narrow copy)."""
     h, f = model.hidden_size, model.expert_ffn_size / t.etp
@@ -113,7 +116,7 @@ def _elementwise_s(model: ModelSpec, routed_tokens, copies, t: ConfigTable, prec
     return memory_bound_time_s(router + permute + activation + casts, MOE_ELEMENTWISE_KERNELS, rates)
 
 
-def expected_remote_domains(model: ModelSpec, ep, stride, cluster: ClusterSpec):
+def expected_remote_domains(model: ModelSpec, ep: IntColumn, stride: IntColumn, cluster: ClusterSpec) -> np.ndarray:
     """Distinct NVLink domains other than its own that one routed token's k experts sit on, on average.
 
     The ep ranks hold the experts in expert order, so each of the D domains of the group holds E/D
@@ -133,8 +136,8 @@ def expected_remote_domains(model: ModelSpec, ep, stride, cluster: ClusterSpec):
     return distinct * (domains - 1.0) / domains
 
 
-def _expert_comm_s(model: ModelSpec, work: Workload, routed_tokens, t: ConfigTable, cluster: ClusterSpec,
-                   imbalance):
+def _expert_comm_s(model: ModelSpec, work: Workload, routed_tokens: np.ndarray, t: ConfigTable,
+                   cluster: ClusterSpec, imbalance: np.ndarray) -> np.ndarray:
     """Dispatch and combine, forward and backward: four all-to-alls of the k copies of each routed
     token over ep (members etp apart, Megatron's expert rank order etp-ep-edp-pp), plus an
     all-gather and a reduce-scatter over etp around the expert GEMMs, each twice. With the ``deepep``
@@ -176,7 +179,8 @@ def moe_block_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: Com
     )
 
 
-def moe_activation_bytes_per_token(model: ModelSpec, tp, etp, gemm_input_bytes: float):
+def moe_activation_bytes_per_token(model: ModelSpec, tp: IntColumn, etp: IntColumn,
+                                   gemm_input_bytes: float) -> np.ndarray:
     """Bytes one MoE block stores per token of the micro-batch for its backward, on one GPU.
 
     Per routed copy (k per token, T/tp tokens routed per rank, etp-gathered): the permuted

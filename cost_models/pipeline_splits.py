@@ -29,18 +29,21 @@ from typing import Literal
 
 import numpy as np
 
+from paraplan.arrays import IntColumn
 
-def even_split(num_layers: int, pp, vpp):
+
+def even_split(num_layers: int, pp: IntColumn, vpp: IntColumn) -> np.ndarray:
     """True where pp·vpp divides the layers."""
     return num_layers % (np.asarray(pp) * np.asarray(vpp)) == 0
 
 
-def edge_accounted_split(num_layers: int, pp, vpp):
+def edge_accounted_split(num_layers: int, pp: IntColumn, vpp: IntColumn) -> np.ndarray:
     """True where (layers + 2) splits evenly over pp·vpp chunks (embedding and loss count as layers)."""
     return (num_layers + 2) % (np.asarray(pp) * np.asarray(vpp)) == 0
 
 
-def uneven_edge_chunks(num_layers: int, pp, vpp):
+def uneven_edge_chunks(num_layers: int, pp: IntColumn,
+                       vpp: IntColumn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(first chunk, middle chunk, last chunk) layers of the explicit-edge split over pp·vpp chunks."""
     chunks = np.asarray(pp) * np.asarray(vpp)
     middle = -(-(num_layers + 2) // chunks)
@@ -48,7 +51,7 @@ def uneven_edge_chunks(num_layers: int, pp, vpp):
     return -(-remainder // 2), middle, remainder // 2
 
 
-def uneven_edge_split(num_layers: int, pp, vpp):
+def uneven_edge_split(num_layers: int, pp: IntColumn, vpp: IntColumn) -> np.ndarray:
     """True where the explicit-edge split exists: pp ≥ 2; without virtual stages both edge stages
     hold a layer (Megatron's first/last-stage flags), with them an edge chunk may hold only the
     embedding or the loss (--pipeline-model-parallel-layout)."""
@@ -58,7 +61,8 @@ def uneven_edge_split(num_layers: int, pp, vpp):
     return (np.asarray(pp) >= 2) & (last >= smallest) & (first >= smallest)
 
 
-def uneven_edge_layers(num_layers: int, pp, vpp=1):
+def uneven_edge_layers(num_layers: int, pp: IntColumn,
+                       vpp: IntColumn = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(first, middle, last) decoder layers per pipeline rank of the explicit-edge split: rank 0
     holds the first chunk and vpp − 1 middle chunks, the last rank the last chunk and vpp − 1."""
     first, middle, last = uneven_edge_chunks(num_layers, pp, vpp)
@@ -67,10 +71,10 @@ def uneven_edge_layers(num_layers: int, pp, vpp=1):
 
 
 PipelineSplit = Literal["megatron", "torchtitan", "deepspeed_uniform"]
-PIPELINE_SPLITS: tuple[str, ...] = ("megatron", "torchtitan", "deepspeed_uniform")
+PIPELINE_SPLITS: tuple[PipelineSplit, ...] = ("megatron", "torchtitan", "deepspeed_uniform")
 
 
-def edge_weights(split: str, num_layers: int, pp, vpp) -> tuple[np.ndarray, np.ndarray]:
+def edge_weights(split: PipelineSplit, num_layers: int, pp: IntColumn, vpp: IntColumn) -> tuple[np.ndarray, np.ndarray]:
     """(embedding, output) weights in layers of a weighted split: torchtitan 0 where pp·vpp divides the
     layers, else 1; DeepSpeed's embedding and head specs always 1."""
     ones = np.ones_like(np.asarray(pp) * np.asarray(vpp))
@@ -78,7 +82,8 @@ def edge_weights(split: str, num_layers: int, pp, vpp) -> tuple[np.ndarray, np.n
     return weight, weight
 
 
-def weighted_chunk(num_layers: int, stages, first_weight, last_weight, index):
+def weighted_chunk(num_layers: int, stages: IntColumn, first_weight: IntColumn, last_weight: IntColumn,
+                   index: IntColumn) -> np.ndarray:
     """Decoder layers of chunk ``index`` (0-based, model order) of the weighted split."""
     effective = num_layers + first_weight + last_weight
     per, extra = effective // stages, effective % stages
@@ -87,23 +92,27 @@ def weighted_chunk(num_layers: int, stages, first_weight, last_weight, index):
                                                                                    last_weight, 0)
 
 
-def weighted_split_exists(num_layers: int, stages, first_weight, last_weight):
+def weighted_split_exists(num_layers: int, stages: IntColumn, first_weight: IntColumn,
+                          last_weight: IntColumn) -> np.ndarray:
     """Where the engine accepts the weighted split: at least one layer per stage on average and
     neither weight above it (torchtitan's checks; DeepSpeed's N ≥ pp, so no stage is empty)."""
     per = (num_layers + first_weight + last_weight) // np.asarray(stages)
     return (per >= 1) & (per >= first_weight) & (per >= last_weight)
 
 
-def stages_expressible(num_layers: int, pp, vpp, first_weight, last_weight):
-    """torchtitan derives its stage count from pipeline_parallel_layers_per_stage as ⌈E / per⌉, or without
-    it takes pp (1F1B) or 2·pp (Interleaved1F1B) stages: vpp ≤ 2, or a per-stage size that gives S."""
+def stages_expressible(num_layers: int, pp: IntColumn, vpp: IntColumn, first_weight: IntColumn,
+                       last_weight: IntColumn) -> np.ndarray:
+    """Where torchtitan can run pp·vpp stages: it derives its stage count from
+    pipeline_parallel_layers_per_stage as ⌈E / per⌉, or without it takes pp (1F1B) or 2·pp (Interleaved1F1B)
+    stages: vpp ≤ 2, or a per-stage size that gives S."""
     stages = np.asarray(pp) * np.asarray(vpp)
     effective = num_layers + first_weight + last_weight
     size = -(-effective // stages)
     return (np.asarray(vpp) <= 2) | (-(-effective // size) == stages)
 
 
-def _weighted_ranks(num_layers: int, pp, vpp, first_weight, last_weight):
+def _weighted_ranks(num_layers: int, pp: IntColumn, vpp: IntColumn, first_weight: IntColumn,
+                    last_weight: IntColumn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(first, middle, last) layers per pipeline rank: rank r holds chunks r, r + pp, ... The middle
     rank with the most is rank 1 (extra layers go to the first chunks)."""
     pp, vpp = np.asarray(pp), np.asarray(vpp)
@@ -111,14 +120,14 @@ def _weighted_ranks(num_layers: int, pp, vpp, first_weight, last_weight):
     effective = num_layers + first_weight + last_weight
     per, extra = effective // stages, effective % stages
 
-    def rank(r):
+    def rank(r: IntColumn) -> np.ndarray:
         bonus = np.clip(-(-(extra - r) // pp), 0, vpp)  # chunks r + v·pp below extra
         return vpp * per + bonus
 
     return rank(0) - first_weight, rank(np.minimum(1, pp - 1)), rank(pp - 1) - last_weight
 
 
-def split_exists(split: str, num_layers: int, pp, vpp):
+def split_exists(split: PipelineSplit, num_layers: int, pp: IntColumn, vpp: IntColumn) -> np.ndarray:
     """Where the engine's own split can cut the layers over pp·vpp chunks."""
     if split == "megatron":
         # An edge-accounted chunk of one 'layer' would be the embedding or the loss alone: that is the
@@ -133,7 +142,8 @@ def split_exists(split: str, num_layers: int, pp, vpp):
         else exists
 
 
-def edge_chunks(split: str, num_layers: int, pp, vpp):
+def edge_chunks(split: PipelineSplit, num_layers: int, pp: IntColumn,
+                vpp: IntColumn) -> tuple[np.ndarray, np.ndarray]:
     """(first chunk, last chunk) decoder layers of the engine's split, where it exists."""
     if split == "megatron":
         first, _, last = megatron_chunks(num_layers, pp, vpp)
@@ -144,7 +154,7 @@ def edge_chunks(split: str, num_layers: int, pp, vpp):
             weighted_chunk(num_layers, stages, first_weight, last_weight, stages - 1))
 
 
-def megatron_chunks(num_layers: int, pp, vpp):
+def megatron_chunks(num_layers: int, pp: IntColumn, vpp: IntColumn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(first, middle, last) chunk of Megatron's split: even, edge-accounted or explicit edges."""
     chunks = np.asarray(pp) * np.asarray(vpp)
     even = even_split(num_layers, pp, vpp)
@@ -155,7 +165,8 @@ def megatron_chunks(num_layers: int, pp, vpp):
     return np.where(regular, edge, first), np.where(regular, size, middle), np.where(regular, edge, last)
 
 
-def megatron_rank_layers(num_layers: int, pp, vpp):
+def megatron_rank_layers(num_layers: int, pp: IntColumn,
+                         vpp: IntColumn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(first, middle, last) layers per pipeline rank of Megatron's split."""
     pp, vpp = np.asarray(pp), np.asarray(vpp)
     even = even_split(num_layers, pp, vpp)
@@ -167,7 +178,8 @@ def megatron_rank_layers(num_layers: int, pp, vpp):
     return first, per_stage, last
 
 
-def rank_layers(split: str, num_layers: int, pp, vpp):
+def rank_layers(split: PipelineSplit, num_layers: int, pp: IntColumn,
+                vpp: IntColumn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(first, middle, last) decoder layers per pipeline rank under the engine's split (pp = 1: all)."""
     pp = np.asarray(pp)
     if split == "megatron":

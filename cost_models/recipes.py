@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from paraplan.arrays import Column, IntColumn
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StateRecipe:
@@ -45,7 +47,7 @@ class StateRecipe:
     source: str
     """Where the byte counts come from."""
 
-    def sharded_bytes_per_param(self, zero_stage, dp):
+    def sharded_bytes_per_param(self, zero_stage: IntColumn, dp: Column) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(weights, gradients, optimizer) bytes per parameter one GPU holds, each divided by the
         sharding group where the ZeRO stage shards it (numpy-friendly in zero_stage and dp)."""
         zero_stage = np.asarray(zero_stage)
@@ -55,7 +57,7 @@ class StateRecipe:
         optimizer = self.optimizer_bytes / np.where(zero_stage >= 1, dp, 1.0)
         return weights, grads, optimizer
 
-    def state_bytes_per_param(self, zero_stage, dp):
+    def state_bytes_per_param(self, zero_stage: IntColumn, dp: Column) -> Column:
         """Bytes per parameter held by one GPU, all states together."""
         return sum(self.sharded_bytes_per_param(zero_stage, dp))
 

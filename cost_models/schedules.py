@@ -27,20 +27,22 @@ import dataclasses
 
 import numpy as np
 
+from paraplan.arrays import Column, IntColumn
 from paraplan.choices import PIPELINE_SCHEDULE_CODES
-from paraplan.cost_models.pipeline_splits import edge_chunks
+from paraplan.cost_models.pipeline_splits import PipelineSplit, edge_chunks
 from paraplan.cost_models.stages import StageLayout
+from paraplan.model_specs.model_spec import ModelSpec
 
 DUALPIPEV = PIPELINE_SCHEDULE_CODES["dualpipev"]
 DUALPIPE = PIPELINE_SCHEDULE_CODES["dualpipe"]
 
 
-def is_bidirectional(pp_schedule):
+def is_bidirectional(pp_schedule: IntColumn) -> np.ndarray:
     """Rows whose schedule pairs forward and backward chunks of two micro-batches (DualPipe or DualPipeV)."""
     return np.asarray(pp_schedule) > 0
 
 
-def dual_bubble_ratio(forward_s, backward_s, weight_grad_s):
+def dual_bubble_ratio(forward_s: Column, backward_s: Column, weight_grad_s: Column) -> np.ndarray:
     """(F + 2B − 3W) / (2(F + B)): a DualPipeV bubble over the 1F1B bubble of the same ranks, F, B and W
     being forward, full backward (recompute included) and weight-gradient seconds. 1/3 at B = 2F, W = F."""
     forward_s, backward_s = np.asarray(forward_s, dtype=float), np.asarray(backward_s, dtype=float)
@@ -49,7 +51,8 @@ def dual_bubble_ratio(forward_s, backward_s, weight_grad_s):
         total > 0, 2.0 * total, 1.0), 1.0)
 
 
-def schedule_bubble_s(pp_schedule, pp, slowest_s, one_f_one_b_bubble_s, ratio):
+def schedule_bubble_s(pp_schedule: IntColumn, pp: IntColumn, slowest_s: Column, one_f_one_b_bubble_s: np.ndarray,
+                      ratio: Column) -> np.ndarray:
     """Pipeline fill and drain of each row's schedule. ``slowest_s``: the slowest rank's time per micro-batch;
     ``one_f_one_b_bubble_s``: the bubble 1F1B (or the interleaved schedule) would have; ``ratio``:
     :func:`dual_bubble_ratio`. DualPipeV: (pp − 1)·t·ratio; DualPipe: (pp/2 − 1)·2·t·ratio = (pp − 2)·t·ratio."""
@@ -62,7 +65,8 @@ def schedule_bubble_s(pp_schedule, pp, slowest_s, one_f_one_b_bubble_s, ratio):
                      [dualpipev, dualpipe], one_f_one_b_bubble_s)
 
 
-def in_flight_microbatches(pp_schedule, pp, num_microbatches, one_f_one_b):
+def in_flight_microbatches(pp_schedule: IntColumn, pp: IntColumn, num_microbatches: Column,
+                           one_f_one_b: np.ndarray) -> np.ndarray:
     """Micro-batches' worth of one rank's activations at its peak: pp + 1 stage activations under DualPipe
     (Table 2), 2·pp + 1 chunk activations (half a rank's layers each) under DualPipeV, at most the step's
     micro-batches; ``one_f_one_b`` (memory.in_flight_chunks over vpp) elsewhere."""
@@ -89,7 +93,8 @@ class RankWork:
     output_on_last: np.ndarray
 
 
-def rank_work(model, layout: StageLayout, tp, pp, vpp, pp_schedule, expert_shards, split: str) -> RankWork:
+def rank_work(model: ModelSpec, layout: StageLayout, tp: IntColumn, pp: IntColumn, vpp: IntColumn,
+              pp_schedule: IntColumn, expert_shards: IntColumn, split: PipelineSplit) -> RankWork:
     """The per-rank work of each row's schedule from the engine's own split (``layout``, as 1F1B places it).
 
     DualPipeV (vpp = 2): rank 0 holds the first and the last chunk, the embedding and the output; a middle
@@ -128,5 +133,7 @@ def rank_work(model, layout: StageLayout, tp, pp, vpp, pp_schedule, expert_shard
     )
     middle_param_layers = np.select([v, dual], [v_middle, 2.0 * layout.middle_layers], layout.middle_layers)
     return RankWork(work, middle_param_layers.astype(float),
-                    embedding_on_first=np.select([dual], [0.5], 1.0), output_on_first=np.select([v, dual], [1.0, 0.5], 0.0),
-                    embedding_on_last=np.select([dual], [0.5], 0.0), output_on_last=np.select([v, dual], [0.0, 0.5], 1.0))
+                    embedding_on_first=np.select([dual], [0.5], 1.0),
+                    output_on_first=np.select([v, dual], [1.0, 0.5], 0.0),
+                    embedding_on_last=np.select([dual], [0.5], 0.0),
+                    output_on_last=np.select([v, dual], [0.0, 0.5], 1.0))

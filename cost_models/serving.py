@@ -22,9 +22,12 @@ at the engine's max batched tokens and the CUDA context.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Literal
 
 import numpy as np
 
+from paraplan.arrays import Column
+from paraplan.choices import SERVING_ENGINES, Precision, ServingEngine
 from paraplan.cost_models.device_memory import CUDA_CONTEXT_BYTES, NCCL_BYTES_PER_COMMUNICATOR, usable_capacity_bytes
 from paraplan.cost_models.inference_step import (
     ACTIVATION_BYTES,
@@ -41,18 +44,21 @@ from paraplan.hardware_profiles.units import BYTES_PER_GIB
 from paraplan.model_specs.mixers import NO_MIXERS, MixerShapes
 from paraplan.model_specs.model_spec import ModelSpec
 
-ENGINES = ("vllm", "sglang", "trtllm")
+ENGINES = SERVING_ENGINES  # kept under its old name for the modules that import it from here
+
+MemoryBudget = Literal["profiled", "total", "free"]
+"""What an engine's memory fraction covers (``EngineTraits.budget``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineTraits:
     """What an inference engine does by default that its costs depend on."""
 
-    name: str
+    name: ServingEngine
     """vllm, sglang or trtllm."""
     memory_frac: float
     """Default fraction of memory the engine takes (see ``budget``)."""
-    budget: str
+    budget: MemoryBudget
     """``profiled``: weights, profiled activations, non-torch memory and the KV pool = memory_frac × HBM (vLLM);
     ``total``: weights + KV pool = memory_frac × HBM (SGLang); ``free``: KV pool = memory_frac × what is free
     after weights and activations (TensorRT-LLM)."""
@@ -75,7 +81,7 @@ class EngineTraits:
 
 # step_overhead_s and request_overhead_s: fitted by ``python bench/serving_accuracy.py`` (validation/serving_runs.py,
 # median |log error| over the 4,762 covered measured rows; held-out figures in docs/serving.md).
-ENGINE_TRAITS = {
+ENGINE_TRAITS: dict[str, EngineTraits] = {
     "vllm": EngineTraits(
         name="vllm", memory_frac=0.9, budget="profiled", max_batched_tokens=8192, reserves_full_length=False,
         max_running=1024, step_overhead_s=3.0e-3, request_overhead_s=40e-3,
@@ -93,7 +99,8 @@ ENGINE_TRAITS = {
 }
 """Engine defaults and the fitted overheads (validation/serving_runs.py refits them from zero on each fold)."""
 
-_QUANT_MODES = {  # gemm/moe quant mode -> (compute dtype, bytes per weight with scales)
+# gemm/moe quant mode -> (compute dtype, bytes per weight with scales)
+_QUANT_MODES: dict[str, tuple[Precision, float]] = {
     "bf16": ("bf16", 2.0),
     "fp8": ("fp8", 1.0),  # per-tensor scale
     "fp8_block": ("fp8", 1.0 + 4.0 / (128 * 128)),  # one fp32 scale per 128x128 block
@@ -144,7 +151,7 @@ def weight_bytes_per_gpu(model: ModelSpec, prec: WeightPrecision, shard: Shardin
     return layers * (attention + dense + experts + vectors) + edges
 
 
-def kv_bytes_per_sequence(model: ModelSpec, tp, context_tokens, kv_bytes: float,
+def kv_bytes_per_sequence(model: ModelSpec, tp: Column, context_tokens: Column, kv_bytes: float,
                           mixers: MixerShapes = NO_MIXERS) -> np.ndarray:
     """KV-cache bytes one GPU holds for one sequence of ``context_tokens``: full-attention layers keep every
     token (and its indexer key under DSA), sliding-window layers at most the window (engines with per-window
@@ -159,7 +166,7 @@ def kv_bytes_per_sequence(model: ModelSpec, tp, context_tokens, kv_bytes: float,
         + linear * mixers.linear_state_bytes(tp)
 
 
-def activation_bytes(model: ModelSpec, tp, batched_tokens: int) -> np.ndarray:
+def activation_bytes(model: ModelSpec, tp: Column, batched_tokens: int) -> np.ndarray:
     """Transient activations of one step at the engine's max batched tokens (what vLLM's profiling run and
     TRT-LLM's warm-up measure): the widest MLP intermediate (gate+up of the dense or routed experts' copies),
     the QKV output and a few hidden-wide buffers, 16-bit, plus fp32 logits of up to 256 sampled rows."""
@@ -192,7 +199,7 @@ class EngineMemory:
 
 
 def engine_memory(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec: WeightPrecision,
-                  shard: Sharding, sequence_tokens, mixers: MixerShapes = NO_MIXERS) -> EngineMemory:
+                  shard: Sharding, sequence_tokens: Column, mixers: MixerShapes = NO_MIXERS) -> EngineMemory:
     """What the engine reserves on one GPU and the KV pool left for ``sequence_tokens``-long sequences."""
     hbm = usable_capacity_bytes(cluster.gpu.hbm_bytes)
     weights = weight_bytes_per_gpu(model, prec, shard)
@@ -210,8 +217,8 @@ def engine_memory(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, 
                         kv_bytes_per_sequence=per_seq)
 
 
-def prefill_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, shard: Sharding, prompt_tokens,
-              prompts=1.0, all_ranks: bool = False, mixers: MixerShapes = NO_MIXERS):
+def prefill_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, shard: Sharding, prompt_tokens: Column,
+              prompts: Column = 1.0, all_ranks: bool = False, mixers: MixerShapes = NO_MIXERS) -> np.ndarray:
     """Seconds of one prefill step of ``prompts`` prompts together on an attention-DP rank (compute-bound GEMMs,
     causal attention per prompt). ``all_ranks``: every DP rank prefills as much at once (a burst), so the MoE
     layers see all their tokens; otherwise the other ranks send only decode tokens, which are not counted."""
@@ -224,7 +231,7 @@ def prefill_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, sha
 
 
 def burst_ttft_s(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec: WeightPrecision, shard: Sharding,
-                 isl, arrivals, mixers: MixerShapes = NO_MIXERS) -> np.ndarray:
+                 isl: Column, arrivals: Column, mixers: MixerShapes = NO_MIXERS) -> np.ndarray:
     """Mean time to first token of ``arrivals`` prompts that reach an attention-DP rank at once: the engine
     prefills as many as fit its max batched tokens per step, step after step; the k-th step's prompts wait
     k steps."""
@@ -236,8 +243,8 @@ def burst_ttft_s(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, p
     return step * (steps + 1.0) / 2.0
 
 
-def decode_step_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, shard: Sharding, batch,
-                  context_tokens, mixers: MixerShapes = NO_MIXERS):
+def decode_step_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, shard: Sharding, batch: Column,
+                  context_tokens: Column, mixers: MixerShapes = NO_MIXERS) -> np.ndarray:
     """Seconds of one decode step of ``batch`` sequences per attention-DP rank at ``context_tokens`` each."""
     b = np.asarray(batch, dtype=float)
     ctx = np.asarray(context_tokens, dtype=float)
@@ -253,7 +260,8 @@ the fraction raised; priced as 0.95 of the memory free after weights, activation
 
 
 def running_capacity(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec: WeightPrecision,
-                     shard: Sharding, sequence_tokens, mixers: MixerShapes = NO_MIXERS) -> tuple[np.ndarray, np.ndarray]:
+                     shard: Sharding, sequence_tokens: Column,
+                     mixers: MixerShapes = NO_MIXERS) -> tuple[np.ndarray, np.ndarray]:
     """(sequences of full length that fit per attention-DP rank, whether the engine starts at its defaults).
     Where it does not, the capacity with the memory fraction raised (``RAISED_MEMORY_FRAC``)."""
     default = engine_memory(model, cluster, engine, prec, shard, sequence_tokens, mixers).max_sequences
@@ -263,7 +271,7 @@ def running_capacity(model: ModelSpec, cluster: ClusterSpec, engine: EngineTrait
     return np.where(starts, default, fits_raised), starts
 
 
-def held_tokens(engine: EngineTraits, isl, osl):
+def held_tokens(engine: EngineTraits, isl: Column, osl: Column) -> np.ndarray:
     """KV tokens one running sequence holds for admission: its whole length where the engine reserves it,
     else its mean over its life (isl + osl/2)."""
     isl, osl = np.asarray(isl, dtype=float), np.asarray(osl, dtype=float)
@@ -317,8 +325,8 @@ class ServingLatency:
 
 
 def aggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec: WeightPrecision, shard: Sharding,
-               *, concurrency, isl, osl, waves: float = BENCHMARK_WAVES, mixers: MixerShapes = NO_MIXERS
-               ) -> ServingLatency:
+               *, concurrency: Column, isl: Column, osl: Column, waves: float = BENCHMARK_WAVES,
+               mixers: MixerShapes = NO_MIXERS) -> ServingLatency:
     """Prefill and decode on the same GPUs (continuous batching), ``concurrency`` requests in flight per replica."""
     isl, osl = np.asarray(isl, dtype=float), np.asarray(osl, dtype=float)
     per_rank = np.asarray(concurrency, dtype=float) / shard.dp
@@ -338,8 +346,8 @@ def aggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, pre
                           request_overhead_s=engine.request_overhead_s, waves=waves)
 
 
-def kv_transfer_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, prefill: Sharding, isl,
-                  mixers: MixerShapes = NO_MIXERS):
+def kv_transfer_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, prefill: Sharding, isl: Column,
+                  mixers: MixerShapes = NO_MIXERS) -> np.ndarray:
     """Seconds to move one prompt's KV cache from a prefill worker to a decode worker: the prefill GPUs send
     their shards in parallel over the scale-out NICs (NVLink inside one NVLink domain is faster; the NIC
     bounds the general case)."""
@@ -349,8 +357,9 @@ def kv_transfer_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision,
 
 
 def disaggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec: WeightPrecision,
-                  prefill: Sharding, decode: Sharding, *, concurrency, prefill_workers, decode_workers, isl,
-                  osl, waves: float = BENCHMARK_WAVES, mixers: MixerShapes = NO_MIXERS) -> ServingLatency:
+                  prefill: Sharding, decode: Sharding, *, concurrency: Column, prefill_workers: Column,
+                  decode_workers: Column, isl: Column, osl: Column, waves: float = BENCHMARK_WAVES,
+                  mixers: MixerShapes = NO_MIXERS) -> ServingLatency:
     """Prefill workers hand each prompt's KV cache to decode workers; ``concurrency`` requests in flight in all."""
     isl, osl = np.asarray(isl, dtype=float), np.asarray(osl, dtype=float)
     concurrency = np.asarray(concurrency, dtype=float)

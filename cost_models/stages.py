@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from paraplan.arrays import IntColumn
 from paraplan.cost_models.pipeline_splits import (  # noqa: F401 (Megatron's split rules, re-exported)
+    PipelineSplit,
     edge_accounted_split,
     even_split,
     rank_layers,
@@ -34,7 +36,8 @@ class StageLayout:
     """Routed-expert parameters on one GPU of the last stage (already divided by ep·etp)."""
 
 
-def stage_layout(model: ModelSpec, tp, pp, vpp, expert_shards=1, split: str = "megatron") -> StageLayout:
+def stage_layout(model: ModelSpec, tp: IntColumn, pp: IntColumn, vpp: IntColumn, expert_shards: IntColumn = 1,
+                 split: PipelineSplit = "megatron") -> StageLayout:
     """Layers and per-GPU parameters by stage (vectorized) under the engine's ``split``
     (pipeline_splits.PIPELINE_SPLITS); the middle stage is the middle rank with the most layers, which
     decides time and memory. Routed experts are split over

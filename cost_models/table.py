@@ -7,15 +7,24 @@ configuration (``paraplan evaluate``) and ten million (``paraplan plan``).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, is_dataclass, replace
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
-from paraplan.choices import PIPELINE_SCHEDULE_CODES
+from paraplan.choices import PIPELINE_SCHEDULE_CODES, Precision
+from paraplan.cost_models.pipeline_splits import PipelineSplit
 from paraplan.cost_models.recipes import StateRecipe
 from paraplan.measurements.routing import RoutingStats
 from paraplan.model_specs.model_spec import AttentionFlops
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 PIPELINE_SCHEDULE_NAMES = {code: name for name, code in PIPELINE_SCHEDULE_CODES.items()}
+
+_Record = TypeVar("_Record", bound="DataclassInstance")
+"""A frozen dataclass of per-row arrays (an estimate, its breakdowns, the shared cost terms)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,14 +77,14 @@ class ConfigTable:
         return len(np.atleast_1d(self.tp))
 
     @classmethod
-    def from_columns(cls, **columns) -> ConfigTable:
+    def from_columns(cls, **columns: npt.ArrayLike) -> ConfigTable:
         """Build from lists or arrays; every column becomes int64. A table without ``pp_schedule`` runs 1F1B,
         one without ``tp_overlap`` exposes its TP collectives."""
         for optional in ("pp_schedule", "tp_overlap"):
             columns.setdefault(optional, np.zeros_like(np.atleast_1d(np.asarray(columns["tp"]))))
         return cls(**{name: np.atleast_1d(np.asarray(value, dtype=np.int64)) for name, value in columns.items()})
 
-    def take(self, index) -> ConfigTable:
+    def take(self, index: np.ndarray | slice) -> ConfigTable:
         """The rows at ``index`` (an integer array or boolean mask)."""
         return ConfigTable(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
@@ -104,7 +113,11 @@ def _distinct_codes(values: np.ndarray) -> tuple[int, np.ndarray]:
 _KEY_BLOCK_ROWS = 1 << 16
 
 
-def _coder(column: np.ndarray) -> tuple[int, np.ndarray | None, np.ndarray | None]:
+_Coder = tuple[int, np.ndarray | None, np.ndarray | None]
+"""What :func:`_coder` returns: (radix, rank table or None, codes or None)."""
+
+
+def _coder(column: np.ndarray) -> _Coder:
     """(radix: how many distinct values, a rank table to look values up in (None where the values are their own
     ranks, 0 to radix - 1), the codes themselves where a sort had to make them)."""
     if len(column) == 0:
@@ -126,7 +139,7 @@ def _coder(column: np.ndarray) -> tuple[int, np.ndarray | None, np.ndarray | Non
     return len(distinct), rank, None
 
 
-def _mixed_radix_key(columns: list[np.ndarray], coders: list[tuple], size: int) -> np.ndarray:
+def _mixed_radix_key(columns: list[np.ndarray], coders: list[_Coder], size: int) -> np.ndarray:
     """Σ code · (product of the later radices) per row, block by block (codes: ranks among the distinct values;
     a column of one value adds nothing)."""
     key = np.zeros(size, dtype=np.int64)
@@ -149,7 +162,8 @@ def distinct_index(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     columns = [np.asarray(column) for column in columns]
     coders = [_coder(column) for column in columns]
-    groups, combinations = [[]], 1
+    groups: list[list[int]] = [[]]
+    combinations = 1
     for position, (radix, _, _) in enumerate(coders):
         if groups[-1] and combinations * radix >= _presence_limit(size):
             groups.append([])
@@ -176,10 +190,10 @@ def distinct_rows(t: ConfigTable, axes: tuple[str, ...]) -> tuple[ConfigTable, n
     return t.take(representative), index
 
 
-def take_rows(record, index):
+def take_rows(record: _Record, index: np.ndarray | slice) -> _Record:
     """A frozen dataclass of per-row arrays (nested ones too) with every array indexed by ``index``;
     scalars and other fields as they are."""
-    changes = {}
+    changes: dict[str, Any] = {}
     for field in fields(record):
         value = getattr(record, field.name)
         if isinstance(value, np.ndarray) and value.ndim == 1:
@@ -197,7 +211,7 @@ class Workload:
     """Tokens per sequence."""
     global_batch: int
     """Sequences per optimizer step."""
-    precision: str
+    precision: Precision
     """GEMM precision: bf16, fp8 or fp4 (other ops stay 16-bit)."""
     recipe: StateRecipe
     """How the engine stores and communicates model states."""
@@ -241,7 +255,7 @@ class Workload:
     """Pipelined FSDP2: the stage stays gathered and its gradients accumulate unsharded (EngineRules)."""
     allocator: str = "fused_kernels"
     """Caching-allocator behaviour (cost_models.device_memory.FRAGMENTATION_FRAC): eager, compiled or fused_kernels."""
-    pipeline_split: str = "megatron"
+    pipeline_split: PipelineSplit = "megatron"
     """How the engine cuts the layers into pipeline chunks (pipeline_splits.PIPELINE_SPLITS)."""
     fp8_recipe: str = "tensorwise"
     """How fp8 GEMM inputs are scaled (fp8_recipes.FP8_RECIPES); read only when ``precision`` is fp8."""

@@ -13,6 +13,7 @@ import json
 import pickle
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -23,6 +24,13 @@ MAX_META_BYTES = 1 << 20
 """A metadata file: a few hundred bytes of settings and held-out errors."""
 
 ARTIFACT_VERSION = 1
+
+
+class Regressor(Protocol):
+    """A fitted scikit-learn regressor as paraplan uses one (what ``load_artifact`` returns)."""
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """The predicted target of each row of features ``x``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -91,17 +99,18 @@ def save_artifact(directory: Path, meta: ArtifactMeta, estimator: object) -> Pat
 def load_meta(meta_path: Path) -> ArtifactMeta:
     """The metadata at ``meta_path``; InputError when it is unreadable or of another layout."""
     raw = read_user_json(Path(meta_path), MAX_META_BYTES, "learned-model metadata file")
-    problem = _meta_problem(raw)
+    document: dict[str, Any] = raw if isinstance(raw, dict) else {}  # read_user_json refuses another top level
+    problem = _meta_problem(document)
     if problem is None:
         try:
-            return ArtifactMeta(**{**raw, "features": tuple(raw["features"])})
+            return ArtifactMeta(**{**document, "features": tuple(document["features"])})
         except TypeError as exc:  # a key ArtifactMeta does not have
             problem = str(exc)
     raise InputError(f"{meta_path}: not a paraplan learned-model metadata file ({one_line(problem, 80)}); rerun "
                      "'paraplan learn'")
 
 
-def _meta_problem(raw: dict) -> str | None:
+def _meta_problem(raw: dict[str, Any]) -> str | None:
     """What is wrong with a metadata document's types, or None."""
     for key, kind in (("target", str), ("hardware", str), ("dtype", str), ("data_hash", str),
                       ("sklearn_version", str), ("num_rows", int), ("held_out", dict), ("features", list)):
@@ -116,7 +125,7 @@ def _meta_problem(raw: dict) -> str | None:
 
 
 def load_artifact(directory: Path, hardware: str, target: str, features: tuple[str, ...],
-                  expected_hash: str | None = None) -> tuple[ArtifactMeta, object]:
+                  expected_hash: str | None = None) -> tuple[ArtifactMeta, Regressor]:
     """Metadata and fitted estimator, after every check; InputError naming the mismatch."""
     model_path, meta_path = artifact_paths(directory, hardware, target)
     meta = load_meta(meta_path)

@@ -1,8 +1,9 @@
 """Held-out evaluation only: every error here is on rows the model never saw.
 
 GEMMs: leave-one-model-out (fit on every other model's layers, predict the held-out model's).
-Attention: held-out sequence lengths, the same way. Collectives: held-out sizes (every HELD_OUT_EVERY-th distinct message size, all its group shapes,
-is kept out of training). The analytical model is scored on exactly the same rows.
+Attention: held-out sequence lengths, the same way. Collectives: held-out sizes (every HELD_OUT_EVERY-th distinct
+message size, all its group shapes, is kept out of training). The analytical model is scored on exactly the same
+rows.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from paraplan.cost_models.learned.features import MeasuredCollective
 from paraplan.cost_models.learned.fit import attention_xy, collective_xy, fit_residual, gemm_xy, predict_residual
 
 # One distinct size in four held out, starting at the third: spread over the whole size range,
@@ -44,7 +46,9 @@ class Score:
     """The same for paraplan's analytical model."""
 
 
-def _score(target: str, hardware: str, split: str, group: str, measured, learned, analytical) -> Score:
+def _score(target: str, hardware: str, split: str, group: str, measured: np.ndarray, learned: np.ndarray,
+           analytical: np.ndarray) -> Score:
+    """The errors of ``learned`` and ``analytical`` seconds against the ``measured`` seconds of the same rows."""
     learned_err = np.abs(np.asarray(learned) / measured - 1.0)
     analytical_err = np.abs(np.asarray(analytical) / measured - 1.0)
     return Score(target=target, hardware=hardware, split=split, group=group, num_rows=len(measured),
@@ -93,7 +97,7 @@ def held_out_sizes(sizes: pd.Series) -> np.ndarray:
     return sizes.isin(distinct[HELD_OUT_OFFSET::HELD_OUT_EVERY]).to_numpy()
 
 
-def evaluate_collective(frame: pd.DataFrame, hardware: str, name: str) -> list[Score]:
+def evaluate_collective(frame: pd.DataFrame, hardware: str, name: MeasuredCollective) -> list[Score]:
     """Held-out-size score of one collective's model (pooled is the only fold)."""
     held = held_out_sizes(frame["size_bytes"])
     scores = _held_out(name, hardware, f"held-out sizes (1 in {HELD_OUT_EVERY})", [("held-out sizes", held, held)],

@@ -9,10 +9,12 @@ analytical baseline is paraplan's own ``gemm_time_s`` on ``analytical_rates`` an
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 import numpy as np
 
-from paraplan.cost_models.collectives import collective_time_s, p2p_time_s
+from paraplan.arrays import Column
+from paraplan.cost_models.collectives import Collective, collective_time_s, p2p_time_s
 from paraplan.cost_models.compute import (
     BYTES_PER_ELEMENT,
     ComputeRates,
@@ -29,14 +31,16 @@ COLLECTIVE_FEATURES = ("log_size", "group_size", "inter_domain", "devices_per_no
                        "log_analytical_s")
 # 16-bit GEMMs share one tensor-core rate, so fp16 measurements serve bf16 jobs and back.
 SIXTEEN_BIT = ("bf16", "fp16")
+MeasuredCollective = Collective | Literal["send_recv"]
+"""A collective the store holds timings of: the ones the cost model prices, and point-to-point sends."""
 
 
 def baseline_rates(hardware: str, dtype: str) -> ComputeRates:
-    """paraplan's analytical rates for ``hardware`` (a GPU catalog name) and GEMM ``dtype``."""
+    """The analytical rates paraplan has for ``hardware`` (a GPU catalog name) and GEMM ``dtype``."""
     return analytical_rates(load_gpu(hardware), dtype)
 
 
-def gemm_features(m, n, k, rates: ComputeRates) -> np.ndarray:
+def gemm_features(m: Column, n: Column, k: Column, rates: ComputeRates) -> np.ndarray:
     """Rows of GEMM_FEATURES for GEMMs (m, n, k) on the analytical ``rates``."""
     m, n, k = (np.asarray(x, dtype=float) for x in np.broadcast_arrays(m, n, k))
     flops = 2.0 * m * n * k
@@ -51,7 +55,7 @@ def attention_rates(hardware: str) -> ComputeRates:
     return analytical_rates(load_gpu(hardware), "bf16", "flash")
 
 
-def attention_features(causal_flops, backward, rates: ComputeRates) -> np.ndarray:
+def attention_features(causal_flops: Column, backward: Column, rates: ComputeRates) -> np.ndarray:
     """Rows of ATTENTION_FEATURES: forward causal FLOPs, 1 for the backward pass, the analytical time."""
     flops, back = (np.asarray(x, dtype=float) for x in np.broadcast_arrays(causal_flops, backward))
     forward_s, backward_s = flash_attention_time_s(flops, dataclasses.replace(rates, attention_time_fn=None))
@@ -67,7 +71,8 @@ def reference_cluster(hardware: str) -> ClusterSpec:
     raise InputError(f"no built-in cluster uses {hardware}; collective models need one for the baseline")
 
 
-def collective_baseline_s(name: str, size_bytes, group_size, devices_per_node, cluster: ClusterSpec) -> np.ndarray:
+def collective_baseline_s(name: MeasuredCollective, size_bytes: Column, group_size: Column, devices_per_node: Column,
+                          cluster: ClusterSpec) -> np.ndarray:
     """Analytical seconds; ``devices_per_node`` members of the group share one NVLink domain."""
     stride = cluster.domain_gpus / np.asarray(devices_per_node, dtype=float)
     if name == "send_recv":
@@ -75,7 +80,8 @@ def collective_baseline_s(name: str, size_bytes, group_size, devices_per_node, c
     return collective_time_s(name, size_bytes, group_size, stride, cluster)
 
 
-def collective_features(name: str, size_bytes, group_size, devices_per_node, pairwise, cluster: ClusterSpec) -> np.ndarray:
+def collective_features(name: MeasuredCollective, size_bytes: Column, group_size: Column, devices_per_node: Column,
+                        pairwise: Column, cluster: ClusterSpec) -> np.ndarray:
     """Rows of COLLECTIVE_FEATURES; ``pairwise`` is 1 where GPUs pair up over NVLink bridges
     instead of sharing an NVSwitch (vidur's ``*_pairwise_nvlink`` setups), else 0."""
     size, group, per_node, pairs = (np.asarray(x, dtype=float) for x in np.broadcast_arrays(

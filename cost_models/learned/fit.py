@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from paraplan.cost_models.learned.artifacts import Regressor
 from paraplan.cost_models.learned.features import (
+    MeasuredCollective,
     attention_features,
     attention_rates,
     baseline_rates,
@@ -48,7 +50,7 @@ def gemm_xy(frame: pd.DataFrame, hardware: str, dtype: str) -> tuple[np.ndarray,
     return x, np.log(frame["time_s"].to_numpy() / analytical), analytical
 
 
-def causal_flops(frame: pd.DataFrame) -> np.ndarray:
+def causal_flops(frame: pd.DataFrame) -> pd.Series:
     """Forward FLOPs of causal attention: QKᵀ and PV over the lower triangle, 2·b·h·s²·d."""
     return 2.0 * frame["batch"] * frame["heads"] * frame["seq_len"] ** 2 * frame["head_dim"]
 
@@ -61,7 +63,8 @@ def attention_xy(frame: pd.DataFrame, hardware: str) -> tuple[np.ndarray, np.nda
     return x, np.log(frame["time_s"].to_numpy() / analytical), analytical
 
 
-def collective_xy(frame: pd.DataFrame, hardware: str, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def collective_xy(frame: pd.DataFrame, hardware: str,
+                  name: MeasuredCollective) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(features, log residual target, analytical seconds) of one collective's rows of ``frame``."""
     pairwise = frame["setup"].fillna("").str.contains("pairwise").astype(float) if "setup" in frame else 0.0
     x = collective_features(name, frame["size_bytes"], frame["group_size"], frame["devices_per_node"], pairwise,
@@ -76,7 +79,7 @@ def fit_residual(x: np.ndarray, y: np.ndarray) -> HistGradientBoostingRegressor:
         return regressor().fit(x, y)
 
 
-def predict_residual(estimator, x: np.ndarray) -> np.ndarray:
+def predict_residual(estimator: Regressor, x: np.ndarray) -> np.ndarray:
     """``estimator``'s prediction for ``x`` (log measured/analytical)."""
     with one_thread():
         return estimator.predict(x)

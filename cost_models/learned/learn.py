@@ -58,8 +58,10 @@ class LearnedTarget:
     """Its metadata file."""
 
 
-def _save(store: Path, target: str, hardware: str, dtype: str, xy, features, scores,
-          domain: dict | None = None) -> LearnedTarget:
+def _save(store: Path, target: str, hardware: str, dtype: str, xy: tuple[np.ndarray, np.ndarray, np.ndarray],
+          features: tuple[str, ...], scores: list[Score], domain: dict[str, float] | None = None) -> LearnedTarget:
+    """Fit the residual model on all of ``xy`` (features, target, analytical seconds), save it with its metadata
+    (the pooled held-out score first in ``scores``) beside ``store``, and describe it."""
     x, y, _ = xy
     pooled = scores[0]
     meta = ArtifactMeta(target=target, hardware=hardware, dtype=dtype, features=tuple(features),
@@ -73,6 +75,7 @@ def _save(store: Path, target: str, hardware: str, dtype: str, xy, features, sco
 
 
 def _gemm_scores(frame: pd.DataFrame, hardware: str, dtype: str) -> list[Score]:
+    """Held-out scores of the GEMM model: leave one model out, or with one model only, held-out sizes of M."""
     if frame["model"].fillna("").nunique() >= 2:
         return evaluate_gemm(frame, hardware, dtype)
     # One model only (e.g. a microbenchmark sweep): hold out sizes of M instead.
@@ -101,7 +104,7 @@ def learn_hardware(store: Path, hardware: str) -> list[LearnedTarget]:
     return learned + _learn_steps(store, hardware)
 
 
-def _collective_domain(frame: pd.DataFrame) -> dict:
+def _collective_domain(frame: pd.DataFrame) -> dict[str, float]:
     """The regime a collective model may price in plans: groups inside one NVLink domain, sizes and
     group sizes as measured (tree models do not extrapolate)."""
     inside = frame[frame["devices_per_node"] >= frame["group_size"]]

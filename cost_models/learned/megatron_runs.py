@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from paraplan.choices import CP_COMM_CODES, MEGATRON_CP_COMM_TYPES, RECOMPUTE_CODES
+from paraplan.choices import CP_COMM_CODES, MEGATRON_CP_COMM_TYPES, RECOMPUTE_CODES, Precision
 from paraplan.cost_models.compute import ComputeRates
 from paraplan.cost_models.estimate import estimate
 from paraplan.cost_models.recipes import MEGATRON_LOW_PRECISION, MEGATRON_MIXED
@@ -25,10 +25,13 @@ from paraplan.cost_models.table import ConfigTable, Workload
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import quick_cluster
 from paraplan.model_specs.hf_config import model_from_config
+from paraplan.model_specs.model_spec import ModelSpec
 
 REQUIRED = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "world_size", "micro_batch_size",
             "global_batch_size", "seq_length", "num_layers", "hidden_size", "num_attention_heads",
             "padded_vocab_size")
+_RECOMPUTE_BY_GRANULARITY: dict[str, int] = {name: code for name, code in RECOMPUTE_CODES.items()}
+"""Megatron's --recompute-granularity (selective, full; None when off) as the table's recompute code."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,6 +47,7 @@ class MegatronRun:
 
 
 def _flag(value: object) -> bool:
+    """Whether a logged Megatron argument is set (False, None, 0 and the empty string are not)."""
     return str(value) not in ("False", "None", "0", "0.0", "")
 
 
@@ -52,7 +56,8 @@ def is_moe(config: dict) -> bool:
     return _flag(config.get("num_experts"))
 
 
-def _model(config: dict):
+def _model(config: dict) -> ModelSpec:
+    """The dense model the run's arguments describe (GPT-2 style, or Llama style with SwiGLU)."""
     gated = _flag(config.get("swiglu", False))
     hf = {"model_type": "llama" if gated else "gpt2", "hidden_size": int(config["hidden_size"]),
           "num_attention_heads": int(config["num_attention_heads"]),
@@ -64,12 +69,13 @@ def _model(config: dict):
 
 
 def _table(config: dict) -> ConfigTable:
+    """The run's parallel layout as a one-row candidate table."""
     tp, pp = int(config["tensor_model_parallel_size"]), int(config["pipeline_model_parallel_size"])
     cp = int(config.get("context_parallel_size") or 1)
     per_stage = int(config["num_layers"]) // pp
     vpp = per_stage // int(config["num_layers_per_virtual_pipeline_stage"]) if _flag(
         config.get("num_layers_per_virtual_pipeline_stage")) else 1
-    recompute = RECOMPUTE_CODES.get(str(config.get("recompute_granularity")), 0)
+    recompute = _RECOMPUTE_BY_GRANULARITY.get(str(config.get("recompute_granularity")), 0)
     ep = int(config.get("expert_model_parallel_size") or 1)
     etp = int(config.get("expert_tensor_parallel_size") or tp if ep > 1 else 1)
     named = {spelling: name for name, spelling in MEGATRON_CP_COMM_TYPES.items()}
@@ -86,20 +92,20 @@ def _table(config: dict) -> ConfigTable:
 
 
 def predict_step_s(config: dict, hardware: str, rates: ComputeRates | None = None) -> float:
-    """paraplan's step-time prediction for the run ``config`` describes on ``hardware``."""
+    """The step time paraplan predicts for the run ``config`` describes on ``hardware``."""
     missing = [key for key in REQUIRED if key not in config]
     if missing:
         raise InputError(f"a Megatron run needs its arguments block to predict it; missing {', '.join(missing)}")
     if is_moe(config):
         raise InputError("MoE Megatron runs are not mapped to paraplan's model yet; only dense runs are predicted")
-    precision = "fp8" if _flag(config.get("fp8")) else "bf16"
+    precision: Precision = "fp8" if _flag(config.get("fp8")) else "bf16"
     work = Workload(seq_len=int(config["seq_length"]), global_batch=int(config["global_batch_size"]),
                     precision=precision, recipe=MEGATRON_LOW_PRECISION if precision == "fp8" else MEGATRON_MIXED)
     cluster = quick_cluster(hardware, int(config["world_size"]))
     return float(np.atleast_1d(estimate(_model(config), cluster, work, _table(config), rates).step_time_s)[0])
 
 
-def runs_from_steps(steps) -> list[MegatronRun]:
+def runs_from_steps(steps: pd.DataFrame) -> list[MegatronRun]:
     """One run per source file with at least two logged iterations (the first is dropped)."""
     runs = []
     for run, frame in steps.groupby("file_sha256"):

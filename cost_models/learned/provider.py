@@ -16,8 +16,17 @@ from pathlib import Path
 
 import numpy as np
 
-from paraplan.cost_models.compute import ComputeRates, analytical_rates
-from paraplan.cost_models.learned.artifacts import artifact_paths, gemm_target, load_artifact, models_dir
+from paraplan.arrays import Column
+from paraplan.cost_models.collectives import Collective
+from paraplan.cost_models.compute import AttentionTimeFn, ComputeRates, GemmTimeFn, analytical_rates
+from paraplan.cost_models.learned.artifacts import (
+    ArtifactMeta,
+    Regressor,
+    artifact_paths,
+    gemm_target,
+    load_artifact,
+    models_dir,
+)
 from paraplan.cost_models.learned.features import (
     ATTENTION_FEATURES,
     COLLECTIVE_FEATURES,
@@ -38,12 +47,12 @@ from paraplan.hardware_profiles.specs import FLASH_FAMILY_KERNELS
 COST_MODELS = ("analytical", "learned", "auto")
 
 
-def gemm_predictor(estimator, rates: ComputeRates) -> Callable:
+def gemm_predictor(estimator: Regressor, rates: ComputeRates) -> GemmTimeFn:
     """Seconds for GEMMs (m, n, k), broadcast like ``gemm_time_s``: analytical · exp(learned residual).
 
     Distinct shapes are predicted once: a search table repeats a few shapes many times.
     """
-    def predict(m, n, k):
+    def predict(m: Column, n: Column, k: Column) -> np.ndarray:
         m, n, k = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (m, n, k)))
         shapes = np.column_stack([m.ravel(), n.ravel(), k.ravel()])
         distinct, inverse = np.unique(shapes, axis=0, return_inverse=True)
@@ -53,9 +62,9 @@ def gemm_predictor(estimator, rates: ComputeRates) -> Callable:
     return predict
 
 
-def attention_predictor(estimator, rates: ComputeRates) -> Callable:
+def attention_predictor(estimator: Regressor, rates: ComputeRates) -> AttentionTimeFn:
     """(forward, backward) seconds for forward causal FLOPs, broadcast like ``flash_attention_time_s``."""
-    def predict(causal_flops):
+    def predict(causal_flops: Column) -> tuple[np.ndarray, np.ndarray]:
         flops = np.asarray(causal_flops, dtype=float)
         distinct, inverse = np.unique(flops.ravel(), return_inverse=True)
         passes = []
@@ -68,16 +77,22 @@ def attention_predictor(estimator, rates: ComputeRates) -> Callable:
 
 
 # The collectives the cost model prices with collective_time_s (send/recv goes through p2p_time_s).
-PLANNED_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+PLANNED_COLLECTIVES: tuple[Collective, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+CollectiveTimeFn = Callable[[Collective, Column, Column, Column], tuple[np.ndarray, np.ndarray]]
+"""(kind, bytes, group size, members per NVLink domain) -> (where the learned model applies, its seconds): what
+``ClusterSpec.collective_time_fn`` holds."""
 
 
-def collective_predictor(models: dict[str, tuple], hardware: str) -> Callable:
+def collective_predictor(models: dict[Collective, tuple[ArtifactMeta, Regressor]],
+                         hardware: str) -> CollectiveTimeFn:
     """(kind, bytes, group size, members per NVLink domain) -> (mask, seconds): the learned time
     (analytical on the reference cluster · exp(learned residual)) where the group sits inside one
     domain and its size and group size lie in the measured range, else mask False."""
     reference = reference_cluster(hardware)
 
-    def predict(kind, size_bytes, group_size, members_per_domain):
+    def predict(kind: Collective, size_bytes: Column, group_size: Column,
+                members_per_domain: Column) -> tuple[np.ndarray, np.ndarray]:
         size, n, k = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in
                                            (size_bytes, group_size, members_per_domain)))
         mask, seconds = np.zeros(size.shape, dtype=bool), np.zeros(size.shape)
@@ -114,6 +129,7 @@ def learned_cluster(cost_model: str, cluster: ClusterSpec, store: Path) -> Clust
 
 
 def _exists(store: Path, hardware: str, target: str) -> bool:
+    """Whether the metadata of learned model ``target`` of ``hardware`` was saved beside ``store``."""
     return artifact_paths(models_dir(store), hardware, target)[1].is_file()
 
 
@@ -123,20 +139,23 @@ def learned_gemm_exists(store: Path, hardware: str, dtype: str) -> bool:
 
 
 def _analytical(gpu: GPUSpec, precision: str, attention_kernel: str, kernel_stack: str) -> ComputeRates:
+    """``analytical_rates``, with an InputError naming the flag where the GPU lacks the precision."""
     try:
         return analytical_rates(gpu, precision, attention_kernel, kernel_stack)
     except ValueError as exc:  # the GPU lacks this precision: the same sentence search() gives
         raise InputError(f"{exc}; choose another --precision") from None
 
 
-def _learned_gemm(store: Path, gpu: GPUSpec, precision: str) -> tuple[Callable, str]:
+def _learned_gemm(store: Path, gpu: GPUSpec, precision: str) -> tuple[GemmTimeFn, str]:
+    """(the learned GEMM model of ``gpu`` for ``precision`` as a predictor, its provenance label)."""
     target = gemm_target(precision)
     meta, estimator = load_artifact(models_dir(store), gpu.name, target, GEMM_FEATURES)
     label = f"GEMMs: learned ({gpu.name} {target}, data {meta.data_hash[:12]}, scikit-learn {meta.sklearn_version})"
     return gemm_predictor(estimator, baseline_rates(gpu.name, meta.dtype)), label
 
 
-def _learned_attention(store: Path, hardware: str) -> tuple[Callable, str]:
+def _learned_attention(store: Path, hardware: str) -> tuple[AttentionTimeFn, str]:
+    """(the learned flash-attention model of ``hardware`` as a predictor, its provenance label)."""
     meta, estimator = load_artifact(models_dir(store), hardware, "attention", ATTENTION_FEATURES)
     label = f"attention: learned ({hardware}, data {meta.data_hash[:12]})"
     return attention_predictor(estimator, attention_rates(hardware)), label
@@ -156,15 +175,16 @@ def op_rates(cost_model: str, gpu: GPUSpec, precision: str, attention_kernel: st
     has_attention = attention_kernel in FLASH_FAMILY_KERNELS and _exists(store, gpu.name, "attention")
     if cost_model == "analytical" or not (has_gemm or has_attention):
         return base
-    changes, labels = {}, []
+    gemm_time_fn, attention_time_fn, labels = base.gemm_time_fn, base.attention_time_fn, []
     if has_gemm:
-        changes["gemm_time_fn"], label = _learned_gemm(store, gpu, precision)
+        gemm_time_fn, label = _learned_gemm(store, gpu, precision)
         labels.append(label)
     if has_attention:
-        changes["attention_time_fn"], label = _learned_attention(store, gpu.name)
+        attention_time_fn, label = _learned_attention(store, gpu.name)
         labels.append(label)
     rest = "element-wise and communication" if has_attention else "attention, element-wise and communication"
-    return dataclasses.replace(base, **changes, source="; ".join([*labels, f"{rest}: {base.source}"]))
+    return dataclasses.replace(base, gemm_time_fn=gemm_time_fn, attention_time_fn=attention_time_fn,
+                               source="; ".join([*labels, f"{rest}: {base.source}"]))
 
 
 def with_step_calibration(rates: ComputeRates, store: Path, hardware: str) -> ComputeRates:
