@@ -33,7 +33,8 @@ def assert_trace(trace, rate=RATE, cv2=CV2, count=3):
 
 
 def test_csv_with_lengths(tmp_path):
-    trace = read_trace(write(tmp_path, "t.csv", "timestamp,input_len,output_len,model\n3,300,30,a\n0,100,10,a\n1,200,20,b\n"))
+    trace = read_trace(write(tmp_path, "t.csv",
+                             "timestamp,input_len,output_len,model\n3,300,30,a\n0,100,10,a\n1,200,20,b\n"))
     assert_trace(trace)
     assert trace.span_s == 3.0
     assert trace.input_tokens.mean_tokens == 200.0
@@ -70,7 +71,8 @@ def test_jsonl_mooncake_timestamps_are_milliseconds(tmp_path):
 
 
 def test_jsonl_seconds_and_json_documents(tmp_path):
-    jsonl = '{"arrival_time": 0, "prompt_len": 4}\n\n{"arrival_time": 1.0, "prompt_len": 4}\n{"arrival_time": 3, "prompt_len": 4}\n'
+    jsonl = ('{"arrival_time": 0, "prompt_len": 4}\n\n{"arrival_time": 1.0, "prompt_len": 4}\n'
+             '{"arrival_time": 3, "prompt_len": 4}\n')
     assert_trace(read_trace(write(tmp_path, "s.jsonl", jsonl)))
     listed = json.dumps([{"time": 0}, {"time": 3}, {"time": 1}], indent=2)
     assert_trace(read_trace(write(tmp_path, "l.json", listed)))
@@ -136,7 +138,8 @@ LINES = st.one_of(st.floats(allow_nan=True, allow_infinity=True).map(str), st.in
                                                          "{\"start_times\": [1, 2]}", "# c", ""]))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(lines=st.lists(LINES, max_size=8), name=st.sampled_from(["t.csv", "t.jsonl", "t.txt"]))
 def test_fuzzed_traces_raise_only_one_line_input_errors(tmp_path, lines, name):
     try:

@@ -114,9 +114,11 @@ def test_unequal_middle_stages_export_literally():
         + "t" * 10 + "|" + "t" * 6 + "L"
     assert "--decoder-first-pipeline-num-layers" not in args
     titan = make_export_plan("llama-3.1-8b", engine="torchtitan", pp=4, dp=2, split=split)
-    parts = {version: torchtitan_parallelism(titan, version)["module_fqns_per_model_part"] for version in ("0.3", "0.2")}
+    parts = {version: torchtitan_parallelism(titan, version)["module_fqns_per_model_part"]
+             for version in ("0.3", "0.2")}
     assert [sum(m.startswith("layers.") for m in part) for part in parts["0.3"]] == split
-    assert parts["0.3"][0][:2] == ["tok_embeddings", "layers.0"] and parts["0.3"][-1][-3:] == ["layers.31", "norm", "lm_head"]
+    assert parts["0.3"][0][:2] == ["tok_embeddings", "layers.0"]
+    assert parts["0.3"][-1][-3:] == ["layers.31", "norm", "lm_head"]
     assert parts["0.2"][-1][-1] == "output" and parts["0.2"][:-1] == parts["0.3"][:-1]
     assert "pipeline_parallel_first_stage_less_layers" not in torchtitan_parallelism(titan, "0.3")
 
@@ -138,8 +140,8 @@ def test_megatron_llama70b_parallel_flags_exact():
     program = megatron_program(plan)
     assert group_args(program, "PARALLEL_ARGS") == [
         "--tensor-model-parallel-size", "8", "--pipeline-model-parallel-size", "4", "--context-parallel-size", "2",
-        "--cp-comm-type", "p2p", "--num-layers-per-virtual-pipeline-stage", "4", "--sequence-parallel", "--use-distributed-optimizer",
-        "--overlap-grad-reduce", "--overlap-param-gather"]
+        "--cp-comm-type", "p2p", "--num-layers-per-virtual-pipeline-stage", "4", "--sequence-parallel",
+        "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"]
     assert group_args(program, "BATCH_ARGS") == [
         "--micro-batch-size", "1", "--global-batch-size", "64", "--recompute-granularity", "full",
         "--recompute-method", "uniform", "--recompute-num-layers", "1"]

@@ -94,7 +94,8 @@ def test_cost_objective_with_a_price(tmp_path: Path):
     best = document["plans"][0]
     e = best["estimate"]
     # dollars per million output tokens = price x GPUs / (tokens per second x 3600) x 1e6
-    assert e["usd_per_million_output_tokens"] == pytest.approx(2.5 * best["num_gpus"] / (e["tokens_per_s"] * 3600) * 1e6)
+    assert e["usd_per_million_output_tokens"] == pytest.approx(
+        2.5 * best["num_gpus"] / (e["tokens_per_s"] * 3600) * 1e6)
     keys = [p["estimate"]["usd_per_million_output_tokens"] for p in document["plans"]]
     assert keys == sorted(keys)
 
@@ -185,7 +186,8 @@ def test_a_saved_serving_plan_exports_later_by_rank(tmp_path: Path):
         assert exported.exit_code == 0, exported.output
         tpot = document["plans"][rank - 1]["estimate"]["tpot_s"]
         # the header carries the plan's own prediction (the statistics the planner writes, not 'n/a')
-        assert f"TPOT p50 {tpot['p50'] * 1e3:.1f} ms (mean {tpot['mean'] * 1e3:.1f} ms)" in (out / "serve.sh").read_text()
+        header = f"TPOT p50 {tpot['p50'] * 1e3:.1f} ms (mean {tpot['mean'] * 1e3:.1f} ms)"
+        assert header in (out / "serve.sh").read_text()
     assert_bad_input(invoke("export", str(path), "--format", "all", "-o", str(tmp_path / "x"), "--rank", "99"),
                      "not 99")
     broken = tmp_path / "broken.json"

@@ -59,7 +59,8 @@ NIXL_D = '{"kv_connector":"NixlConnector","kv_role":"kv_consumer"}'
 def test_deepseek_disagg_vllm(tmp_path):
     doc = deepseek_disagg("vllm")
     prefill = (f"vllm serve {DS} --host 0.0.0.0 --port 8100 --tensor-parallel-size 8 --pipeline-parallel-size 1 "
-               "--enable-expert-parallel --max-num-seqs 256 --max-num-batched-tokens 16384 --gpu-memory-utilization 0.9 "
+               "--enable-expert-parallel --max-num-seqs 256 --max-num-batched-tokens 16384 "
+               "--gpu-memory-utilization 0.9 "
                f"--max-model-len 2048 --kv-cache-dtype fp8 --kv-transfer-config {NIXL_P}")
     # decode: 16 DP ranks, 8 per node; 1024 sequences and 8192 tokens per worker = 64 and 512 per DP rank
     decode = (f"vllm serve {DS} --host 0.0.0.0 --port 8100 --tensor-parallel-size 1 --pipeline-parallel-size 1 "
@@ -69,7 +70,8 @@ def test_deepseek_disagg_vllm(tmp_path):
               "--kv-transfer-config ") + NIXL_D
     assert run(tmp_path, doc, "vllm", 0, HOSTS3) == [prefill]
     assert run(tmp_path, doc, "vllm", 1, HOSTS3) == [decode.replace("{start}", "")]
-    assert run(tmp_path, doc, "vllm", 2, HOSTS3) == [decode.replace("{start}", " --data-parallel-start-rank 8 --headless")]
+    assert run(tmp_path, doc, "vllm", 2, HOSTS3) == [
+        decode.replace("{start}", " --data-parallel-start-rank 8 --headless")]
     text = files(doc, "vllm")["serve.sh"]
     assert 'VLLM_NIXL_SIDE_CHANNEL_HOST="${HOSTS[2]}" VLLM_NIXL_SIDE_CHANNEL_PORT=5600 vllm' in text
 
@@ -96,14 +98,16 @@ def test_deepseek_disagg_trtllm(tmp_path):
     node0 = captured(folder, 0, HOSTS3)
     assert [" ".join(a) for a in node0 if a[1] != "disaggregated"] == [
         (f"trtllm-serve {DS} --host 0.0.0.0 --port 8100 --backend pytorch --tp_size 8 --pp_size 1 --max_batch_size 256 "
-        f"--max_num_tokens 16384 --max_seq_len 2048 --extra_llm_api_options {folder}/extra-llm-api-options-prefill.yaml")]
+         "--max_num_tokens 16384 --max_seq_len 2048 "
+         f"--extra_llm_api_options {folder}/extra-llm-api-options-prefill.yaml")]
     front = next(a for a in node0 if a[1] == "disaggregated")
     assert front[2] == "-c" and front[4:] == ["--server_start_timeout", "3600"]
     config = yaml.safe_load(Path(front[3]).read_text())  # the node hosts stand in for paraplan-node-N
     assert config["context_servers"]["urls"] == ["n0:8100"] and config["generation_servers"]["urls"] == ["n1:8100"]
     assert [" ".join(a) for a in captured(folder, 1, HOSTS3)] == [
         (f"mpirun -n 16 --host n1:8,n2:8 trtllm-llmapi-launch trtllm-serve {DS} --host 0.0.0.0 --port 8100 --backend "
-        "pytorch --tp_size 16 --pp_size 1 --max_batch_size 64 --max_num_tokens 512 --max_seq_len 2048 --gpus_per_node 8 "
+        "pytorch --tp_size 16 --pp_size 1 --max_batch_size 64 --max_num_tokens 512 --max_seq_len 2048 "
+        "--gpus_per_node 8 "
         f"--extra_llm_api_options {folder}/extra-llm-api-options-decode.yaml")]
     assert captured(folder, 2, HOSTS3) == []  # node 2 joins the decode worker through mpirun
     decode = yaml.safe_load((folder / "extra-llm-api-options-decode.yaml").read_text())

@@ -52,13 +52,16 @@ TRT_TAIL = "--max_batch_size 256 --max_num_tokens 8192 --max_seq_len 2048 --extr
 
 def test_mixed_agg_vllm(tmp_path):
     doc = mixed_agg("vllm")
-    h100 = f"vllm serve {MODEL} --host 0.0.0.0 --port {{}} --tensor-parallel-size 2 --pipeline-parallel-size 1 {VLLM_TAIL}"
-    h200 = f"vllm serve {MODEL} --host 0.0.0.0 --port {{}} --tensor-parallel-size 1 --pipeline-parallel-size 1 {VLLM_TAIL}"
+    h100 = (f"vllm serve {MODEL} --host 0.0.0.0 --port {{}} --tensor-parallel-size 2 "
+            f"--pipeline-parallel-size 1 {VLLM_TAIL}")
+    h200 = (f"vllm serve {MODEL} --host 0.0.0.0 --port {{}} --tensor-parallel-size 1 "
+            f"--pipeline-parallel-size 1 {VLLM_TAIL}")
     assert commands(tmp_path, doc, "vllm", 0) == [h100.format(port) for port in (8100, 8101, 8102, 8103)]
     assert commands(tmp_path, doc, "vllm", 1) == [h100.format(port) for port in (8100, 8101)]
     assert commands(tmp_path, doc, "vllm", 2) == [h200.format(port) for port in (8100, 8101, 8102, 8103)]
     text = files(doc, "vllm")["serve.sh"]
-    assert "    # aggregated-1 API servers: node 2 port 8100, node 2 port 8101, node 2 port 8102, node 2 port 8103\n" in text
+    assert ("    # aggregated-1 API servers: node 2 port 8100, node 2 port 8101, "
+            "node 2 port 8102, node 2 port 8103\n") in text
     assert "    # aggregated-1 (4 x h200-sxm): 60% of requests (15% per worker)\n" in text
     assert "CUDA_VISIBLE_DEVICES=3 vllm" in text and "CUDA_VISIBLE_DEVICES=6,7 vllm" in text
 
