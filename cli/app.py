@@ -10,7 +10,7 @@ import math
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -32,6 +32,9 @@ from paraplan.hardware_profiles.device_names import looks_like_device_name
 from paraplan.hardware_profiles.user_file import resolve_catalog
 from paraplan.model_specs.hf_config import load_model, preset_names
 from paraplan.version import __version__
+
+if TYPE_CHECKING:
+    import pandas as pd  # for annotations only: pandas loads with the validate command, not at start-up
 
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False,
                   help="Plan distributed training of transformers: search parallel layouts, predict step time, "
@@ -245,7 +248,7 @@ def _serving_validation(json_path: Path | None, force: bool, folder: Path | None
         render.write_json(json_path, document, force)
 
 
-def _cross_source_validation(frame) -> dict:
+def _cross_source_validation(frame: "pd.DataFrame") -> dict[str, Any]:
     """Leave-one-source-out (and leave-one-table-out) refits of the fitted fractions, as plain data."""
     from paraplan.validation import cross_source as cs  # only this flag pays for the refits
 
@@ -255,7 +258,8 @@ def _cross_source_validation(frame) -> dict:
             if status is not None:
                 status.update(f"cross-source refits: row {done} of {total} on a grid of constants")
         result = cs.cross_source(frame, progress)
-    folds = [{"level": f.level, "left_out": f.name, "label": cs.short_label(f.level, f.name), "rows": f.rows, "in_sample": cs.summary(f.in_sample_errors),
+    folds = [{"level": f.level, "left_out": f.name, "label": cs.short_label(f.level, f.name), "rows": f.rows,
+              "in_sample": cs.summary(f.in_sample_errors),
               "left_out_error": cs.summary(f.left_out_errors),
               "moved": [{"constant": label, "shipped": shipped, "fold": fold} for label, shipped, fold in f.moved]}
              for f in result.folds]

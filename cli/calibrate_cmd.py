@@ -15,6 +15,8 @@ from paraplan.cli import render
 from paraplan.errors import InputError
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from paraplan.validation import stack_profile as sp
 StackProfileOpt = Annotated[str | None, typer.Option(
     "--stack-profile", help="A stack profile from 'paraplan calibrate' (its name, or a .json file): every step "
@@ -58,7 +60,7 @@ def calibrate(
         render.write_json(json_path, document, force)
 
 
-def _show(console, profile: sp.StackProfile, target: Path) -> None:
+def _show(console: Console, profile: sp.StackProfile, target: Path) -> None:
     held = profile.held_out_errors
     table = Table(title=f"stack profile {profile.name}: tokens/s per GPU, measured vs paraplan", title_justify="left")
     for header in ("run", "model", "GPU", "GPUs", "measured", "analytical", "error %", "calibrated error %",

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from paraplan.choices import Engine
 from paraplan.errors import InputError
 from paraplan.exporters.formats import DEFAULT_IMAGE, FORMATS, ExportOptions, export_files, output_names
 from paraplan.exporters.plan_input import is_serving_document, plan_from_document, read_plan_document, select_plan
@@ -26,10 +27,12 @@ TitanModelOpt = Annotated[str | None, typer.Option(
 JobNameOpt = Annotated[str | None, typer.Option(help="SLURM / PyTorchJob name (default: from the model).",
                                                 rich_help_panel=_EXPORT)]
 ImageOpt = Annotated[str, typer.Option(help="Container image of the PyTorchJob.", rich_help_panel=_EXPORT)]
+PlanFileArg = Annotated[Path, typer.Argument(
+    help="A plan file from 'paraplan plan --json' or 'paraplan serve --json'.")]
 
 
 def export(
-    plan_file: Annotated[Path, typer.Argument(help="A plan file from 'paraplan plan --json' or 'paraplan serve --json'.")],
+    plan_file: PlanFileArg,
     fmt: FormatOpt, out: OutOpt,
     rank: Annotated[int | None, typer.Option(help="Which plan of the file, by rank (default: the best).",
                                              rich_help_panel=_EXPORT)] = None,
@@ -63,9 +66,10 @@ def export_requested(fmt: str | None, out: Path | None) -> bool:
     return True
 
 
-def check_plan_export(fmt: str | None, out: Path | None, engine: str, force: bool) -> None:
+def check_plan_export(fmt: str | None, out: Path | None, engine: Engine, force: bool) -> None:
     """Before a search: --export and -o come together, the format suits the engine, the folder takes its files."""
     if export_requested(fmt, out):
+        assert fmt is not None and out is not None  # export_requested is True only when both are given
         check_destination(out, output_names(fmt, engine, ExportOptions()), force)
 
 

@@ -52,7 +52,7 @@ def merged(ctx: typer.Context, command: Any, from_file: Path | None, config_file
     from paraplan.job_files.merge import fill_global_batch, missing_flag
 
     params = dict(ctx.params)
-    explicit = {name for name in params if ctx.get_parameter_source(name).name in ("COMMANDLINE", "ENVIRONMENT")}
+    explicit = {name for name in params if _given_by_user(ctx, name)}
     hints = typing.get_type_hints(command)
     options = {} if config_file is None else read_option_file(config_file, set(params) - {"config"}, _ALIASES)
     options = {name: (_convert(name, value, hints[name], where), where) for name, (value, where) in options.items()}
@@ -75,6 +75,13 @@ def merged(ctx: typer.Context, command: Any, from_file: Path | None, config_file
     if imported is not None:
         show_source(render.make_console(), imported, values, searching)
     return {"ctx": ctx, **values}
+
+
+def _given_by_user(ctx: typer.Context, name: str) -> bool:
+    """Whether the user gave parameter ``name`` on the command line or in its environment variable."""
+    source = ctx.get_parameter_source(name)
+    assert source is not None  # click records a source for every parameter it put in ctx.params
+    return source.name in ("COMMANDLINE", "ENVIRONMENT")
 
 
 def _from_job_values(imported: ImportedJob | None, overridden: set[str], searching: bool) -> dict[str, Any]:
@@ -119,7 +126,7 @@ def _convert(name: str, value: Any, hint: Any, where: str) -> Any:
     raise InputError(f"{where}: {name.replace('_', '-')} expects {wanted}, got {shown(value)}")
 
 
-def show_source(console, imported: ImportedJob, values: dict[str, Any], searching: bool) -> None:
+def show_source(console: Console, imported: ImportedJob, values: dict[str, Any], searching: bool) -> None:
     """What was read from the file, where, and what the command line changed (a search leaves the layout open)."""
     from paraplan.job_files.merge import option_values
 

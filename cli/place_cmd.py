@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -29,8 +29,8 @@ from paraplan.planner.placement.solver import SolverConfig
 from paraplan.planner.plan import SCHEMA_VERSION
 
 _PLACE = "Placement"
-TimeLimitOpt = Annotated[float, typer.Option(help="Seconds per placement, building the model included (per layer for experts).",
-                                             rich_help_panel=_PLACE)]
+TimeLimitOpt = Annotated[float, typer.Option(
+    help="Seconds per placement, building the model included (per layer for experts).", rich_help_panel=_PLACE)]
 JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the result as JSON to this file.")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite an existing --json file.")]
 
@@ -58,7 +58,8 @@ def experts(
                                                   "(exports then carry it in expert_map.json).")] = None,
 ) -> None:
     """Place the experts of each MoE layer on EP ranks: busiest rank first, then inter-layer traffic."""
-    tokens, document = DEFAULT_TOKENS_PER_LAYER, None
+    tokens: float = DEFAULT_TOKENS_PER_LAYER
+    document: dict[str, Any] | None = None
     if plan_out is not None and plan is None:
         raise InputError("--plan-out writes the --plan file with its expert map; give --plan PLAN.json")
     if plan is not None:
@@ -84,6 +85,7 @@ def experts(
     if json_path is not None:
         render.write_json(json_path, expert_map, force)
     if plan_out is not None:
+        assert document is not None  # --plan-out without --plan was refused above; --plan read the document
         placed_plan = with_expert_placement(document, expert_map)
         render.write_json(plan_out, {"schema_version": SCHEMA_VERSION, "plans": [placed_plan]}, force)
 

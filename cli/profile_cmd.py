@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
 import typer
 
@@ -15,6 +15,8 @@ from paraplan.measurements.ingest import FORMATS
 from paraplan.measurements.store_location import default_store_path
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from paraplan.measurements.profiler import ProfileSettings
     from paraplan.model_specs.model_spec import ModelSpec
 
@@ -66,7 +68,7 @@ def profiles_list(store: StoreOpt = None, json_path: ProfilesJsonOpt = None, for
                                       "measurements": _plain_records(summary)}, force)
 
 
-def _plain_records(frame) -> list[dict]:
+def _plain_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """A summary frame as JSON-ready rows (numpy integers as ints, missing text as null)."""
     return json.loads(frame.to_json(orient="records"))
 
@@ -108,10 +110,21 @@ def _ints(flag: str, text: str) -> tuple[int, ...]:
     return tuple(sorted({int(part) for part in parts}))
 
 
+class DeviceDefaults(TypedDict):
+    """One device's profiling defaults: the shape flags as their text would be typed, then repeat counts."""
+
+    tokens: str
+    tp: str
+    seq_len: str
+    copy_mib: str
+    repeats: int
+    warmup: int
+
+
 # Defaults per device. A GPU runs the shapes of real micro-batches; a CPU runs bf16 GEMMs at about
 # 0.37 GFLOP/s (measured on this project's 2-core machine: 64x4096x3584 in 5 s), so its defaults are the
 # smallest shapes that still exercise every code path: about a minute in all on that machine.
-DEVICE_DEFAULTS = {
+DEVICE_DEFAULTS: dict[str, DeviceDefaults] = {
     "cuda": {"tokens": "512,2048,8192", "tp": "1,2,4,8", "seq_len": "1024,4096,8192", "copy_mib": "64,1024",
              "repeats": 10, "warmup": 3},
     "cpu": {"tokens": "16", "tp": "8", "seq_len": "256", "copy_mib": "16", "repeats": 3, "warmup": 1},

@@ -11,9 +11,10 @@ import math
 import os
 import sys
 import tempfile
+from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rich import box
 from rich.console import Console, Group, RenderableType
@@ -22,6 +23,7 @@ from rich.measure import Measurement
 from rich.panel import Panel
 from rich.table import Table
 
+from paraplan.choices import Objective
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec, GPUSpec
 from paraplan.hardware_profiles.specs import BUILTIN
@@ -34,6 +36,7 @@ from paraplan.hardware_profiles.units import (
 )
 from paraplan.hardware_profiles.user_file import origin_text
 from paraplan.model_specs.model_spec import ModelSpec
+from paraplan.planner.job import ParallelConfig
 from paraplan.planner.plan import Plan
 
 PARAMS_PER_BILLION = 1e9  # a count, not a unit: "8.03 B parameters"
@@ -50,7 +53,8 @@ STEP_LABELS = {
 MEMORY_LABELS = {
     "weights_bytes": "weights", "grads_bytes": "gradients", "optimizer_bytes": "optimizer states",
     "activations_bytes": "activations", "logits_bytes": "logits (fp32 loss)",
-    "transient_bytes": "transient (gathered params, recompute, CP K/V)", "reserve_bytes": "allocator cache + CUDA context/NCCL",
+    "transient_bytes": "transient (gathered params, recompute, CP K/V)",
+    "reserve_bytes": "allocator cache + CUDA context/NCCL",
 }
 
 
@@ -130,6 +134,34 @@ def config_text(config: dict[str, Any]) -> str:
 
 
 # -- plan and evaluate ------------------------------------------------------------------------
+class _ModelView(Protocol):
+    @property
+    def is_moe(self) -> bool:
+        """Whether the model has routed experts."""
+
+
+class _JobView(Protocol):
+    @property
+    def model(self) -> _ModelView:
+        """The model trained."""
+
+
+class PlanView(Protocol):
+    """What the runner-up sentence reads of a plan: a Plan, or the report's view of a plan document."""
+
+    @property
+    def estimate(self) -> Mapping[str, Any]:
+        """Scalar predictions in SI units."""
+
+    @property
+    def config(self) -> ParallelConfig:
+        """The parallel configuration."""
+
+    @property
+    def job(self) -> _JobView:
+        """The job (only whether its model has experts is read)."""
+
+
 def plan_table(console: Console, plans: list[Plan], capacity_bytes: float, title: str) -> None:
     """The ranked plans, one row each."""
     table = Table(title=escape(title), title_justify="left")
@@ -151,7 +183,7 @@ def plan_table(console: Console, plans: list[Plan], capacity_bytes: float, title
     print_table(console, table)
 
 
-def _axis_cell(config, axis: str) -> str:
+def _axis_cell(config: ParallelConfig, axis: str) -> str:
     """One degree; context parallelism also names how it moves K and V (``4 a2a``)."""
     value = getattr(config, axis)
     return f"{value} {config.cp_comm}" if axis == "cp" and value > 1 else str(value)
@@ -191,7 +223,7 @@ def _breakdowns(console: Console, estimate: dict[str, Any], capacity_bytes: floa
     return Group(step, "", memory)
 
 
-def _runner_up_line(best: Plan, second: Plan, objective: str) -> str:
+def _runner_up_line(best: PlanView, second: PlanView, objective: Objective) -> str:
     a, b = best.estimate, second.estimate
     metric = "peak_memory_bytes" if objective == "memory" else "step_time_s"
     shown = gib if metric == "peak_memory_bytes" else seconds
@@ -206,7 +238,7 @@ def _runner_up_line(best: Plan, second: Plan, objective: str) -> str:
             f"{STEP_LABELS.get(widest, widest)} {seconds(other[widest])} s vs {seconds(terms[widest])} s")
 
 
-def _axes(plan: Plan) -> dict[str, Any]:
+def _axes(plan: PlanView) -> dict[str, Any]:
     config = plan.config.as_dict()
     experts = ("ep", "etp") if plan.job.model.is_moe else ()
     comm = ("cp_comm",) if plan.config.cp > 1 else ()
@@ -216,7 +248,7 @@ def _axes(plan: Plan) -> dict[str, Any]:
             + ("mbs", "zero", "recompute", "sp") + overlap + ("offload",)}
 
 
-def why_best(console: Console, plans: list[Plan], capacity_bytes: float, cost_model: str, objective: str) -> None:
+def why_best(console: Console, plans: list[Plan], capacity_bytes: float, cost_model: str, objective: Objective) -> None:
     """The breakdown of plan #1 and what separates it from #2."""
     best = plans[0]
     lines = [_breakdowns(console, best.estimate, capacity_bytes), f"cost model: {escape(cost_model)}"]
@@ -246,7 +278,7 @@ def _allocator_rows(e: dict) -> list[tuple[str, str]]:
             ("  allocator holds (max reserved) GiB", gib(e["reserved_memory_bytes"]))]
 
 
-def cluster_size(cluster) -> str:
+def cluster_size(cluster: ClusterSpec) -> str:
     """'8 nodes x 4 = 32 x gb200': what --nodes N resolves to, said in GPUs."""
     nodes = f"{cluster.num_nodes} node{'s' if cluster.num_nodes != 1 else ''} x {cluster.gpus_per_node}"
     return f"{nodes} = {cluster.num_gpus} x {cluster.gpu.name}"
@@ -391,9 +423,10 @@ def hardware_lists(console: Console, gpus: list[GPUSpec], clusters: list[Cluster
     for header in ("name", "bf16", "fp8", "fp4", "HBM GiB", "HBM TB/s", "NVLink GB/s", "NIC GB/s", "from"):
         table.add_column(header, justify="left" if header in ("name", "from") else "right", overflow="fold")
     for g in gpus:
-        table.add_row(g.name, _tflops(g, "bf16"), _tflops(g, "fp8"), _tflops(g, "fp4"), f"{g.hbm_bytes / BYTES_PER_GIB:g}",
-                      f"{g.hbm_bytes_per_s / BYTES_PER_TB:g}", f"{g.nvlink_bytes_per_s / BYTES_PER_GB:g}",
-                      f"{g.nic_bytes_per_s / BYTES_PER_GB:g}", escape(_origin_cell(g.origin)))
+        table.add_row(g.name, _tflops(g, "bf16"), _tflops(g, "fp8"), _tflops(g, "fp4"),
+                      f"{g.hbm_bytes / BYTES_PER_GIB:g}", f"{g.hbm_bytes_per_s / BYTES_PER_TB:g}",
+                      f"{g.nvlink_bytes_per_s / BYTES_PER_GB:g}", f"{g.nic_bytes_per_s / BYTES_PER_GB:g}",
+                      escape(_origin_cell(g.origin)))
     print_table(console, table)
     nodes = Table(title="cluster types (size them with --nodes or --gpus)", title_justify="left")
     for header in ("name", "GPU", "GPUs/node", "NVLink domain", "NIC GB/s per GPU", "latency µs inter/intra", "from"):
@@ -587,7 +620,8 @@ def memory_validation(console: Console, memory: dict) -> None:
             console.print(f"{name}: {summary['labels_right']} of {summary['rows']} fit/OOM labels right")
         else:
             console.print(f"{name}: {summary['rows']} rows, median |error| "
-                          f"{percent(summary['median_abs_error_frac'])} %, max {percent(summary['max_abs_error_frac'])} %")
+                          f"{percent(summary['median_abs_error_frac'])} %, "
+                          f"max {percent(summary['max_abs_error_frac'])} %")
     console.print(f"fit/OOM confusion: {memory['fit_oom']}")
     skipped = [row for row in memory["runs"] if row["out_of_scope"]]
     console.print(f"out of scope, not scored ({len(skipped)} rows): "

@@ -42,7 +42,8 @@ def run_rows(run: RunCost) -> list[tuple[str, str]]:
     return [
         ("steps / tokens", f"{count(run.num_steps)} / {run.num_tokens:.4g}"),
         ("days: training alone / with failures", f"{days(run.useful_s)} / {days(run.wall_s)}"),
-        ("GPU-hours (wall)", count(run.wall_gpu_s / SECONDS_PER_HOUR) if math.isfinite(run.wall_gpu_s) else "unbounded"),
+        ("GPU-hours (wall)",
+         count(run.wall_gpu_s / SECONDS_PER_HOUR) if math.isfinite(run.wall_gpu_s) else "unbounded"),
         ("cost", dollars(run.usd)),
         ("GPU energy", energy),
         ("goodput", f"{percent(run.goodput_frac)}% of wall time is training"),
@@ -50,7 +51,8 @@ def run_rows(run: RunCost) -> list[tuple[str, str]]:
                         f"{seconds(ckpt.write_s)} s, stall {seconds(ckpt.stall_s)} s, load {seconds(ckpt.load_s)} s")),
         ("checkpoint interval", _interval(run)),
         ("failures", (f"{run.expected_failures:,.0f} expected, one per {seconds(run.job_mtbf_s / 60)} min; each "
-                      f"costs {seconds(run.lost_per_failure_s)} s") if math.isfinite(run.job_mtbf_s) else "none modelled"),
+                      f"costs {seconds(run.lost_per_failure_s)} s")
+         if math.isfinite(run.job_mtbf_s) else "none modelled"),
     ]
 
 

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from paraplan.errors import InputError
+
+if TYPE_CHECKING:
+    from paraplan.planner.serving.problem import ServingProblem
 
 
 def _pct(value: float | None) -> str:
@@ -31,7 +35,8 @@ def serving_validation(console: Console, document: dict) -> None:
     c = document["constants"]
     console.print(f"fitted on {c['fitted_rows']} rows: step overhead ms "
                   + ", ".join(f"{k} {1e3 * v:.1f}" for k, v in c["step_overhead_s"].items())
-                  + "; request overhead ms " + ", ".join(f"{k} {1e3 * v:.0f}" for k, v in c["request_overhead_s"].items())
+                  + "; request overhead ms "
+                  + ", ".join(f"{k} {1e3 * v:.0f}" for k, v in c["request_overhead_s"].items())
                   + f"; benchmark waves {c['benchmark_waves']}")
     for reason, count in document["uncovered"].items():
         console.print(f"not covered ({count} rows): {reason}")
@@ -57,7 +62,7 @@ def _pool_text(pool: dict, mixed: bool) -> str:
     return f"{role}{pool['workers']}x {gpu}{' '.join(axes)} ({limits}{share})"
 
 
-def serving_plans(console: Console, doc: dict, problem) -> None:
+def serving_plans(console: Console, doc: dict, problem: ServingProblem) -> None:
     """The ranked deployments, why the best wins, and the throughput/interactivity front."""
     w = doc["workload"]
     q = f"p{w['percentile']}"
@@ -73,7 +78,8 @@ def serving_plans(console: Console, doc: dict, problem) -> None:
     for plan in doc["plans"]:
         e = plan["estimate"]
         price = e["usd_per_million_output_tokens"]
-        table.add_row(str(plan["rank"]), plan["engine"], plan["mode"], " + ".join(_pool_text(p, len(doc["hardware"]) > 1) for p in plan["pools"]),
+        deployment = " + ".join(_pool_text(p, len(doc["hardware"]) > 1) for p in plan["pools"])
+        table.add_row(str(plan["rank"]), plan["engine"], plan["mode"], deployment,
                       str(plan["num_gpus"]), plan["quantization"]["kv_cache_dtype"], _ms(e["ttft_s"][q]) + " ms",
                       _ms(e["tpot_s"][q]) + " ms", f"{e['tokens_per_s_per_gpu']:,.0f}",
                       f"{e['tokens_per_s_per_user']:,.1f}", "-" if price is None else f"{price:,.3f}")
@@ -114,6 +120,7 @@ def check_export(fmt: str | None, out: Path | None, force: bool) -> None:
 
     if not export_requested(fmt, out):
         return
+    assert fmt is not None and out is not None  # export_requested is True only when both are given
     from paraplan.exporters.serving import SERVING_FORMATS
 
     if fmt not in SERVING_FORMATS:

@@ -75,7 +75,7 @@ def plans_table(documents: list[dict[str, Any]], capacity_bytes: float | None) -
     return _table(["#"] + axes + ["step s", "tokens/s/GPU", "MFU %", "memory GiB"], rows, "plans")
 
 
-def _as_plan(document: dict[str, Any]) -> SimpleNamespace:
+def _as_plan(document: dict[str, Any]) -> render.PlanView:
     """What render's runner-up sentence reads of a Plan: estimate, config, whether the model has experts."""
     experts = document["model"].get("shape", {}).get("num_experts", 0) > 0
     return SimpleNamespace(estimate=document["estimate"], config=ParallelConfig(**document["config"]),
@@ -115,7 +115,8 @@ def provenance_section(document: dict[str, Any]) -> str:
     """Which cost model, calibration and hardware produced the numbers."""
     prov = document["provenance"]
     hardware = prov.get("hardware", {})
-    rows = [["paraplan version", str(prov.get("paraplan_version", ""))], ["cost model", str(prov.get("cost_model", ""))],
+    rows = [["paraplan version", str(prov.get("paraplan_version", ""))],
+            ["cost model", str(prov.get("cost_model", ""))],
             ["calibration", str(prov.get("calibration", ""))],
             ["hardware", (f"{hardware.get('gpu', '')} ({hardware.get('origin', '')}; efficiency from "
                          f"{hardware.get('efficiency_from', '')})")]]

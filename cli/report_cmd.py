@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 
@@ -25,8 +25,8 @@ SweepOpt = Annotated[Path | None, typer.Option("--sweep", help="A sweep file fro
 OutOpt = Annotated[Path | None, typer.Option("--out", "-o", help="The HTML file to write.", rich_help_panel=_REPORT)]
 PlotOpt = Annotated[str | None, typer.Option("--plot", help=f"One figure to write alone: {', '.join(FIGURES)}.",
                                              rich_help_panel=_REPORT)]
-PlotOutOpt = Annotated[Path | None, typer.Option("--plot-out", help="The figure's file: .svg, or .png (needs matplotlib, "
-                                                 "the plot extra).", rich_help_panel=_REPORT)]
+PlotOutOpt = Annotated[Path | None, typer.Option(
+    "--plot-out", help="The figure's file: .svg, or .png (needs matplotlib, the plot extra).", rich_help_panel=_REPORT)]
 
 
 def check_report_folder(out_dir: Path, force: bool) -> None:
@@ -48,6 +48,7 @@ def read_plans(path: Path) -> list[dict[str, Any]]:
         raise InputError(f"plan file {path} does not exist (write one with 'paraplan plan ... --json {path}')")
     document = parse_user_json(read_user_text(path, MAX_PLAN_BYTES, "plan file"), str(path), top=None)
     select_plan(document, None, str(path))  # checks the wrapper and every plan against the plan schema
+    assert isinstance(document, dict)  # select_plan refused anything but the {"schema_version", "plans"} object
     return sorted(document["plans"], key=lambda plan: plan["rank"])
 
 
@@ -55,7 +56,8 @@ def read_sweep(path: Path) -> dict[str, Any]:
     """A sweep document with the fields the scaling figure reads checked: num_gpus, gpu, plan.estimate."""
     if not path.is_file():
         raise InputError(f"sweep file {path} does not exist (write one with 'paraplan sweep ... --json {path}')")
-    document = parse_user_json(read_user_text(path, MAX_PLAN_BYTES, "sweep file"), str(path))
+    document = cast(dict[str, Any], parse_user_json(read_user_text(path, MAX_PLAN_BYTES, "sweep file"),
+                                                    str(path)))  # top=dict: an object
     points = document.get("points")
     if document.get("kind") != "sweep" or not isinstance(points, list) or not 0 < len(points) <= MAX_SWEEP_POINTS:
         raise InputError(f"{path}: expected {{\"kind\": \"sweep\", \"points\": [...]}} with 1 to {MAX_SWEEP_POINTS:,} "

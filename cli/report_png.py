@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import io
 import re
+from typing import TYPE_CHECKING, Any
 from xml.etree import ElementTree
 
 from paraplan.errors import InputError
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 DPI = 100  # matplotlib's default: one SVG pixel is one PNG pixel at 100 dots per inch
 POINTS_PER_PX = 72.0 / DPI  # font sizes are in SVG pixels, matplotlib's in points (1/72 inch)
@@ -19,7 +23,7 @@ _ROTATE = re.compile(r"rotate\((-?[\d.]+)")
 _ANCHORS = {"start": "left", "middle": "center", "end": "right"}
 
 
-def _matplotlib():
+def _matplotlib() -> tuple[Any, Any, Any]:
     try:
         import matplotlib
 
@@ -37,7 +41,7 @@ def _f(element: ElementTree.Element, name: str, default: float = 0.0) -> float:
     return float(value.rstrip("%")) if value and not value.endswith("%") else default
 
 
-def _draw(axes, element: ElementTree.Element, shapes: tuple, size: tuple[float, float]) -> None:
+def _draw(axes: Axes, element: ElementTree.Element, shapes: tuple, size: tuple[float, float]) -> None:
     """One SVG primitive on ``axes`` (pixel coordinates, y down)."""
     rectangle, circle = shapes
     tag = element.tag.rsplit("}", 1)[-1]
@@ -63,7 +67,9 @@ def png_bytes(figure: str) -> bytes:
     """The PNG image of one inline SVG figure of the report, at its own pixel size."""
     pyplot, rectangle, circle = _matplotlib()
     root = ElementTree.fromstring(figure)
-    size = (float(root.get("width")), float(root.get("height")))
+    width, height = root.get("width"), root.get("height")
+    assert width is not None and height is not None  # every figure report_svg draws states its pixel size
+    size = (float(width), float(height))
     canvas = pyplot.figure(figsize=(size[0] / DPI, size[1] / DPI), dpi=DPI)
     axes = canvas.add_axes((0.0, 0.0, 1.0, 1.0))
     axes.set_xlim(0, size[0])

@@ -2,13 +2,15 @@
 
 The scaling curve reads a sweep document (``paraplan sweep --json``: ``{"kind": "sweep", "points": [{"num_gpus",
 "gpu", "global_batch", "plan": {...}}]}``), each point's plan and its optional ``run`` block (wall_s,
-wall_gpu_s, usd, goodput_frac). Placement reads the plan's ``placement`` block (``paraplan place``, ``paraplan experts --plan-out``).
+wall_gpu_s, usd, goodput_frac). Placement reads the plan's ``placement`` block (``paraplan place``,
+``paraplan experts --plan-out``).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from typing import Any
 
 from paraplan.cli.report_svg import (
@@ -82,8 +84,8 @@ def scaling_figure(sweep: dict[str, Any]) -> str:
     return svg(frame, body, title, "scaling")
 
 
-def _panel(frame: Frame, series: dict[str, list[dict[str, Any]]], value_of, unit: str, title: str,
-           x_range: tuple[float, float]) -> list[str]:
+def _panel(frame: Frame, series: dict[str, list[dict[str, Any]]], value_of: Callable[[dict[str, Any]], float | None],
+           unit: str, title: str, x_range: tuple[float, float]) -> list[str]:
     values = [v for points in series.values() for p in points if (v := value_of(p)) is not None]
     out = [f'<g class="panel" data-quantity="{unit}">',
            text(frame.left_px, frame.top_px - 12, title, css="panel-title", weight="bold")]

@@ -162,7 +162,8 @@ SVG_NAMESPACE = "http://www.w3.org/2000/svg"  # the namespace a standalone .svg 
 
 def standalone(figure: str) -> str:
     """An inline figure as the text of an .svg file: XML declaration and namespace."""
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + figure.replace("<svg ", f'<svg xmlns="{SVG_NAMESPACE}" ', 1) + "\n"
+    declared = figure.replace("<svg ", f'<svg xmlns="{SVG_NAMESPACE}" ', 1)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + declared + "\n"
 
 
 def note(frame: Frame, message: str, figure_id: str, title: str) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -13,8 +13,9 @@ _W, _D, _C = "Workload", "Deployment", "Cluster"
 _GRID_AXES = ("tp", "pp", "ep", "dp_attention", "batch", "chunk")
 
 
-def _axis(text: str):
-    return Annotated[str | None, typer.Option(help=text + " Comma list; default: searched.", rich_help_panel=_D)]
+def _axis_option(text: str) -> Any:
+    """The typer option of a deployment axis flag (annotated ``str | None``): a comma list, searched when absent."""
+    return typer.Option(help=text + " Comma list; default: searched.", rich_help_panel=_D)
 
 
 def parse_length_dist(flag: str, text: str) -> float:
@@ -111,6 +112,12 @@ ExportOpt = Annotated[str | None, typer.Option(
     help="Write launch files of the best plan: vllm, sglang, trtllm, k8s, json or all.")]
 OutOpt = Annotated[Path | None, typer.Option("--out", "-o", help="Folder for --export.")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite an existing --json file or exported files.")]
+TpOpt = Annotated[str | None, _axis_option("Attention tensor parallel per worker.")]
+PpOpt = Annotated[str | None, _axis_option("Pipeline stages per worker.")]
+EpOpt = Annotated[str | None, _axis_option("Expert parallel (MoE).")]
+DpAttentionOpt = Annotated[str | None, _axis_option("Attention data-parallel ranks (MoE).")]
+BatchOpt = Annotated[str | None, _axis_option("Running-batch cap (max_num_seqs).")]
+ChunkOpt = Annotated[str | None, _axis_option("Max batched tokens per step.")]
 
 
 def serve(
@@ -119,10 +126,8 @@ def serve(
     isl_dist: IslDistOpt = "fixed", osl_dist: OslDistOpt = "fixed", concurrency: ConcurrencyOpt = None,
     rate: RateOpt = None, arrival: ArrivalOpt = "poisson", ttft_ms: TtftMsOpt = None, tpot_ms: TpotMsOpt = None,
     percentile: PercentileOpt = 50, engine: EngineOpt = None, precision: PrecisionOpt = "auto",
-    kv_dtype: KvDtypeOpt = "auto", mode: ModeOpt = "both", tp: _axis("Attention tensor parallel per worker.") = None,
-    pp: _axis("Pipeline stages per worker.") = None, ep: _axis("Expert parallel (MoE).") = None,
-    dp_attention: _axis("Attention data-parallel ranks (MoE).") = None,
-    batch: _axis("Running-batch cap (max_num_seqs).") = None, chunk: _axis("Max batched tokens per step.") = None,
+    kv_dtype: KvDtypeOpt = "auto", mode: ModeOpt = "both", tp: TpOpt = None, pp: PpOpt = None, ep: EpOpt = None,
+    dp_attention: DpAttentionOpt = None, batch: BatchOpt = None, chunk: ChunkOpt = None,
     objective: ObjectiveOpt = "throughput", price_per_gpu_hour: PricePerGpuHourOpt = None, top: TopOpt = 5,
     json_path: JsonPathOpt = None, export: ExportOpt = None, out: OutOpt = None, force: ForceOpt = False,
 ) -> None:
@@ -148,4 +153,5 @@ def serve(
     if json_path is not None:
         render.write_json(json_path, result.document, force)
     if export is not None:
+        assert out is not None  # check_export refused --export without -o before the search
         render_serving.export(result.document, export, out, force)

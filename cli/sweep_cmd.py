@@ -27,7 +27,7 @@ BATCH_NOTE = ("global batch co-tuned per point (the power of two in the range wi
               "budget is fixed: a larger batch changes convergence, which paraplan does not model")
 
 
-def _gpu_names(text: str, catalog) -> list[str]:
+def _gpu_names(text: str, catalog: Catalog) -> list[str]:
     names = [name.strip() for name in text.split(",")]
     for name in names:
         catalog.gpu(name)  # an unknown name is one line naming the known ones
@@ -51,6 +51,7 @@ def _batches(global_batch: int | None, batch_range: str | None) -> list[int]:
         raise InputError("give --global-batch N or --global-batch-range LOW:HIGH (e.g. 512:2048), one of them")
     if global_batch is not None:
         return [global_batch]
+    assert batch_range is not None  # exactly one of the two was given (checked above)
     match = re.fullmatch(r"\s*([0-9]+)\s*:\s*([0-9]+)\s*", batch_range)
     if not match:
         raise InputError(f"--global-batch-range expects LOW:HIGH sequences (e.g. 512:2048), got {batch_range!r}")
@@ -140,7 +141,7 @@ def _points(request: PlanRequest, job: TrainingJob, counts: list[int], names: li
     return points, skipped
 
 
-def _show(points: list[SweepPoint], skipped: list[dict], objective: str, job, batches: list[int],
+def _show(points: list[SweepPoint], skipped: list[dict], objective: str, job: TrainingJob, batches: list[int],
           batch_range: str | None) -> None:
     console = render.make_console()
     title = (f"{job.model.name}, seq {job.seq_len}, {job.precision}, {job.engine}: best plan per point by "
@@ -159,7 +160,7 @@ def sweep_document(points: list[SweepPoint], skipped: list[dict], options: RunOp
                    inputs: dict[str, Any]) -> dict[str, Any]:
     """``{"schema_version": 1, "kind": "sweep", "points": [...], "inputs": {...}}``: each point's plan is the plan
     JSON document ``plan --json`` writes, with its ``run`` block."""
-    documents = [{"num_gpus": p.num_gpus, "gpu": p.gpu, "global_batch": p.global_batch,
+    documents: list[dict[str, Any]] = [{"num_gpus": p.num_gpus, "gpu": p.gpu, "global_batch": p.global_batch,
                   "plan": plan_to_json(p.plan, p.cost_model, run_document(p.run, options))} for p in points]
     run_inputs = copy.deepcopy(documents[0]["plan"]["run"]["inputs"])
     run_inputs["sources"].pop("price")

@@ -6,7 +6,7 @@ to ``paraplan.api.plan_request`` / ``evaluate_request``, the calls ``paraplan.pl
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -48,13 +48,40 @@ from paraplan.cli.train_flags import (
     RoutingOpt,
     SeqLenOpt,
     TopOpt,
-    axis_opt,
+    axis_option,
     request_from_flags,
 )
 from paraplan.planner.placement.refine import PlacementReport, PlacementRow
 
 if TYPE_CHECKING:
     from paraplan.api import PlanResult
+    from paraplan.choices import Objective
+
+# The axis flags, named once (mypy takes no call as a type); ``Plan*`` are plan's help texts where evaluate's differ.
+PlanTpOpt = Annotated[str | None, axis_option("Tensor parallel, e.g. 8 or 4,8.")]
+TpOpt = Annotated[str | None, axis_option("Tensor parallel.")]
+PpOpt = Annotated[str | None, axis_option("Pipeline parallel.")]
+PlanDpOpt = Annotated[str | None, axis_option("Data parallel.")]
+DpOpt = Annotated[str | None, axis_option("Data parallel (default: GPUs / (tp·pp·cp)).")]
+CpOpt = Annotated[str | None, axis_option("Context parallel.")]
+CpCommOpt = Annotated[str | None, axis_option(CP_COMM_HELP)]
+EpOpt = Annotated[str | None, axis_option("Expert parallel (MoE models).")]
+EtpOpt = Annotated[str | None, axis_option("Expert tensor parallel (MoE).")]
+VppOpt = Annotated[str | None, axis_option("Virtual pipeline stages.")]
+MbsOpt = Annotated[str | None, axis_option("Micro-batch size.")]
+PlanZeroOpt = Annotated[str | None, axis_option("ZeRO stages 0-3.")]
+ZeroOpt = Annotated[str | None, axis_option("ZeRO stage 0-3.")]
+PlanRecomputeOpt = Annotated[str | None, axis_option(
+    "none, selective, full, modules (comma list; modules = Megatron's --recompute-modules).")]
+RecomputeOpt = Annotated[str | None, axis_option("none, selective, full or modules (Megatron's --recompute-modules).")]
+PlanSpOpt = Annotated[str | None, axis_option("Sequence parallel: on, off or both.")]
+SpOpt = Annotated[str | None, axis_option("Sequence parallel: on or off.")]
+PlanOffloadOpt = Annotated[str | None, axis_option(
+    "Layers whose activations go to host memory (Megatron --cpu-offloading-num-layers; pp = 1, no recompute).")]
+OffloadOpt = Annotated[str | None, axis_option("Layers whose activations go to host memory (pp = 1, no recompute).")]
+PpScheduleOpt = Annotated[str | None, axis_option(SCHEDULE_HELP)]
+PlanTpOverlapOpt = Annotated[str | None, axis_option(TP_OVERLAP_HELP + " on, off or both.")]
+TpOverlapOpt = Annotated[str | None, axis_option(TP_OVERLAP_HELP + " on or off.")]
 
 
 def plan(
@@ -69,19 +96,10 @@ def plan(
     objective: ObjectiveOpt = "throughput", top: TopOpt = 5,
     json_path: JsonOpt = None, force: ForceOpt = False, export: ExportOpt = None, out: ExportOutOpt = None,
     place: PlaceOpt = False,
-    tp: axis_opt("Tensor parallel, e.g. 8 or 4,8.") = None, pp: axis_opt("Pipeline parallel.") = None,
-    dp: axis_opt("Data parallel.") = None, cp: axis_opt("Context parallel.") = None,
-    cp_comm: axis_opt(CP_COMM_HELP) = None,
-    ep: axis_opt("Expert parallel (MoE models).") = None, etp: axis_opt("Expert tensor parallel (MoE).") = None,
-    vpp: axis_opt("Virtual pipeline stages.") = None, mbs: axis_opt("Micro-batch size.") = None,
-    zero: axis_opt("ZeRO stages 0-3.") = None,
-    recompute: axis_opt("none, selective, full, modules (comma list; modules = Megatron's --recompute-modules).")
-    = None,
-    sp: axis_opt("Sequence parallel: on, off or both.") = None,
-    offload: axis_opt("Layers whose activations go to host memory (Megatron --cpu-offloading-num-layers; "
-                      "pp = 1, no recompute).") = None,
-    pp_schedule: axis_opt(SCHEDULE_HELP) = None,
-    tp_comm_overlap: axis_opt(TP_OVERLAP_HELP + " on, off or both.") = None,
+    tp: PlanTpOpt = None, pp: PpOpt = None, dp: PlanDpOpt = None, cp: CpOpt = None, cp_comm: CpCommOpt = None,
+    ep: EpOpt = None, etp: EtpOpt = None, vpp: VppOpt = None, mbs: MbsOpt = None, zero: PlanZeroOpt = None,
+    recompute: PlanRecomputeOpt = None, sp: PlanSpOpt = None, offload: PlanOffloadOpt = None,
+    pp_schedule: PpScheduleOpt = None, tp_comm_overlap: PlanTpOverlapOpt = None,
     cost_model: profile_cmd.CostModelOpt = "auto", store: profile_cmd.StoreOpt = None,
     stack_profile: calibrate_cmd.StackProfileOpt = None, from_file: FromOpt = None, config: ConfigOpt = None,
     tokens: run_flags.TokensOpt = None, steps: run_flags.StepsOpt = None, price_per_gpu_hour: run_flags.PriceOpt = None,
@@ -107,6 +125,7 @@ def plan(
     if json_path is not None:
         render.write_json(json_path, result.document, force)
     if export is not None:
+        assert out is not None  # check_plan_export refused --export without -o before the search
         export_cmd.export_plan_document(result.documents[0], export, out, force)
     if report is not None:
         typer.echo(f"wrote {report_cmd.write_report(result.documents, report, force)}")
@@ -115,7 +134,7 @@ def plan(
 
 def evaluate(
     ctx: typer.Context, model: JobModelArg = None, seq_len: SeqLenOpt = None, global_batch: BatchOpt = None,
-    tp: axis_opt("Tensor parallel.") = None, pp: axis_opt("Pipeline parallel.") = None, cluster: ClusterOpt = None,
+    tp: TpOpt = None, pp: PpOpt = None, cluster: ClusterOpt = None,
     nodes: NodesOpt = None, gpu: GpuOpt = None,
     gpus: GpusOpt = None, gpus_per_node: PerNodeOpt = None, hardware: HardwareFileOpt = None,
     engine: EngineOpt = "megatron",
@@ -123,16 +142,9 @@ def evaluate(
     headroom: HeadroomOpt = 0.0, expert_imbalance: ImbalanceOpt = None, routing: RoutingOpt = None,
     capacity_factor: CapacityOpt = None, dispatcher: DispatcherOpt = "auto", compile_model: CompileOpt = False,
     async_tp: AsyncTPOpt = False, fp8_recipe: Fp8RecipeOpt = "tensorwise",
-    dp: axis_opt("Data parallel (default: GPUs / (tp·pp·cp)).") = None, cp: axis_opt("Context parallel.") = "1",
-    cp_comm: axis_opt(CP_COMM_HELP) = "p2p",
-    ep: axis_opt("Expert parallel (MoE models).") = "1", etp: axis_opt("Expert tensor parallel (MoE).") = "1",
-    vpp: axis_opt("Virtual pipeline stages.") = "1", mbs: axis_opt("Micro-batch size.") = "1",
-    zero: axis_opt("ZeRO stage 0-3.") = "0",
-    recompute: axis_opt("none, selective, full or modules (Megatron's --recompute-modules).") = "none",
-    sp: axis_opt("Sequence parallel: on or off.") = "off",
-    offload: axis_opt("Layers whose activations go to host memory (pp = 1, no recompute).") = "0",
-    pp_schedule: axis_opt(SCHEDULE_HELP) = "1f1b",
-    tp_comm_overlap: axis_opt(TP_OVERLAP_HELP + " on or off.") = "off",
+    dp: DpOpt = None, cp: CpOpt = "1", cp_comm: CpCommOpt = "p2p", ep: EpOpt = "1", etp: EtpOpt = "1",
+    vpp: VppOpt = "1", mbs: MbsOpt = "1", zero: ZeroOpt = "0", recompute: RecomputeOpt = "none", sp: SpOpt = "off",
+    offload: OffloadOpt = "0", pp_schedule: PpScheduleOpt = "1f1b", tp_comm_overlap: TpOverlapOpt = "off",
     json_path: JsonOpt = None, force: ForceOpt = False, cost_model: profile_cmd.CostModelOpt = "auto",
     store: profile_cmd.StoreOpt = None, stack_profile: calibrate_cmd.StackProfileOpt = None,
     from_file: FromOpt = None, config: ConfigOpt = None,
@@ -162,7 +174,7 @@ def evaluate(
     return None
 
 
-def show_plans(result: PlanResult, objective: str) -> None:
+def show_plans(result: PlanResult, objective: Objective) -> None:
     """A search's answer: the ranked plans, why the first wins, its run, the search's counts, the hardware's
     origin, the job file's own layout beside the best, and what placement found."""
     show_notes(result.notes)

@@ -8,6 +8,7 @@ names a parameter; ``flag_of`` spells it as the flag the user typed.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -95,9 +96,9 @@ TP_OVERLAP_HELP = ("Megatron --tp-comm-overlap: TP collectives pipelined under t
                    "parallel):")
 
 
-def axis_opt(text: str) -> Any:
-    """A parallel-configuration flag: one value or a comma list, as text."""
-    return Annotated[str | None, typer.Option(help=text, rich_help_panel=_CONFIG)]
+def axis_option(text: str) -> Any:
+    """The typer option of a parallel-configuration flag (annotated ``str | None``): one value or a comma list."""
+    return typer.Option(help=text, rich_help_panel=_CONFIG)
 
 
 # -- flag text -> Python values ---------------------------------------------------------------------------------
@@ -139,8 +140,9 @@ def parse_names(flag: str, text: str, known: dict[str, Any]) -> list[Any]:
 
 def axis_values(**flags: str | None) -> dict[str, list[Any]]:
     """The axes the config flags fix, as Python values (paraplan.request.axis_codes takes them)."""
-    names = {"recompute": ("recompute", RECOMPUTE_CODES), "cp_comm": ("cp-comm", CP_COMM_CODES),
-             "pp_schedule": ("pp-schedule", PIPELINE_SCHEDULE_CODES)}
+    names: dict[str, tuple[str, Iterable[str]]] = {
+        "recompute": ("recompute", RECOMPUTE_CODES), "cp_comm": ("cp-comm", CP_COMM_CODES),
+        "pp_schedule": ("pp-schedule", PIPELINE_SCHEDULE_CODES)}
     fixed: dict[str, list[Any]] = {}
     for axis, text in flags.items():
         if text is None:

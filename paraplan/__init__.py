@@ -14,8 +14,8 @@ from typing import Any
 
 from paraplan.version import __version__
 
-__all__ = ["InputError", "PlanResult", "ServeResult", "__version__", "evaluate", "evaluate_file", "plan", "plan_document",
-           "plan_file", "serve"]
+__all__ = ["InputError", "PlanResult", "ServeResult", "__version__", "evaluate", "evaluate_file", "plan",
+           "plan_document", "plan_file", "serve"]
 
 
 def __getattr__(name: str) -> Any:

@@ -17,6 +17,7 @@ an axis left out is searched. Bad input raises ``paraplan.InputError`` naming th
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -140,7 +141,8 @@ def evaluate_request(request: PlanRequest) -> Evaluation:
     rates, cluster, notes = cost_inputs(request, job, cluster, rates_first=False)
     result = search(job, cluster, fixed, rates=rates)
     if len(result.table) == 0:
-        raise InputError(f"{_config_text(fixed)} breaks a rule: {max(result.rejected, key=result.rejected.get)}")
+        reason = max(result.rejected, key=result.rejected.__getitem__)
+        raise InputError(f"{_config_text(fixed)} breaks a rule: {reason}")
     one = plan_at(job, cluster, result, 0, rank=1)
     run = None if request.run is None else run_cost(one, request.run)
     document = {"schema_version": SCHEMA_VERSION,
@@ -210,8 +212,9 @@ def _config_text(fixed: dict[str, list[int]]) -> str:
     from paraplan.choices import CP_COMM_NAMES, PIPELINE_SCHEDULE_CODES, RECOMPUTE_NAMES
 
     schedules = {code: name for name, code in PIPELINE_SCHEDULE_CODES.items()}
-    names = {"cp_comm": CP_COMM_NAMES, "recompute": RECOMPUTE_NAMES, "pp_schedule": schedules,
-             "sp": {0: "off", 1: "on"}, "tp_overlap": {0: "off", 1: "on"}, "ep_overlap": {0: "off", 1: "on"}}
+    names: dict[str, Mapping[int, str]] = {
+        "cp_comm": CP_COMM_NAMES, "recompute": RECOMPUTE_NAMES, "pp_schedule": schedules,
+        "sp": {0: "off", 1: "on"}, "tp_overlap": {0: "off", 1: "on"}, "ep_overlap": {0: "off", 1: "on"}}
     order = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "cp_comm", "recompute", "sp", "offload",
              "pp_schedule", "tp_overlap", "ep_overlap")
     return " ".join(f"{axis}={names.get(axis, {}).get(fixed[axis][0], fixed[axis][0])}" for axis in order
@@ -247,7 +250,7 @@ def _file_layout_block(layout: FileLayout, job: TrainingJob, cluster: ClusterSpe
     fixed["dp"] = [cluster.num_gpus // shape]
     result = search(job, cluster, fixed, rates=rates)
     if len(result.table) == 0:
-        block["error"] = f"the file's layout breaks a rule: {max(result.rejected, key=result.rejected.get)}"
+        block["error"] = f"the file's layout breaks a rule: {max(result.rejected, key=result.rejected.__getitem__)}"
         return block
     yours = plan_at(job, cluster, result, 0, rank=1)
     block.update(plan=plan_to_json(yours, cost_model), comparison=_comparison(yours, best))

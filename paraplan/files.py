@@ -14,6 +14,7 @@ import json
 import math
 import re
 import reprlib
+from collections.abc import Callable
 from functools import cache
 from io import StringIO
 from pathlib import Path
@@ -111,7 +112,7 @@ _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 
-def _refuse_constant(origin: str):
+def _refuse_constant(origin: str) -> Callable[[str], float]:
     def refuse(name: str) -> float:
         raise InputError(f"{_short(origin)}: holds {name}, which JSON does not allow; write a number")
     return refuse

@@ -21,9 +21,12 @@ from paraplan.choices import (
     OBJECTIVES,
     PIPELINE_SCHEDULE_CODES,
     RECOMPUTE_CODES,
+    CpComm,
     Engine,
     Objective,
+    PipelineSchedule,
     Precision,
+    Recompute,
 )
 from paraplan.cost_models.compute import ComputeRates
 from paraplan.errors import InputError, ParameterError
@@ -37,8 +40,8 @@ from paraplan.planner.run import failures as fl
 from paraplan.planner.run.cost import RunOptions
 from paraplan.planner.space import AXES
 
-NAMED_AXES: dict[str, Mapping[str, int]] = {"recompute": RECOMPUTE_CODES, "cp_comm": CP_COMM_CODES,
-                                            "pp_schedule": PIPELINE_SCHEDULE_CODES}
+NAMED_AXES: dict[str, dict[Recompute, int] | dict[CpComm, int] | dict[PipelineSchedule, int]] = {
+    "recompute": RECOMPUTE_CODES, "cp_comm": CP_COMM_CODES, "pp_schedule": PIPELINE_SCHEDULE_CODES}
 """Axes whose values are names, stored as codes in the candidate table."""
 SWITCH_AXES = ("sp", "tp_overlap", "ep_overlap")
 """Axes that are on or off (True or False)."""
@@ -388,7 +391,8 @@ def run_options(tokens: float | None = None, steps: int | None = None, price_per
             raise ParameterError("{" + given[0] + "} describes the whole run: add a budget, {tokens} N (e.g. 15e12) "
                                  "or {steps} N")
         return None
-    set_values = {"failures_per_gpu_s": _per_s(failure_rate_per_gpu_hour), "restart_s": restart_s,
+    # Mixed keyword values (floats, the checkpoint mode checked against CHECKPOINT_MODES above): Any, by name.
+    set_values: dict[str, Any] = {"failures_per_gpu_s": _per_s(failure_rate_per_gpu_hour), "restart_s": restart_s,
                   "checkpoint_mode": checkpoint, "checkpoint_write_bytes_per_s_per_node": _bytes(checkpoint_write_gbps),
                   "checkpoint_load_bytes_per_s_per_node": _bytes(checkpoint_load_gbps)}
     # Options left out keep RunOptions' defaults (each with its source there).
