@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_cli_place import MIXED  # two A100 and two H100 nodes: a topology of two GPU types
 from typer.testing import CliRunner
 
 import paraplan
@@ -17,13 +18,6 @@ from paraplan.errors import InputError, ParameterError
 from paraplan.request import ClusterSource, PlanRequest, axis_codes, build_cluster, make_request, run_options
 
 runner = CliRunner(env={"COLUMNS": "200"})
-MIXED = """\
-inter_node_latency_us: 5.0
-intra_domain_latency_us: 2.0
-node_groups:
-  - {gpu: a100-sxm-80gb, num_nodes: 2, gpus_per_node: 8, nic_gb_per_s_per_gpu: 25, hosts: [a0, a1]}
-  - {gpu: h100-sxm, num_nodes: 2, gpus_per_node: 8, nic_gb_per_s_per_gpu: 50, hosts: [h0, h1]}
-"""
 
 
 def _cli_json(tmp_path: Path, *args: str) -> dict[str, Any]:
