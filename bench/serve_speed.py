@@ -54,7 +54,7 @@ def run_case(title: str, model: str, flags: list[str], cluster_of, workloads, re
     for workload in workloads:
         load = f"concurrency {workload.concurrency}" if workload.concurrency else \
             f"Poisson {workload.arrivals.rate_per_s:g} req/s, p{workload.percentile}"
-        problem = ServingProblem(model=served.spec, mixers=served.mixers, clusters=(cluster,), workload=workload,
+        problem = ServingProblem(model=served.spec, clusters=(cluster,), workload=workload,
                                  choices=ServingChoices(precision=_precision(flags)))
         walls, cpus = [], []
         for _ in range(repeat):

@@ -28,7 +28,7 @@ from paraplan.cost_models.collectives import collective_time_s
 from paraplan.cost_models.compute import ComputeRates, analytical_rates
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
-from paraplan.model_specs.mixers import NO_MIXERS, MixerShapes, unpriced_for_serving
+from paraplan.model_specs.mixers import unpriced_for_serving
 from paraplan.model_specs.model_spec import ModelSpec
 
 ACTIVATION_BYTES = 2.0
@@ -182,11 +182,12 @@ def decode_attention_flops_per_key(model: ModelSpec, tp: Column) -> np.ndarray:
     return 2.0 * heads * (model.qk_head_dim + model.value_head_dim)
 
 
-def prefill_attention_flops(model: ModelSpec, prompt_tokens: Column, mixers: MixerShapes = NO_MIXERS
-                            ) -> tuple[np.ndarray, np.ndarray]:
+def prefill_attention_flops(model: ModelSpec, prompt_tokens: Column) -> tuple[np.ndarray, np.ndarray]:
     """Causal attention-core FLOPs of one prompt per layer over all heads, (full layers, sliding layers):
     2·keys·heads·(d_qk + d_v) with keys = s²/2 causal, or s·w − w²/2 inside a window w; with a sparse-attention
-    indexer, s·k − k²/2 keys (each query attends to at most top-k) plus the indexer's s²/2 scored pairs."""
+    indexer (``model.mixers``), s·k − k²/2 keys (each query attends to at most top-k) plus the indexer's s²/2
+    scored pairs."""
+    mixers = model.mixers
     s = np.asarray(prompt_tokens, dtype=float)
     per_key = 2.0 * model.num_heads * (model.qk_head_dim + model.value_head_dim)
     w = np.minimum(s, model.sliding_window) if model.sliding_window else s
@@ -197,9 +198,9 @@ def prefill_attention_flops(model: ModelSpec, prompt_tokens: Column, mixers: Mix
     return full, per_key * (s * w - w * w / 2.0)
 
 
-def _layer_counts(model: ModelSpec, mixers: MixerShapes) -> tuple[int, int, int, int, int]:
+def _layer_counts(model: ModelSpec) -> tuple[int, int, int, int, int]:
     """(dense, MoE, full-attention, sliding-window, linear-attention) layer counts of the main stack."""
-    reason = unpriced_for_serving(model, mixers)
+    reason = unpriced_for_serving(model)
     if reason:
         raise InputError(reason)
     sliding = model.sliding_layers if model.sliding_window else 0
@@ -240,12 +241,13 @@ def _experts_s(model: ModelSpec, moe_tokens: Column, shard: Sharding, prec: Weig
 
 
 def _decode_attention_s(model: ModelSpec, prec: WeightPrecision, shard: Sharding, seqs: np.ndarray,
-                        attended_keys: tuple[Column, Column], mixers: MixerShapes, rates: ComputeRates) -> np.ndarray:
+                        attended_keys: tuple[Column, Column], rates: ComputeRates) -> np.ndarray:
     """Seconds of one decode step's attention on one GPU, all layers: the attended keys' KV-cache reads or their
     FLOPs, whichever is slower (``attended_keys``: full-attention and sliding-window keys per layer, summed over
     the ``seqs`` sequences); a sparse-attention indexer scanning every cached key; linear-attention layers
-    reading and writing their state."""
-    _, _, full_layers, sliding_layers, linear_layers = _layer_counts(model, mixers)
+    reading and writing their state (the shapes of both: ``model.mixers``)."""
+    mixers = model.mixers
+    _, _, full_layers, sliding_layers, linear_layers = _layer_counts(model)
     full_keys, sliding_keys = attended_keys
     kv_token = kv_bytes_per_token_per_layer(model, shard.tp, prec.kv_bytes)
     scanned = np.asarray(full_keys, dtype=float)
@@ -260,21 +262,19 @@ def _decode_attention_s(model: ModelSpec, prec: WeightPrecision, shard: Sharding
 
 
 def _prefill_attention_s(model: ModelSpec, shard: Sharding, tokens: np.ndarray,
-                         attention_flops: tuple[Column, Column], mixers: MixerShapes,
-                         rates: ComputeRates) -> np.ndarray:
+                         attention_flops: tuple[Column, Column], rates: ComputeRates) -> np.ndarray:
     """Seconds of one prefill step's attention on one GPU, all layers: the (full, sliding) attention-core FLOPs
     per layer split over tp, and the linear-attention layers' prefill FLOPs of ``tokens``."""
-    _, _, full_layers, sliding_layers, linear_layers = _layer_counts(model, mixers)
+    _, _, full_layers, sliding_layers, linear_layers = _layer_counts(model)
     full_flops, sliding_flops = attention_flops
     return (full_layers * np.asarray(full_flops) + sliding_layers * np.asarray(sliding_flops)) \
         / shard.tp / rates.attention_flops_per_s \
-        + linear_layers * tokens * mixers.linear_prefill_flops_per_token(shard.tp) / rates.attention_flops_per_s
+        + linear_layers * tokens * model.mixers.linear_prefill_flops_per_token(shard.tp) / rates.attention_flops_per_s
 
 
 def step_time(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, shard: Sharding, *,
               tokens_per_rank: Column, sequences_per_rank: Column, attended_keys: tuple[Column, Column],
-              attention_flops: tuple[Column, Column], decode: bool, moe_tokens: Column | None = None,
-              mixers: MixerShapes = NO_MIXERS) -> StepTime:
+              attention_flops: tuple[Column, Column], decode: bool, moe_tokens: Column | None = None) -> StepTime:
     """One step over every layer on one GPU of every pipeline stage in turn (a token crosses all of them).
 
     ``tokens_per_rank``: tokens each attention-DP rank runs this step; ``sequences_per_rank``: how many
@@ -282,10 +282,10 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, sha
     read per layer per rank at decode, as (full-attention keys, sliding-window keys) summed over the rank's
     sequences; ``attention_flops``: (full, sliding) attention-core FLOPs per layer per rank at prefill;
     ``moe_tokens``: tokens the MoE group receives from all attention-DP ranks (default: every rank runs
-    ``tokens_per_rank``); ``mixers``: shapes of linear-attention layers and a sparse-attention indexer.
+    ``tokens_per_rank``). Linear-attention layers and a sparse-attention indexer are priced from ``model.mixers``.
     """
     moe_tokens = np.asarray(tokens_per_rank, dtype=float) * shard.dp if moe_tokens is None else moe_tokens
-    dense_layers, moe_layers, full_layers, sliding_layers, linear_layers = _layer_counts(model, mixers)
+    dense_layers, moe_layers, full_layers, sliding_layers, linear_layers = _layer_counts(model)
     dense_rates = rates_for(cluster, prec.dense_dtype)
     expert_rates = rates_for(cluster, prec.expert_dtype)
     tokens = np.asarray(tokens_per_rank, dtype=float)
@@ -302,8 +302,8 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, sha
     gemm = (model.num_layers - linear_layers) * attn_s + linear_layers * linear_s + dense_layers * dense_mlp_s \
         + moe_layers * shared_s + head_s
     experts = moe_layers * _experts_s(model, moe_tokens, shard, prec, expert_rates) if moe_layers else 0.0 * tokens
-    attention = _decode_attention_s(model, prec, shard, seqs, attended_keys, mixers, dense_rates) if decode \
-        else _prefill_attention_s(model, shard, tokens, attention_flops, mixers, dense_rates)
+    attention = _decode_attention_s(model, prec, shard, seqs, attended_keys, dense_rates) if decode \
+        else _prefill_attention_s(model, shard, tokens, attention_flops, dense_rates)
     elementwise = model.num_layers * tokens * model.hidden_size * ELEMENTWISE_BYTES_PER_HIDDEN \
         / dense_rates.memory_bytes_per_s
     comm = dense_layers * _comm_per_layer_s(model, tokens, moe_tokens, shard, cluster, False) \

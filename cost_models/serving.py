@@ -41,7 +41,6 @@ from paraplan.cost_models.inference_step import (
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.hardware_profiles.units import BYTES_PER_GIB
-from paraplan.model_specs.mixers import NO_MIXERS, MixerShapes
 from paraplan.model_specs.model_spec import ModelSpec
 
 ENGINES = SERVING_ENGINES  # kept under its old name for the modules that import it from here
@@ -151,19 +150,19 @@ def weight_bytes_per_gpu(model: ModelSpec, prec: WeightPrecision, shard: Shardin
     return layers * (attention + dense + experts + vectors) + edges
 
 
-def kv_bytes_per_sequence(model: ModelSpec, tp: Column, context_tokens: Column, kv_bytes: float,
-                          mixers: MixerShapes = NO_MIXERS) -> np.ndarray:
+def kv_bytes_per_sequence(model: ModelSpec, tp: Column, context_tokens: Column, kv_bytes: float) -> np.ndarray:
     """KV-cache bytes one GPU holds for one sequence of ``context_tokens``: full-attention layers keep every
     token (and its indexer key under DSA), sliding-window layers at most the window (engines with per-window
-    pools: vLLM's hybrid allocator, TRT-LLM's per-window pools), linear-attention layers a fixed state."""
+    pools: vLLM's hybrid allocator, TRT-LLM's per-window pools), linear-attention layers a fixed state (the
+    indexer and state shapes: ``model.mixers``)."""
     s = np.asarray(context_tokens, dtype=float)
     sliding = model.sliding_layers if model.sliding_window else 0
     linear = model.linear_attention_layers
     full = model.num_layers - sliding - linear
     window = np.minimum(s, model.sliding_window) if sliding else 0.0
     per_layer = kv_bytes_per_token_per_layer(model, tp, kv_bytes)
-    return per_layer * (full * s + sliding * window) + full * s * mixers.index_key_bytes \
-        + linear * mixers.linear_state_bytes(tp)
+    return per_layer * (full * s + sliding * window) + full * s * model.mixers.index_key_bytes \
+        + linear * model.mixers.linear_state_bytes(tp)
 
 
 def activation_bytes(model: ModelSpec, tp: Column, batched_tokens: int) -> np.ndarray:
@@ -199,7 +198,7 @@ class EngineMemory:
 
 
 def engine_memory(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec: WeightPrecision,
-                  shard: Sharding, sequence_tokens: Column, mixers: MixerShapes = NO_MIXERS) -> EngineMemory:
+                  shard: Sharding, sequence_tokens: Column) -> EngineMemory:
     """What the engine reserves on one GPU and the KV pool left for ``sequence_tokens``-long sequences."""
     hbm = usable_capacity_bytes(cluster.gpu.hbm_bytes)
     weights = weight_bytes_per_gpu(model, prec, shard)
@@ -212,46 +211,45 @@ def engine_memory(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, 
         pool = engine.memory_frac * hbm - weights - act - fixed
     else:  # SGLang: mem_fraction_static covers weights and the KV pool; activations live in the rest
         pool = engine.memory_frac * hbm - weights
-    per_seq = kv_bytes_per_sequence(model, shard.tp, sequence_tokens, prec.kv_bytes, mixers) / shard.pp
+    per_seq = kv_bytes_per_sequence(model, shard.tp, sequence_tokens, prec.kv_bytes) / shard.pp
     return EngineMemory(weights_bytes=weights, activation_bytes=act, fixed_bytes=fixed, kv_pool_bytes=pool,
                         kv_bytes_per_sequence=per_seq)
 
 
 def prefill_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, shard: Sharding, prompt_tokens: Column,
-              prompts: Column = 1.0, all_ranks: bool = False, mixers: MixerShapes = NO_MIXERS) -> np.ndarray:
+              prompts: Column = 1.0, all_ranks: bool = False) -> np.ndarray:
     """Seconds of one prefill step of ``prompts`` prompts together on an attention-DP rank (compute-bound GEMMs,
     causal attention per prompt). ``all_ranks``: every DP rank prefills as much at once (a burst), so the MoE
     layers see all their tokens; otherwise the other ranks send only decode tokens, which are not counted."""
     prompts = np.asarray(prompts, dtype=float)
     tokens = np.asarray(prompt_tokens, dtype=float) * prompts + 0.0 * shard.tp
-    full, sliding = prefill_attention_flops(model, np.asarray(prompt_tokens, dtype=float), mixers)
+    full, sliding = prefill_attention_flops(model, np.asarray(prompt_tokens, dtype=float))
     return step_time(model, cluster, prec, shard, tokens_per_rank=tokens, sequences_per_rank=prompts + 0.0 * tokens,
                      attended_keys=(0.0, 0.0), attention_flops=(prompts * full, prompts * sliding), decode=False,
-                     moe_tokens=tokens * shard.dp if all_ranks else tokens, mixers=mixers).total_s
+                     moe_tokens=tokens * shard.dp if all_ranks else tokens).total_s
 
 
 def burst_ttft_s(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec: WeightPrecision, shard: Sharding,
-                 isl: Column, arrivals: Column, mixers: MixerShapes = NO_MIXERS) -> np.ndarray:
+                 isl: Column, arrivals: Column) -> np.ndarray:
     """Mean time to first token of ``arrivals`` prompts that reach an attention-DP rank at once: the engine
     prefills as many as fit its max batched tokens per step, step after step; the k-th step's prompts wait
     k steps."""
     isl = np.asarray(isl, dtype=float)
     per_step = np.maximum(np.floor(engine.max_batched_tokens / isl), 1.0)
     per_step = np.minimum(per_step, np.maximum(arrivals, 1.0))
-    step = prefill_s(model, cluster, prec, shard, isl, per_step, all_ranks=True, mixers=mixers) + engine.step_overhead_s
+    step = prefill_s(model, cluster, prec, shard, isl, per_step, all_ranks=True) + engine.step_overhead_s
     steps = np.ceil(np.maximum(arrivals, 1.0) / per_step)
     return step * (steps + 1.0) / 2.0
 
 
 def decode_step_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, shard: Sharding, batch: Column,
-                  context_tokens: Column, mixers: MixerShapes = NO_MIXERS) -> np.ndarray:
+                  context_tokens: Column) -> np.ndarray:
     """Seconds of one decode step of ``batch`` sequences per attention-DP rank at ``context_tokens`` each."""
     b = np.asarray(batch, dtype=float)
     ctx = np.asarray(context_tokens, dtype=float)
     window = np.minimum(ctx, model.sliding_window) if model.sliding_window else ctx
     return step_time(model, cluster, prec, shard, tokens_per_rank=b, sequences_per_rank=b,
-                     attended_keys=(b * ctx, b * window), attention_flops=(0.0, 0.0), decode=True,
-                     mixers=mixers).total_s
+                     attended_keys=(b * ctx, b * window), attention_flops=(0.0, 0.0), decode=True).total_s
 
 
 RAISED_MEMORY_FRAC = 0.95
@@ -260,13 +258,12 @@ the fraction raised; priced as 0.95 of the memory free after weights, activation
 
 
 def running_capacity(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec: WeightPrecision,
-                     shard: Sharding, sequence_tokens: Column,
-                     mixers: MixerShapes = NO_MIXERS) -> tuple[np.ndarray, np.ndarray]:
+                     shard: Sharding, sequence_tokens: Column) -> tuple[np.ndarray, np.ndarray]:
     """(sequences of full length that fit per attention-DP rank, whether the engine starts at its defaults).
     Where it does not, the capacity with the memory fraction raised (``RAISED_MEMORY_FRAC``)."""
-    default = engine_memory(model, cluster, engine, prec, shard, sequence_tokens, mixers).max_sequences
+    default = engine_memory(model, cluster, engine, prec, shard, sequence_tokens).max_sequences
     raised = replace(engine, budget="free", memory_frac=RAISED_MEMORY_FRAC)
-    fits_raised = engine_memory(model, cluster, raised, prec, shard, sequence_tokens, mixers).max_sequences
+    fits_raised = engine_memory(model, cluster, raised, prec, shard, sequence_tokens).max_sequences
     starts = default >= 1.0
     return np.where(starts, default, fits_raised), starts
 
@@ -325,59 +322,58 @@ class ServingLatency:
 
 
 def aggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec: WeightPrecision, shard: Sharding,
-               *, concurrency: Column, isl: Column, osl: Column, waves: float = BENCHMARK_WAVES,
-               mixers: MixerShapes = NO_MIXERS) -> ServingLatency:
+               *, concurrency: Column, isl: Column, osl: Column, waves: float = BENCHMARK_WAVES) -> ServingLatency:
     """Prefill and decode on the same GPUs (continuous batching), ``concurrency`` requests in flight per replica."""
     isl, osl = np.asarray(isl, dtype=float), np.asarray(osl, dtype=float)
     per_rank = np.asarray(concurrency, dtype=float) / shard.dp
-    fits, starts = running_capacity(model, cluster, engine, prec, shard, held_tokens(engine, isl, osl), mixers)
+    fits, starts = running_capacity(model, cluster, engine, prec, shard, held_tokens(engine, isl, osl))
     fits, starts, _ = np.broadcast_arrays(fits, starts, per_rank)  # one entry per deployment
     batch = np.maximum(np.minimum(np.minimum(per_rank, fits), engine.max_running), 1.0)
-    step = decode_step_s(model, cluster, prec, shard, batch, isl + osl / 2.0, mixers) + engine.step_overhead_s
-    prefill = prefill_s(model, cluster, prec, shard, isl, mixers=mixers) + engine.step_overhead_s
+    step = decode_step_s(model, cluster, prec, shard, batch, isl + osl / 2.0) + engine.step_overhead_s
+    prefill = prefill_s(model, cluster, prec, shard, isl) + engine.step_overhead_s
     tpot = step + batch * prefill / osl
     lifetime = osl * tpot + prefill
     queued = np.maximum(per_rank - batch, 0.0) / batch * lifetime
     steady = prefill + tpot / 2.0 + queued
-    burst = burst_ttft_s(model, cluster, engine, prec, shard, isl, batch, mixers) + queued
+    burst = burst_ttft_s(model, cluster, engine, prec, shard, isl, batch) + queued
     return ServingLatency(ttft_steady_s=steady, ttft_burst_s=burst, tpot_steady_s=tpot, tpot_burst_s=step,
                           running_batch=batch,
                           decode_step_s=step, prefill_s=prefill, max_sequences=fits, starts_at_defaults=starts,
                           request_overhead_s=engine.request_overhead_s, waves=waves)
 
 
-def kv_transfer_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, prefill: Sharding, isl: Column,
-                  mixers: MixerShapes = NO_MIXERS) -> np.ndarray:
+def kv_transfer_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, prefill: Sharding,
+                  isl: Column) -> np.ndarray:
     """Seconds to move one prompt's KV cache from a prefill worker to a decode worker: the prefill GPUs send
     their shards in parallel over the scale-out NICs (NVLink inside one NVLink domain is faster; the NIC
     bounds the general case)."""
-    per_gpu = kv_bytes_per_sequence(model, prefill.tp, isl, prec.kv_bytes, mixers) / prefill.pp
+    per_gpu = kv_bytes_per_sequence(model, prefill.tp, isl, prec.kv_bytes) / prefill.pp
     bandwidth = cluster.nic_bytes_per_s_per_gpu * cluster.gpu.efficiency.nic_frac
     return per_gpu / bandwidth + cluster.inter_node_latency_s
 
 
 def disaggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec: WeightPrecision,
                   prefill: Sharding, decode: Sharding, *, concurrency: Column, prefill_workers: Column,
-                  decode_workers: Column, isl: Column, osl: Column, waves: float = BENCHMARK_WAVES,
-                  mixers: MixerShapes = NO_MIXERS) -> ServingLatency:
+                  decode_workers: Column, isl: Column, osl: Column,
+                  waves: float = BENCHMARK_WAVES) -> ServingLatency:
     """Prefill workers hand each prompt's KV cache to decode workers; ``concurrency`` requests in flight in all."""
     isl, osl = np.asarray(isl, dtype=float), np.asarray(osl, dtype=float)
     concurrency = np.asarray(concurrency, dtype=float)
     per_rank = concurrency / (np.asarray(decode_workers, dtype=float) * decode.dp)
-    fits, starts = running_capacity(model, cluster, engine, prec, decode, held_tokens(engine, isl, osl), mixers)
+    fits, starts = running_capacity(model, cluster, engine, prec, decode, held_tokens(engine, isl, osl))
     fits, starts, _ = np.broadcast_arrays(fits, starts, per_rank)  # one entry per deployment
     batch = np.maximum(np.minimum(np.minimum(per_rank, fits), engine.max_running), 1.0)
-    step = decode_step_s(model, cluster, prec, decode, batch, isl + osl / 2.0, mixers) + engine.step_overhead_s
-    one = prefill_s(model, cluster, prec, prefill, isl, mixers=mixers) + engine.step_overhead_s
+    step = decode_step_s(model, cluster, prec, decode, batch, isl + osl / 2.0) + engine.step_overhead_s
+    one = prefill_s(model, cluster, prec, prefill, isl) + engine.step_overhead_s
     lifetime = osl * step
     # Prefill pool: requests arrive at concurrency / lifetime; each prefill rank serves one at a time (M/D/1).
     servers = np.asarray(prefill_workers, dtype=float) * prefill.dp
     utilisation = np.minimum(concurrency / np.maximum(lifetime, 1e-9) * one / servers, 0.95)
     wait = utilisation * one / (2.0 * (1.0 - utilisation))
     queued = np.maximum(per_rank - batch, 0.0) / batch * lifetime
-    transfer = kv_transfer_s(model, cluster, prec, prefill, isl, mixers)
+    transfer = kv_transfer_s(model, cluster, prec, prefill, isl)
     steady = one + wait + transfer + queued
-    burst = burst_ttft_s(model, cluster, engine, prec, prefill, isl, concurrency / servers, mixers) + transfer + queued
+    burst = burst_ttft_s(model, cluster, engine, prec, prefill, isl, concurrency / servers) + transfer + queued
     return ServingLatency(ttft_steady_s=steady, ttft_burst_s=burst, tpot_steady_s=step, tpot_burst_s=step,
                           running_batch=batch,
                           decode_step_s=step, prefill_s=one, max_sequences=fits, starts_at_defaults=starts,

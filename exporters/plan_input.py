@@ -32,7 +32,7 @@ from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import ParallelConfig
 from paraplan.planner.json_schema import schema_errors
 from paraplan.planner.layout import RANK_ORDER, rank_map, stage_layers, stage_split
-from paraplan.planner.plan import SCHEMA_VERSION, model_from_shape, plan_schema
+from paraplan.planner.plan import SCHEMA_VERSION, UNSTORED_MODEL_FIELDS, model_from_shape, plan_schema
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -205,7 +205,7 @@ def plan_from_document(plan: dict[str, Any]) -> ExportPlan:
 
 def _model_of(section: dict[str, Any]) -> ModelSpec:
     if "shape" in section:
-        known = {field.name for field in dataclasses.fields(ModelSpec)} - {"name"}
+        known = {field.name for field in dataclasses.fields(ModelSpec)} - set(UNSTORED_MODEL_FIELDS)
         unknown = sorted(set(section["shape"]) - known)
         if unknown:
             raise InputError(f"plan model.shape: unknown key {shown(unknown[0], 40)}; is this a plan paraplan wrote?")

@@ -24,6 +24,7 @@ from paraplan.files import parse_user_json, read_user_json, shown
 from paraplan.limits import MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_SEQ_LEN, MAX_VOCAB, MAX_WIDTH
 from paraplan.model_specs import hf_layers
 from paraplan.model_specs.hf_checkpoint import REPO_ID, cached_config_path, not_cached_message, weight_format
+from paraplan.model_specs.mixers import mixer_shapes
 from paraplan.model_specs.model_families import (
     FAMILIES,
     REFUSED,
@@ -279,6 +280,7 @@ def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
 
 
 def _read(config: dict[str, Any], name: str, spec_name: str) -> ModelSpec:
+    mixers = mixer_shapes(config)  # the whole config.json: mixer_shapes finds a wrapper's text_config itself
     config, name = _unwrap(config, name)
     model_type = config.get("model_type")
     traits = FAMILIES.get(model_type) if isinstance(model_type, str) else None
@@ -301,6 +303,7 @@ def _read(config: dict[str, Any], name: str, spec_name: str) -> ModelSpec:
             name=spec_name, model_type=model_type, **shape, **_traits(config, traits, name), **moe,
             **_windows(config, traits, kinds, name), **_unpriced_mixers(config, traits, kinds, widths, name),
             weights=None if quantization is None else weight_format(quantization, f"{name} quantization_config"),
+            mixers=mixers,
         )
     except ValueError as exc:
         raise InputError(str(exc)) from None

@@ -9,6 +9,7 @@ Multi-head latent attention (MLA, DeepSeek-V2/V3) replaces Q/K/V with low-rank p
 Features whose parameters are counted exactly but whose time and memory the cost model does not price
 (linear-attention / Gated DeltaNet layers, a sparse-attention indexer) are listed in
 ``unpriced_features``; the planner refuses such a model with that list instead of pricing it wrongly.
+Their shapes ride along in ``mixers`` (:class:`MixerShapes`) for the serving model, which prices them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
+
+import numpy as np
+
+from paraplan.arrays import Column
 
 LAYER_WEIGHT_MATRICES = 4
 """Weight matrices of a decoder layer as Megatron-style modules fuse them: QKV, output projection,
@@ -55,6 +60,66 @@ class WeightFormat:
         """The inverse of :meth:`to_json` (TypeError on unknown or missing keys)."""
         return cls(**{**data, "block_size": tuple(data.get("block_size", ())),
                       "unquantized_modules": tuple(data.get("unquantized_modules", ()))})
+
+
+CONV_STATE_BYTES = 2.0
+"""The short-convolution state is kept in the activation dtype (bf16)."""
+DELTA_RULE_FLOPS_PER_STATE_ELEMENT = 6.0
+"""Chunked gated delta rule per token and value head: state update (2·d_k·d_v), output from the state
+(2·d_k·d_v) and the intra-chunk attention and correction terms (about 2·d_k·d_v at chunk 64)."""
+INDEX_KEY_SCALE_BYTES = 4.0
+"""One fp32 scale per fp8 indexer key (DeepSeek-V3.2's indexer cache: 128 fp8 values + a 4-B scale)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MixerShapes:
+    """Shapes of the linear-attention and sparse-attention-indexer mixers (all 0 when the model has none)."""
+
+    linear_key_heads: int = 0
+    """Gated DeltaNet query/key heads."""
+    linear_value_heads: int = 0
+    """Gated DeltaNet value heads (one recurrent state each)."""
+    linear_key_dim: int = 0
+    """Width of one Gated DeltaNet key head (d_k)."""
+    linear_value_dim: int = 0
+    """Width of one Gated DeltaNet value head (d_v)."""
+    linear_conv_kernel: int = 0
+    """Short-convolution kernel length."""
+    state_bytes: float = 4.0
+    """Bytes per recurrent-state element (``mamba_ssm_dtype``)."""
+    index_heads: int = 0
+    """Sparse-attention indexer heads."""
+    index_head_dim: int = 0
+    """Width of one indexer head (and of the cached indexer key)."""
+    index_topk: int = 0
+    """Keys each query attends to after the indexer's selection."""
+
+    def linear_state_bytes(self, tp: Column) -> np.ndarray:
+        """Recurrent and convolution state of one sequence in one linear-attention layer on one GPU (heads
+        split over tp)."""
+        tp = np.asarray(tp, dtype=float)
+        recurrent = self.linear_value_heads * self.linear_key_dim * self.linear_value_dim * self.state_bytes
+        channels = 2 * self.linear_key_heads * self.linear_key_dim + self.linear_value_heads * self.linear_value_dim
+        conv = channels * max(self.linear_conv_kernel - 1, 0) * CONV_STATE_BYTES
+        return (recurrent + conv) / tp
+
+    def linear_prefill_flops_per_token(self, tp: Column) -> np.ndarray:
+        """Delta-rule FLOPs per prompt token per linear-attention layer on one GPU."""
+        return DELTA_RULE_FLOPS_PER_STATE_ELEMENT * self.linear_value_heads * self.linear_key_dim \
+            * self.linear_value_dim / np.asarray(tp, dtype=float)
+
+    @property
+    def index_key_bytes(self) -> float:
+        """Indexer-cache bytes per token per layer (fp8 key and its scale)."""
+        return self.index_head_dim + INDEX_KEY_SCALE_BYTES if self.index_topk else 0.0
+
+    @property
+    def index_flops_per_key(self) -> float:
+        """Indexer FLOPs per (query, key) pair: a dot product per indexer head."""
+        return 2.0 * self.index_heads * self.index_head_dim
+
+
+NO_MIXERS = MixerShapes()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -179,6 +244,9 @@ class ModelSpec:
     """Parameters of one such linear-attention mixer (replacing ``attention_params`` in those layers)."""
     indexer_params: int = 0
     """Parameters of one layer's sparse-attention indexer (DeepSeek-V3.2, GLM-5), inside its attention."""
+    mixers: MixerShapes = NO_MIXERS
+    """Shapes of the linear-attention and indexer mixers, which serving prices (``mixers.mixer_shapes`` reads
+    them from config.json); training does not, so a plan file's ``model.shape`` leaves them out."""
     unpriced_features: tuple[str, ...] = ()
     """Features counted in the parameters whose time and memory the cost model does not price; planning
     refuses a model that has any."""

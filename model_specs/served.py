@@ -1,16 +1,13 @@
-"""The model a serving plan deploys: its spec, the mixer shapes ModelSpec does not carry, and what engines are
-told to load (a Hugging Face repo id or a local folder)."""
+"""The model a serving plan deploys: its spec (mixer shapes included) and what engines are told to load (a
+Hugging Face repo id or a local folder)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
-from paraplan.files import parse_user_json, read_user_text
 from paraplan.model_specs.hf_checkpoint import REPO_ID, cached_config_path
-from paraplan.model_specs.hf_config import MAX_CONFIG_BYTES, load_model, preset_names
-from paraplan.model_specs.mixers import NO_MIXERS, MixerShapes, mixer_shapes
+from paraplan.model_specs.hf_config import load_model, preset_names
 from paraplan.model_specs.model_spec import ModelSpec
 
 PRESET_REPOS = {
@@ -29,7 +26,7 @@ class ServedModel:
     """A model to serve and where engines load it from."""
 
     spec: ModelSpec
-    mixers: MixerShapes
+    """The model, its linear-attention and indexer shapes (``spec.mixers``) included."""
     hf_repo: str | None
     """Hugging Face repo id engines download (None for a local config)."""
     path: str | None
@@ -56,13 +53,7 @@ def served_model(name_or_path: str) -> ServedModel:
     """The model under ``name_or_path`` (a preset, a config.json or its folder, a cached repo id)."""
     spec = load_model(name_or_path)
     config_file = _config_file(name_or_path)
-    if config_file is not None:
-        config = parse_user_json(read_user_text(config_file, MAX_CONFIG_BYTES, "model config"), str(config_file))
-    else:
-        text = (resources.files("paraplan.data") / "models" / name_or_path / "config.json").read_text()
-        config = parse_user_json(text, f"preset {name_or_path}")
-    mixers = mixer_shapes(config) if isinstance(config, dict) else NO_MIXERS
     local = Path(name_or_path).exists()
     repo = None if local else PRESET_REPOS.get(name_or_path, name_or_path if REPO_ID.match(name_or_path) else None)
     folder = str(config_file.parent.resolve()) if local and config_file is not None else None
-    return ServedModel(spec=spec, mixers=mixers, hf_repo=repo, path=folder)
+    return ServedModel(spec=spec, hf_repo=repo, path=folder)

@@ -114,7 +114,7 @@ def serve(model: str, *, isl: int, osl: int, gpu: str | Sequence[str] | None = N
                              objective=objective)
     clusters = serving_clusters(gpu, gpus, cluster, nodes, gpus_per_node)
     served = served_model(model)
-    problem = ServingProblem(model=served.spec, mixers=served.mixers, clusters=clusters, workload=workload,
+    problem = ServingProblem(model=served.spec, clusters=clusters, workload=workload,
                              choices=choices, prices_usd_per_gpu_hour=_prices(price_per_gpu_hour, len(clusters)))
     result = search_serving(problem, top)
     return ServeResult(plans=result.plans, pareto=result.pareto, considered=result.considered,

@@ -143,9 +143,19 @@ def plan_schema() -> dict[str, Any]:
     return json.loads(text)
 
 
+UNSTORED_MODEL_FIELDS = ("name", "mixers")
+"""ModelSpec fields a plan's ``model.shape`` leaves out: the name, stored beside it, and the mixer shapes,
+which only serving prices (``model_shape`` says why)."""
+
+
 def model_shape(spec: ModelSpec) -> dict[str, Any]:
-    """Every architecture field of the model (all but its name), so a plan file alone can be launched."""
-    shape = {field.name: getattr(spec, field.name) for field in fields(spec) if field.name != "name"}
+    """Every architecture field of the model (all but its name and mixer shapes: ``UNSTORED_MODEL_FIELDS``), so
+    a plan file alone can be launched."""
+    # mixers stays out: training does not price linear attention or a sparse-attention indexer (the model lists
+    # them in unpriced_features and planning refuses it), so a training plan never needs their shapes; leaving
+    # them out also keeps the plan schema and every plan document as they were.
+    shape = {field.name: getattr(spec, field.name) for field in fields(spec)
+             if field.name not in UNSTORED_MODEL_FIELDS}
     shape["moe_layers"] = list(spec.moe_layers)
     shape["unpriced_features"] = list(spec.unpriced_features)
     shape["weights"] = spec.weights.to_json() if spec.weights else None
@@ -153,7 +163,10 @@ def model_shape(spec: ModelSpec) -> dict[str, Any]:
 
 
 def model_from_shape(name: str, shape: dict[str, Any]) -> ModelSpec:
-    """The ModelSpec a plan's ``model.shape`` describes; InputError when the shape is inconsistent."""
+    """The ModelSpec a plan's ``model.shape`` describes (without mixer shapes, as ``model_shape`` stores it);
+    InputError when the shape is inconsistent."""
+    if "mixers" in shape:  # model_shape never writes it; a dict here would not be a MixerShapes
+        raise InputError(f"plan model {name!r}: mixers is not a plan field (model_shape leaves it out)")
     try:
         weights = shape.get("weights")
         return ModelSpec(name=name, **{**shape, "moe_layers": tuple(shape.get("moe_layers", ())),

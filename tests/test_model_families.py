@@ -271,6 +271,29 @@ def test_gated_deltanet_and_indexer_counts_by_hand():
     assert model_from_config(dsa, "g").indexer_params == q_lora * heads * dim + h * dim + 2 * dim + h * heads
 
 
+def test_config_readers_fill_the_mixer_shapes_a_plan_leaves_out():
+    """ModelSpec carries the mixer shapes serving prices, read from the whole config.json (a wrapper's
+    text_config too); a training plan's model.shape leaves them out and reads back without them."""
+    import dataclasses
+
+    from paraplan.model_specs.mixers import mixer_shapes
+    from paraplan.model_specs.model_spec import NO_MIXERS
+    from paraplan.planner.plan import model_from_shape, model_shape
+
+    dsa = {**BASES[1], "model_type": "deepseek_v32", "index_n_heads": 4, "index_head_dim": 16, "index_topk": 64}
+    for config in (BASES[2], dsa):
+        spec = model_from_config(config, "m")
+        assert spec.mixers == mixer_shapes(config) != NO_MIXERS
+        shape = json.loads(json.dumps(model_shape(spec)))
+        assert "mixers" not in shape
+        assert model_from_shape(spec.name, shape) == dataclasses.replace(spec, mixers=NO_MIXERS)
+        with pytest.raises(InputError, match="mixers is not a plan field"):
+            model_from_shape("m", {**shape, "mixers": {}})
+    assert model_from_config(dsa, "m").mixers.index_topk == 64
+    assert model_from_config(BASES[2], "m").mixers.linear_key_heads == 2
+    assert model_from_config(BASES[0], "llama").mixers == NO_MIXERS
+
+
 # -- what the new traits do and do not change in the FLOPs --------------------------------------------------
 def test_norms_qk_norms_and_biases_add_parameters_not_gemm_flops():
     llama, _, _ = _oracle("llama", {})

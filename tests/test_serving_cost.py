@@ -170,7 +170,10 @@ def test_unpriced_feature_and_fp8_on_ampere_are_refused():
 
 
 def test_linear_attention_state_and_dsa_indexer_by_hand(h100):
-    from paraplan.model_specs.mixers import MixerShapes, mixer_shapes
+    from dataclasses import replace
+
+    from paraplan.model_specs.mixers import mixer_shapes
+    from paraplan.model_specs.model_spec import MixerShapes
 
     # Qwen3.5's Gated DeltaNet: 64 value heads of 128 x 128 fp32 states (4,194,304 B) plus a 3-step convolution
     # state of 2 x 16 x 128 + 64 x 128 channels in bf16 (73,728 B), per sequence per layer, split over tp.
@@ -179,9 +182,9 @@ def test_linear_attention_state_and_dsa_indexer_by_hand(h100):
                                          "linear_conv_kernel_dim": 4, "mamba_ssm_dtype": "float32"}})
     assert qwen.linear_state_bytes([1, 4]).tolist() == [4268032, 4268032 / 4]
     hybrid = small_model(num_layers=4, linear_attention_layers=3, linear_attention_params=1000,
-                         unpriced_features=("Gated DeltaNet linear attention in 3 of 4 layers",))
+                         unpriced_features=("Gated DeltaNet linear attention in 3 of 4 layers",), mixers=qwen)
     # One softmax layer keeps 1,000 tokens x 4,096 B; three linear layers keep their state whatever the length.
-    assert kv_bytes_per_sequence(hybrid, 1, 1000, 2.0, qwen) == 1000 * 4096 + 3 * 4268032
+    assert kv_bytes_per_sequence(hybrid, 1, 1000, 2.0) == 1000 * 4096 + 3 * 4268032
     # DSA: the indexer scans every cached key (fp8 key + 4-B scale, 2 x 32 x 128 FLOPs per key), attention reads
     # only the top 2,048 latents (576 B each in fp8).
     dsa = MixerShapes(index_heads=32, index_head_dim=128, index_topk=2048)
@@ -189,8 +192,8 @@ def test_linear_attention_state_and_dsa_indexer_by_hand(h100):
                       qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, indexer_params=10,
                       unpriced_features=("the sparse-attention indexer (DSA)",))
     fp8 = weight_precision(mla, "fp8", "fp8", "fp8")
-    got = step_time(mla, h100, fp8, Sharding.of(1), tokens_per_rank=1.0, sequences_per_rank=1.0,
-                    attended_keys=(10000.0, 0.0), attention_flops=(0.0, 0.0), decode=True, mixers=dsa).attention_s
+    got = step_time(replace(mla, mixers=dsa), h100, fp8, Sharding.of(1), tokens_per_rank=1.0, sequences_per_rank=1.0,
+                    attended_keys=(10000.0, 0.0), attention_flops=(0.0, 0.0), decode=True).attention_s
     latents = max(2048 * 576 / HBM, 2048 * 2 * 16 * (2 * 512 + 64) / ATTN)
     indexer = 10000 * max(132 / HBM, 2 * 32 * 128 / ATTN)
     assert got == pytest.approx(2 * (latents + indexer), rel=1e-12)

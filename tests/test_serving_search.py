@@ -33,7 +33,7 @@ def h100x8():
 
 def _setup(served, cluster, engine="vllm", kv="bf16", isl=1024, osl=1024) -> ServingSetup:
     gemm, experts = quant_modes(served.spec, "auto")
-    return ServingSetup(model=served.spec, mixers=served.mixers, cluster=cluster, engine=ENGINE_TRAITS[engine],
+    return ServingSetup(model=served.spec, cluster=cluster, engine=ENGINE_TRAITS[engine],
                         precision=weight_precision(served.spec, gemm, experts, kv), quant_modes=(gemm, experts),
                         kv_dtype=kv, isl=isl, osl=osl)
 
@@ -56,7 +56,8 @@ def test_closed_loop_equals_the_validated_steady_state(llama8b, h100x8, concurre
     setup = _setup(llama8b, h100x8)
     shard = Sharding.of(np.array([tp]))
     costs = worker_costs(setup, shard, max_model_len=2048, chunks=(8192,))
-    ours = aggregated(_closed(setup, concurrency), prefill_s=costs.prefill_s, step_of=lambda b: exact_decode_s(setup, shard, b),
+    ours = aggregated(_closed(setup, concurrency), prefill_s=costs.prefill_s,
+                      step_of=lambda b: exact_decode_s(setup, shard, b),
                       fits=costs.fits[:, 0], cap=setup.engine.max_running, chunk=8192.0, replicas=1.0, ranks=1.0)
     theirs = validated_aggregated(setup.model, setup.cluster, setup.engine, setup.precision, shard,
                                   concurrency=concurrency, isl=1024, osl=1024, waves=np.inf)
@@ -165,7 +166,7 @@ def test_pareto_front_against_brute_force():
 
 
 def _problem(served, cluster, workload, **choices) -> ServingProblem:
-    return ServingProblem(model=served.spec, mixers=served.mixers, clusters=(cluster,), workload=workload,
+    return ServingProblem(model=served.spec, clusters=(cluster,), workload=workload,
                           choices=ServingChoices(**choices))
 
 
@@ -210,7 +211,8 @@ def test_every_plan_meets_its_targets_and_tighter_targets_never_help(llama8b):
     for result, w in ((a, loose), (b, tight)):
         for plan in result.plans:
             assert plan.meets_targets
-            assert plan.estimate["ttft_s"]["p90"] <= w.ttft_target_s and plan.estimate["tpot_s"]["p90"] <= w.tpot_target_s
+            assert plan.estimate["ttft_s"]["p90"] <= w.ttft_target_s
+            assert plan.estimate["tpot_s"]["p90"] <= w.tpot_target_s
             assert plan.num_gpus <= 16
     assert a.plans[0].estimate["tokens_per_s_per_gpu"] >= b.plans[0].estimate["tokens_per_s_per_gpu"]
     assert a.feasible >= b.feasible
@@ -304,7 +306,7 @@ def test_mixed_gpu_types_fleet_and_cross_type_disaggregation(llama8b):
                                percentile=90)
 
     def best(clusters, prices):
-        problem = ServingProblem(model=llama8b.spec, mixers=llama8b.mixers, clusters=clusters, workload=workload,
+        problem = ServingProblem(model=llama8b.spec, clusters=clusters, workload=workload,
                                  choices=ServingChoices(objective="cost"), prices_usd_per_gpu_hour=prices)
         return search_serving(problem, top=5)
     mixed = best((a, b), (2.0, 2.2))

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, replace
 from io import StringIO
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -31,11 +31,10 @@ from paraplan.cost_models.serving import (
     weight_precision,
 )
 from paraplan.errors import InputError
-from paraplan.files import one_line, parse_user_json, read_user_text
+from paraplan.files import one_line, read_user_text
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.hardware_profiles.catalog import load_cluster, quick_cluster
-from paraplan.model_specs.hf_config import MAX_CONFIG_BYTES, load_model
-from paraplan.model_specs.mixers import MixerShapes, mixer_shapes
+from paraplan.model_specs.hf_config import load_model
 from paraplan.model_specs.model_spec import ModelSpec
 
 SERVING_DATA_ENV = "PARAPLAN_SERVING_DATA"
@@ -107,12 +106,6 @@ def _config_path(folder: Path, repo_id: str) -> Path:
     return folder / "model_configs" / f"{repo_id.replace('/', '--')}_config.json"
 
 
-def _load(path: Path) -> tuple[ModelSpec, MixerShapes]:
-    """The model and the shapes of the mixers ModelSpec does not carry (linear attention, DSA indexer)."""
-    config = parse_user_json(read_user_text(path, MAX_CONFIG_BYTES, "model config"), str(path))
-    return load_model(str(path)), mixer_shapes(cast(dict[str, Any], config))  # top=dict: an object
-
-
 def _cluster(system: str) -> ClusterSpec:
     if system not in SYSTEMS:
         raise InputError(f"unknown system {system!r}")
@@ -141,21 +134,20 @@ def _sharding(rows: pd.DataFrame, prefix: str, model: ModelSpec) -> Sharding:
     return Sharding.of(tp, dp, moe_tp, moe_ep, _axis(rows, f"{prefix}pp_size"))
 
 
-def _predict_group(rows: pd.DataFrame, model: ModelSpec, mixers: MixerShapes, cluster: ClusterSpec,
+def _predict_group(rows: pd.DataFrame, model: ModelSpec, cluster: ClusterSpec,
                    engine: EngineTraits, gemm_mode: str, moe_mode: str) -> np.ndarray:
     prec = weight_precision(model, gemm_mode, moe_mode, _kv_dtype(engine.name, gemm_mode))
     isl, osl = rows["isl"].to_numpy(dtype=float), rows["osl"].to_numpy(dtype=float)
     concurrency = rows["concurrency"].to_numpy(dtype=float)
     if rows["mode"].iloc[0] == "agg":
         out = aggregated(model, cluster, engine, prec, _sharding(rows, "", model), concurrency=concurrency,
-                         isl=isl, osl=osl, mixers=mixers)
+                         isl=isl, osl=osl)
     else:
         prefill, decode = _sharding(rows, "prefill_", model), _sharding(rows, "decode_", model)
-        prefill_workers, decode_workers = _workers(rows, model, mixers, cluster, engine, prec, prefill, decode,
+        prefill_workers, decode_workers = _workers(rows, model, cluster, engine, prec, prefill, decode,
                                                    concurrency, isl, osl)
         out = disaggregated(model, cluster, engine, prec, prefill, decode, concurrency=concurrency,
-                            prefill_workers=prefill_workers, decode_workers=decode_workers, isl=isl, osl=osl,
-                            mixers=mixers)
+                            prefill_workers=prefill_workers, decode_workers=decode_workers, isl=isl, osl=osl)
     return np.stack([out.tpot_steady_s, out.tpot_burst_s, out.ttft_steady_s, out.ttft_burst_s])
 
 
@@ -165,16 +157,16 @@ queue: as many decode workers as the concurrency needs at the engine's batch lim
 workers as keep the prefill pool at most half busy."""
 
 
-def _workers(rows: pd.DataFrame, model: ModelSpec, mixers: MixerShapes, cluster: ClusterSpec, engine: EngineTraits,
+def _workers(rows: pd.DataFrame, model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits,
              prec: WeightPrecision, prefill: Sharding, decode: Sharding, concurrency: np.ndarray, isl: np.ndarray,
              osl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(prefill workers, decode workers): as stated, else sized not to queue (UNSTATED_PREFILL_UTILISATION)."""
-    fits, _ = running_capacity(model, cluster, engine, prec, decode, held_tokens(engine, isl, osl), mixers)
+    fits, _ = running_capacity(model, cluster, engine, prec, decode, held_tokens(engine, isl, osl))
     per_worker = decode.dp * np.maximum(np.minimum(fits, engine.max_running), 1.0)
     decode_workers = _stated(rows, "decode_num_workers", np.ceil(concurrency / per_worker))
     batch = np.maximum(concurrency / (decode_workers * decode.dp), 1.0)
-    lifetime = osl * decode_step_s(model, cluster, prec, decode, batch, isl + osl / 2.0, mixers)
-    busy = concurrency / lifetime * prefill_s(model, cluster, prec, prefill, isl, mixers=mixers) / prefill.dp
+    lifetime = osl * decode_step_s(model, cluster, prec, decode, batch, isl + osl / 2.0)
+    busy = concurrency / lifetime * prefill_s(model, cluster, prec, prefill, isl) / prefill.dp
     return _stated(rows, "prefill_num_workers", np.ceil(busy / UNSTATED_PREFILL_UTILISATION)), decode_workers
 
 
@@ -198,21 +190,19 @@ def predict_rows(rows: pd.DataFrame, folder: Path, engines: dict[str, EngineTrai
     gemm = rows["gemm_quant_mode"].fillna("bf16")
     moe = rows["moe_quant_mode"].fillna(gemm)
     keys = [rows["model_path"], rows["system"], rows["backend"], gemm, moe, rows["mode"]]
-    models: dict[str, tuple[ModelSpec, MixerShapes] | str] = {}
+    models: dict[str, ModelSpec | str] = {}
     for (repo, system, backend, gemm_mode, moe_mode, _), index in rows.groupby(keys).groups.items():
         if repo not in models:
             path = _config_path(folder, repo)
             try:
-                models[repo] = _load(path) if path.is_file() else f"no config.json for {repo}"
+                models[repo] = load_model(str(path)) if path.is_file() else f"no config.json for {repo}"
             except InputError as exc:
                 models[repo] = str(exc)
         loaded = models[repo]
         try:
             if isinstance(loaded, str):
                 raise InputError(loaded)
-            model, mixers = loaded
-            values = _predict_group(rows.loc[index], model, mixers, _cluster(system), engines[backend], gemm_mode,
-                                    moe_mode)
+            values = _predict_group(rows.loc[index], loaded, _cluster(system), engines[backend], gemm_mode, moe_mode)
             out.loc[index, list(PREDICTED)] = values.T
         except InputError as exc:
             out.loc[index, "reason"] = str(exc)[:200]

@@ -179,7 +179,7 @@ def memory_of(pool: PricedPool, held_tokens: float) -> dict[str, float]:
     setup, shape = pool.setup, pool.shape
     engine = replace(setup.engine, max_batched_tokens=shape.max_batched_tokens_per_rank, memory_frac=shape.memory_frac)
     mem = engine_memory(setup.model, setup.cluster, engine, setup.precision, _sub(pool.costs, pool.shard_index),
-                        held_tokens, setup.mixers)
+                        held_tokens)
     per_token = mem.kv_bytes_per_sequence[0] / held_tokens
     return {"weights_bytes": float(mem.weights_bytes[0]), "activation_bytes": float(mem.activation_bytes[0]),
             "fixed_bytes": float(mem.fixed_bytes[0]), "kv_pool_bytes": float(max(mem.kv_pool_bytes[0], 0.0)),

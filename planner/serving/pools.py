@@ -24,7 +24,6 @@ from paraplan.cost_models.serving import (
     prefill_s,
 )
 from paraplan.hardware_profiles import ClusterSpec
-from paraplan.model_specs.mixers import MixerShapes
 from paraplan.model_specs.model_spec import ModelSpec
 
 RAISED_MEMORY_FRAC = 0.95
@@ -47,7 +46,7 @@ class ServingSetup:
     """One model on one GPU type under one engine, precision and KV dtype."""
 
     model: ModelSpec
-    mixers: MixerShapes
+    """The model, its linear-attention and indexer shapes (``model.mixers``) included."""
     cluster: ClusterSpec
     engine: EngineTraits
     precision: WeightPrecision
@@ -94,7 +93,7 @@ def _decode(setup: ServingSetup, shard: Sharding, batch: Column) -> np.ndarray:
     time, and a token crosses every stage, so a sequence waits one full pass at micro-batch batch/pp."""
     micro = np.maximum(np.asarray(batch, dtype=float) / shard.pp, 1.0)
     return decode_step_s(setup.model, setup.cluster, setup.precision, shard, micro,
-                         setup.context_tokens, setup.mixers) + setup.engine.step_overhead_s
+                         setup.context_tokens) + setup.engine.step_overhead_s
 
 
 def _capacity(setup: ServingSetup, shard: Sharding, chunk: int, held_tokens: float, max_model_len: int
@@ -102,11 +101,10 @@ def _capacity(setup: ServingSetup, shard: Sharding, chunk: int, held_tokens: flo
     """(sequences per rank, memory knob) at the default fraction where the engine starts, else raised."""
     engine = replace(setup.engine, max_batched_tokens=chunk)
     raised = replace(engine, memory_frac=RAISED_MEMORY_FRAC)
-    longest_bytes = kv_bytes_per_sequence(setup.model, shard.tp, max_model_len, setup.precision.kv_bytes,
-                                          setup.mixers) / shard.pp
+    longest_bytes = kv_bytes_per_sequence(setup.model, shard.tp, max_model_len, setup.precision.kv_bytes) / shard.pp
     out = []
     for traits in (engine, raised):
-        mem = engine_memory(setup.model, setup.cluster, traits, setup.precision, shard, held_tokens, setup.mixers)
+        mem = engine_memory(setup.model, setup.cluster, traits, setup.precision, shard, held_tokens)
         admits_longest = replace(mem, kv_bytes_per_sequence=longest_bytes).max_sequences >= 1.0
         out.append(np.where(admits_longest, mem.max_sequences, 0.0))
     default, high = out
@@ -124,9 +122,8 @@ def worker_costs(setup: ServingSetup, shard: Sharding, *, max_model_len: int, ch
     decode = _decode(setup, column, np.tile(grid, s)).reshape(s, grid.size)
     held = isl + osl if setup.engine.reserves_full_length else isl + osl / 2.0
     caps = [_capacity(setup, shard, chunk, held, max_model_len) for chunk in chunks]
-    prefill = prefill_s(setup.model, setup.cluster, setup.precision, shard, isl, mixers=setup.mixers) \
-        + setup.engine.step_overhead_s
-    transfer = kv_transfer_s(setup.model, setup.cluster, setup.precision, shard, isl, setup.mixers)
+    prefill = prefill_s(setup.model, setup.cluster, setup.precision, shard, isl) + setup.engine.step_overhead_s
+    transfer = kv_transfer_s(setup.model, setup.cluster, setup.precision, shard, isl)
     return WorkerCosts(shard=shard, chunks=chunks, prefill_s=np.broadcast_to(prefill, (s,)).astype(float),
                        decode_grid_s=decode, kv_transfer_s=np.broadcast_to(transfer, (s,)).astype(float),
                        fits=np.stack([c[0] for c in caps], axis=1), memory_frac=np.stack([c[1] for c in caps], axis=1))

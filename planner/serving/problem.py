@@ -11,7 +11,6 @@ from paraplan.arrays import Column
 from paraplan.cost_models.serving import ENGINE_TRAITS, weight_precision
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
-from paraplan.model_specs.mixers import MixerShapes
 from paraplan.model_specs.model_spec import ModelSpec
 from paraplan.planner.serving.pools import ServingSetup
 from paraplan.planner.serving.search import Candidates, PoolSide, qualifies
@@ -26,7 +25,7 @@ class ServingProblem:
     """A model, the GPUs it may use (one or several types, each with its own count) and the traffic to serve."""
 
     model: ModelSpec
-    mixers: MixerShapes
+    """The model to serve, its linear-attention and indexer shapes (``model.mixers``) included."""
     clusters: tuple[ClusterSpec, ...]
     """The GPUs available, one cluster per GPU type; a plan uses at most each one's GPUs."""
     workload: ServingWorkload
@@ -88,7 +87,7 @@ def quant_modes(model: ModelSpec, precision: str) -> tuple[str, str]:
 def setups(problem: ServingProblem) -> list[tuple[int, ServingSetup]]:
     """(cluster index, setup) per GPU type, engine and KV dtype."""
     gemm, experts = quant_modes(problem.model, problem.choices.precision)
-    return [(ci, ServingSetup(model=problem.model, mixers=problem.mixers, cluster=cluster, engine=ENGINE_TRAITS[engine],
+    return [(ci, ServingSetup(model=problem.model, cluster=cluster, engine=ENGINE_TRAITS[engine],
                               precision=weight_precision(problem.model, gemm, experts, kv), quant_modes=(gemm, experts),
                               kv_dtype=kv, isl=problem.workload.isl, osl=problem.workload.osl))
             for ci, cluster in enumerate(problem.clusters)
