@@ -19,12 +19,12 @@ from rich.table import Table
 from paraplan.cli import render
 from paraplan.errors import InputError
 from paraplan.files import shown
-from paraplan.request import FileLayout
 
 if typing.TYPE_CHECKING:
     from rich.console import Console
 
     from paraplan.job_files import ImportedJob
+    from paraplan.request import FileLayout
 
 META_KEY = "paraplan.from_job"
 AXIS_PARAMS = ("tp", "pp", "dp", "cp", "cp_comm", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "offload",
@@ -157,7 +157,7 @@ def file_layout(ctx: typer.Context) -> FileLayout | None:
     plan; None without a job file."""
     from paraplan.cli.train_flags import axis_values
     from paraplan.job_files.merge import option_values
-    from paraplan.request import axis_codes
+    from paraplan.request import FileLayout, axis_codes
 
     entry = ctx.meta.get(META_KEY)
     if entry is None:

@@ -7,7 +7,7 @@ import copy
 import dataclasses
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -19,7 +19,9 @@ from paraplan.planner.plan import SCHEMA_VERSION, plan_to_json
 from paraplan.planner.run.cost import RunOptions, run_document
 from paraplan.planner.run.sweep import SweepPoint, batch_candidates, best_per_size, scaling, sweep_point
 from paraplan.planner.search import OBJECTIVES
-from paraplan.request import PlanRequest
+
+if TYPE_CHECKING:  # annotations only
+    from paraplan.request import PlanRequest
 
 _SWEEP = "Sweep"
 SWEEP_SCHEMA_VERSION = 1

@@ -51,11 +51,11 @@ from paraplan.cli.train_flags import (
     axis_option,
     request_from_flags,
 )
-from paraplan.planner.placement.refine import PlacementReport, PlacementRow
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: the library loads when a command runs
     from paraplan.api import PlanResult
     from paraplan.choices import Objective
+    from paraplan.planner.placement.refine import PlacementReport, PlacementRow
 
 # The axis flags, named once (mypy takes no call as a type); ``Plan*`` are plan's help texts where evaluate's differ.
 PlanTpOpt = Annotated[str | None, axis_option("Tensor parallel, e.g. 8 or 4,8.")]

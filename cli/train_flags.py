@@ -10,13 +10,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from paraplan.choices import CP_COMM_CODES, PIPELINE_SCHEDULE_CODES, RECOMPUTE_CODES
 from paraplan.errors import InputError
-from paraplan.request import FileLayout, PlanRequest, make_request, run_options
+
+if TYPE_CHECKING:  # annotations only: the library loads when a command runs
+    from paraplan.request import FileLayout, PlanRequest
 
 _CLUSTER, _JOB, _CONFIG = "Cluster", "Job", "Parallel configuration"
 ModelArg = Annotated[str, typer.Argument(help="Preset name (see 'paraplan models list') or a config.json path.")]
@@ -166,6 +168,8 @@ AXIS_FLAGS = ("tp", "pp", "dp", "cp", "cp_comm", "ep", "etp", "vpp", "mbs", "zer
 def request_from_flags(flags: dict[str, Any], compare: FileLayout | None = None,
                        extra_axes: dict[str, list[bool]] | None = None) -> PlanRequest:
     """The PlanRequest of ``plan``'s or ``evaluate``'s parsed flags (their parameters by name)."""
+    from paraplan.request import make_request, run_options
+
     run = run_options(flags["tokens"], flags["steps"], flags["price_per_gpu_hour"], flags["failure_rate_per_gpu_hour"],
                       flags["checkpoint_write_gbps"], flags["checkpoint_load_gbps"], flags["checkpoint"],
                       flags["restart_s"])

@@ -10,7 +10,6 @@ from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
-import numpy.typing as npt
 
 from paraplan.choices import PIPELINE_SCHEDULE_CODES, Precision
 from paraplan.cost_models.pipeline_splits import PipelineSplit
@@ -19,6 +18,7 @@ from paraplan.measurements.routing import RoutingStats
 from paraplan.model_specs.model_spec import AttentionFlops
 
 if TYPE_CHECKING:
+    import numpy.typing as npt  # annotations only: numpy.typing stays out of start-up
     from _typeshed import DataclassInstance
 
 PIPELINE_SCHEDULE_NAMES = {code: name for name, code in PIPELINE_SCHEDULE_CODES.items()}
