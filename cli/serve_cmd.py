@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
+from paraplan.cli.train_flags import HardwareFileOpt
 from paraplan.errors import InputError
 
 _W, _D, _C = "Workload", "Deployment", "Cluster"
@@ -123,10 +124,11 @@ ChunkOpt = Annotated[str | None, _axis_option("Max batched tokens per step.")]
 def serve(
     model: ModelOpt, isl: IslOpt, osl: OslOpt, gpu: GpuOpt = None, gpus: GpusOpt = None,
     gpus_per_node: GpusPerNodeOpt = None, cluster: ClusterOpt = None, nodes: NodesOpt = None,
-    isl_dist: IslDistOpt = "fixed", osl_dist: OslDistOpt = "fixed", concurrency: ConcurrencyOpt = None,
-    rate: RateOpt = None, arrival: ArrivalOpt = "poisson", ttft_ms: TtftMsOpt = None, tpot_ms: TpotMsOpt = None,
-    percentile: PercentileOpt = 50, engine: EngineOpt = None, precision: PrecisionOpt = "auto",
-    kv_dtype: KvDtypeOpt = "auto", mode: ModeOpt = "both", tp: TpOpt = None, pp: PpOpt = None, ep: EpOpt = None,
+    hardware: HardwareFileOpt = None, isl_dist: IslDistOpt = "fixed", osl_dist: OslDistOpt = "fixed",
+    concurrency: ConcurrencyOpt = None, rate: RateOpt = None, arrival: ArrivalOpt = "poisson",
+    ttft_ms: TtftMsOpt = None, tpot_ms: TpotMsOpt = None, percentile: PercentileOpt = 50, engine: EngineOpt = None,
+    precision: PrecisionOpt = "auto", kv_dtype: KvDtypeOpt = "auto", mode: ModeOpt = "both", tp: TpOpt = None,
+    pp: PpOpt = None, ep: EpOpt = None,
     dp_attention: DpAttentionOpt = None, batch: BatchOpt = None, chunk: ChunkOpt = None,
     objective: ObjectiveOpt = "throughput", price_per_gpu_hour: PricePerGpuHourOpt = None, top: TopOpt = 5,
     json_path: JsonPathOpt = None, export: ExportOpt = None, out: OutOpt = None, force: ForceOpt = False,
@@ -148,8 +150,11 @@ def serve(
             ttft_ms=ttft_ms, tpot_ms=tpot_ms, percentile=percentile, engines=_engines(engine, export),
             precision=precision, kv_dtypes=None if kv_dtype == "auto" else _names(kv_dtype),
             modes=None if mode == "both" else _names(mode), objective=objective,
-            price_per_gpu_hour=_prices(price_per_gpu_hour), top=top, **fixed)
-    render_serving.serving_plans(render.make_console(), result.document, result.problem)
+            price_per_gpu_hour=_prices(price_per_gpu_hour), top=top, hardware=hardware, **fixed)
+    console = render.make_console()
+    render_serving.serving_plans(console, result.document, result.problem)
+    for serving_cluster in result.problem.clusters:  # one per GPU type; a user-file GPU says where it is from
+        render.hardware_origin(console, serving_cluster.gpu)
     if json_path is not None:
         render.write_json(json_path, result.document, force)
     if export is not None:

@@ -59,7 +59,8 @@ def _deployment(document: dict[str, Any], plan_index: int) -> Deployment:
         if reason:
             raise InputError(f"{where} cannot be exported: {reason}")
     model = document.get("model") or {}
-    name = model.get("hf_repo") or (str(Path(model["path"]).parent) if model.get("path") else model.get("name"))
+    # model.path is the folder holding config.json, which engines load (weights beside it): launch it, not its parent
+    name = model.get("hf_repo") or model.get("path") or model.get("name")
     # one aggregated pool keeps the plain name; otherwise each pool's label (role, or role-i when several) names it
     options = ({"aggregated": "extra-llm-api-options.yaml"} if roles == ("aggregated",) else
                {label: f"extra-llm-api-options-{label}.yaml" for label in pool_labels(pools)})

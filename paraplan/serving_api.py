@@ -13,9 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from paraplan.errors import InputError
+
+if TYPE_CHECKING:
+    from paraplan.hardware_profiles import Catalog
 
 SERVING_AXES = ("tp", "pp", "ep", "dp_attention", "batch", "chunk")
 
@@ -43,9 +47,11 @@ def _as_list(value: Any) -> list:
 
 
 def serving_clusters(gpu: str | Sequence[str] | None, gpus: int | Sequence[int] | None, cluster: str | None = None,
-                     nodes: int | None = None, gpus_per_node: int | None = None) -> tuple:
+                     nodes: int | None = None, gpus_per_node: int | None = None,
+                     catalog: Catalog | None = None) -> tuple:
     """One cluster per GPU type: ``gpu`` names with one count each in ``gpus``, or one ``cluster`` (a built-in
-    name or a cluster YAML file, sized by ``nodes`` or ``gpus``)."""
+    name or a cluster YAML file, sized by ``nodes`` or ``gpus``), names looked up in ``catalog`` (None: the
+    built-in one)."""
     from paraplan.hardware_profiles import quick_cluster
     from paraplan.request import ClusterSource, build_cluster
 
@@ -60,13 +66,13 @@ def serving_clusters(gpu: str | Sequence[str] | None, gpus: int | Sequence[int] 
         source = ClusterSource(cluster=cluster, nodes=nodes, gpu=names[0] if names else None,
                                gpus=counts[0] if counts else None,
                                gpus_per_node=8 if gpus_per_node is None and names else gpus_per_node)
-        return (build_cluster(source),)
+        return (build_cluster(source, catalog),)
     if not names or len(counts) != len(names):
         raise InputError(f"--gpu lists {len(names)} GPU type(s): give --gpus with one count each (e.g. --gpus "
                          f"{','.join(['8'] * max(len(names), 1))})")
     if len(set(names)) != len(names):
         raise InputError(f"--gpu {','.join(names)[:60]}: each GPU type once")
-    return tuple(quick_cluster(name, int(n), 8 if gpus_per_node is None else gpus_per_node)
+    return tuple(quick_cluster(name, int(n), 8 if gpus_per_node is None else gpus_per_node, catalog=catalog)
                  for name, n in zip(names, counts))
 
 
@@ -86,10 +92,12 @@ def serve(model: str, *, isl: int, osl: int, gpu: str | Sequence[str] | None = N
           tpot_ms: float | None = None, percentile: int = 50, engines: Sequence[str] | None = None,
           precision: str = "auto", kv_dtypes: Sequence[str] | None = None, modes: Sequence[str] | None = None,
           objective: str = "throughput", price_per_gpu_hour: float | Sequence[float] | None = None, top: int = 5,
-          **fixed: int | Sequence[int]) -> ServeResult:
+          hardware: str | Path | None = None, **fixed: int | Sequence[int]) -> ServeResult:
     """The best ``top`` serving deployments of ``model`` (an axis in ``fixed``: tp, pp, ep, dp_attention, batch,
-    chunk, an int or a list, constrains the search)."""
+    chunk, an int or a list, constrains the search). ``hardware`` is a user hardware file whose GPUs and clusters
+    join the built-in catalog (default ``$PARAPLAN_HARDWARE``, as for ``paraplan.plan``)."""
     from paraplan.cost_models.serving import ENGINES
+    from paraplan.hardware_profiles.user_file import resolve_catalog
     from paraplan.model_specs.served import served_model
     from paraplan.planner.serving.plan import serving_document_of
     from paraplan.planner.serving.problem import ServingProblem
@@ -112,7 +120,8 @@ def serve(model: str, *, isl: int, osl: int, gpu: str | Sequence[str] | None = N
                              kv_dtypes=tuple(kv_dtypes or KV_DTYPES), modes=tuple(modes or MODES),
                              fixed={axis: tuple(int(v) for v in _as_list(values)) for axis, values in fixed.items()},
                              objective=objective)
-    clusters = serving_clusters(gpu, gpus, cluster, nodes, gpus_per_node)
+    catalog = resolve_catalog(None if hardware is None else Path(hardware))
+    clusters = serving_clusters(gpu, gpus, cluster, nodes, gpus_per_node, catalog)
     served = served_model(model)
     problem = ServingProblem(model=served.spec, clusters=clusters, workload=workload,
                              choices=choices, prices_usd_per_gpu_hour=_prices(price_per_gpu_hour, len(clusters)))

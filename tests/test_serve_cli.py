@@ -8,15 +8,18 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import assert_bad_input
+from test_user_hardware import hardware_text
 from typer.testing import CliRunner
 
 from paraplan.cli.app import app
 from paraplan.exporters.serving import SERVING_FORMATS
+from paraplan.hardware_profiles.user_file import HARDWARE_ENV
 from paraplan.planner.json_schema import schema_errors
 from paraplan.planner.serving.plan import serving_schema
 
-runner = CliRunner(env={"COLUMNS": "200"})
+runner = CliRunner(env={"COLUMNS": "200", HARDWARE_ENV: ""})
 LLAMA = ["serve", "llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "8", "--isl", "1024", "--osl", "512"]
 QWEN_MOE = ["serve", "qwen3-30b-a3b", "--gpu", "h200-sxm", "--gpus", "16", "--isl", "2048", "--osl", "256"]
 
@@ -197,3 +200,51 @@ def test_a_saved_serving_plan_exports_later_by_rank(tmp_path: Path):
     pools = [{**document["plans"][0]["pools"][0], "workers": 1_000_000}]
     huge.write_text(json.dumps({**document, "plans": [{**document["plans"][0], "pools": pools}]}))
     assert_bad_input(invoke("export", str(huge), "--format", "json", "-o", str(tmp_path / "z")), "at most 65,536")
+
+
+@pytest.mark.parametrize("given", ["config.json", "folder"])
+def test_a_local_checkpoint_launches_its_own_folder(tmp_path: Path, given: str):
+    """A model given as a config.json (or its folder) is served from the folder holding it, the weights' folder:
+    the JSON's model path and the MODEL that serve.sh and k8s.yaml default to."""
+    checkpoint = (tmp_path / "models" / "site-llama").resolve()
+    checkpoint.mkdir(parents=True)
+    source = Path(__file__).resolve().parents[1] / "data" / "models" / "llama-3.1-8b" / "config.json"
+    (checkpoint / "config.json").write_text(source.read_text())
+    model = str(checkpoint / "config.json") if given == "config.json" else str(checkpoint)
+    out = tmp_path / "out"
+    document = _document(tmp_path, "serve", model, "--gpu", "h100-sxm", "--gpus", "8", "--isl", "1024", "--osl",
+                         "512", "--concurrency", "16", "--engine", "vllm", "--export", "all", "-o", str(out))
+    assert document["model"]["path"] == str(checkpoint) and document["model"]["hf_repo"] is None
+    assert json.loads((out / "serving-plan.json").read_text())["model"]["path"] == str(checkpoint)
+    assert f"MODEL=${{MODEL:-{checkpoint}}}\n" in (out / "serve.sh").read_text()
+    pods = [d for d in yaml.safe_load_all((out / "k8s.yaml").read_text()) if d["kind"] == "Deployment"]
+    assert pods and all(str(checkpoint) in c["args"] and str(checkpoint.parent) not in c["args"]
+                        for d in pods for c in d["spec"]["template"]["spec"]["containers"])
+
+
+def test_a_gpu_from_a_hardware_file_is_served(tmp_path: Path):
+    """--hardware FILE (else $PARAPLAN_HARDWARE) adds the file's GPUs and clusters to serve's catalog, as for plan:
+    the command, its exports and paraplan.serve(hardware=...) all reach them; without the file the GPU is unknown."""
+    import paraplan
+
+    hardware = tmp_path / "site.yaml"
+    hardware.write_text(hardware_text())
+    args = ["--isl", "1024", "--osl", "512", "--concurrency", "16", "--engine", "vllm", "--top", "2"]
+    document = _document(tmp_path, "serve", "llama-3.1-8b", "--gpu", "h20-site", "--gpus", "8", *args,
+                         "--hardware", str(hardware), "--export", "all", "-o", str(tmp_path / "out"))
+    assert [h["gpu"] for h in document["hardware"]] == ["h20-site"]
+    assert all(p["gpu"] == "h20-site" for plan in document["plans"] for p in plan["pools"])
+    assert (tmp_path / "out" / "serve.sh").is_file() and (tmp_path / "out" / "k8s.yaml").is_file()
+    via_env = runner.invoke(app, ["serve", "llama-3.1-8b", "--cluster", "site-h20", "--nodes", "1", *args,
+                                  "--json", "-"], env={HARDWARE_ENV: str(hardware)})
+    assert via_env.exit_code == 0, via_env.output
+    assert [h["gpu"] for h in json.loads(via_env.stdout)["hardware"]] == ["h20-site"]
+    mixed = invoke("serve", "llama-3.1-8b", "--gpu", "h20-site,h100-sxm", "--gpus", "8,8", *args, "--hardware",
+                   str(hardware))
+    assert mixed.exit_code == 0, mixed.output
+    assert f"GPU h20-site: user hardware file {hardware}" in mixed.stdout
+    result = paraplan.serve("llama-3.1-8b", gpu="h20-site", gpus=8, isl=1024, osl=512, concurrency=16,
+                            engines=["vllm"], top=2, hardware=hardware)
+    assert result.document["plans"] == document["plans"]
+    assert_bad_input(invoke("serve", "llama-3.1-8b", "--gpu", "h20-site", "--gpus", "8", *args),
+                     "unknown GPU 'h20-site'", "--hardware")

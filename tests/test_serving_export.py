@@ -221,3 +221,18 @@ def test_writes_are_transactional(tmp_path):
     assert (out / "serve.sh").read_text().startswith("#!/usr/bin/env bash")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no staging folder left beside or inside
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.parametrize("fmt", ["vllm", "k8s"])
+def test_a_local_model_folder_is_the_default_model(fmt: str):
+    """A plan of a local checkpoint (model.path: the folder holding config.json and the weights) launches that
+    folder itself, not its parent."""
+    doc = document("vllm", "agg", [pool("aggregated", 2, 4)], {"name": "site-llama", "hf_repo": None,
+                                                                  "path": "/ckpt/site-llama"})
+    written = files(doc, fmt)
+    if fmt == "vllm":
+        assert "MODEL=${MODEL:-/ckpt/site-llama}\n" in written["serve.sh"]
+    else:
+        commands = [c["args"] for d in yaml.safe_load_all(written["k8s.yaml"]) if d["kind"] == "Deployment"
+                    for c in d["spec"]["template"]["spec"]["containers"]]
+        assert commands and all("/ckpt/site-llama" in args and "/ckpt" not in args for args in commands)
