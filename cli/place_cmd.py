@@ -25,6 +25,7 @@ from paraplan.planner.placement.expert_input import (
     with_expert_placement,
 )
 from paraplan.planner.placement.expert_placement import make_instance, place_experts
+from paraplan.planner.placement.plan_costs import precision_error
 from paraplan.planner.placement.solver import SolverConfig
 from paraplan.planner.plan import SCHEMA_VERSION
 
@@ -164,9 +165,15 @@ def place(
 
 
 def check_plan_gpu(document: dict, catalog: Catalog, plan_file: Path) -> None:
-    """A plan made with a user GPU can be placed only with that GPU's numbers: say where to get them."""
+    """A plan made with a user GPU can be placed only with that GPU's numbers: say where to get them; and its
+    GPU must run its precision (a plan file edited by hand may ask for fp4 on a Hopper)."""
     gpu = document["cluster"]["gpu"]
     origin = document["provenance"].get("hardware", {}).get("origin")
     if gpu not in catalog.gpus and origin not in (None, "built-in"):
         raise InputError(f"{plan_file} was planned on GPU {gpu!r} from the user hardware file {origin}; pass "
                          f"--hardware {origin} (or set ${HARDWARE_ENV}) so placement can price it")
+    if gpu in catalog.gpus:
+        problem = precision_error(catalog.gpus[gpu], document["job"]["precision"],
+                                  document["job"].get("fp8_recipe", "tensorwise"))
+        if problem:
+            raise InputError(f"{plan_file}: {problem}")

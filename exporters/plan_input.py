@@ -139,6 +139,7 @@ def select_plan(document: Any, rank: int | None, origin: str) -> dict[str, Any]:
             raise InputError(f"{origin} plans[{index}] does not match the plan schema: "
                              f"{one_line(problems[0], 160)}{more}")
         _check_bounds(plan, f"{origin} plans[{index}]")
+        _check_experts(plan, f"{origin} plans[{index}]")
     if not document["plans"]:
         raise InputError(f"{origin}: the file holds no plans")
     if rank is None:
@@ -166,6 +167,26 @@ def _check_bounds(plan: dict[str, Any], origin: str) -> None:
                              "this a plan paraplan wrote?")
     if len(str(plan["model"]["name"])) > 200:
         raise InputError(f"{origin}: model.name is {len(plan['model']['name']):,} characters (at most 200)")
+
+
+def _check_experts(plan: dict[str, Any], origin: str) -> None:
+    """InputError unless the plan's expert grid can be built (planner/layout.expert_map): ep and etp only on an MoE
+    model, ep dividing its routed experts, and ep·etp the ranks of a pipeline stage. Every engine's rules imply
+    these, so only a plan file edited by hand fails them."""
+    config, shape = plan["config"], plan["model"].get("shape")
+    ep, etp = config.get("ep", 1), config.get("etp", 1)
+    stage_ranks = config.get("tp", 1) * config.get("cp", 1) * config.get("dp", 1)
+    if shape is not None:
+        experts = shape.get("num_experts", 0) if shape.get("moe_layers") else 0
+        if experts == 0 and (ep > 1 or etp > 1):
+            raise InputError(f"{origin}: ep = {ep}, etp = {etp} but ep and etp apply to MoE models only "
+                             f"({shown(plan['model']['name'], 60)} is dense); is this a plan paraplan wrote?")
+        if experts and experts % ep:
+            raise InputError(f"{origin}: ep = {ep} must divide the {experts} routed experts of "
+                             f"{shown(plan['model']['name'], 60)}; is this a plan paraplan wrote?")
+    if stage_ranks % (ep * etp):
+        raise InputError(f"{origin}: ep·etp = {ep * etp} must divide the {stage_ranks} ranks of a pipeline stage "
+                         "(tp·cp·dp); is this a plan paraplan wrote?")
 
 
 def plan_from_document(plan: dict[str, Any]) -> ExportPlan:

@@ -41,6 +41,16 @@ MAX_MATRIX_BYTES = 64 << 20
 """A bandwidth CSV: all pairs of 1,000 nodes at about 40 bytes a row is 40 MB; nobody measures more pairs."""
 MAX_HOST_CHARS = 253
 """A host name: DNS names are at most 253 characters."""
+MAX_LATENCY_US = 10_000.0
+"""As in cluster files: 10 ms per message is a misconfigured fabric, not a latency."""
+MAX_OVERSUBSCRIPTION = 1000.0
+"""As in cluster files: a leaf uplink shared a thousand ways is not a training fabric."""
+NIC_GB_PER_S_RANGE = (0.001, 2000.0)
+"""A NIC per GPU: 1 MB/s (below any NIC a cluster trains over) to 2,000 GB/s (the GPU catalog's ceiling, 16 x
+800 Gb/s); outside it a link prices at zero or infinite time, which rank placement cannot turn into integers."""
+BUS_GB_PER_S_RANGE = (0.001, 20_000.0)
+"""A measured bus bandwidth between two hosts: as a NIC below, up to the catalog's NVLink ceiling above (two
+hosts of one multi-node NVLink domain)."""
 
 
 def is_topology_file(path: Path) -> bool:
@@ -91,10 +101,10 @@ def topology_from_file(path: Path, matrix: Path | None = None, catalog: Catalog 
     try:
         topology = Topology(
             name=name, nodes=tuple(nodes), leaf_oversubscription=over,
-            inter_node_latency_s=positive_number(entry["inter_node_latency_us"], f"{path}: inter_node_latency_us")
-            * units.SECONDS_PER_US,
-            intra_domain_latency_s=positive_number(entry["intra_domain_latency_us"],
-                                                   f"{path}: intra_domain_latency_us") * units.SECONDS_PER_US)
+            inter_node_latency_s=positive_number(entry["inter_node_latency_us"], f"{path}: inter_node_latency_us",
+                                                 MAX_LATENCY_US) * units.SECONDS_PER_US,
+            intra_domain_latency_s=positive_number(entry["intra_domain_latency_us"], f"{path}: intra_domain_latency_us",
+                                                   MAX_LATENCY_US) * units.SECONDS_PER_US)
     except ValueError as exc:
         raise InputError(str(exc)) from None
     own = entry.get("bandwidth_matrix")
@@ -105,7 +115,7 @@ def topology_from_file(path: Path, matrix: Path | None = None, catalog: Catalog 
 
 def _oversubscription(leaf: Any, where: str) -> float:
     value = positive_number(check_keys(leaf, where, ("oversubscription",))["oversubscription"],
-                            f"{where}.oversubscription")
+                            f"{where}.oversubscription", MAX_OVERSUBSCRIPTION)
     if value < 1:
         raise InputError(f"{where}.oversubscription must be >= 1 (1 = full bisection), got {value}")
     return value
@@ -130,7 +140,12 @@ def _group_nodes(group: Any, where: str, first: int, num_leaves: int, catalog: C
     except InputError as exc:
         raise InputError(f"{where}.gpu: {exc}") from None
     per_node = positive_int(group["gpus_per_node"], f"{where}.gpus_per_node", MAX_GPUS_PER_NODE)
-    nic = positive_number(group["nic_gb_per_s_per_gpu"], f"{where}.nic_gb_per_s_per_gpu") * units.BYTES_PER_GB
+    where_nic = f"{where}.nic_gb_per_s_per_gpu"
+    nic = positive_number(group["nic_gb_per_s_per_gpu"], where_nic, NIC_GB_PER_S_RANGE[1])
+    if nic < NIC_GB_PER_S_RANGE[0]:
+        raise InputError(f"{where_nic}: {shown(nic, 40)} is implausibly small (at least {NIC_GB_PER_S_RANGE[0]:g}); "
+                         "check the unit in the key name")
+    nic *= units.BYTES_PER_GB
     return [NodeSpec(host=h, gpu=gpu, gpus_per_node=per_node, nic_bytes_per_s_per_gpu=nic, leaf=leaf) for h in hosts]
 
 
@@ -151,8 +166,10 @@ def read_bandwidth_csv(path: Path, hosts: list[str]) -> np.ndarray:
             value = float(row[2])
         except ValueError:
             value = math.nan
-        if not math.isfinite(value) or value <= 0:
-            raise InputError(f"{path}: line {line_no}: bus_gb_per_s must be a positive number, got {shown(row[2])}")
+        low, high = BUS_GB_PER_S_RANGE
+        if not low <= value <= high:  # NaN and infinities fail too
+            raise InputError(f"{path}: line {line_no}: bus_gb_per_s must be a positive number from {low:g} to "
+                             f"{high:g} (GB/s), got {shown(row[2])}")
         matrix[index[row[0].strip()], index[row[1].strip()]] = value * units.BYTES_PER_GB
     return matrix
 

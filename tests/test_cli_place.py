@@ -38,6 +38,21 @@ def test_experts_from_a_routing_file_writes_the_map(tmp_path: Path):
     assert_bad_input(again, "already exists", "--force")
 
 
+@pytest.mark.parametrize("replicas, code", [("3", 0), ("9", 2), ("12", 2)])
+def test_experts_from_a_routing_file_of_zero_tokens(tmp_path: Path, replicas: str, code: int):
+    # A routing file whose every count is 0 is a valid (idle) sample: placed, not an internal error; more
+    # replicas than the ranks can hold (one copy of an expert per rank) is refused in one line.
+    routing = tmp_path / "routing.csv"
+    routing.write_text("layer,expert,next_expert,tokens\n" + "".join(f"{layer},{e},,0\n" for layer in range(2)
+                                                                     for e in range(3)))
+    result = invoke("experts", "--routing", str(routing), "--ep", "3", "--replicas", replicas, "--time-limit", "2")
+    if code:
+        line = assert_bad_input(result, f"--replicas {replicas}", "at most 6")
+        assert len(line) <= 300
+    else:
+        assert result.exit_code == 0, result.output
+
+
 def test_experts_from_a_skew(tmp_path: Path):
     result = invoke("experts", "--skew", "zipf:1.2", "--experts", "16", "--layers", "2", "--ep", "4",
                     "--ranks-per-domain", "2", "--time-limit", "2", "--json", str(tmp_path / "e.json"))
@@ -129,6 +144,33 @@ def test_place_bad_input(tmp_path: Path):
     a100 = write_plan_file(tmp_path / "a100.json", make_plan_document(tp=8, dp=2, global_batch=64))
     assert_bad_input(invoke("place", str(a100), "--cluster", "dgx-a100", "--nodes", "2"),
                      "priced for h100-sxm", "a100-sxm-80gb")
+
+
+@pytest.mark.parametrize("edit, needles", [
+    ({"precision": "fp4"}, ["h100-sxm has no fp4 tensor cores", "--precision"]),
+    ({"precision": "fp8", "fp8_recipe": "mxfp8"}, ["mxfp8"]),
+])
+def test_place_refuses_a_precision_the_gpu_lacks(tmp_path: Path, edit, needles):
+    # A plan file edited to a precision its GPU cannot run once raised from the GPU spec (exit 70).
+    document = make_plan_document(tp=8, dp=2, global_batch=64)
+    document["job"].update(edit)
+    plan = write_plan_file(tmp_path / "plan.json", document)
+    line = assert_bad_input(invoke("place", str(plan), "--cluster", "dgx-h100", "--nodes", "2"), str(plan), *needles)
+    assert len(line) <= 300
+
+
+@pytest.mark.parametrize("model, config, needle", [
+    ("mixtral-8x7b", {"tp": 1, "dp": 16, "ep": 3}, "ep = 3 must divide the 8 routed experts"),
+    ("mixtral-8x7b", {"tp": 1, "dp": 16, "ep": 16}, "ep = 16 must divide the 8 routed experts"),
+    ("mixtral-8x7b", {"tp": 2, "dp": 8, "ep": 4, "etp": 3}, "ep·etp = 12 must divide the 16 ranks"),
+    ("mixtral-8x7b", {"tp": 4, "dp": 4, "ep": 8, "etp": 4}, "ep·etp = 32 must divide the 16 ranks"),
+    ("llama-3.1-8b", {"tp": 8, "dp": 2, "ep": 2}, "ep and etp apply to MoE models only"),
+])
+def test_place_refuses_an_expert_layout_that_cannot_be_built(tmp_path: Path, model, config, needle):
+    # Once a ValueError from planner/layout.expert_map (exit 70), or a dense plan placed with ep > 1.
+    plan = write_plan_file(tmp_path / "plan.json", make_plan_document(model, global_batch=64, **config))
+    line = assert_bad_input(invoke("place", str(plan), "--cluster", "dgx-h100", "--nodes", "2"), str(plan), needle)
+    assert len(line) <= 300
 
 
 def test_place_partitions_stages_and_megatron_takes_them(tmp_path: Path):

@@ -210,3 +210,62 @@ def test_hardware_show_and_ingest_take_driver_product_names(tmp_path):
     assert check_hardware("NVIDIA H100 80GB HBM3", "file.json") == "h100-sxm"
     with pytest.raises(Exception, match="unknown hardware"):
         check_hardware("NVIDIA H100", "file.json")  # ambiguous: not silently one of four
+
+
+# -- numbers in a topology file: finite and in a sane range, refused by key ---------------------------------
+_TOPOLOGY = """\
+inter_node_latency_us: {inter}
+intra_domain_latency_us: 2.0
+leaves: [{{oversubscription: 1.0}}, {{oversubscription: {over}}}]
+node_groups:
+  - {{gpu: h100-sxm, num_nodes: 2, gpus_per_node: 8, nic_gb_per_s_per_gpu: {nic}, leaf: 0}}
+  - {{gpu: h100-sxm, num_nodes: 2, gpus_per_node: 8, nic_gb_per_s_per_gpu: 50, leaf: 1}}
+"""
+
+
+@pytest.mark.parametrize("values, key", [
+    ({"inter": "1.0e+300"}, "inter_node_latency_us"),
+    ({"over": "1.0e+300"}, "leaves[1].oversubscription"),
+    ({"nic": "1.0e-300"}, "node_groups[0].nic_gb_per_s_per_gpu"),
+    ({"nic": ".inf"}, "node_groups[0].nic_gb_per_s_per_gpu"),
+])
+@pytest.mark.parametrize("command", ["place", "plan"])
+def test_topology_numbers_out_of_range_are_refused_in_one_line(tmp_path, values, key, command):
+    from export_factory import make_plan_document, write_plan_file
+
+    topology = tmp_path / "topo.yaml"
+    topology.write_text(_TOPOLOGY.format(**{"inter": "5.0", "over": "4.0", "nic": "50", **values}))
+    if command == "place":
+        plan = write_plan_file(tmp_path / "plan.json", make_plan_document(tp=8, dp=2, pp=2, global_batch=64))
+        result = _run("place", str(plan), "--cluster", str(topology), "--time-limit", "2")
+    else:
+        result = _run("plan", "llama-3.1-8b", "--cluster", str(topology), *JOB, "--top", "1")
+    line = assert_bad_input(result, key)
+    assert len(line) <= 300
+
+
+def test_a_bandwidth_matrix_of_a_vanishing_link_is_refused_in_one_line(tmp_path):
+    from export_factory import make_plan_document, write_plan_file
+
+    topology = tmp_path / "topo.yaml"
+    topology.write_text(_TOPOLOGY.format(inter="5.0", over="4.0", nic="50"))
+    matrix = tmp_path / "bw.csv"
+    matrix.write_text("src,dst,bus_gb_per_s\nnode0,node1,1e-300\n")
+    plan = write_plan_file(tmp_path / "plan.json", make_plan_document(tp=8, dp=2, pp=2, global_batch=64))
+    result = _run("place", str(plan), "--cluster", str(topology), "--bandwidth-matrix", str(matrix))
+    line = assert_bad_input(result, "bw.csv: line 2: bus_gb_per_s")
+    assert len(line) <= 300
+
+
+def test_a_cluster_file_of_a_vanishing_nic_is_refused_by_placement_in_one_line(tmp_path):
+    # Cluster files bound their numbers from above only: a 1e-300 GB/s NIC prices every link at infinite time,
+    # which rank placement once turned into integers (OverflowError, exit 70).
+    from export_factory import make_plan_document, write_plan_file
+
+    cluster = tmp_path / "slow.yaml"
+    cluster.write_text("gpu: h100-sxm\ngpus_per_node: 8\nnvlink_domain_gpus: 8\nnic_gb_per_s_per_gpu: 1.0e-300\n"
+                       "inter_node_latency_us: 5.0\nintra_domain_latency_us: 2.0\n")
+    plan = write_plan_file(tmp_path / "plan.json", make_plan_document(tp=8, dp=2, pp=2, global_batch=64))
+    result = _run("place", str(plan), "--cluster", str(cluster), "--nodes", "4", "--time-limit", "2")
+    line = assert_bad_input(result, "communication at", "check the bandwidths")
+    assert len(line) <= 300

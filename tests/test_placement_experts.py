@@ -122,3 +122,27 @@ def test_bad_sizes_are_input_errors():
         make_instance(stats, ep=4, ranks_per_domain=1)
     with pytest.raises(InputError, match="multiple of ep = 3"):
         make_instance(stats, ep=3, ranks_per_domain=1, replicas=2)
+
+
+@pytest.mark.parametrize("experts, ep, replicas", [(3, 3, 3), (4, 2, 2), (4, 4, 8), (6, 6, 24)])
+def test_replicas_of_weightless_experts_fill_every_rank(experts, ep, replicas):
+    # A layer of zero tokens ties every piece: the heuristic once filled rank 0 twice and then found no rank
+    # free of the expert it was placing (min() of an empty sequence).
+    for load in (np.zeros(experts), np.ones(experts)):
+        share = greedy_share(load, ep, replicas)
+        held = share > 0
+        assert (held.sum(axis=0) == (experts + replicas) // ep).all()
+        assert share.sum(axis=1) == pytest.approx([1.0] * experts)
+    stats = RoutingStats(tokens_per_expert=np.zeros((2, experts)))
+    placed = place_experts(make_instance(stats, ep=ep, ranks_per_domain=1, replicas=replicas), FAST)
+    assert placed.optimized.max_rank_tokens.tolist() == [0.0, 0.0]
+
+
+def test_more_replicas_than_ranks_can_hold_are_input_errors():
+    # 4 experts on 2 ranks hold at most one copy of each expert per rank: 4 extra copies at most.
+    stats = RoutingStats(tokens_per_expert=np.ones((1, 4)))
+    make_instance(stats, ep=2, ranks_per_domain=1, replicas=4)
+    with pytest.raises(InputError, match=r"--replicas 6 .* at most 4 \(one copy of an expert per rank\)"):
+        make_instance(stats, ep=2, ranks_per_domain=1, replicas=6)
+    with pytest.raises(InputError, match=r"--replicas 1 .* at most 0"):
+        make_instance(stats, ep=1, ranks_per_domain=1, replicas=1)

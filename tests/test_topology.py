@@ -97,3 +97,29 @@ def test_bad_bandwidth_matrices(tmp_path, csv_text, needle):
     with pytest.raises(InputError) as caught:
         topology_from_file(write(tmp_path, TOPOLOGY), matrix)
     assert needle in str(caught.value)
+
+
+@pytest.mark.parametrize(("old", "new", "needle"), [
+    ("inter_node_latency_us: 5.0", "inter_node_latency_us: 1.0e+300",
+     "inter_node_latency_us: 1e+300 is implausibly large"),
+    ("intra_domain_latency_us: 2.0", "intra_domain_latency_us: 1.0e+300", "intra_domain_latency_us: 1e+300 is"),
+    ("oversubscription: 4.0", "oversubscription: 1.0e+300", "leaves[1].oversubscription: 1e+300 is implausibly"),
+    ("nic_gb_per_s_per_gpu: 25", "nic_gb_per_s_per_gpu: 1.0e+300", "node_groups[1].nic_gb_per_s_per_gpu: 1e+300"),
+    ("nic_gb_per_s_per_gpu: 25", "nic_gb_per_s_per_gpu: 1.0e-300", "node_groups[1].nic_gb_per_s_per_gpu: 1e-300 is "
+                                                                   "implausibly small"),
+    ("nic_gb_per_s_per_gpu: 25", "nic_gb_per_s_per_gpu: .inf", "nic_gb_per_s_per_gpu: expected a positive number"),
+])
+def test_numbers_out_of_a_sane_range_are_refused_by_key(tmp_path, old, new, needle):
+    # A billion-second latency or a 1e-300 GB/s NIC priced a link at infinite time, which the rank
+    # placement could not turn into integers (OverflowError).
+    with pytest.raises(InputError) as caught:
+        topology_from_file(write(tmp_path, TOPOLOGY.replace(old, new)))
+    assert needle in str(caught.value) and len(str(caught.value)) <= 300
+
+
+@pytest.mark.parametrize("value", ["1e-300", "1e+300", "inf", "nan"])
+def test_bandwidth_matrix_numbers_out_of_a_sane_range_are_refused(tmp_path, value):
+    matrix = write(tmp_path, f"src,dst,bus_gb_per_s\na,b,{value}\n", "bw.csv")
+    with pytest.raises(InputError, match=r"bw.csv: line 2: bus_gb_per_s must be a positive number from 0\.001 to "
+                                         r"20000"):
+        topology_from_file(write(tmp_path, TOPOLOGY), matrix)

@@ -56,11 +56,34 @@ def greedy_share(load: np.ndarray, ep: int, replicas: int) -> np.ndarray:
     rank_load, used = np.zeros(ep), np.zeros(ep, dtype=int)
     for tokens, expert in pieces:
         open_ranks = [r for r in range(ep) if used[r] < slots and share[expert, r] == 0]
+        if not open_ranks:  # ties (a weightless layer) filled the ranks lacking it: make room on one
+            open_ranks = [_make_room(share, rank_load, used, expert, load / copies)]
         rank = min(open_ranks, key=lambda r: (rank_load[r], r))
         share[expert, rank] = 1.0 / copies[expert]
         rank_load[rank] += tokens
         used[rank] += 1
     return share
+
+
+def _make_room(share: np.ndarray, rank_load: np.ndarray, used: np.ndarray, expert: int,
+               copy_tokens: np.ndarray) -> int:
+    """A rank that lacks ``expert`` and now has a free slot, made when every rank with one already holds it.
+
+    A full rank s lacking it holds more experts than a rank r with a free slot, so some expert f on s is not
+    on r: move f's copy (the lightest such) from s to r and return s. Every expert has at most ep copies, so
+    a rank lacking it exists.
+    """
+    free = int(np.argmin(used))
+    lacking = np.nonzero(share[expert] == 0)[0]
+    full = int(lacking[np.argmin(rank_load[lacking])])
+    movable = np.nonzero((share[:, full] > 0) & (share[:, free] == 0))[0]
+    moved = int(movable[np.argmin(copy_tokens[movable])])
+    share[moved, free], share[moved, full] = share[moved, full], 0.0
+    rank_load[free] += copy_tokens[moved]
+    rank_load[full] -= copy_tokens[moved]
+    used[free] += 1
+    used[full] -= 1
+    return full
 
 
 def layout_cost(load: np.ndarray, coactivation: np.ndarray | None, shares: np.ndarray,

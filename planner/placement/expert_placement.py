@@ -90,6 +90,9 @@ def make_instance(stats: RoutingStats, ep: int, ranks_per_domain: int, replicas:
     if replicas < 0 or replicas % ep:
         raise InputError(f"--replicas {replicas} must be a non-negative multiple of ep = {ep} so every rank "
                          "holds as many experts")
+    if replicas > experts * (ep - 1):
+        raise InputError(f"--replicas {replicas} is more than the {experts} experts on {ep} ranks can hold: at "
+                         f"most {experts * (ep - 1)} (one copy of an expert per rank)")
     if ranks_per_domain < 1:
         raise InputError(f"--ranks-per-domain must be a positive integer, got {ranks_per_domain}")
     quantum = max(1.0, float(stats.tokens_per_expert.sum(axis=1).max()) / LOAD_RESOLUTION)

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from paraplan.cost_models.estimate import estimate
+from paraplan.cost_models.fp8_recipes import recipe_error
 from paraplan.errors import InputError
-from paraplan.hardware_profiles import ClusterSpec
+from paraplan.hardware_profiles import ClusterSpec, GPUSpec
 from paraplan.planner.job import ParallelConfig, TrainingJob, configs_to_table
 from paraplan.planner.plan import model_from_shape
 
@@ -28,6 +29,15 @@ class AxisTimes:
     """Predicted step time, seconds."""
     axis_s: dict[str, float]
     """Exposed communication per step of each axis (keys of AXIS_TERMS), seconds."""
+
+
+def precision_error(gpu: GPUSpec, precision: str, fp8_recipe: str) -> str | None:
+    """Why ``gpu`` cannot run a plan's GEMM ``precision`` (and fp8 recipe), as the search refuses it; None if it can."""
+    try:
+        gpu.peak(precision)
+    except ValueError as exc:
+        return f"{exc}; re-plan with another --precision"
+    return recipe_error(fp8_recipe, gpu.architecture, gpu.name) if precision == "fp8" else None
 
 
 def job_of_plan(document: dict[str, Any]) -> tuple[TrainingJob, ParallelConfig]:

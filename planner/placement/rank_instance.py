@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from paraplan.errors import InputError
+from paraplan.files import shown
 from paraplan.hardware_profiles.topology import Topology
 from paraplan.planner.layout import axis_groups, expert_map, rank_map
 from paraplan.planner.placement.plan_costs import AxisTimes, axis_times, job_of_plan
@@ -102,12 +103,25 @@ def rank_instance(document: dict[str, Any], topology: Topology) -> RankInstance:
     for axis in edges:
         table = np.zeros(link.shape, dtype=np.int64)
         for p, q in zip(*np.nonzero(off)):
-            table[p, q] = round(priced[float(link[p, q])].axis_s[axis] / TIME_QUANTUM_S)
+            table[p, q] = _quanta(priced[float(link[p, q])].axis_s[axis], topology.name, axis)
         pair_cost[axis] = table
     reference = priced[speeds[-1]]
     constant = reference.step_time_s - sum(reference.axis_s[axis] for axis in edges)
     return RankInstance(num_slots=slots, edges=edges, pair_cost=pair_cost, constant_s=constant, nodes=pool,
                         exact_pool=exact)
+
+
+MAX_AXIS_S = 1e9
+"""An axis's communication per step priced above this (about 30 years) comes from a link the topology gives
+a vanishing bandwidth; it would overflow the solver's integer costs."""
+
+
+def _quanta(seconds: float, topology: str, axis: str) -> int:
+    """``seconds`` in TIME_QUANTUM_S units; InputError for a time no link of a real fabric gives."""
+    if not 0 <= seconds <= MAX_AXIS_S:  # NaN fails too
+        raise InputError(f"{shown(topology, 60)}: a link prices the plan's {axis} communication at {seconds:g} s "
+                         "per step; check the bandwidths and latencies of the topology or cluster")
+    return round(seconds / TIME_QUANTUM_S)
 
 
 def _check_fits(topology: Topology, per_node: int, slots: int, gpu: str) -> None:
