@@ -31,6 +31,10 @@ AXIS_PARAMS = ("tp", "pp", "dp", "cp", "cp_comm", "ep", "etp", "vpp", "mbs", "ze
                "pp_schedule", "tp_comm_overlap")
 _ALIASES = {"json": "json_path", "compile": "compile_model", "from": "from_file", "o": "out"}
 _CLUSTER_PARAMS = ("cluster", "gpu", "gpus", "gpus_per_node", "nodes")
+_MAX_YAML_INT = 2**63
+"""A YAML integer past int64 sizes nothing (each size has its own, far lower, bound) and overflows numpy."""
+_MAX_YAML_LIST = 1_000
+"""Values of one axis list: an axis has at most a few dozen useful values."""
 _FIXED_DEFAULTS = {"cp": "1", "cp_comm": "p2p", "ep": "1", "etp": "1", "vpp": "1", "mbs": "1", "zero": "0",
                    "recompute": "none", "sp": "off", "offload": "0", "pp_schedule": "1f1b", "tp_comm_overlap": "off"}
 
@@ -106,11 +110,15 @@ def _from_job_values(imported: ImportedJob | None, overridden: set[str], searchi
 def _convert(name: str, value: Any, hint: Any, where: str) -> Any:
     """A YAML value as the option's type (axes as the text their flag takes)."""
     kinds = {t for t in typing.get_args(hint) or (hint,) if t is not type(None)}
+    if any(isinstance(v, int) and not isinstance(v, bool) and abs(v) >= _MAX_YAML_INT
+           for v in (value if isinstance(value, list) else [value])):
+        raise InputError(f"{where}: {name.replace('_', '-')} {shown(value)} is out of range (at most "
+                         f"{_MAX_YAML_INT - 1:,})")
     if name in AXIS_PARAMS:
         if isinstance(value, bool):
             return "on" if value else "off"
         if isinstance(value, list):
-            return ",".join(str(v) for v in value)
+            return ",".join(str(v) for v in value[:_MAX_YAML_LIST + 1])  # the flag's parser refuses what is cut
         return str(value)
     if int in kinds and isinstance(value, int) and not isinstance(value, bool):
         return value

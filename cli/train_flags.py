@@ -16,6 +16,8 @@ import typer
 
 from paraplan.choices import CP_COMM_CODES, PIPELINE_SCHEDULE_CODES, RECOMPUTE_CODES
 from paraplan.errors import InputError
+from paraplan.files import shown
+from paraplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LAYERS
 
 if TYPE_CHECKING:  # annotations only: the library loads when a command runs
     from paraplan.request import FileLayout, PlanRequest
@@ -115,15 +117,21 @@ def flag_of(parameter: str) -> str:
     return _FLAGS.get(parameter, "--" + parameter.replace("_", "-"))
 
 
-def parse_ints(flag: str, text: str, minimum: int = 1, maximum: int | None = None) -> list[int]:
-    """``"8"`` or ``"4,8"`` as sorted unique ints within bounds; InputError naming the flag otherwise."""
+def parse_ints(flag: str, text: str, minimum: int = 1, maximum: int | None = None,
+               max_values: int | None = None) -> list[int]:
+    """``"8"`` or ``"4,8"`` as sorted unique ints within bounds (at most ``max_values`` of them); InputError
+    naming the flag otherwise."""
     parts = [part.strip() for part in text.split(",")]
-    ok = all(re.fullmatch(r"[0-9]+", part) for part in parts)
+    if max_values is not None and len(parts) > max_values:
+        raise InputError(f"--{flag} takes at most {max_values} values, got {len(parts):,}: search those that "
+                         "matter, or leave it out to let the search choose")
+    # at most 18 digits: int() of a longer run is slow past 4,300 digits and no bound here reaches 10^18
+    ok = all(re.fullmatch(r"[0-9]{1,18}", part) for part in parts)
     values = sorted({int(part) for part in parts}) if ok else []
     if not ok or values[0] < minimum or (maximum is not None and values[-1] > maximum):
-        span = f"integers from {minimum} to {maximum}" if maximum is not None else f"integers >= {minimum}"
+        span = f"integers from {minimum} to {maximum:,}" if maximum is not None else f"integers >= {minimum}"
         example = "8 or 4,8" if minimum > 0 else f"{minimum} or {minimum},{minimum + 1}"
-        raise InputError(f"--{flag} expects one value or a comma list of {span} (e.g. {example}), got {text!r}")
+        raise InputError(f"--{flag} expects one value or a comma list of {span} (e.g. {example}), got {shown(text)}")
     return values
 
 
@@ -132,7 +140,7 @@ def parse_names(flag: str, text: str, known: dict[str, Any]) -> list[Any]:
     parts = [part.strip() for part in text.split(",")]
     unknown = [part for part in parts if part not in known]
     if unknown:
-        raise InputError(f"--{flag} expects {', '.join(known)} (or a comma list of them), got {text!r}")
+        raise InputError(f"--{flag} expects {', '.join(known)} (or a comma list of them), got {shown(text)}")
     values: list[Any] = []
     for part in parts:
         mapped = known[part]
@@ -155,9 +163,27 @@ def axis_values(**flags: str | None) -> dict[str, list[Any]]:
         elif axis in ("sp", "tp_overlap"):
             fixed[axis] = parse_names("tp-comm-overlap" if axis == "tp_overlap" else axis, text, _SWITCHES)
         else:
-            bounds = {"zero": (0, 3), "offload": (0,)}.get(axis, (1,))
-            fixed[axis] = parse_ints(axis, text, *bounds)
+            fixed[axis] = parse_ints(axis, text, *_AXIS_BOUNDS.get(axis, (1, MAX_GPUS)), max_values=MAX_AXIS_VALUES)
     return fixed
+
+
+MAX_AXIS_VALUES = 32
+"""Values of one integer axis in a comma list: the search multiplies the lists (ep x etp x the shapes), so 64 values
+of each on a million GPUs took half a minute; useful lists have a handful."""
+_AXIS_BOUNDS = {"zero": (0, 3), "offload": (0, MAX_LAYERS), "vpp": (1, MAX_LAYERS), "mbs": (1, MAX_GLOBAL_BATCH)}
+"""Each integer axis's range (the parallel degrees: 1 to MAX_GPUS), so no degree overflows the search's int64
+products (three degrees of 2^20 multiply to 2^60) and a 1,000-digit one is refused where it is read."""
+
+MAX_FLAG_INT = 2**63
+"""An integer flag (or --config value) past int64 sizes nothing, each size has its own far lower bound, and echoing a
+1,000-digit one in that bound's message would fill a screen."""
+
+
+def check_int_range(values: dict[str, Any]) -> None:
+    """InputError for the first integer value of at least MAX_FLAG_INT in magnitude, shown cut to a few digits."""
+    for name, value in values.items():
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= MAX_FLAG_INT:
+            raise InputError(f"{flag_of(name)} {shown(value)} is out of range (at most {MAX_FLAG_INT - 1:,})")
 
 
 AXIS_FLAGS = ("tp", "pp", "dp", "cp", "cp_comm", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "offload",
@@ -170,6 +196,7 @@ def request_from_flags(flags: dict[str, Any], compare: FileLayout | None = None,
     """The PlanRequest of ``plan``'s or ``evaluate``'s parsed flags (their parameters by name)."""
     from paraplan.request import make_request, run_options
 
+    check_int_range(flags)
     run = run_options(flags["tokens"], flags["steps"], flags["price_per_gpu_hour"], flags["failure_rate_per_gpu_hour"],
                       flags["checkpoint_write_gbps"], flags["checkpoint_load_gbps"], flags["checkpoint"],
                       flags["restart_s"])

@@ -13,8 +13,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from paraplan.errors import InputError
-from paraplan.files import listed, read_user_yaml, shown
+from paraplan.errors import MAX_MESSAGE_CHARS, InputError
+from paraplan.files import listed, one_line, read_user_yaml, shown
 from paraplan.hardware_profiles import units
 from paraplan.hardware_profiles.device_names import device_candidates, device_match, looks_like_device_name
 from paraplan.hardware_profiles.specs import (
@@ -103,8 +103,11 @@ class Catalog:
             raise _unknown_name("cluster", name, sorted(self.clusters), self.user_file)
         entry, origin = self.clusters[name], self.cluster_origins[name]
         nodes = _node_count(name, int(entry["gpus_per_node"]), num_nodes, num_gpus)
-        where = f"clusters.yaml:{name}" if origin == BUILTIN else f"{origin}: clusters.{name}"
-        return cluster_from_entry(name, entry, where, nodes, self)
+        where = f"clusters.yaml:{name}" if origin == BUILTIN else f"{origin}: clusters.{one_line(name, 32)}"
+        try:
+            return cluster_from_entry(name, entry, where, nodes, self)
+        except InputError as exc:
+            raise fitted(exc) from None
 
 
 def _package_yaml(file_name: str) -> dict[str, Any]:
@@ -112,10 +115,18 @@ def _package_yaml(file_name: str) -> dict[str, Any]:
     return parse_yaml(text, file_name)
 
 
+def fitted(exc: InputError) -> InputError:
+    """``exc``, or its message cut to MAX_MESSAGE_CHARS where a file, an entry's name and a nested key left the
+    problem too little room (InputError has already shortened its paths)."""
+    text = str(exc)
+    return exc if len(text) <= MAX_MESSAGE_CHARS else InputError(one_line(text, MAX_MESSAGE_CHARS))
+
+
 def _unknown_name(kind: str, name: str, known: list[str], user_file: str | None = None) -> InputError:
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.4)
     more = "" if user_file else "; add your own with --hardware FILE"
     if close:
+        close = [one_line(c, 32) for c in close]  # a user file's names run to 64 characters
         return InputError(f"unknown {kind} {shown(name, 40)}; did you mean {' or '.join(close)}? (see 'paraplan "
                           f"hardware list'){more}")
     # Kept short (about 190 characters): callers prefix the file and the key, and the line stays under 300.

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from paraplan.errors import InputError
-from paraplan.files import MAX_YAML_BYTES, listed, read_user_yaml, shown
+from paraplan.files import MAX_YAML_BYTES, listed, one_line, read_user_yaml, shown
 from paraplan.hardware_profiles.catalog import (
     DEFAULT_EFFICIENCY,
     Catalog,
@@ -36,6 +36,7 @@ from paraplan.hardware_profiles.catalog import (
     builtin_catalog,
     cluster_from_entry,
     default_efficiency,
+    fitted,
     gpu_from_entry,
 )
 from paraplan.hardware_profiles.specs import BUILTIN, EfficiencySpec, GPUSpec
@@ -73,7 +74,15 @@ def resolve_catalog(option: Path | None, environ: dict[str, str] | None = None) 
 
 
 def load_user_catalog(path: Path) -> Catalog:
-    """The built-in catalog plus the GPUs and clusters of the user hardware file at ``path``."""
+    """The built-in catalog plus the GPUs and clusters of the user hardware file at ``path``; InputError of at most
+    MAX_MESSAGE_CHARS (the file, an entry's name and a key can fill a line before the problem)."""
+    try:
+        return _load_user_catalog(path)
+    except InputError as exc:
+        raise fitted(exc) from None
+
+
+def _load_user_catalog(path: Path) -> Catalog:
     data = read_user_yaml(path, "hardware file", MAX_FILE_BYTES)
     check_keys(data, str(path), (), _TOP_KEYS)
     if data.get("schema_version", 1) != 1:
@@ -89,7 +98,7 @@ def load_user_catalog(path: Path) -> Catalog:
             _check_name(name, f"{path}: {section}", builtin)
     clash = sorted(set(gpus_in) & set(clusters_in), key=str)
     if clash:
-        raise InputError(f"{path}: {clash[0]!r} names both a GPU and a cluster; give them distinct names")
+        raise InputError(f"{path}: {shown(clash[0])} names both a GPU and a cluster; give them distinct names")
     gpus = dict(builtin.gpus)
     for name, entry in gpus_in.items():
         gpus[name] = user_gpu(name, entry, path)
@@ -97,13 +106,13 @@ def load_user_catalog(path: Path) -> Catalog:
                      cluster_origins={**builtin.cluster_origins, **dict.fromkeys(clusters_in, str(path))},
                      user_file=str(path))
     for name, entry in clusters_in.items():
-        cluster_from_entry(name, entry, f"{path}: clusters.{name}", 1, merged)  # validate now, size later
+        cluster_from_entry(name, entry, f"{path}: clusters.{one_line(name, 32)}", 1, merged)  # validate now
     return merged
 
 
 def user_gpu(name: str, entry: Any, path: Path) -> GPUSpec:
     """One user GPU entry as a GPUSpec whose efficiency is borrowed as the module docstring says."""
-    where = f"{path}: gpus.{name}"
+    where = f"{path}: gpus.{one_line(name, 32)}"
     if not isinstance(entry, dict):
         raise InputError(f"{where}: expected a mapping of the gpus.yaml keys, got {type(entry).__name__}")
     efficiency, efficiency_from = _borrowed_efficiency(entry, where)

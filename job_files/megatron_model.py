@@ -17,10 +17,14 @@ import re
 from typing import Any
 
 from paraplan.errors import InputError
+from paraplan.files import one_line, shown
 from paraplan.job_files.megatron_values import Args
+from paraplan.limits import MAX_HEADS, MAX_LAYERS, MAX_WIDTH
 from paraplan.model_specs.hf_config import load_model, model_from_config, preset_names
 from paraplan.model_specs.model_spec import ModelSpec
 
+_MAX_FREQ_CHARS = 100_000
+"""Characters of a --moe-layer-freq list read: a 10,000-layer list of ``1,`` fits in 20,000."""
 GPT2_BPE_VOCAB = 50257
 """Megatron's GPT2BPETokenizer: GPT-2's 50,257-token vocabulary (vocab.json), padded as any other."""
 
@@ -31,6 +35,9 @@ def megatron_model(args: Args, name: str) -> ModelSpec:
         if not args.has(required):
             raise InputError(f"{args.facts.path}: no {args.spell(required)}; the file states no model shape (give "
                              "MODEL as a preset or a config.json)")
+    for required in ("num_layers", "hidden_size", "num_attention_heads"):
+        _check_size(args, required, MAX_HEADS if required == "num_attention_heads" else
+                    MAX_LAYERS if required == "num_layers" else MAX_WIDTH)
     hidden, heads = args.given_int("hidden_size"), args.given_int("num_attention_heads")
     gated = args.flag("swiglu")
     ffn = args.int("ffn_hidden_size") or (int(4 * hidden * 2 / 3 / 64) * 64 if gated else 4 * hidden)
@@ -52,6 +59,15 @@ def megatron_model(args: Args, name: str) -> ModelSpec:
                       qk_rope_head_dim=args.int("qk_pos_emb_head_dim") or 64, v_head_dim=args.int("v_head_dim") or 128)
     spec = model_from_config(config, name)
     return _as_stated(spec, args, moe)
+
+
+def _check_size(args: Args, name: str, maximum: int) -> None:
+    """InputError unless the shape argument ``name`` is an integer from 1 to ``maximum`` (0 heads or layers
+    divides by zero later; a 1,000-digit one sizes nothing)."""
+    value = args.given_int(name)
+    if not 1 <= value <= maximum:
+        raise InputError(f"{args.where(name)}: {args.spell(name)} expects an integer from 1 to {maximum:,}, "
+                         f"got {shown(value)}")
 
 
 def vocab_size(args: Args) -> int:
@@ -99,15 +115,20 @@ def _as_stated(spec: ModelSpec, args: Args, moe: int) -> ModelSpec:
 def moe_layers(args: Args, num_layers: int) -> tuple[int, ...]:
     """--moe-layer-freq: an integer N (every N-th layer) or a list expression like ``([0]*3+[1]*58)``."""
     text = (args.text("moe_layer_freq") or "1").strip()
-    if re.fullmatch(r"[0-9]+", text):
+    if re.fullmatch(r"[0-9]{1,18}", text) and int(text) > 0:
         step = int(text)
         return tuple(i for i in range(num_layers) if i % step == 0)
     flags: list[int] = []
-    for part in re.findall(r"\[([^\]]*)\](?:\s*\*\s*([0-9]+))?", text):
-        items = [int(x) for x in re.findall(r"[0-9]+", part[0])]
-        flags += items * int(part[1] or 1)
+    for part in re.findall(r"\[([^\]]*)\](?:\s*\*\s*([0-9]{1,18}))?", text[:_MAX_FREQ_CHARS]):
+        items = [int(x) for x in re.findall(r"[0-9]{1,18}", part[0])]
+        repeat = int(part[1] or 1)
+        if len(flags) + len(items) * repeat > num_layers:  # never build a list longer than the model
+            flags += [0] * (num_layers + 1 - len(flags))
+            break
+        flags += items * repeat
     if len(flags) != num_layers:
-        raise InputError(f"{args.where('moe_layer_freq')}: {args.spell('moe_layer_freq')} {text} gives {len(flags)} "
+        raise InputError(f"{args.where('moe_layer_freq')}: {args.spell('moe_layer_freq')} {one_line(text, 60)} gives "
+                         f"{len(flags) if len(flags) <= num_layers else 'more'} "
                          f"layers, not {num_layers}; write an integer or a list of {num_layers} 0/1 flags")
     return tuple(i for i, flag in enumerate(flags) if flag)
 

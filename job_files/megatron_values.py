@@ -15,6 +15,8 @@ from paraplan.errors import InputError
 from paraplan.files import shown
 from paraplan.job_files.imported import Facts
 
+_MAX_INT_CHARS = 40
+"""Longest text read as an integer argument: ``1e18`` or 19 digits with room for spaces and a sign."""
 _UNSET = ("None", "none", "null", "")
 
 
@@ -56,10 +58,12 @@ class Args:
         text = self.text(name)
         if text is None:
             return None
-        try:
-            value = ast.literal_eval(text.strip())
-        except (ValueError, SyntaxError):
-            value = None
+        value = None
+        if len(text.strip()) <= _MAX_INT_CHARS:  # literal_eval of a long nested text is slow or overflows the stack
+            try:
+                value = ast.literal_eval(text.strip())
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                value = None
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:

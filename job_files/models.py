@@ -38,10 +38,18 @@ def resolve_model(reference: str, base: Path) -> str | None:
     if text in preset_names():
         return text
     for candidate in (Path(text), base / text):
-        if candidate.is_file() and candidate.name == "config.json":
+        if _is_file(candidate) and candidate.name == "config.json":
             return str(candidate)
-        if candidate.is_dir() and (candidate / "config.json").is_file():
+        if _is_file(candidate / "config.json"):
             return str(candidate / "config.json")
     table = repo_presets()
     key = text.rstrip("/").lower()
     return table.get(key) or table.get(key.split("/")[-1])
+
+
+def _is_file(path: Path) -> bool:
+    """Whether ``path`` is a file; a name the system cannot look up (too long, a NUL byte) names none."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False

@@ -39,14 +39,20 @@ Token: TypeAlias = RawWord | str | tuple[str, list[RawWord]]
 """A token of a statement: a raw word, a separator or operator, or an array body ``("array", raw words)``."""
 _ASSIGN = re.compile(rf"^({NAME})(\+?)=(.*)$", re.DOTALL)
 _CONTROL = {"if", "then", "else", "elif", "fi", "do", "done", "for", "while", "until", "case", "esac", "{", "}"}
+MAX_SCRIPT_CHARS = 256 * 1024
+"""A launch script is a few kilobytes (Megatron-LM's examples: 2-6 KB); 256 KiB of the slowest kind reads in
+under a second."""
 _DECLARE = {"export", "local", "declare", "readonly", "typeset"}
 
 
 def read_script(text: str, origin: str) -> Script:
     """Run the assignments of ``text`` in order (in the branches its tests take) and expand its commands."""
+    if len(text) > MAX_SCRIPT_CHARS:
+        raise InputError(f"{origin}: {len(text):,} characters is too long for a launch script (at most "
+                         f"{MAX_SCRIPT_CHARS:,}); is this the right file?")
     tokens, comments = lex(text, origin)
     script = Script(comments=comments)
-    expander = Expander(script.variables)
+    expander = Expander(script.variables, origin)
     branches: list[list[bool]] = []  # per open `if`: [taking this branch, a branch was taken]
     i = 0
     while i < len(tokens):
@@ -201,12 +207,14 @@ def _assign(tokens: list[Token], script: Script, expander: Expander) -> list[Tok
         elements = [w for element in tokens[1][1] for w in expander.words(element)]
         old = script.variables.get(name, []) if append else []
         old = old if isinstance(old, list) else [Word(old, raw.line)]
-        script.variables[name] = old + elements
+        old.extend(elements)  # in place: a script of 50,000 `A+=(...)` lines is not copied 50,000 times
+        script.variables[name] = old
         return tokens[2:]
     value_raw = RawWord(segs=_strip_name(raw.segs, len(name) + len(append) + 1), line=raw.line)
     value = " ".join(w.text for w in expander.words(value_raw)) if value_raw.segs else ""
     if append:
         value = (expander.scalar(name) or "") + value
+        expander.spend(len(value))  # the copy is made again on each append
     script.variables[name] = value
     return tokens[1:]
 

@@ -32,6 +32,10 @@ class RawWord:
 
 
 SEPARATORS = {"\n", ";"}
+MAX_EXPANDED_CHARS = 16 * 1024 * 1024
+"""Characters a script's expansions may make in all: a launch script's make a few thousand."""
+MAX_ARITH_CHARS = 1_000
+"""Longest ``$((...))`` evaluated (after its names are expanded); a longer one is kept as written."""
 
 
 def lex(text: str, origin: str) -> tuple[list[RawWord | str], list[Word]]:
@@ -133,14 +137,25 @@ def _closing_bracket(text: str, i: int, origin: str, line: int) -> int:
 
 # -- expansion ----------------------------------------------------------------------------------------------
 NAME = r"[A-Za-z_][A-Za-z0-9_]*"
-_PARAM = re.compile(r"\$(?:\{(?P<braced>[^}]*)\}|(?P<plain>" + NAME + r"|[0-9@*#?$!]))")
+_PARAM = re.compile(r"\$(?:\{(?P<braced>[^}]{0,256})\}|(?P<plain>" + NAME + r"|[0-9@*#?$!]))")
+"""``$NAME`` or ``${...}``: a body of at most 256 characters, so that a line of ``${`` never closed is not
+scanned to its end from each one (quadratic); a longer body is kept as written."""
 
 
 class Expander:
     """Expands words against the variables (scalars and arrays) a script has set so far."""
 
-    def __init__(self, variables: dict[str, str | list[Word]]) -> None:
+    def __init__(self, variables: dict[str, str | list[Word]], origin: str = "script") -> None:
         self.variables = variables
+        self.origin = origin
+        self.spent = 0  # characters expanded so far: doubling a variable 40 times would make a terabyte
+
+    def spend(self, count: int) -> None:
+        """Count ``count`` more expanded characters; InputError past MAX_EXPANDED_CHARS."""
+        self.spent += count
+        if self.spent > MAX_EXPANDED_CHARS:
+            raise InputError(f"{self.origin}: its variables expand to more than {MAX_EXPANDED_CHARS:,} characters; "
+                             "a launch script's expand to a few thousand (is this the right file?)")
 
     def scalar(self, name: str) -> str | None:
         """``$name``: a scalar's value, an array's first element ("" when empty), None when unset."""
@@ -190,7 +205,9 @@ class Expander:
                 else:
                     value = self.param(braced, match.group(0)) if braced is not None \
                         else self._plain(match.group("plain"), match.group(0))
-                out.append(" ".join(w.text for w in value) if isinstance(value, list) else value)
+                piece = " ".join(w.text for w in value) if isinstance(value, list) else value
+                self.spend(len(piece))
+                out.append(piece)
                 i = match.end()
                 continue
             out.append(text[i])
@@ -206,9 +223,11 @@ class Expander:
     def arith(self, expression: str, original: str) -> str:
         """``$(( ... ))`` over integers: + - * / % and parentheses; names are variables."""
         expanded = re.sub(rf"\$?\{{?({NAME})\}}?", lambda m: self.scalar(m.group(1)) or "0", expression)
+        if len(expanded) > MAX_ARITH_CHARS:  # ast.parse of a long nested text overflows the stack
+            return original
         try:
             return str(_arith(ast.parse(expanded.strip(), mode="eval").body))
-        except (SyntaxError, ValueError, ZeroDivisionError, TypeError):
+        except (SyntaxError, ValueError, ZeroDivisionError, TypeError, MemoryError, RecursionError):
             return original
 
     def words(self, raw: RawWord) -> list[Word]:
@@ -217,6 +236,7 @@ class Expander:
         whole = re.fullmatch(rf"\$\{{({NAME})\[[@*]\]\}}", raw.segs[0][1]) if len(raw.segs) == 1 else None
         if whole and raw.segs[0][0] != "sq":
             elements = self.array(whole.group(1))
+            self.spend(sum(len(element.text) + 1 for element in elements))
             if raw.segs[0][0] == "dq":
                 return list(elements)
             return [Word(part, element.line or raw.line) for element in elements for part in element.text.split()]
@@ -233,6 +253,7 @@ class Expander:
                 array = re.fullmatch(rf"\$\{{({NAME})\[@\]\}}", text)
                 if array:
                     elements = self.array(array.group(1))
+                    self.spend(sum(len(element.text) + 1 for element in elements))
                     for index, element in enumerate(elements):
                         if index:
                             pieces.append([])

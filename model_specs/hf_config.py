@@ -337,9 +337,9 @@ def load_model(name_or_path: str) -> ModelSpec:
     """A preset by name, a config.json path (a file, or a folder holding config.json), or a Hugging Face
     repo id (owner/name) whose config.json is in the local Hugging Face cache."""
     path = Path(name_or_path)
-    if path.is_dir():
+    if _exists(path, "dir"):
         path = path / "config.json"
-    if path.is_file():
+    if _exists(path, "file"):
         return _read_checkpoint_config(path, str(name_or_path))
     names = preset_names()
     if name_or_path in names:
@@ -350,9 +350,18 @@ def load_model(name_or_path: str) -> ModelSpec:
         if cached is None:
             raise InputError(not_cached_message(name_or_path))
         return _read_checkpoint_config(cached, name_or_path)
-    close = difflib.get_close_matches(name_or_path, names, n=3, cutoff=0.5)
+    close = difflib.get_close_matches(name_or_path[:200], names, n=3, cutoff=0.5)
     hint = f"; did you mean {' or '.join(close)}?" if close else ""
     raise InputError(
-        f"unknown model {name_or_path!r}: not a preset and no such config.json{hint} "
+        f"unknown model {shown(name_or_path, 120)}: not a preset and no such config.json{hint} "
         f"(run 'paraplan models list' for presets)"
     )
+
+
+def _exists(path: Path, kind: str) -> bool:
+    """Whether ``path`` is a folder (``kind`` "dir") or a file; a name the system cannot look up (too long, a NUL
+    byte) is neither."""
+    try:
+        return path.is_dir() if kind == "dir" else path.is_file()
+    except (OSError, ValueError):
+        return False

@@ -131,10 +131,12 @@ def _dividing_shape_grid(values: dict[str, list[int]], num_gpus: int) -> tuple[n
     triples = [(tp, pp, cp) for tp in values["tp"] if num_gpus % tp == 0
                for pp in values["pp"] if (num_gpus // tp) % pp == 0
                for cp in values["cp"] if (num_gpus // (tp * pp)) % cp == 0]
-    rows = [(tp, pp, cp, comm if cp > 1 else CP_COMM_CODES["p2p"], ep, etp)
-            for tp, pp, cp in triples for comm in (comms if cp > 1 else comms[:1])
-            for ep, etp in product(values["ep"], values["etp"])]
-    return np.array(rows, dtype=np.int64).reshape(-1, 6), total_rows
+    heads = np.array([(tp, pp, cp, comm if cp > 1 else CP_COMM_CODES["p2p"]) for tp, pp, cp in triples
+                      for comm in (comms if cp > 1 else comms[:1])], dtype=np.int64).reshape(-1, 4)
+    pairs = np.array(list(product(values["ep"], values["etp"])), dtype=np.int64).reshape(-1, 2)
+    # each head row once per (ep, etp) pair, pair-minor: numpy repeats, not millions of Python tuples
+    rows = np.hstack([np.repeat(heads, len(pairs), axis=0), np.tile(pairs, (len(heads), 1))])
+    return rows.reshape(-1, 6), total_rows
 
 
 def _shape_reasons(job: TrainingJob, cluster: ClusterSpec, engine: EngineRules, tp: np.ndarray, pp: np.ndarray,

@@ -282,8 +282,8 @@ def fit_profile(name: str, predictions: list[RunPrediction]) -> StackProfile:
 def check_name(name: str) -> None:
     """InputError unless ``name`` is a plain profile name (it becomes a file name)."""
     if not NAME_PATTERN.fullmatch(name):
-        raise InputError(f"stack profile name {name!r}: use 1-64 letters, digits, '.', '_' or '-', starting with a "
-                         "letter or digit")
+        raise InputError(f"stack profile name {shown(name, 80)}: use 1-64 letters, digits, '.', '_' or '-', starting "
+                         "with a letter or digit")
 
 
 def profiles_dir() -> Path:

@@ -12,6 +12,7 @@ layer (no early stop). cost_models cannot import the planner, so they are restat
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +24,7 @@ from paraplan.cost_models.estimate import estimate
 from paraplan.cost_models.recipes import MEGATRON_LOW_PRECISION, MEGATRON_MIXED
 from paraplan.cost_models.table import ConfigTable, Workload
 from paraplan.errors import InputError
+from paraplan.files import one_line, shown
 from paraplan.hardware_profiles import quick_cluster
 from paraplan.model_specs.hf_config import model_from_config
 from paraplan.model_specs.model_spec import ModelSpec
@@ -30,6 +32,8 @@ from paraplan.model_specs.model_spec import ModelSpec
 REQUIRED = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "world_size", "micro_batch_size",
             "global_batch_size", "seq_length", "num_layers", "hidden_size", "num_attention_heads",
             "padded_vocab_size")
+_MAX_COUNT = 2**40
+"""Largest count a logged argument may state (tokens, sequences, widths): beyond it nothing is a real run."""
 _RECOMPUTE_BY_GRANULARITY: dict[str, int] = {name: code for name, code in RECOMPUTE_CODES.items()}
 """Megatron's --recompute-granularity (selective, full; None when off) as the table's recompute code."""
 
@@ -51,6 +55,21 @@ def _flag(value: object) -> bool:
     return str(value) not in ("False", "None", "0", "0.0", "")
 
 
+def _int(config: dict, key: str) -> int:
+    """The logged argument ``key`` as a positive integer (a log writes ``8``; a store may hold ``8.0``);
+    InputError for anything else, a 1,000-digit count included."""
+    value = config.get(key)
+    number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    if isinstance(value, str) and re.fullmatch(r"\s*[0-9]{1,18}(\.0*)?\s*", value):
+        number = float(value) if "." in value else int(value)
+    if isinstance(number, float) and number.is_integer() and abs(number) < 2**62:
+        number = int(number)
+    if not isinstance(number, int) or not 1 <= number <= _MAX_COUNT:
+        raise InputError(f"Megatron run argument {key} expects an integer from 1 to {_MAX_COUNT:,}, "
+                         f"got {shown(value)}")
+    return number
+
+
 def is_moe(config: dict) -> bool:
     """True for a run with routed experts (its arguments name ``num_experts``)."""
     return _flag(config.get("num_experts"))
@@ -59,31 +78,38 @@ def is_moe(config: dict) -> bool:
 def _model(config: dict) -> ModelSpec:
     """The dense model the run's arguments describe (GPT-2 style, or Llama style with SwiGLU)."""
     gated = _flag(config.get("swiglu", False))
-    hf = {"model_type": "llama" if gated else "gpt2", "hidden_size": int(config["hidden_size"]),
-          "num_attention_heads": int(config["num_attention_heads"]),
-          "num_key_value_heads": int(config.get("num_query_groups") or config["num_attention_heads"]),
-          "intermediate_size": int(config.get("ffn_hidden_size") or 4 * int(config["hidden_size"])),
-          "num_hidden_layers": int(config["num_layers"]), "vocab_size": int(config["padded_vocab_size"]),
-          "max_position_embeddings": int(config["seq_length"])}
+    hidden = _int(config, "hidden_size")
+    hf = {"model_type": "llama" if gated else "gpt2", "hidden_size": hidden,
+          "num_attention_heads": _int(config, "num_attention_heads"),
+          "num_key_value_heads": _int(config, "num_query_groups") if config.get("num_query_groups") else
+          _int(config, "num_attention_heads"),
+          "intermediate_size": _int(config, "ffn_hidden_size") if config.get("ffn_hidden_size") else 4 * hidden,
+          "num_hidden_layers": _int(config, "num_layers"), "vocab_size": _int(config, "padded_vocab_size"),
+          "max_position_embeddings": _int(config, "seq_length")}
     return model_from_config(hf, "megatron-run")
 
 
 def _table(config: dict) -> ConfigTable:
     """The run's parallel layout as a one-row candidate table."""
-    tp, pp = int(config["tensor_model_parallel_size"]), int(config["pipeline_model_parallel_size"])
-    cp = int(config.get("context_parallel_size") or 1)
-    per_stage = int(config["num_layers"]) // pp
-    vpp = per_stage // int(config["num_layers_per_virtual_pipeline_stage"]) if _flag(
+    tp, pp = _int(config, "tensor_model_parallel_size"), _int(config, "pipeline_model_parallel_size")
+    cp = _int(config, "context_parallel_size") if config.get("context_parallel_size") else 1
+    per_stage = _int(config, "num_layers") // pp
+    vpp = per_stage // _int(config, "num_layers_per_virtual_pipeline_stage") if _flag(
         config.get("num_layers_per_virtual_pipeline_stage")) else 1
     recompute = _RECOMPUTE_BY_GRANULARITY.get(str(config.get("recompute_granularity")), 0)
-    ep = int(config.get("expert_model_parallel_size") or 1)
-    etp = int(config.get("expert_tensor_parallel_size") or tp if ep > 1 else 1)
+    ep = _int(config, "expert_model_parallel_size") if config.get("expert_model_parallel_size") else 1
+    etp = (_int(config, "expert_tensor_parallel_size") if config.get("expert_tensor_parallel_size") else tp) \
+        if ep > 1 else 1
+    dp = _int(config, "world_size") // (tp * pp * cp)
+    if vpp < 1 or dp < 1:
+        raise InputError(f"the Megatron run's layout does not fit: {dp} data-parallel replicas of tp·pp·cp = "
+                         f"{tp * pp * cp}, {vpp} virtual stages of {per_stage} layers per stage")
     named = {spelling: name for name, spelling in MEGATRON_CP_COMM_TYPES.items()}
     cp_comm = CP_COMM_CODES[named.get(str(config.get("cp_comm_type") or "p2p"), "p2p")]
-    return ConfigTable.from_columns(tp=tp, pp=pp, dp=int(config["world_size"]) // (tp * pp * cp), cp=cp,
+    return ConfigTable.from_columns(tp=tp, pp=pp, dp=dp, cp=cp,
                                     cp_comm=cp_comm if cp > 1 else 0, ep=ep, etp=etp,
                                     vpp=vpp,
-                                    mbs=int(config["micro_batch_size"]), recompute=recompute, offload=0,
+                                    mbs=_int(config, "micro_batch_size"), recompute=recompute, offload=0,
                                     zero=int(_flag(config.get("use_distributed_optimizer"))),
                                     sp=int(_flag(config.get("sequence_parallel"))),
                                     ep_overlap=int(_flag(config.get("overlap_moe_expert_parallel_comm"))),
@@ -99,10 +125,16 @@ def predict_step_s(config: dict, hardware: str, rates: ComputeRates | None = Non
     if is_moe(config):
         raise InputError("MoE Megatron runs are not mapped to paraplan's model yet; only dense runs are predicted")
     precision: Precision = "fp8" if _flag(config.get("fp8")) else "bf16"
-    work = Workload(seq_len=int(config["seq_length"]), global_batch=int(config["global_batch_size"]),
+    work = Workload(seq_len=_int(config, "seq_length"), global_batch=_int(config, "global_batch_size"),
                     precision=precision, recipe=MEGATRON_LOW_PRECISION if precision == "fp8" else MEGATRON_MIXED)
-    cluster = quick_cluster(hardware, int(config["world_size"]))
-    return float(np.atleast_1d(estimate(_model(config), cluster, work, _table(config), rates).step_time_s)[0])
+    cluster = quick_cluster(hardware, _int(config, "world_size"))
+    try:
+        return float(np.atleast_1d(estimate(_model(config), cluster, work, _table(config), rates).step_time_s)[0])
+    except InputError:
+        raise
+    except ValueError as exc:  # a layout the log states that no table or job can hold (vpp 0, dp 0, ...)
+        raise InputError(f"the Megatron run's arguments describe no layout paraplan can price: "
+                         f"{one_line(str(exc), 160)}") from None
 
 
 def runs_from_steps(steps: pd.DataFrame) -> list[MegatronRun]:
