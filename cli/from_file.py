@@ -30,6 +30,8 @@ META_KEY = "paraplan.from_job"
 AXIS_PARAMS = ("tp", "pp", "dp", "cp", "cp_comm", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "offload",
                "pp_schedule", "tp_comm_overlap")
 _ALIASES = {"json": "json_path", "compile": "compile_model", "from": "from_file", "o": "out"}
+SEARCH_ONLY_OPTIONS = ("top", "objective", "place", "export", "out", "report")
+"""``plan``'s options that ``evaluate`` has not: a job file may hold them for plan, and evaluate leaves them aside."""
 _CLUSTER_PARAMS = ("cluster", "gpu", "gpus", "gpus_per_node", "nodes")
 _MAX_YAML_INT = 2**63
 """A YAML integer past int64 sizes nothing (each size has its own, far lower, bound) and overflows numpy."""
@@ -58,7 +60,10 @@ def merged(ctx: typer.Context, command: Any, from_file: Path | None, config_file
     params = dict(ctx.params)
     explicit = {name for name in params if _given_by_user(ctx, name)}
     hints = typing.get_type_hints(command)
-    options = {} if config_file is None else read_option_file(config_file, set(params) - {"config"}, _ALIASES)
+    known = set(params) - {"config"} | (set() if searching else set(SEARCH_ONLY_OPTIONS))
+    options = {} if config_file is None else read_option_file(config_file, known, _ALIASES)
+    if not searching:
+        _leave_search_options(options)
     options = {name: (_convert(name, value, hints[name], where), where) for name, (value, where) in options.items()}
     job_path = from_file if from_file is not None else options.pop("from_file", (None, ""))[0]
     imported = read_job_file(Path(job_path)) if job_path is not None else None
@@ -86,6 +91,14 @@ def _given_by_user(ctx: typer.Context, name: str) -> bool:
     source = ctx.get_parameter_source(name)
     assert source is not None  # click records a source for every parameter it put in ctx.params
     return source.name in ("COMMANDLINE", "ENVIRONMENT")
+
+
+def _leave_search_options(options: dict[str, tuple[Any, str]]) -> None:
+    """Drop (in place) the job file's keys only ``plan`` takes, saying so: one file serves both commands."""
+    left = [name for name in SEARCH_ONLY_OPTIONS if options.pop(name, None) is not None]
+    if left:
+        render.make_console(stderr=True).print(f"note: evaluate leaves aside plan's {', '.join(left)} (a search's "
+                                               "options) from the --config file")
 
 
 def _from_job_values(imported: ImportedJob | None, overridden: set[str], searching: bool) -> dict[str, Any]:

@@ -227,6 +227,26 @@ def test_config_yaml_alone_needs_no_job_file(tmp_path):
     assert plan["estimate"]["step_time_s"] == by_hand["estimate"]["step_time_s"]
 
 
+def test_one_job_yaml_serves_plan_and_evaluate(tmp_path):
+    """A job file's search-only keys (top, objective, ...) are plan's; evaluate prices the one layout and says it
+    leaves them aside, instead of refusing the file plan accepts."""
+    options = tmp_path / "job.yaml"
+    options.write_text("model: llama-3.1-8b\ngpu: h100-sxm\ngpus: 8\nseq_len: 4096\nglobal-batch: 32\ntp: 2\npp: 1\n"
+                       "top: 2\nobjective: throughput\n")
+    searched = invoke("plan", "--config", options, "--json", "-")
+    assert searched.exit_code == 0, searched.output
+    assert len(json.loads(searched.stdout)["plans"]) == 2
+    result = invoke("evaluate", "--config", options, "--json", "-")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["plans"][0]["config"]["tp"] == 2
+    assert "evaluate leaves aside plan's top, objective" in result.stderr
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("model: llama-3.1-8b\ngpu: h100-sxm\ngpus: 8\nseq_len: 4096\nglobal-batch: 32\ntp: 2\npp: 1\n"
+                    "topp: 2\n")
+    refused = invoke("evaluate", "--config", typo)
+    assert refused.exit_code == 2 and "unknown option 'topp'; did you mean top?" in refused.stderr
+
+
 # -- round trips: plan --export, then evaluate --from the written file ------------------------------------
 LLAMA_16 = ["llama-3.1-8b", *JOB_8B]
 MOE = ["--gpu", "h100-sxm", "--seq-len", "4096", "--global-batch", "512"]
