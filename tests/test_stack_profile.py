@@ -186,6 +186,26 @@ def test_bad_runs_files_get_one_line_and_exit_2(tmp_path, profiles, text, messag
     assert "Traceback" not in result.output and not profiles.exists()  # nothing half-written
 
 
+def test_a_run_faster_than_the_gpu_can_compute_is_refused_by_name(tmp_path, profiles):
+    """A measured throughput whose model FLOPs exceed the GPU's dense peak at its precision (MFU > 100%) is a
+    wrong column, GPU or precision, not a fast stack: refused in one line naming the run, nothing saved."""
+    from paraplan.hardware_profiles.catalog import load_gpu
+    from paraplan.model_specs.hf_config import load_model
+
+    flops_per_token = load_model("llama-3.1-8b").model_flops_per_token(4096)
+    peak_tokens = load_gpu("h100-sxm").peak("bf16") / flops_per_token  # MFU 100%
+    header = MINIMAL.replace("measured_step_time_s", "measured_tokens_per_s_per_gpu")
+    path = tmp_path / "runs.csv"
+    path.write_text(header + f"too-fast,llama-3.1-8b,h100-sxm,8,4096,64,bf16,megatron,1,1,{5 * peak_tokens:.0f}\n")
+    result = runner.invoke(_app(), ["calibrate", str(path), "--name", "x"])
+    assert result.exit_code == 2, result.output
+    line = " ".join(result.output.split())
+    assert "too-fast" in line and "100%" in line and "peak" in line and "bf16" in line, line
+    assert "500%" in line, line  # the implied utilisation, as the planner computes MFU
+    assert len(result.output.strip()) <= 300 and "\n" not in result.output.strip(), result.output
+    assert "Traceback" not in result.output and not profiles.exists()
+
+
 @pytest.mark.parametrize(("content", "message"), [
     ("{", "invalid JSON"),
     ('{"kind": "other"}', "not a stack profile"),

@@ -39,6 +39,7 @@ from paraplan.errors import InputError
 from paraplan.files import one_line, parse_user_json, read_user_text, shown
 from paraplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_SEQ_LEN
 from paraplan.model_specs.hf_config import load_model
+from paraplan.model_specs.model_spec import AttentionFlops, ModelSpec
 from paraplan.validation.reference import KNOBS, search_row
 
 SCHEMA_VERSION = 1
@@ -48,6 +49,8 @@ MAX_RUNS_FILE_BYTES = 1 << 20
 """A runs CSV of 1 MiB holds thousands of runs; anything larger is the wrong file."""
 MAX_PROFILE_BYTES = 1 << 20
 MAX_RUNS = 1000
+MAX_MFU = 1.0
+"""A run whose measured throughput implies model FLOPs beyond the GPU's dense peak measured something else."""
 FACTOR_RANGE = (0.1, 10.0)
 """A stack 10x faster or slower than the model predicts is a unit slip or the wrong run, not a stack."""
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -169,19 +172,34 @@ class RunPrediction:
         return self.predicted_tokens_per_s_per_gpu / self.measured_tokens_per_s_per_gpu
 
 
+def implied_mfu(tokens_per_s_per_gpu: float, model: ModelSpec, seq_len: int, convention: AttentionFlops,
+                peak_flops_per_s: float) -> float:
+    """The model FLOP utilisation a measured throughput implies, as the planner computes MFU (model FLOPs per
+    token x tokens/s per GPU over the dense peak at the run's precision); NaN for a model without a FLOPs formula."""
+    return model.model_flops_per_token(seq_len, convention) * tokens_per_s_per_gpu / peak_flops_per_s
+
+
 def predict_runs(runs: pd.DataFrame) -> list[RunPrediction]:
     """Each run predicted through the search with its stated knobs fixed; InputError naming a run the
-    planner cannot price (an unknown model or GPU, a layout that breaks a rule or does not fit)."""
+    planner cannot price (an unknown model or GPU, a layout that breaks a rule or does not fit) or one whose
+    measured throughput implies more than 100% MFU (more model FLOP/s than the GPU's dense peak)."""
     out = []
     for _, row in runs.iterrows():
         where = f"{row['source']}: line {row['line']} (run {row['id']})"
         try:
             load_model(row["model"])
-            _, _, result, _ = search_row(row)
+            job, cluster, result, _ = search_row(row)
+            mfu = implied_mfu(float(row["measured_tokens_per_s_per_gpu"]), job.model, job.seq_len,
+                              job.flops_convention, cluster.gpu.peak(job.precision))
         except InputError as exc:
             raise InputError(f"{where}: {exc}") from None
         except ValueError as exc:
             raise InputError(f"{where}: {exc}") from None
+        if mfu > MAX_MFU:
+            raise InputError(f"{Path(row['source']).name}: line {row['line']} (run {one_line(str(row['id']), 40)}): "
+                             f"its measured tokens/s per GPU imply {mfu:.0%} model FLOP utilisation, over 100% of "
+                             f"the {cluster.gpu.name} dense {job.precision} peak; check the throughput column (per "
+                             "GPU, per second), the gpu and the precision")
         if len(result.ranked) == 0:
             reason = max(result.rejected, key=lambda name: result.rejected[name]) if result.rejected \
                 else "it does not fit in memory"
