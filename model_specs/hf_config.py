@@ -322,7 +322,8 @@ def preset_names() -> list[str]:
 def _read_checkpoint_config(path: Path, name: str) -> ModelSpec:
     """config.json at ``path``, with ModelOpt's hf_quant_config.json beside it when present (its
     ``quantization`` block says how the weights are stored)."""
-    config = cast(dict[str, Any], read_user_json(path, MAX_CONFIG_BYTES, "model config"))  # top=dict: an object
+    # top=dict: an object; Infinity as transformers writes float("inf") (falcon-h1's time_step_max ...)
+    config = cast(dict[str, Any], read_user_json(path, MAX_CONFIG_BYTES, "model config", allow_infinity=True))
     beside = path.parent / "hf_quant_config.json"
     if beside.is_file() and "quantization_config" not in config:
         outer = cast(dict[str, Any], read_user_json(beside, MAX_CONFIG_BYTES, "quantization config"))
@@ -344,7 +345,8 @@ def load_model(name_or_path: str) -> ModelSpec:
     names = preset_names()
     if name_or_path in names:
         text = (_presets_root() / name_or_path / "config.json").read_text()
-        return model_from_config(cast(dict[str, Any], parse_user_json(text, f"preset {name_or_path}")), name_or_path)
+        config = parse_user_json(text, f"preset {name_or_path}", allow_infinity=True)
+        return model_from_config(cast(dict[str, Any], config), name_or_path)
     if REPO_ID.match(name_or_path):
         cached = cached_config_path(name_or_path)
         if cached is None:

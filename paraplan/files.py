@@ -112,8 +112,10 @@ _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 
-def _refuse_constant(origin: str) -> Callable[[str], float]:
+def _refuse_constant(origin: str, allow_infinity: bool = False) -> Callable[[str], float]:
     def refuse(name: str) -> float:
+        if allow_infinity and name in ("Infinity", "-Infinity"):
+            return float(name.replace("Infinity", "inf"))
         raise InputError(f"{_short(origin)}: holds {name}, which JSON does not allow; write a number")
     return refuse
 
@@ -131,12 +133,14 @@ def _too_deep(text: str, depth: int) -> bool:
     return bool(brackets)
 
 
-def parse_user_json(text: str, origin: str, *, top: type | None = dict) -> object:
+def parse_user_json(text: str, origin: str, *, top: type | None = dict, allow_infinity: bool = False) -> object:
     """Parse JSON text a user handed over: nesting at most MAX_JSON_DEPTH, no NaN/Infinity, integers of
     at most 4,300 digits (Python's own bound: a huge integer is left to the reader, which names its key);
-    ``top`` is the type the document must be (None: any)."""
+    ``top`` is the type the document must be (None: any). ``allow_infinity`` lets ``Infinity`` and
+    ``-Infinity`` through as floats (NaN stays refused): transformers writes float("inf") so in a model's
+    config.json, whose reader checks every number it uses."""
     try:
-        data = json.loads(text, parse_constant=_refuse_constant(origin))
+        data = json.loads(text, parse_constant=_refuse_constant(origin, allow_infinity))
     except json.JSONDecodeError as exc:
         raise InputError(f"{_short(origin)}: malformed JSON at line {exc.lineno} column {exc.colno}: "
                          f"{exc.msg}") from None
@@ -156,9 +160,10 @@ def parse_user_json(text: str, origin: str, *, top: type | None = dict) -> objec
     return data
 
 
-def read_user_json(path: Path, max_bytes: int, what: str, *, top: type | None = dict) -> object:
+def read_user_json(path: Path, max_bytes: int, what: str, *, top: type | None = dict,
+                   allow_infinity: bool = False) -> object:
     """read_user_text then parse_user_json: the one way in for a JSON file a user names."""
-    return parse_user_json(read_user_text(path, max_bytes, what), str(path), top=top)
+    return parse_user_json(read_user_text(path, max_bytes, what), str(path), top=top, allow_infinity=allow_infinity)
 
 
 # -- YAML -------------------------------------------------------------------------------------------------------

@@ -312,6 +312,46 @@ def test_infinity_in_config_file_is_input_error(tmp_path):
         load_model(str(path))
 
 
+# transformers writes float("inf") as the JSON extension Infinity (falcon-h1's time_step_max, granite-4.0-h and
+# nemotron-h limits): a model config.json may hold it, so a refused hybrid is named rather than "write a number".
+HYBRID_WITH_INFINITY = ('{"model_type": "falcon_h1", "hidden_size": 64, "num_hidden_layers": 2, '
+                        '"time_step_limit": [0.0, Infinity], "time_step_max": Infinity, "time_step_min": -Infinity}')
+
+
+def test_refused_hybrid_with_infinity_names_its_model_type(tmp_path):
+    from conftest import assert_bad_input
+    from typer.testing import CliRunner
+
+    from paraplan.cli.app import app
+
+    (tmp_path / "config.json").write_text(HYBRID_WITH_INFINITY)
+    result = CliRunner().invoke(app, ["models", "show", str(tmp_path / "config.json")])
+    line = assert_bad_input(result, "falcon_h1")
+    assert "write a number" not in line and "Infinity" not in line
+
+
+def test_supported_config_with_an_infinity_key_loads(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(LLAMA_TINY)[:-1] + ', "time_step_max": Infinity, "floor": -Infinity}')
+    spec = load_model(str(path))
+    assert spec.model_type == "llama"
+    assert spec.total_params() == model_from_config(LLAMA_TINY, "x").total_params()
+
+
+def test_nan_in_a_model_config_is_still_refused(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(LLAMA_TINY)[:-1] + ', "time_step_max": NaN}')
+    with pytest.raises(InputError, match="holds NaN"):
+        load_model(str(path))
+
+
+def test_other_user_json_stays_strict():
+    from paraplan.files import parse_user_json
+
+    with pytest.raises(InputError, match="holds Infinity"):
+        parse_user_json('{"a": Infinity}', "plan.json")
+
+
 def test_heads_not_multiple_of_kv_heads():
     with pytest.raises(InputError, match="KV heads"):
         model_from_config({**LLAMA_TINY, "num_key_value_heads": 3}, "x")
