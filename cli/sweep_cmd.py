@@ -135,7 +135,7 @@ def _points(request: PlanRequest, job: TrainingJob, counts: list[int], names: li
                     status.update(f"sweeping: {count} x {name}")
                 point = dataclasses.replace(request.cluster, gpu=name, gpus=count)
                 cluster = with_price(build_cluster(point, catalog), unit_price)
-                rates, learned, _ = cost_inputs(request, job, cluster, rates_first=True)
+                rates, learned, _ = cost_inputs(request, job, cluster)
                 found = sweep_point(job, learned, {}, objective, rates, options, batches, top)
                 points += found
                 if not found:

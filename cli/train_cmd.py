@@ -6,6 +6,7 @@ to ``paraplan.api.plan_request`` / ``evaluate_request``, the calls ``paraplan.pl
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -239,10 +240,5 @@ def placement_note(row: PlacementRow) -> str:
 
 def layers_text(layers: tuple[int, ...] | list[int]) -> str:
     """Layers per chunk, runs of equal counts written once: [4, 4, 4, 3] -> '4 x3, 3'."""
-    runs: list[list[int]] = []
-    for count in layers:
-        if runs and runs[-1][0] == count:
-            runs[-1][1] += 1
-        else:
-            runs.append([count, 1])
+    runs = [(count, len(list(group))) for count, group in itertools.groupby(layers)]
     return ", ".join(f"{count} x{times}" if times > 1 else str(count) for count, times in runs)

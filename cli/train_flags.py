@@ -8,13 +8,12 @@ names a parameter; ``flag_of`` spells it as the flag the user typed.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from paraplan.choices import CP_COMM_CODES, PIPELINE_SCHEDULE_CODES, RECOMPUTE_CODES
+from paraplan.choices import NAMED_AXES, SWITCH_AXES
 from paraplan.errors import InputError
 from paraplan.files import shown
 from paraplan.limits import MAX_GLOBAL_BATCH, MAX_GPUS, MAX_LAYERS
@@ -150,18 +149,14 @@ def parse_names(flag: str, text: str, known: dict[str, Any]) -> list[Any]:
 
 def axis_values(**flags: str | None) -> dict[str, list[Any]]:
     """The axes the config flags fix, as Python values (paraplan.request.axis_codes takes them)."""
-    names: dict[str, tuple[str, Iterable[str]]] = {
-        "recompute": ("recompute", RECOMPUTE_CODES), "cp_comm": ("cp-comm", CP_COMM_CODES),
-        "pp_schedule": ("pp-schedule", PIPELINE_SCHEDULE_CODES)}
     fixed: dict[str, list[Any]] = {}
     for axis, text in flags.items():
         if text is None:
             continue
-        if axis in names:
-            flag, known = names[axis]
-            fixed[axis] = parse_names(flag, text, {name: name for name in known})
-        elif axis in ("sp", "tp_overlap"):
-            fixed[axis] = parse_names("tp-comm-overlap" if axis == "tp_overlap" else axis, text, _SWITCHES)
+        if axis in NAMED_AXES:
+            fixed[axis] = parse_names(flag_of(axis)[2:], text, {name: name for name in NAMED_AXES[axis]})
+        elif axis in SWITCH_AXES:
+            fixed[axis] = parse_names(flag_of(axis)[2:], text, _SWITCHES)
         else:
             fixed[axis] = parse_ints(axis, text, *_AXIS_BOUNDS.get(axis, (1, MAX_GPUS)), max_values=MAX_AXIS_VALUES)
     return fixed

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from paraplan.choices import PIPELINE_SCHEDULE_CODES, Precision
+from paraplan.choices import Precision
 from paraplan.cost_models.pipeline_splits import PipelineSplit
 from paraplan.cost_models.recipes import StateRecipe
 from paraplan.measurements.routing import RoutingStats
@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     import numpy.typing as npt  # annotations only: numpy.typing stays out of start-up
     from _typeshed import DataclassInstance
 
-PIPELINE_SCHEDULE_NAMES = {code: name for name, code in PIPELINE_SCHEDULE_CODES.items()}
 
 _Record = TypeVar("_Record", bound="DataclassInstance")
 """A frozen dataclass of per-row arrays (an estimate, its breakdowns, the shared cost terms)."""

@@ -7,6 +7,8 @@ decide (data, tokenizer, learning rate) sit in separate, clearly marked groups.
 
 from __future__ import annotations
 
+import itertools
+
 from paraplan.choices import MEGATRON_CP_COMM_TYPES
 from paraplan.cost_models.context_parallel import hierarchical_inner_size
 from paraplan.errors import InputError
@@ -205,12 +207,7 @@ def moe_args(model: ModelSpec, plan: ExportPlan) -> tuple[Arg, ...]:
 def layer_pattern(num_layers: int, moe_layers: tuple[int, ...]) -> str:
     """Megatron's --moe-layer-freq list expression, run-length coded: ``([0]*3+[1]*58)``."""
     flags = [int(index in moe_layers) for index in range(num_layers)]
-    runs: list[list[int]] = []
-    for flag in flags:
-        if runs and runs[-1][0] == flag:
-            runs[-1][1] += 1
-        else:
-            runs.append([flag, 1])
+    runs = [(flag, len(list(group))) for flag, group in itertools.groupby(flags)]
     return "(" + "+".join(f"[{flag}]*{count}" for flag, count in runs) + ")"
 
 

@@ -110,7 +110,7 @@ def plan_request(request: PlanRequest) -> PlanResult:
     cluster, catalog = resolve_cluster(request.cluster)
     cluster = with_price(cluster, request.price_usd_per_gpu_hour)
     job = training_job(request)
-    rates, cluster, notes = cost_inputs(request, job, cluster, rates_first=True)
+    rates, cluster, notes = cost_inputs(request, job, cluster)
     result = search(job, cluster, {axis: list(codes) for axis, codes in request.fixed.items()}, request.objective,
                     rates)
     if len(result.ranked) == 0:
@@ -138,7 +138,7 @@ def evaluate_request(request: PlanRequest) -> Evaluation:
     cluster = with_price(cluster, request.price_usd_per_gpu_hour)
     job = training_job(request)
     fixed = evaluation_axes(request, cluster.num_gpus, cluster.name)
-    rates, cluster, notes = cost_inputs(request, job, cluster, rates_first=False)
+    rates, cluster, notes = cost_inputs(request, job, cluster)
     result = search(job, cluster, fixed, rates=rates)
     if len(result.table) == 0:
         reason = max(result.rejected, key=result.rejected.__getitem__)
@@ -209,12 +209,11 @@ def _run_block(run: RunCost | None, options: RunOptions | None) -> dict[str, Any
 
 def _config_text(fixed: dict[str, list[int]]) -> str:
     """``tp=8 pp=2 ... recompute=selective sp=on`` of one configuration's codes, for a rule it breaks."""
-    from paraplan.choices import CP_COMM_NAMES, PIPELINE_SCHEDULE_CODES, RECOMPUTE_NAMES
+    from paraplan.choices import CP_COMM_NAMES, PIPELINE_SCHEDULE_NAMES, RECOMPUTE_NAMES, SWITCH_AXES
 
-    schedules = {code: name for name, code in PIPELINE_SCHEDULE_CODES.items()}
-    names: dict[str, Mapping[int, str]] = {
-        "cp_comm": CP_COMM_NAMES, "recompute": RECOMPUTE_NAMES, "pp_schedule": schedules,
-        "sp": {0: "off", 1: "on"}, "tp_overlap": {0: "off", 1: "on"}, "ep_overlap": {0: "off", 1: "on"}}
+    names: dict[str, Mapping[int, str]] = {"cp_comm": CP_COMM_NAMES, "recompute": RECOMPUTE_NAMES,
+                                           "pp_schedule": PIPELINE_SCHEDULE_NAMES}
+    names.update(dict.fromkeys(SWITCH_AXES, {0: "off", 1: "on"}))
     order = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero", "cp_comm", "recompute", "sp", "offload",
              "pp_schedule", "tp_overlap", "ep_overlap")
     return " ".join(f"{axis}={names.get(axis, {}).get(fixed[axis][0], fixed[axis][0])}" for axis in order

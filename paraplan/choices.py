@@ -53,3 +53,10 @@ PIPELINE_SCHEDULE_CODES: dict[PipelineSchedule, int] = {"1f1b": 0, "dualpipev": 
 rank, rank r holding chunks r and 2·pp − 1 − r; torch.distributed.pipelining's ScheduleDualPipeV); dualpipe =
 DeepSeek-V3's bidirectional schedule (rank r holds stages r and pp − 1 − r of two model copies). See
 cost_models/schedules.py."""
+PIPELINE_SCHEDULE_NAMES: dict[int, PipelineSchedule] = {code: name for name, code in PIPELINE_SCHEDULE_CODES.items()}
+
+NAMED_AXES: dict[str, dict[Recompute, int] | dict[CpComm, int] | dict[PipelineSchedule, int]] = {
+    "recompute": RECOMPUTE_CODES, "cp_comm": CP_COMM_CODES, "pp_schedule": PIPELINE_SCHEDULE_CODES}
+"""Configuration axes whose values are names, stored as codes in the candidate table."""
+SWITCH_AXES = ("sp", "tp_overlap", "ep_overlap")
+"""Configuration axes that are on or off (True or False; codes 1 and 0)."""

@@ -17,16 +17,12 @@ from pathlib import Path
 from typing import Any, get_args
 
 from paraplan.choices import (
-    CP_COMM_CODES,
+    NAMED_AXES,
     OBJECTIVES,
-    PIPELINE_SCHEDULE_CODES,
-    RECOMPUTE_CODES,
-    CpComm,
+    SWITCH_AXES,
     Engine,
     Objective,
-    PipelineSchedule,
     Precision,
-    Recompute,
 )
 from paraplan.cost_models.compute import ComputeRates
 from paraplan.errors import InputError, ParameterError
@@ -40,11 +36,6 @@ from paraplan.planner.run import failures as fl
 from paraplan.planner.run.cost import RunOptions
 from paraplan.planner.space import AXES
 
-NAMED_AXES: dict[str, dict[Recompute, int] | dict[CpComm, int] | dict[PipelineSchedule, int]] = {
-    "recompute": RECOMPUTE_CODES, "cp_comm": CP_COMM_CODES, "pp_schedule": PIPELINE_SCHEDULE_CODES}
-"""Axes whose values are names, stored as codes in the candidate table."""
-SWITCH_AXES = ("sp", "tp_overlap", "ep_overlap")
-"""Axes that are on or off (True or False)."""
 EVALUATE_DEFAULTS: dict[str, Any] = {
     "cp": 1, "cp_comm": "p2p", "ep": 1, "etp": 1, "vpp": 1, "mbs": 1, "zero": 0, "recompute": "none", "sp": False,
     "offload": 0, "pp_schedule": "1f1b", "tp_overlap": False, "ep_overlap": False}
@@ -335,25 +326,18 @@ def with_price(cluster: ClusterSpec, price: float | None) -> ClusterSpec:
     return dataclasses.replace(cluster, gpu=gpu)
 
 
-def cost_inputs(request: PlanRequest, job: TrainingJob, cluster: ClusterSpec,
-                rates_first: bool) -> tuple[ComputeRates, ClusterSpec, tuple[str, ...]]:
+def cost_inputs(request: PlanRequest, job: TrainingJob,
+                cluster: ClusterSpec) -> tuple[ComputeRates, ClusterSpec, tuple[str, ...]]:
     """The compute rates (learned where the store has a model for the GPU, scaled by the stack profile), the
     cluster with its learned collective models attached, and the notes to show (a stack profile measured on
-    another GPU or engine). ``rates_first``: the rates from the cluster as given (the search), else from the
-    cluster with its learned collectives (evaluate)."""
+    another GPU or engine)."""
     from paraplan.cost_models.learned.provider import compute_rates, learned_cluster
     from paraplan.measurements.store_location import default_store_path
 
     store = request.store if request.store is not None else default_store_path()
     work = job.workload()
-    if rates_first:  # the order the checks of a learned model run in, so the same one speaks first
-        rates = compute_rates(request.cost_model, cluster.gpu, work.precision, work.attention, work.kernel_stack,
-                              store)
-        learned = learned_cluster(request.cost_model, cluster, store)
-    else:
-        learned = learned_cluster(request.cost_model, cluster, store)
-        rates = compute_rates(request.cost_model, learned.gpu, work.precision, work.attention, work.kernel_stack,
-                              store)
+    rates = compute_rates(request.cost_model, cluster.gpu, work.precision, work.attention, work.kernel_stack, store)
+    learned = learned_cluster(request.cost_model, cluster, store)  # its collectives learned; the GPU is the same
     if request.stack_profile is None:
         return rates, learned, ()
     from paraplan.validation import stack_profile as sp  # pandas: loaded only when a profile is applied

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from paraplan.choices import CP_COMM_NAMES, RECOMPUTE_NAMES
+from paraplan.choices import CP_COMM_NAMES, PIPELINE_SCHEDULE_NAMES, RECOMPUTE_NAMES
 from paraplan.cost_models.estimate import EstimateTable
 from paraplan.cost_models.memory import MemoryBreakdown
-from paraplan.cost_models.table import PIPELINE_SCHEDULE_NAMES, ConfigTable
+from paraplan.cost_models.table import ConfigTable
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.model_specs.model_spec import ModelSpec, WeightFormat

@@ -96,9 +96,14 @@ def layer_of(wing: tuple[str, ...]) -> int:
 def imports_of(module: str) -> Iterator[tuple[str, int]]:
     """(imported paraplan module, line) for every import in the module's source, at any depth."""
     path = modules()[module]
-    tree = ast.parse(path.read_text(encoding="utf-8"))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    for node in ast.walk(tree):
+    return imports_in(path.read_text(encoding="utf-8"), package, set(modules()))
+
+
+def imports_in(source: str, package: str, known: set[str]) -> Iterator[tuple[str, int]]:
+    """(imported paraplan module, line) of ``source`` in ``package``: ``from X import y`` names module X.y where
+    ``known`` holds it, else X; relative imports resolved against ``package``."""
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             yield from ((alias.name, node.lineno) for alias in node.names if alias.name.startswith("paraplan"))
         elif isinstance(node, ast.ImportFrom):
@@ -110,7 +115,7 @@ def imports_of(module: str) -> Iterator[tuple[str, int]]:
                 continue
             for alias in node.names:
                 target = f"{base}.{alias.name}"
-                yield (target if target in modules() else base), node.lineno
+                yield (target if target in known else base), node.lineno
 
 
 @cache
@@ -177,10 +182,12 @@ def test_no_import_cycle():
 
 def test_the_checks_catch_what_they_guard():
     """The import reader sees function-level and relative imports, and the rule refuses an upward one."""
-    source = "def f():\n    from paraplan.cli import app\n    from . import choices\n"
-    tree = ast.parse(source)
-    found = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
-    assert len(found) == 2
+    source = ("import os\ndef f():\n    from paraplan.cli import app\n    from . import choices\n"
+              "    from ..request import make_request\n    import paraplan.errors\n")
+    known = {"paraplan.cli.app", "paraplan.cost_models.choices"}
+    assert list(imports_in(source, "paraplan.cost_models", known)) == [
+        ("paraplan.cli.app", 3), ("paraplan.cost_models.choices", 4), ("paraplan.request", 5),
+        ("paraplan.errors", 6)]
     assert layer_of(wing_of("paraplan.cli.app")) < layer_of(wing_of("paraplan.planner.search"))
     assert wing_of("paraplan.planner.serving.rank") == ("paraplan.planner",)
     assert wing_of("paraplan.errors") == wing_of("paraplan.version") == LAYERS[-1][0]
