@@ -1,4 +1,7 @@
-"""The planner's choice of cost model: analytical, learned, or learned where one exists (auto).
+"""The planner's choice of cost model: analytical, learned, learned where one exists (auto), or measured kernels.
+
+``measured`` prices GEMMs from a measured kernel table of the GPU (cost_models/kernel_source.py), analytical outside
+its shapes and for every other term.
 
 Learned models plug into :class:`ComputeRates`: a GEMM model as ``gemm_time_fn`` (``gemm_time_s``
 defers to it), a flash-attention model as ``attention_time_fn``, the step calibration as
@@ -19,6 +22,8 @@ import numpy as np
 from paraplan.arrays import Column
 from paraplan.cost_models.collectives import Collective
 from paraplan.cost_models.compute import AttentionTimeFn, ComputeRates, GemmTimeFn, analytical_rates
+from paraplan.cost_models.kernel_pricing import table_gemm_fn
+from paraplan.cost_models.kernel_source import training_gemm_table
 from paraplan.cost_models.learned.artifacts import (
     ArtifactMeta,
     Regressor,
@@ -44,7 +49,11 @@ from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec, GPUSpec
 from paraplan.hardware_profiles.specs import FLASH_FAMILY_KERNELS
 
-COST_MODELS = ("analytical", "learned", "auto")
+COST_MODELS = ("analytical", "learned", "auto", "measured")
+"""``measured``: GEMMs from a measured kernel table (kernel_source.py). Not part of ``auto`` yet: isolated kernel times
+leave out what a multi-GPU step adds (communication kernels sharing SMs, sustained clocks), which the analytical
+fractions carry and no separate term does yet (bench/kernel_tables_accuracy.py: on the 76 16-bit H100 reference
+runs, median error 3.9% analytical, 33% too fast with aiconfigurator's H100 GEMM table)."""
 
 
 def gemm_predictor(estimator: Regressor, rates: ComputeRates) -> GemmTimeFn:
@@ -112,7 +121,7 @@ def collective_predictor(models: dict[Collective, tuple[ArtifactMeta, Regressor]
 
 def learned_cluster(cost_model: str, cluster: ClusterSpec, store: Path) -> ClusterSpec:
     """``cluster`` with the learned collective models of its GPU (learned or auto), where they exist."""
-    if cost_model == "analytical":
+    if cost_model in ("analytical", "measured"):
         return cluster
     hardware = cluster.gpu.name
     models = {kind: load_artifact(models_dir(store), hardware, kind, COLLECTIVE_FEATURES)
@@ -161,13 +170,27 @@ def _learned_attention(store: Path, hardware: str) -> tuple[AttentionTimeFn, str
     return attention_predictor(estimator, attention_rates(hardware)), label
 
 
+def _measured_rates(base: ComputeRates, gpu: GPUSpec, precision: str, store: Path) -> ComputeRates:
+    """``base`` with its GEMMs priced by the store's measured kernel table of ``gpu`` (kernel_source.py), analytical
+    outside the table's shapes; InputError when the store has no table for this GPU and precision."""
+    table = training_gemm_table(store, gpu.name, precision)
+    if table is None:
+        raise InputError(f"no measured {precision} GEMM table for {gpu.name} in {store}; ingest one ('paraplan "
+                         "ingest --kind aiconfigurator WHEEL' or a 'paraplan profile' suite) or use --cost-model auto")
+    return dataclasses.replace(base, gemm_time_fn=table_gemm_fn(table, base),
+                               source=f"GEMMs: {table.label}, analytical outside its shapes; attention, element-wise "
+                                      f"and communication: {base.source}")
+
+
 def op_rates(cost_model: str, gpu: GPUSpec, precision: str, attention_kernel: str, kernel_stack: str,
              store: Path) -> ComputeRates:
-    """Per-op rates: analytical, or with the learned GEMM and attention models that exist (``auto``);
-    ``learned`` insists on the GEMM model (InputError when there is none)."""
+    """Per-op rates: analytical; ``measured``: GEMMs from the store's measured kernel table; ``auto``: with the learned
+    GEMM and attention models that exist; ``learned`` insists on the GEMM model (InputError when there is none)."""
     if cost_model not in COST_MODELS:
         raise InputError(f"--cost-model expects {', '.join(COST_MODELS)}, got {cost_model!r}")
     base = _analytical(gpu, precision, attention_kernel, kernel_stack)
+    if cost_model == "measured":
+        return _measured_rates(base, gpu, precision, store)
     has_gemm = learned_gemm_exists(store, gpu.name, precision)
     if cost_model == "learned" and not has_gemm:
         raise InputError(f"no learned {precision} GEMM model for {gpu.name} beside {store}; run 'paraplan ingest' "
@@ -205,6 +228,6 @@ def compute_rates(cost_model: str, gpu: GPUSpec, precision: str, attention_kerne
     """The rates ``estimate`` should use; learned and auto add the step calibration where it was fitted
     against the same op models (not when ``step_calibration`` is False, as while fitting it)."""
     rates = op_rates(cost_model, gpu, precision, attention_kernel, kernel_stack, store)
-    if cost_model == "analytical" or not step_calibration:
+    if cost_model in ("analytical", "measured") or not step_calibration:
         return rates
     return with_step_calibration(rates, store, gpu.name)

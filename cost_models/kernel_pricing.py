@@ -1,0 +1,55 @@
+"""Kernel tables as the compute rates' GEMM model: measured where a table covers the shape, analytical elsewhere.
+
+``table_gemm_fn`` turns a GEMM :class:`KernelTable` into the ``gemm_time_fn`` of :class:`ComputeRates`, so every
+GEMM the step model prices (attention and MLP projections, experts, the output layer; forward, and backward as
+twice the forward shape, as ``layer.py`` prices it) reads the table. ``gemm_coverage`` says, for a set of GEMM
+shapes, how much of their time the table priced: the per-term provenance a plan reports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from paraplan.arrays import Column
+from paraplan.cost_models.compute import ComputeRates, GemmTimeFn, gemm_time_s
+from paraplan.cost_models.kernel_tables import KernelTable, lookup
+
+
+def _distinct_shapes(m: Column, n: Column, k: Column) -> tuple[np.ndarray, np.ndarray, tuple[int, ...]]:
+    """(distinct (m, n, k) rows, the inverse index back to the broadcast queries, the broadcast shape)."""
+    m, n, k = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (m, n, k)))
+    shapes = np.column_stack([m.ravel(), n.ravel(), k.ravel()])
+    distinct, inverse = np.unique(shapes, axis=0, return_inverse=True)
+    return distinct, np.asarray(inverse).ravel(), m.shape
+
+
+def table_gemm_seconds(table: KernelTable, analytical: ComputeRates, m: Column, n: Column,
+                       k: Column) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds, priced by the table) of GEMMs (m, n, k), broadcast; shapes the table does not cover take
+    ``analytical``'s roofline (whose own ``gemm_time_fn`` is ignored)."""
+    distinct, inverse, shape = _distinct_shapes(m, n, k)
+    measured, covered = lookup(table, distinct)
+    fallback = gemm_time_s(distinct[:, 0], distinct[:, 1], distinct[:, 2],
+                           dataclasses.replace(analytical, gemm_time_fn=None))
+    seconds = np.where(covered, measured, fallback)
+    return seconds[inverse].reshape(shape), covered[inverse].reshape(shape)
+
+
+def table_gemm_fn(table: KernelTable, analytical: ComputeRates) -> GemmTimeFn:
+    """A ``gemm_time_fn``: the table's seconds where it covers the shape, ``analytical``'s elsewhere."""
+    def predict(m: Column, n: Column, k: Column) -> np.ndarray:
+        return table_gemm_seconds(table, analytical, m, n, k)[0]
+
+    return predict
+
+
+def gemm_coverage(table: KernelTable, analytical: ComputeRates, shapes: np.ndarray,
+                  counts: np.ndarray | None = None) -> float:
+    """Share (0-1) of the time of GEMMs ``shapes`` (rows of m, n, k; each run ``counts`` times) the table priced."""
+    shapes = np.atleast_2d(np.asarray(shapes, dtype=float))
+    seconds, covered = table_gemm_seconds(table, analytical, shapes[:, 0], shapes[:, 1], shapes[:, 2])
+    weights = seconds * (1.0 if counts is None else np.asarray(counts, dtype=float))
+    total = float(weights.sum())
+    return float(weights[covered].sum()) / total if total > 0 else 0.0

@@ -1,0 +1,99 @@
+"""Which measured kernel table prices a job's GEMMs, read from the profile store and cached beside it.
+
+A training job's 16-bit GEMMs are cuBLAS(Lt) calls under every engine paraplan plans (PyTorch's ``F.linear``
+under torchtitan and DeepSpeed, Transformer Engine's ``te.Linear`` under Megatron-LM), so a table measured
+through PyTorch's linear layer on the same GPU prices them: paraplan's own training suite (stack ``pytorch ...``)
+first, else aiconfigurator's plain-PyTorch GEMM tables (``torch.nn.functional.linear`` under vLLM,
+``sglang_torch_linear`` under SGLang), the largest group first. Low-precision GEMMs differ per recipe (per-tensor,
+block-scaled, MX): they stay analytical until a table measured with the job's recipe exists.
+
+Building a table reads only its group's rows (SQLite filters them); the built grid is cached in
+``<store>.models/kernel_tables/`` under a digest of the hardware's stored files, so the next plan loads it in
+milliseconds and new data invalidates it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from paraplan.cost_models.kernel_tables import KernelTable, TableAxis, build_table
+from paraplan.measurements.kernel_rows import KernelGroup, group_rows, kernel_groups, store_version
+
+TORCH_LINEAR_KERNELS = ("torch.nn.functional.linear", "sglang_torch_linear")
+"""aiconfigurator GEMM kernels that are PyTorch's own linear layer (cuBLAS), as a training step calls it."""
+SIXTEEN_BIT = ("bf16", "fp16")
+GEMM_AXES = ("m", "n", "k")
+
+
+def _training_gemm_group(groups: list[KernelGroup], dtype: str) -> KernelGroup | None:
+    """The group that prices a training job's ``dtype`` GEMMs, or None."""
+    if dtype not in SIXTEEN_BIT:
+        return None
+    usable = [g for g in groups if g.dtype in SIXTEEN_BIT and g.name != "grouped_mm"
+              and (g.stack.startswith("pytorch") or g.name in TORCH_LINEAR_KERNELS)]
+    own = [g for g in usable if g.stack.startswith("pytorch")]
+    ranked = sorted(own or usable, key=lambda g: (g.dtype != dtype, -g.rows, g.stack, g.name))
+    return ranked[0] if ranked else None
+
+
+def _cache_path(store: Path, group: KernelGroup, version: str) -> Path:
+    name = f"gemm-{group.dtype}-{version[:16]}.npz"
+    return Path(store).with_suffix(".models") / "kernel_tables" / group.hardware / name
+
+
+def _save(path: Path, table: KernelTable) -> None:
+    """Write ``table`` atomically; a store folder that cannot be written just goes uncached."""
+    meta = {"op": table.op, "label": table.label, "num_rows": table.num_rows,
+            "axes": [[a.name, a.monotone, a.exponent_above] for a in table.axes]}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".partial.npz")
+        np.savez(partial, log_seconds=table.log_seconds, meta=np.array(json.dumps(meta)),
+                 **{f"axis{i}": a.log2_points for i, a in enumerate(table.axes)})
+        partial.replace(path)
+    except OSError:
+        return
+
+
+def _load(path: Path) -> KernelTable | None:
+    """The cached table, or None when absent or unreadable (it is then rebuilt)."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            meta = json.loads(str(data["meta"]))
+            axes = tuple(TableAxis(name, data[f"axis{i}"], bool(mono), exp)
+                         for i, (name, mono, exp) in enumerate(meta["axes"]))
+            return KernelTable(op=meta["op"], axes=axes, log_seconds=data["log_seconds"], label=meta["label"],
+                               num_rows=int(meta["num_rows"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _build_gemm(store: Path, group: KernelGroup) -> KernelTable | None:
+    rows = group_rows(store, group, GEMM_AXES, {"pass": "forward"})
+    rows = rows[(rows[list(GEMM_AXES)] > 0).all(axis=1) & (rows["time_s"] > 0)]
+    if rows.empty:
+        return None
+    label = (f"measured {group.dtype} GEMM table ({group.hardware}, {group.name} on {group.stack}, "
+             f"{len(rows):,} shapes)")
+    return build_table("gemm", GEMM_AXES, rows[list(GEMM_AXES)].to_numpy(float), rows["time_s"].to_numpy(float),
+                       label)
+
+
+def training_gemm_table(store: Path, hardware: str, dtype: str) -> KernelTable | None:
+    """The measured GEMM table for a training job's ``dtype`` on ``hardware``, or None when the store has none."""
+    if dtype not in SIXTEEN_BIT or not Path(store).is_file():
+        return None
+    group = _training_gemm_group(kernel_groups(store, hardware, "gemm"), dtype)
+    if group is None:
+        return None
+    path = _cache_path(store, group, store_version(store, hardware))
+    cached = _load(path) if path.is_file() else None
+    if cached is not None:
+        return cached
+    table = _build_gemm(store, group)
+    if table is not None:
+        _save(path, table)
+    return table

@@ -1,0 +1,146 @@
+"""Measured kernel tables: interpolation, physics, coverage, and the measured cost model end to end."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from paraplan.cli.app import app
+from paraplan.cost_models.compute import analytical_rates, gemm_time_s
+from paraplan.cost_models.kernel_pricing import gemm_coverage, table_gemm_seconds
+from paraplan.cost_models.kernel_source import training_gemm_table
+from paraplan.cost_models.kernel_tables import build_table, lookup
+from paraplan.cost_models.learned.provider import compute_rates
+from paraplan.hardware_profiles import load_gpu
+from paraplan.measurements.ingest.records import Measurement, ParsedFile
+from paraplan.measurements.store import ingest_parsed
+
+GRID = (256.0, 1024.0, 4096.0)
+RATE = 5e14  # flop/s of the synthetic kernel: t = 2mnk / RATE, a power law in every axis
+
+
+def _power_law_rows() -> tuple[np.ndarray, np.ndarray]:
+    shapes = np.array(list(itertools.product(GRID, GRID, GRID)))
+    return shapes, 2.0 * shapes.prod(axis=1) / RATE
+
+
+def test_power_law_is_exact_on_and_between_grid_points() -> None:
+    # Multilinear in (log2 shape, log seconds) reproduces a power law exactly, on the grid and between its lines.
+    table = build_table("gemm", ("m", "n", "k"), *_power_law_rows(), label="synthetic")
+    queries = np.array([[256, 256, 256], [512, 1024, 3000], [300, 2000, 4096], [4096, 4096, 4096]], dtype=float)
+    seconds, covered = lookup(table, queries)
+    assert covered.all()
+    np.testing.assert_allclose(seconds, 2.0 * queries.prod(axis=1) / RATE, rtol=1e-12)
+
+
+def test_above_the_largest_size_gemm_time_scales_linearly_and_below_the_smallest_is_not_covered() -> None:
+    table = build_table("gemm", ("m", "n", "k"), *_power_law_rows(), label="synthetic")
+    seconds, covered = lookup(table, np.array([[8192, 4096, 4096], [16384, 8192, 1024], [128, 1024, 1024]]))
+    np.testing.assert_allclose(seconds[:2], [2 * 8192 * 4096 * 4096 / RATE, 2 * 16384 * 8192 * 1024 / RATE],
+                               rtol=1e-12)
+    assert covered.tolist() == [True, True, False] and np.isnan(seconds[2])
+
+
+def test_an_axis_without_an_exponent_covers_nothing_above_its_largest_line() -> None:
+    shapes = np.array([[1024.0, 8.0], [2048.0, 8.0], [1024.0, 16.0], [2048.0, 16.0]])
+    table = build_table("attention_forward", ("seq_len", "heads"), shapes, np.array([1.0, 4.0, 2.0, 8.0]), "x",
+                        exponents_above=(2.0, None))
+    seconds, covered = lookup(table, np.array([[4096.0, 16.0], [2048.0, 32.0]]))
+    assert covered.tolist() == [True, False]
+    assert seconds[0] == pytest.approx(8.0 * 4.0)  # s² above the largest sequence: twice as long, 4x the time
+
+
+def test_a_dip_in_measured_time_is_raised_to_the_running_maximum_and_duplicates_take_the_median() -> None:
+    shapes = np.array([[1.0], [2.0], [4.0], [4.0], [4.0]])
+    table = build_table("copy", ("bytes",), shapes, np.array([1.0, 0.5, 3.0, 2.0, 10.0]), "x")
+    np.testing.assert_allclose(np.exp(table.log_seconds), [1.0, 1.0, 3.0])  # 0.5 raised to 1.0; median(2, 3, 10)
+
+
+def test_a_query_touching_an_unmeasured_cell_is_not_covered_and_one_away_from_it_is() -> None:
+    shapes, seconds = _power_law_rows()
+    keep = ~np.all(shapes == [4096.0, 4096.0, 4096.0], axis=1)
+    table = build_table("gemm", ("m", "n", "k"), shapes[keep], seconds[keep], label="synthetic")
+    _, covered = lookup(table, np.array([[3000, 3000, 3000], [1024, 1024, 1024], [700, 4096, 4096]]))
+    assert covered.tolist() == [False, True, True]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0.1, 10.0), min_size=9, max_size=9), st.floats(256.0, 4096.0), st.floats(256.0, 4096.0),
+       st.floats(256.0, 4096.0))
+def test_lookups_never_fall_as_any_axis_grows(noise: list[float], a: float, b: float, c: float) -> None:
+    shapes = np.array(list(itertools.product(GRID, GRID)))
+    table = build_table("t", ("x", "y"), shapes, np.array(noise), "noisy")
+    lo, _ = lookup(table, np.array([[a, b]]))
+    hi_x, _ = lookup(table, np.array([[max(a, c), b]]))
+    hi_y, _ = lookup(table, np.array([[a, max(b, c)]]))
+    assert hi_x[0] >= lo[0] * (1 - 1e-12) and hi_y[0] >= lo[0] * (1 - 1e-12)
+
+
+def test_the_pricer_takes_the_table_where_it_covers_and_the_analytical_roofline_elsewhere() -> None:
+    rates = analytical_rates(load_gpu("h100-sxm"), "bf16")
+    table = build_table("gemm", ("m", "n", "k"), *_power_law_rows(), label="synthetic")
+    m, n, k = np.array([512.0, 64.0]), np.array([1024.0, 1024.0]), np.array([2048.0, 2048.0])
+    seconds, covered = table_gemm_seconds(table, rates, m, n, k)
+    assert covered.tolist() == [True, False]
+    assert seconds[0] == pytest.approx(2 * 512 * 1024 * 2048 / RATE, rel=1e-12)
+    assert seconds[1] == pytest.approx(float(gemm_time_s(64.0, 1024.0, 2048.0, rates)), rel=1e-12)
+    share = gemm_coverage(table, rates, np.column_stack([m, n, k]))
+    assert share == pytest.approx(seconds[0] / seconds.sum(), rel=1e-12)
+
+
+def _gemm_file(sha: str, name: str, dtype: str, scale: float, stack: str = "vllm 0.24.0") -> ParsedFile:
+    shapes, seconds = _power_law_rows()
+    rows = tuple(Measurement(kind="gemm", name=name, time_s=float(t * scale), line=i + 1,
+                             params={"m": float(s[0]), "n": float(s[1]), "k": float(s[2]), "dtype": dtype,
+                                     "stack": stack})
+                 for i, (s, t) in enumerate(zip(shapes, seconds, strict=True)))
+    return ParsedFile(path=f"{sha}.parquet", sha256=sha * 64, kind="aiconfigurator", hardware="h100-sxm",
+                      software=stack, measurements=rows)
+
+
+def test_training_takes_pytorch_linear_16bit_gemms_and_new_data_replaces_the_cached_table(tmp_path: Path) -> None:
+    store = tmp_path / "store.sqlite"
+    ingest_parsed(_gemm_file("a", "torch.nn.functional.linear", "bf16", 1.0), store)
+    ingest_parsed(_gemm_file("b", "CutlassFP8ScaledMMLinearKernel", "fp8", 0.5), store)
+    table = training_gemm_table(store, "h100-sxm", "bf16")
+    assert table is not None and "torch.nn.functional.linear on vllm 0.24.0" in table.label
+    assert training_gemm_table(store, "h100-sxm", "fp8") is None  # low-precision recipes stay analytical
+    assert list((tmp_path / "store.models" / "kernel_tables" / "h100-sxm").glob("gemm-bf16-*.npz"))
+    ingest_parsed(_gemm_file("c", "gemm", "bf16", 2.0, stack="pytorch 2.11.0+cu130"), store)
+    own = training_gemm_table(store, "h100-sxm", "bf16")  # paraplan's own suite wins over a serving engine's
+    assert own is not None and "pytorch 2.11.0+cu130" in own.label
+    seconds, _ = lookup(own, np.array([[1024.0, 1024.0, 1024.0]]))
+    assert seconds[0] == pytest.approx(2.0 * 2 * 1024**3 / RATE, rel=1e-12)
+
+
+def test_measured_rates_price_gemms_from_the_table_and_say_so(tmp_path: Path) -> None:
+    store = tmp_path / "store.sqlite"
+    ingest_parsed(_gemm_file("a", "torch.nn.functional.linear", "bf16", 1.0), store)
+    gpu = load_gpu("h100-sxm")
+    rates = compute_rates("measured", gpu, "bf16", "flash", "pytorch", store)
+    assert "measured bf16 GEMM table (h100-sxm" in rates.source
+    assert float(gemm_time_s(1024.0, 2048.0, 512.0, rates)) == pytest.approx(2 * 1024 * 2048 * 512 / RATE, rel=1e-12)
+    plain = compute_rates("auto", gpu, "bf16", "flash", "pytorch", store)
+    assert plain.gemm_time_fn is None  # auto does not take the tables yet (COST_MODELS docstring says why)
+    assert dataclasses.replace(rates, gemm_time_fn=None, source=plain.source) == plain
+
+
+def test_measured_cost_model_without_a_table_is_one_line_exit_2(tmp_path: Path) -> None:
+    store = tmp_path / "store.sqlite"
+    ingest_parsed(_gemm_file("a", "torch.nn.functional.linear", "bf16", 1.0), store)
+    runner = CliRunner()
+    args = ["evaluate", "llama-3.1-8b", "--gpus", "8", "--seq-len", "4096", "--global-batch", "64", "--tp", "1",
+            "--pp", "1", "--store", str(store), "--cost-model", "measured"]
+    result = runner.invoke(app, [*args, "--gpu", "a100-sxm-80gb"])
+    assert result.exit_code == 2 and "no measured bf16 GEMM table for a100-sxm-80gb" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    ok = runner.invoke(app, [*args, "--gpu", "h100-sxm", "--json", "-"])
+    assert ok.exit_code == 0, ok.output
+    assert "measured bf16 GEMM table (h100-sxm" in ok.output
