@@ -39,9 +39,9 @@ def _training_gemm_group(groups: list[KernelGroup], dtype: str) -> KernelGroup |
     return ranked[0] if ranked else None
 
 
-def _cache_path(store: Path, group: KernelGroup, version: str) -> Path:
-    name = f"gemm-{group.dtype}-{version[:16]}.npz"
-    return Path(store).with_suffix(".models") / "kernel_tables" / group.hardware / name
+def _cache_path(store: Path, hardware: str, dtype: str, version: str) -> Path:
+    """Where the built table of ``hardware``'s ``dtype`` GEMMs for this state of the store lives."""
+    return Path(store).with_suffix(".models") / "kernel_tables" / hardware / f"gemm-{dtype}-{version[:16]}.npz"
 
 
 def _save(path: Path, table: KernelTable) -> None:
@@ -83,17 +83,32 @@ def _build_gemm(store: Path, group: KernelGroup) -> KernelTable | None:
 
 
 def training_gemm_table(store: Path, hardware: str, dtype: str) -> KernelTable | None:
-    """The measured GEMM table for a training job's ``dtype`` on ``hardware``, or None when the store has none."""
+    """The measured GEMM table for a training job's ``dtype`` on ``hardware``, or None when the store has none.
+
+    The cache is consulted before the store's rows: finding the group scans every GEMM row's params (about half a
+    second for aiconfigurator's whole database), a cached table loads in milliseconds. A store state without a
+    table leaves an empty ``.none`` marker, so it is not scanned again either."""
     if dtype not in SIXTEEN_BIT or not Path(store).is_file():
         return None
-    group = _training_gemm_group(kernel_groups(store, hardware, "gemm"), dtype)
-    if group is None:
+    path = _cache_path(store, hardware, dtype, store_version(store, hardware))
+    if path.with_suffix(".none").is_file():
         return None
-    path = _cache_path(store, group, store_version(store, hardware))
     cached = _load(path) if path.is_file() else None
     if cached is not None:
         return cached
-    table = _build_gemm(store, group)
+    group = _training_gemm_group(kernel_groups(store, hardware, "gemm"), dtype)
+    table = _build_gemm(store, group) if group is not None else None
     if table is not None:
         _save(path, table)
+    else:
+        _mark_none(path.with_suffix(".none"))
     return table
+
+
+def _mark_none(path: Path) -> None:
+    """Remember that this state of the store has no table (best effort: an unwritable folder just rescans)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    except OSError:
+        return

@@ -107,12 +107,18 @@ def _gemm_file(sha: str, name: str, dtype: str, scale: float, stack: str = "vllm
 
 def test_training_takes_pytorch_linear_16bit_gemms_and_new_data_replaces_the_cached_table(tmp_path: Path) -> None:
     store = tmp_path / "store.sqlite"
-    ingest_parsed(_gemm_file("a", "torch.nn.functional.linear", "bf16", 1.0), store)
     ingest_parsed(_gemm_file("b", "CutlassFP8ScaledMMLinearKernel", "fp8", 0.5), store)
+    assert training_gemm_table(store, "h100-sxm", "bf16") is None  # no 16-bit rows: remembered, not rescanned
+    assert list((tmp_path / "store.models" / "kernel_tables" / "h100-sxm").glob("gemm-bf16-*.none"))
+    ingest_parsed(_gemm_file("a", "torch.nn.functional.linear", "bf16", 1.0), store)
     table = training_gemm_table(store, "h100-sxm", "bf16")
     assert table is not None and "torch.nn.functional.linear on vllm 0.24.0" in table.label
     assert training_gemm_table(store, "h100-sxm", "fp8") is None  # low-precision recipes stay analytical
-    assert list((tmp_path / "store.models" / "kernel_tables" / "h100-sxm").glob("gemm-bf16-*.npz"))
+    cached = list((tmp_path / "store.models" / "kernel_tables" / "h100-sxm").glob("gemm-bf16-*.npz"))
+    assert len(cached) == 1
+    cached[0].write_bytes(b"not a table")  # a damaged cache is rebuilt from the store, never trusted
+    rebuilt = training_gemm_table(store, "h100-sxm", "bf16")
+    assert rebuilt is not None and np.array_equal(rebuilt.log_seconds, table.log_seconds, equal_nan=True)
     ingest_parsed(_gemm_file("c", "gemm", "bf16", 2.0, stack="pytorch 2.11.0+cu130"), store)
     own = training_gemm_table(store, "h100-sxm", "bf16")  # paraplan's own suite wins over a serving engine's
     assert own is not None and "pytorch 2.11.0+cu130" in own.label
