@@ -81,6 +81,9 @@ def main() -> None:
     for _, r in frame.iterrows():
         print(f"  {r['label']:32s} analytical {r['analytical']:+6.1%}   tables {r['tables']:+6.1%}")
     _report("paraplan's H100 probe (step time; + = predicted slower)", frame)
+    print(f"  all {len(frame)} rows: analytical median {frame['analytical'].abs().median():.1%} "
+          f"max {frame['analytical'].abs().max():.1%}, tables median {frame['tables'].abs().median():.1%} "
+          f"max {frame['tables'].abs().max():.1%}")
     runs = load_reference_runs()
     gpus = args.gpu or sorted(g for g in runs["gpu"].unique() if training_gemm_table(args.store, g, "bf16"))
     runs = runs[runs["gpu"].isin(gpus) & runs["precision"].isin(["bf16", "fp16"])]
