@@ -200,10 +200,12 @@ def validate(json_path: JsonOpt = None, force: ForceOpt = False,
                  "error per source (about a minute more).")] = False,
              serving: Annotated[bool, typer.Option(
                  "--serving", help="Validate the serving cost model instead: predict TTFT and TPOT of the 5,221 "
-                 "measured serving deployments (../shared/data/serving) and report per engine, GPU and mode.")] = False,
+                 "measured serving deployments (NVIDIA aiconfigurator's sample, shipped with paraplan) and report "
+                 "per engine, GPU and mode.")] = False,
              serving_data: Annotated[Path | None, typer.Option(
-                 "--serving-data", help="Folder with aiconfigurator_silicon_sample.csv and model_configs/; default "
-                 "$PARAPLAN_SERVING_DATA or ../shared/data/serving.")] = None,
+                 "--serving-data", help="Read another folder in the shipped layout (serving_runs.csv.gz, "
+                 "serving_runs.csv or aiconfigurator_silicon_sample.csv, and model_configs/); default "
+                 "$PARAPLAN_SERVING_DATA, else the data shipped with paraplan.")] = None,
              ) -> None:
     """Predict every published reference run and report the error against its measurement."""
     from paraplan.validation.reference import load_reference_runs, predict_all, summarize  # pandas: this command only

@@ -51,8 +51,10 @@ def _save(path: Path, table: KernelTable) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(".partial.npz")
-        np.savez(partial, log_seconds=table.log_seconds, meta=np.array(json.dumps(meta)),
-                 **{f"axis{i}": a.log2_points for i, a in enumerate(table.axes)})
+        arrays: dict[str, np.ndarray] = {f"axis{i}": a.log2_points for i, a in enumerate(table.axes)}
+        arrays.update(log_seconds=table.log_seconds, meta=np.array(json.dumps(meta)))
+        with partial.open("wb") as handle:
+            np.savez(handle, allow_pickle=False, **arrays)
         partial.replace(path)
     except OSError:
         return

@@ -1,9 +1,17 @@
-"""``validate --serving``: aiconfigurator's 5,221 measured deployments predicted, with coverage and held-out error."""
+"""``validate --serving``: aiconfigurator's 5,221 measured deployments predicted, with coverage and held-out error.
+
+The rows and model configs ship with the package (paraplan/data/serving); ../shared/data/serving, where they came
+from, is needed only to check that the shipped copy equals it."""
 
 from __future__ import annotations
 
+import csv
+import gzip
+import io
 import json
-import os
+import shutil
+from collections.abc import Iterator
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -12,34 +20,50 @@ from conftest import assert_bad_input
 from typer.testing import CliRunner
 
 from paraplan.cli.app import app
+from paraplan.errors import InputError
 from paraplan.validation.serving_runs import (
     GROUP_KEYS,
+    MEASURED_COLUMNS,
+    SERVING_DATA_ENV,
     load_measurements,
-    serving_data_dir,
+    measurements_file,
+    serving_data,
     validate_serving,
 )
 
 SHARED_SERVING = Path(__file__).resolve().parents[2] / "shared" / "data" / "serving"
-"""The shared folder beside this checkout (found from the tests, so a non-editable install finds it too)."""
-
-try:
-    FOLDER = serving_data_dir(os.environ.get("PARAPLAN_SERVING_DATA", SHARED_SERVING))
-except Exception as exc:  # noqa: BLE001 - any reason the shared data is absent skips these tests
-    FOLDER = None
-    REASON = f"serving measurements not available: {exc}"
-else:
-    REASON = ""
-
-pytestmark = pytest.mark.skipif(FOLDER is None, reason=REASON or "serving measurements not available")
+"""The shared folder beside this checkout, where the shipped rows came from (absent from an install)."""
+SHARED_FILE = SHARED_SERVING / "aiconfigurator_silicon_sample.csv"
+NO_SHARED = "../shared/data/serving is absent (an install, or a checkout without the shared folder): nothing to " \
+            "compare the shipped copy with"
+DROPPED = ("prefill_batch_size",)
+"""Columns of aiconfigurator's file the shipped copy leaves out (no prediction reads them)."""
+ADDED = ("source", "licence")
+"""Columns the shipped copy adds after ``id``."""
 
 
 @pytest.fixture(scope="module")
-def report():
-    return validate_serving(FOLDER)
+def shipped() -> Iterator[Path]:
+    """The data folder shipped with the package, whatever $PARAPLAN_SERVING_DATA says."""
+    with resources.as_file(resources.files("paraplan.data") / "serving") as folder:
+        yield folder
 
 
-def test_every_row_is_read_with_its_concurrency():
-    rows = load_measurements(FOLDER)
+@pytest.fixture(scope="module")
+def report(shipped):
+    return validate_serving(shipped)
+
+
+def _csv_rows(text: str) -> list[list[str]]:
+    return list(csv.reader(io.StringIO(text)))
+
+
+def _shipped_csv(shipped: Path) -> list[list[str]]:
+    return _csv_rows(gzip.decompress((shipped / "serving_runs.csv.gz").read_bytes()).decode("utf-8"))
+
+
+def test_every_row_is_read_with_its_concurrency(shipped):
+    rows = load_measurements(shipped)
     assert len(rows) == 5221
     # The concurrency comes from the source note (or batch x attention-DP, or the decode pool's batch).
     assert rows["concurrency"].notna().sum() >= 5214
@@ -71,16 +95,16 @@ def test_accuracy_does_not_regress(report):
         assert np.isfinite(ttft) and ttft <= 0.48
 
 
-def test_llama70b_fp8_h200_trtllm_tpot_across_tensor_parallel_sizes():
+def test_llama70b_fp8_h200_trtllm_tpot_across_tensor_parallel_sizes(shipped):
     """A clean sweep: Llama 3.1 70B fp8 on H200 under TRT-LLM, 1024/1024 at concurrency 16, tp 1-8 (measured
     23.0 / 13.4 / 8.9 / 7.7 ms): weight streaming, KV reads and small all-reduces within 15% each."""
     from paraplan.validation.serving_runs import predict_rows
 
-    rows = load_measurements(FOLDER)
+    rows = load_measurements(shipped)
     pick = rows[(rows["model_path"] == "meta-llama/Llama-3.1-70B") & (rows["system"] == "h200_sxm")
                 & (rows["backend"] == "trtllm") & (rows["isl"] == 1024) & (rows["osl"] == 1024)
                 & (rows["concurrency"] == 16) & (rows["precision"] == "fp8")]
-    predicted = predict_rows(pick, FOLDER)
+    predicted = predict_rows(pick, shipped)
     measured = pick["silicon_tpot_ms"].to_numpy() / 1e3
     tpot = predicted["tpot_steady_s"].to_numpy()  # steady state with the engine's default step overhead
     assert sorted(pick["tp_size"].astype(int)) == [1, 2, 4, 8]
@@ -94,16 +118,109 @@ def test_issue_18_targets(report):
     assert overall["tpot_median_err"] <= 0.10 and overall["ttft_median_err"] <= 0.20
 
 
-def test_cli_prints_the_table_and_writes_json(tmp_path):
+def test_validate_serving_needs_no_shared_folder_and_no_flag(tmp_path, monkeypatch):
+    """From a folder with no ../shared beside it and no $PARAPLAN_SERVING_DATA, the command reads the rows and
+    model configs shipped with the package, and says where they come from."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(SERVING_DATA_ENV, raising=False)
     out = tmp_path / "serving.json"
-    result = CliRunner(env={"COLUMNS": "160"}).invoke(app, ["validate", "--serving", "--serving-data", str(FOLDER),
-                                                            "--json", str(out)])
+    result = CliRunner(env={"COLUMNS": "160"}).invoke(app, ["validate", "--serving", "--json", str(out)])
     assert result.exit_code == 0, result.output
     assert "TPOT med" in result.stdout and "leave one model out" in result.stdout
     document = json.loads(out.read_text())
     overall = next(g for g in document["groups"] if g["backend"] == "all")
     assert overall["rows"] == 5221 and overall["covered_frac"] >= 0.9
     assert set(document["held_out"]) == {"leave one model out", "leave one GPU out"}
+    assert "aiconfigurator 0.12.0" in document["source"] and "(Apache-2.0)" in document["source"]
+
+
+def test_serving_data_takes_the_flag_then_the_environment_then_the_package(tmp_path, monkeypatch, shipped):
+    (tmp_path / "serving_runs.csv").write_text("id\n")
+    monkeypatch.setenv(SERVING_DATA_ENV, str(shipped))
+    with serving_data(tmp_path) as folder:
+        assert folder == tmp_path
+    with serving_data() as folder:
+        assert folder == shipped
+    monkeypatch.setenv(SERVING_DATA_ENV, str(tmp_path))
+    with serving_data() as folder:
+        assert folder == tmp_path
+    monkeypatch.delenv(SERVING_DATA_ENV)
+    with serving_data() as folder:
+        assert measurements_file(folder) == folder / "serving_runs.csv.gz"
+
+
+def test_serving_data_reads_another_folder_in_the_same_layout(tmp_path, shipped):
+    """--serving-data FOLDER: a plain serving_runs.csv (here the Llama rows) with its model_configs/."""
+    header, *rows = _shipped_csv(shipped)
+    llama = [row for row in rows if row[header.index("model_path")] == "meta-llama/Llama-3.1-70B"]
+    with (tmp_path / "serving_runs.csv").open("w", newline="") as handle:
+        csv.writer(handle).writerows([header, *llama])
+    shutil.copytree(shipped / "model_configs", tmp_path / "model_configs")
+    out = tmp_path / "serving.json"
+    result = CliRunner(env={"COLUMNS": "160"}).invoke(app, ["validate", "--serving", "--serving-data", str(tmp_path),
+                                                            "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    document = json.loads(out.read_text())
+    overall = next(g for g in document["groups"] if g["backend"] == "all")
+    assert overall["rows"] == len(llama) == 441 and overall["covered_frac"] == 1.0
+    # One model: no other model to fit the constants on, so no leave-one-model-out figure (and no crash).
+    assert document["held_out"]["leave one model out"] == {"tpot_median_err": None, "ttft_median_err": None}
+    assert "leave one model out: TPOT median - %" in result.stdout
+    assert document["held_out"]["leave one GPU out"]["tpot_median_err"] is not None
+    assert document["source"].startswith("NVIDIA aiconfigurator 0.12.0")  # the rows' own source column
+
+
+@pytest.mark.skipif(not SHARED_FILE.is_file(), reason=NO_SHARED)
+def test_shipped_rows_equal_the_shared_rows_they_came_from(shipped):
+    """Field for field as text (no number re-formatted), in the same order, less DROPPED and plus ADDED."""
+    header, *rows = _shipped_csv(shipped)
+    source_header, *source_rows = _csv_rows(SHARED_FILE.read_text(encoding="utf-8"))
+    kept = [i for i, name in enumerate(source_header) if name not in DROPPED]
+    mine = [i for i, name in enumerate(header) if name not in ADDED]
+    assert [header[i] for i in mine] == [source_header[i] for i in kept]
+    assert header[1:3] == list(ADDED)
+    assert len(rows) == len(source_rows) == 5221
+    for row, source in zip(rows, source_rows):
+        assert [row[i] for i in mine] == [source[i] for i in kept]
+
+
+@pytest.mark.skipif(not SHARED_FILE.is_file(), reason=NO_SHARED)
+def test_shipped_model_configs_are_the_shared_files_byte_for_byte(shipped):
+    files = sorted((shipped / "model_configs").iterdir())
+    assert len(files) == 11
+    for path in files:
+        assert path.read_bytes() == (SHARED_SERVING / "model_configs" / path.name).read_bytes(), path.name
+
+
+def test_every_shipped_row_has_a_source_and_a_licence(shipped):
+    header, *rows = _shipped_csv(shipped)
+    assert set(MEASURED_COLUMNS) <= set(header)
+    for name in ADDED:
+        values = {row[header.index(name)].strip() for row in rows}
+        assert "" not in values, name
+    assert {row[header.index("licence")] for row in rows} == {"Apache-2.0"}
+    assert all("aiconfigurator 0.12.0" in row[header.index("source")] for row in rows)
+
+
+def test_every_model_config_has_its_repo_licence_and_source_and_every_row_its_config(shipped):
+    from paraplan.validation.serving_runs import _config_path
+
+    with (shipped / "model_configs.csv").open(newline="") as handle:
+        manifest = list(csv.DictReader(handle))
+    assert sorted(entry["file"] for entry in manifest) == sorted(p.name for p in (shipped / "model_configs").iterdir())
+    for entry in manifest:
+        assert all(entry[key].strip() for key in ("repo_id", "serves", "licence", "source")), entry
+        assert entry["file"] == f"{entry['repo_id'].replace('/', '--')}_config.json"
+    served = {model: entry["file"] for entry in manifest for model in entry["serves"].split()}
+    models = set(load_measurements(shipped)["model_path"])
+    assert set(served) == models
+    assert all(_config_path(shipped, model).name == served[model] for model in models)
+
+
+def test_the_shipped_folder_says_where_the_data_comes_from(shipped):
+    notice = (shipped / "README.md").read_text()
+    assert "Apache License, Version 2.0" in notice and "NVIDIA" in notice and "aiconfigurator 0.12.0" in notice
+    assert "Apache License" in (shipped / "LICENSE-Apache-2.0.txt").read_text()
 
 
 def test_cli_refuses_a_folder_without_measurements(tmp_path):
@@ -112,12 +229,19 @@ def test_cli_refuses_a_folder_without_measurements(tmp_path):
 
 
 def test_a_file_that_is_not_the_measurements_layout_is_one_line(tmp_path):
-    from paraplan.errors import InputError
-    from paraplan.validation.serving_runs import MEASUREMENTS_FILE, load_measurements
-
-    (tmp_path / MEASUREMENTS_FILE).write_text("id,backend\nx,vllm\n")
+    path = tmp_path / "aiconfigurator_silicon_sample.csv"
+    path.write_text("id,backend\nx,vllm\n")
     with pytest.raises(InputError, match="lacks the columns silicon_data_source"):
         load_measurements(tmp_path)
-    (tmp_path / MEASUREMENTS_FILE).write_text('a,b\n"1,2\n')
+    path.write_text('a,b\n"1,2\n')
     with pytest.raises(InputError, match="not a CSV of serving measurements"):
+        load_measurements(tmp_path)
+
+
+def test_a_gzip_file_that_is_not_gzip_is_one_line(tmp_path):
+    (tmp_path / "serving_runs.csv.gz").write_bytes(b"id,backend\nx,vllm\n")
+    with pytest.raises(InputError, match="not a gzip file of serving measurements"):
+        load_measurements(tmp_path)
+    (tmp_path / "serving_runs.csv.gz").write_bytes(gzip.compress(b"id,backend\nx,vllm\n")[:-12])
+    with pytest.raises(InputError, match="not a gzip file of serving measurements"):
         load_measurements(tmp_path)

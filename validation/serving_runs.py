@@ -1,7 +1,8 @@
 """Measured serving deployments (aiconfigurator's published silicon measurements) against paraplan's prediction.
 
-``../shared/data/serving/aiconfigurator_silicon_sample.csv`` holds 5,221 fixed-concurrency benchmark rows
-(its README explains the columns). Each row is mapped to a deployment (model config, GPU system, engine,
+``paraplan/data/serving/serving_runs.csv.gz`` (shipped with the package) holds 5,221 fixed-concurrency benchmark
+rows from NVIDIA aiconfigurator (Apache-2.0; its README explains the columns, the source and licence of each row and
+of each model config). Each row is mapped to a deployment (model config, GPU system, engine,
 quantization, sharding, concurrency), predicted with ``cost_models.serving`` and compared on TTFT and
 TPOT. A row is not covered only with a stated reason (a model feature the cost model does not price, a GPU
 without the row's tensor-core dtype, a model without a config).
@@ -9,9 +10,14 @@ without the row's tensor-core dtype, a model without a config).
 
 from __future__ import annotations
 
+import gzip
 import os
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from io import StringIO
+from importlib import resources
+from io import BytesIO, StringIO
 from pathlib import Path
 from typing import Any
 
@@ -31,23 +37,27 @@ from paraplan.cost_models.serving import (
     weight_precision,
 )
 from paraplan.errors import InputError
-from paraplan.files import one_line, read_user_text
+from paraplan.files import decode_user_text, one_line, read_user_bytes
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.hardware_profiles.catalog import load_cluster, quick_cluster
 from paraplan.model_specs.hf_config import load_model
 from paraplan.model_specs.model_spec import ModelSpec
 
 SERVING_DATA_ENV = "PARAPLAN_SERVING_DATA"
-DEFAULT_SERVING_DATA = Path("..") / "shared" / "data" / "serving"
-"""Relative to the working directory, as ../shared/calibration/ is for memory runs: the project's shared folder
-beside a checkout (an installed package has no checkout to be beside)."""
-MEASUREMENTS_FILE = "aiconfigurator_silicon_sample.csv"
+PACKAGED_FOLDER = "serving"
+"""The shipped data's folder inside ``paraplan.data``."""
+MEASUREMENTS_FILES = ("serving_runs.csv.gz", "serving_runs.csv", "aiconfigurator_silicon_sample.csv")
+"""A data folder holds one of these (the first found is read) beside ``model_configs/``: the shipped layout
+(gzip or plain) or aiconfigurator's own ``systems/silicon_sample.csv``, all 34 columns, under that name."""
 MEASURED_COLUMNS = ("silicon_data_source", "backend", "model_path", "system", "mode", "isl", "osl", "batch_size",
-                    "attention_dp_size", "gemm_quant_mode", "moe_quant_mode", "decode_batch_size",
-                    "decode_num_workers", "decode_attention_dp_size", "silicon_ttft_ms", "silicon_tpot_ms")
-"""Columns the predictions read (README of ../shared/data/serving); a file without them is refused by name."""
+                    "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size", "gemm_quant_mode",
+                    "moe_quant_mode", "prefill_num_workers", "prefill_tp_size", "prefill_pp_size",
+                    "prefill_attention_dp_size", "prefill_moe_tp_size", "prefill_moe_ep_size", "decode_batch_size",
+                    "decode_num_workers", "decode_tp_size", "decode_pp_size", "decode_attention_dp_size",
+                    "decode_moe_tp_size", "decode_moe_ep_size", "silicon_ttft_ms", "silicon_tpot_ms")
+"""Columns the predictions read (data/serving/README.md); a file without them is refused by name."""
 MAX_MEASUREMENTS_BYTES = 64 * 1024 * 1024
-"""The file is 1.9 MB; 64 MiB leaves 30x room."""
+"""The shipped rows are 2.6 MB as text (0.2 MB gzip); 64 MiB leaves 25x room, compressed or not."""
 
 SYSTEMS = {  # aiconfigurator system -> (cluster type, or None for the quick 8-GPU-node form; GPU)
     "h100_sxm": ("dgx-h100", "h100-sxm"),
@@ -71,28 +81,61 @@ CHECKPOINT_ARCHITECTURE = {
 GROUP_KEYS = ("backend", "system", "mode")
 
 
-def serving_data_dir(path: str | Path | None = None) -> Path:
-    """The folder with the measurements and model configs: ``path``, else $PARAPLAN_SERVING_DATA, else
-    ../shared/data/serving beside the repository."""
-    chosen = Path(path) if path is not None else Path(os.environ.get(SERVING_DATA_ENV, DEFAULT_SERVING_DATA))
-    if not (chosen / MEASUREMENTS_FILE).is_file():
-        raise InputError(f"serving measurements: {chosen / MEASUREMENTS_FILE} not found "
-                         f"(pass the folder or set {SERVING_DATA_ENV})")
-    return chosen
+@contextmanager
+def serving_data(path: str | Path | None = None) -> Iterator[Path]:
+    """The folder with the measurements and model configs, for the ``with`` block: ``path``, else
+    $PARAPLAN_SERVING_DATA, else the data shipped with paraplan (``paraplan/data/serving``)."""
+    chosen = path if path is not None else os.environ.get(SERVING_DATA_ENV) or None
+    if chosen is not None:
+        yield serving_data_dir(chosen)
+        return
+    with resources.as_file(resources.files("paraplan.data") / PACKAGED_FOLDER) as folder:
+        yield serving_data_dir(folder)
+
+
+def serving_data_dir(path: str | Path) -> Path:
+    """``path`` as a folder of serving measurements; InputError when it holds none."""
+    folder = Path(path)
+    measurements_file(folder)
+    return folder
+
+
+def measurements_file(folder: Path) -> Path:
+    """The measurements file of ``folder``: the first of ``MEASUREMENTS_FILES`` present."""
+    for name in MEASUREMENTS_FILES:
+        if (folder / name).is_file():
+            return folder / name
+    raise InputError(one_line(f"serving measurements: {folder} holds none of {', '.join(MEASUREMENTS_FILES)} "
+                              "(the layout of paraplan's data/serving/README.md)"))
+
+
+def _measurements_text(path: Path) -> str:
+    """The text of the measurements file, gunzipped when its name ends in .gz; InputError when it exceeds
+    ``MAX_MEASUREMENTS_BYTES`` (compressed or not) or is not gzip or UTF-8."""
+    raw = read_user_bytes(path, MAX_MEASUREMENTS_BYTES, "serving measurements")
+    if path.suffix == ".gz":
+        try:
+            with gzip.GzipFile(fileobj=BytesIO(raw)) as unzipped:
+                raw = unzipped.read(MAX_MEASUREMENTS_BYTES + 1)  # one byte more tells a file that is too large
+        except (OSError, EOFError, zlib.error) as exc:
+            raise InputError(one_line(f"{path}: not a gzip file of serving measurements ({exc})")) from None
+        if len(raw) > MAX_MEASUREMENTS_BYTES:
+            raise InputError(f"{path}: more than {MAX_MEASUREMENTS_BYTES:,} bytes uncompressed is too large for "
+                             "serving measurements")
+    return decode_user_text(raw, str(path))
 
 
 def load_measurements(folder: Path) -> pd.DataFrame:
-    """The measurement rows with the concurrency read from each row's source note."""
-    path = folder / MEASUREMENTS_FILE
-    text = read_user_text(path, MAX_MEASUREMENTS_BYTES, "serving measurements")
+    """The measurement rows of ``folder`` with the concurrency read from each row's source note."""
+    path = measurements_file(folder)
     try:
-        rows = pd.read_csv(StringIO(text))
+        rows = pd.read_csv(StringIO(_measurements_text(path)))
     except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
         raise InputError(one_line(f"{path}: not a CSV of serving measurements ({exc})")) from None
     missing = [c for c in MEASURED_COLUMNS if c not in rows.columns]
     if missing:
-        raise InputError(one_line(f"{path}: lacks the columns {', '.join(missing)} (the aiconfigurator "
-                                  "silicon_sample.csv layout, ../shared/data/serving/README.md)"))
+        raise InputError(one_line(f"{path}: lacks the columns {', '.join(missing)} (the layout of paraplan's "
+                                  "data/serving/README.md)"))
     stated = rows["silicon_data_source"].astype(str).str.extract(r"silicon_concurrency=(\d+)")[0].astype(float)
     agg = rows["batch_size"] * rows["attention_dp_size"].fillna(1.0).clip(lower=1.0)
     disagg = rows["decode_batch_size"] * rows["decode_num_workers"].fillna(1.0) \
@@ -287,7 +330,8 @@ def fit_constants(grid: OverheadGrid, mask: np.ndarray) -> FittedConstants:
         score = np.median(np.concatenate(tpot_errs)) + np.median(np.concatenate(ttft_errs)) if tpot_errs else np.inf
         if score < best_score:
             best_score, best = score, (waves, step, request)
-    waves, step, request = best if best else (1.0, {}, {})
+    unfitted = dict.fromkeys(ENGINE_TRAITS, 0.0)  # no covered row in the mask: nothing to fit
+    waves, step, request = best if best else (1.0, unfitted, dict(unfitted))
     return FittedConstants(step_overhead_s=step, request_overhead_s=request, waves=waves, fitted_rows=int(mask.sum()))
 
 
@@ -303,11 +347,15 @@ def apply_constants(grid: OverheadGrid, constants: FittedConstants) -> pd.DataFr
 
 
 def held_out(grid: OverheadGrid, column: str) -> pd.DataFrame:
-    """Each value of ``column`` (model_path or system) predicted with constants fitted on the other rows."""
+    """Each value of ``column`` (model_path or system) predicted with constants fitted on the other rows; NaN
+    where no other covered row is left to fit on (a folder of one model or one GPU)."""
     parts = []
     for value in grid.rows[column].unique():
         mine = (grid.rows[column] == value).to_numpy()
-        predicted = apply_constants(grid, fit_constants(grid, ~mine))
+        constants = fit_constants(grid, ~mine)
+        predicted = apply_constants(grid, constants)
+        if constants.fitted_rows == 0:
+            predicted[["tpot_pred_s", "ttft_pred_s"]] = np.nan
         parts.append(predicted[mine])
     return pd.concat(parts).loc[grid.rows.index]
 
@@ -366,12 +414,25 @@ class ServingValidation:
     """Per scheme (leave one model out, leave one GPU out): median |error| of (TPOT, TTFT) over all covered rows."""
     uncovered: dict[str, int]
     """Rows not covered, per reason."""
+    source: str
+    """Where the rows come from: their ``source`` and ``licence`` columns, else the file read."""
+
+
+def _rows_source(rows: pd.DataFrame, folder: Path) -> str:
+    """The distinct (source, licence) of the rows, or the measurements file's path when they state none."""
+    if not {"source", "licence"} <= set(rows.columns):
+        return str(measurements_file(folder))
+    pairs = rows[["source", "licence"]].astype(str).drop_duplicates().itertuples(index=False)
+    return "; ".join(f"{source} ({licence})" for source, licence in pairs)
 
 
 def validate_serving(path: str | Path | None = None) -> ServingValidation:
-    """Fit the constants, predict every row, and report in-sample and held-out error."""
-    folder = serving_data_dir(path)
-    grid = overhead_grid(load_measurements(folder), folder)
+    """Fit the constants, predict every row, and report in-sample and held-out error. ``path``: a folder in the
+    layout of data/serving (default $PARAPLAN_SERVING_DATA, else the data shipped with paraplan)."""
+    with serving_data(path) as folder:
+        rows = load_measurements(folder)
+        grid = overhead_grid(rows, folder)
+        source = _rows_source(rows, folder)
     constants = fit_constants(grid, np.ones(len(grid.rows), dtype=bool))
     predicted = apply_constants(grid, constants)
     scores = {}
@@ -379,7 +440,7 @@ def validate_serving(path: str | Path | None = None) -> ServingValidation:
         ttft, tpot = relative_errors(held_out(grid, column))
         scores[label] = (_stats(tpot)[0], _stats(ttft)[0])
     return ServingValidation(constants=constants, table=summarise(predicted), held_out=scores,
-                             uncovered=uncovered_reasons(predicted).to_dict())
+                             uncovered=uncovered_reasons(predicted).to_dict(), source=source)
 
 
 def _plain(value: float) -> float | None:
@@ -401,4 +462,4 @@ def validation_document(report: ServingValidation) -> dict[str, Any]:
             "constants": {"step_overhead_s": c.step_overhead_s, "request_overhead_s": c.request_overhead_s,
                           "benchmark_waves": _plain(c.waves), "fitted_rows": c.fitted_rows},
             "uncovered": report.uncovered,
-            "source": "aiconfigurator 0.12.0 systems/silicon_sample.csv (../shared/data/serving)"}
+            "source": report.source}
