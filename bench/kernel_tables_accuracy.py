@@ -18,13 +18,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from paraplan.cost_models.estimate import estimate
 from paraplan.cost_models.kernel_source import training_gemm_table
 from paraplan.cost_models.learned.provider import compute_rates
-from paraplan.hardware_profiles import quick_cluster
-from paraplan.planner.job import ParallelConfig, TrainingJob, configs_to_table
 from paraplan.planner.search import search
-from paraplan.validation.memory_probe import PROBE_GPU, PROBE_RECOMPUTE, load_probe_rows, probe_model
+from paraplan.validation.memory_probe import load_probe_rows, predict_probe_step_s
 from paraplan.validation.reference import (
     _cluster,
     _fixed_knobs,
@@ -48,15 +45,7 @@ def _reference_error(row: pd.Series, cost_model: str, store: Path) -> float:
 
 def _probe_error(row: pd.Series, cost_model: str, store: Path) -> float:
     """Signed step-time error of one probe row (+ = predicted slower)."""
-    model, compiled, batch = probe_model(row["shape"]), str(row["compile"]).lower() == "true", int(row["batch"])
-    job = TrainingJob(model=model, seq_len=int(row["seq"]), global_batch=batch, precision="bf16",
-                      engine="torchtitan", attention="flash", compiled=compiled, compiled_loss=compiled)
-    config = ParallelConfig(tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=batch, zero=3, recompute=PROBE_RECOMPUTE[row["ac"]],
-                            sp=False, cp_comm="allgather")
-    cluster, work = quick_cluster(PROBE_GPU, 1), job.workload()
-    rates = compute_rates(cost_model, cluster.gpu, work.precision, work.attention, work.kernel_stack, store)
-    est = estimate(model, cluster, work, configs_to_table([config]), rates)
-    return float(est.step_time_s[0]) / float(row["step_s"]) - 1.0
+    return predict_probe_step_s(row, cost_model, store) / float(row["step_s"]) - 1.0
 
 
 def _report(title: str, frame: pd.DataFrame) -> None:

@@ -4,7 +4,7 @@ A training job's 16-bit GEMMs are cuBLAS(Lt) calls under every engine paraplan p
 under torchtitan and DeepSpeed, Transformer Engine's ``te.Linear`` under Megatron-LM), so a table measured
 through PyTorch's linear layer on the same GPU prices them: paraplan's own training suite (stack ``pytorch ...``)
 first, else aiconfigurator's plain-PyTorch GEMM tables (``torch.nn.functional.linear`` under vLLM,
-``sglang_torch_linear`` under SGLang), the largest group first. Low-precision GEMMs differ per recipe (per-tensor,
+``sglang_torch_linear`` under SGLang), pooled. Low-precision GEMMs differ per recipe (per-tensor,
 block-scaled, MX): they stay analytical until a table measured with the job's recipe exists.
 
 Building a table reads only its group's rows (SQLite filters them); the built grid is cached in
@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from paraplan.cost_models.kernel_tables import KernelTable, TableAxis, build_table
 from paraplan.measurements.kernel_rows import KernelGroup, group_rows, kernel_groups, store_version
@@ -26,22 +27,27 @@ TORCH_LINEAR_KERNELS = ("torch.nn.functional.linear", "sglang_torch_linear")
 """aiconfigurator GEMM kernels that are PyTorch's own linear layer (cuBLAS), as a training step calls it."""
 SIXTEEN_BIT = ("bf16", "fp16")
 GEMM_AXES = ("m", "n", "k")
+TABLE_RULES_VERSION = 2
+"""Part of every cache name: raise it when the choice or the building of a table changes, so old caches go unread."""
 
 
-def _training_gemm_group(groups: list[KernelGroup], dtype: str) -> KernelGroup | None:
-    """The group that prices a training job's ``dtype`` GEMMs, or None."""
+def _training_gemm_groups(groups: list[KernelGroup], dtype: str) -> list[KernelGroup]:
+    """The groups that price a training job's ``dtype`` GEMMs: paraplan's own suite if the store has it, else every
+    plain-PyTorch linear table (the same cuBLAS kernel measured under several engines: pooled, each grid cell then
+    takes the median of all their rows); the job's own 16-bit type where measured, else the other."""
     if dtype not in SIXTEEN_BIT:
-        return None
+        return []
     usable = [g for g in groups if g.dtype in SIXTEEN_BIT and g.name != "grouped_mm"
               and (g.stack.startswith("pytorch") or g.name in TORCH_LINEAR_KERNELS)]
-    own = [g for g in usable if g.stack.startswith("pytorch")]
-    ranked = sorted(own or usable, key=lambda g: (g.dtype != dtype, -g.rows, g.stack, g.name))
-    return ranked[0] if ranked else None
+    chosen = [g for g in usable if g.stack.startswith("pytorch")] or usable
+    same_type = [g for g in chosen if g.dtype == dtype]
+    return sorted(same_type or chosen, key=lambda g: (g.stack, g.name, g.dtype))
 
 
 def _cache_path(store: Path, hardware: str, dtype: str, version: str) -> Path:
     """Where the built table of ``hardware``'s ``dtype`` GEMMs for this state of the store lives."""
-    return Path(store).with_suffix(".models") / "kernel_tables" / hardware / f"gemm-{dtype}-{version[:16]}.npz"
+    name = f"gemm-{dtype}-v{TABLE_RULES_VERSION}-{version[:16]}.npz"
+    return Path(store).with_suffix(".models") / "kernel_tables" / hardware / name
 
 
 def _save(path: Path, table: KernelTable) -> None:
@@ -73,13 +79,16 @@ def _load(path: Path) -> KernelTable | None:
         return None
 
 
-def _build_gemm(store: Path, group: KernelGroup) -> KernelTable | None:
-    rows = group_rows(store, group, GEMM_AXES, {"pass": "forward"})
+def _build_gemm(store: Path, groups: list[KernelGroup]) -> KernelTable | None:
+    frames = [group_rows(store, group, GEMM_AXES, {"pass": "forward"}) for group in groups]
+    rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if rows.empty:
+        return None
     rows = rows[(rows[list(GEMM_AXES)] > 0).all(axis=1) & (rows["time_s"] > 0)]
     if rows.empty:
         return None
-    label = (f"measured {group.dtype} GEMM table ({group.hardware}, {group.name} on {group.stack}, "
-             f"{len(rows):,} shapes)")
+    kernels = ", ".join(f"{g.name} on {g.stack}" for g in groups)
+    label = f"measured {groups[0].dtype} GEMM table ({groups[0].hardware}, {kernels}, {len(rows):,} rows)"
     return build_table("gemm", GEMM_AXES, rows[list(GEMM_AXES)].to_numpy(float), rows["time_s"].to_numpy(float),
                        label)
 
@@ -98,8 +107,7 @@ def training_gemm_table(store: Path, hardware: str, dtype: str) -> KernelTable |
     cached = _load(path) if path.is_file() else None
     if cached is not None:
         return cached
-    group = _training_gemm_group(kernel_groups(store, hardware, "gemm"), dtype)
-    table = _build_gemm(store, group) if group is not None else None
+    table = _build_gemm(store, _training_gemm_groups(kernel_groups(store, hardware, "gemm"), dtype))
     if table is not None:
         _save(path, table)
     else:

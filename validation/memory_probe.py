@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 from io import StringIO
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -92,6 +93,22 @@ def predict_probe_row(row: pd.Series) -> ProbePrediction:
         reserved_gib=measured[1], predicted_reserved_gib=float(est.memory.reserved_bytes[0]) / BYTES_PER_GIB,
         predicted_fits=bool(est.fits[0]), params=float(row["params"]) if not oom else np.nan,
         predicted_params=model.total_params())
+
+
+def predict_probe_step_s(row: pd.Series, cost_model: str = "analytical", store: Path | None = None) -> float:
+    """Paraplan's step time (s) for one probe row, priced by ``cost_model`` (with the profile ``store``'s data for
+    ``learned``, ``auto`` and ``measured``), at the row's configuration as ``predict_probe_row`` builds it."""
+    from paraplan.cost_models.learned.provider import compute_rates  # the store's readers: only when pricing steps
+
+    model, compiled, batch = probe_model(row["shape"]), str(row["compile"]).lower() == "true", int(row["batch"])
+    job = TrainingJob(model=model, seq_len=int(row["seq"]), global_batch=batch, precision="bf16",
+                      engine="torchtitan", attention="flash", compiled=compiled, compiled_loss=compiled)
+    config = ParallelConfig(tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=batch, zero=3, recompute=PROBE_RECOMPUTE[row["ac"]],
+                            sp=False, cp_comm="allgather")
+    cluster, work = quick_cluster(PROBE_GPU, 1), job.workload()
+    rates = compute_rates(cost_model, cluster.gpu, work.precision, work.attention, work.kernel_stack,
+                          store if store is not None else Path("absent-store.sqlite"))
+    return float(estimate(model, cluster, work, configs_to_table([config]), rates).step_time_s[0])
 
 
 def predict_probe_all(frame: pd.DataFrame | None = None) -> list[ProbePrediction]:

@@ -53,7 +53,7 @@ COST_MODELS = ("analytical", "learned", "auto", "measured")
 """``measured``: GEMMs from a measured kernel table (kernel_source.py). Not part of ``auto`` yet: isolated kernel times
 leave out what a multi-GPU step adds (communication kernels sharing SMs, sustained clocks), which the analytical
 fractions carry and no separate term does yet (bench/kernel_tables_accuracy.py: on the 76 16-bit H100 reference
-runs, median error 3.9% analytical, 33% too fast with aiconfigurator's H100 GEMM table)."""
+runs, median error 3.9% analytical, 29% too fast with aiconfigurator's H100 GEMM tables)."""
 
 
 def gemm_predictor(estimator: Regressor, rates: ComputeRates) -> GemmTimeFn:

@@ -1,0 +1,65 @@
+"""paraplan's own H100 probe priced with aiconfigurator's measured H100 GEMM tables (issue 31's first target).
+
+Runs against the real aiconfigurator-core 0.12.0 wheel, which CI downloads (.ci/run) and names in
+PARAPLAN_AICONFIGURATOR_WHEEL; without it these tests skip, and under PARAPLAN_REQUIRE_AICONFIGURATOR=1 they fail.
+Nothing here is fitted to the probe: the tables are isolated-kernel timings NVIDIA measured, the probe is
+torchtitan steps paraplan measured (data/measured/torchtitan_memory_h100.csv).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from paraplan.cli.app import app
+from paraplan.validation.memory_probe import load_probe_rows, predict_probe_step_s
+
+
+def _wheel() -> Path:
+    named = os.environ.get("PARAPLAN_AICONFIGURATOR_WHEEL", "")
+    if not named or not Path(named).is_file():
+        why = (f"PARAPLAN_AICONFIGURATOR_WHEEL names no file ({named!r}): "
+               "pip download --no-deps aiconfigurator-core==0.12.0")
+        if os.environ.get("PARAPLAN_REQUIRE_AICONFIGURATOR") == "1":
+            pytest.fail(f"PARAPLAN_REQUIRE_AICONFIGURATOR=1 but {why}")
+        pytest.skip(why)
+    pytest.importorskip("pyarrow", reason="reading aiconfigurator's parquet tables needs pyarrow")
+    return Path(named)
+
+
+@pytest.fixture(scope="module")
+def probe_errors(tmp_path_factory: pytest.TempPathFactory) -> tuple[np.ndarray, np.ndarray]:
+    """(analytical, measured-table) relative step-time errors of the 14 probe steps that ran."""
+    store = tmp_path_factory.mktemp("kernels") / "store.sqlite"
+    result = CliRunner().invoke(app, ["ingest", "aiconfigurator", str(_wheel()), "--hardware", "h100-sxm", "--op",
+                                      "gemm", "--store", str(store)])
+    assert result.exit_code == 0, result.output
+    rows = load_probe_rows()
+    rows = rows[rows["error"] != "oom"]
+    measured = rows["step_s"].astype(float).to_numpy()
+    analytical = np.array([predict_probe_step_s(row, "analytical") for _, row in rows.iterrows()])
+    tables = np.array([predict_probe_step_s(row, "measured", store) for _, row in rows.iterrows()])
+    return analytical / measured - 1.0, tables / measured - 1.0
+
+
+def test_measured_gemm_tables_halve_the_probe_error(probe_errors: tuple[np.ndarray, np.ndarray]) -> None:
+    analytical, tables = probe_errors
+    assert len(tables) == 14
+    # bench/kernel_tables_accuracy.py: analytical median 36.6% (max 54.2%), tables 17.9% (max 31.5%).
+    assert np.median(np.abs(analytical)) == pytest.approx(0.366, abs=0.01)
+    assert np.median(np.abs(tables)) == pytest.approx(0.179, abs=0.01)
+    assert np.all(np.abs(tables) < np.abs(analytical))  # every step closer
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "issue 31 target (median <= 10%, none beyond 25%): measured GEMMs give 17.9% (max 31.5%); what remains is "
+    "attention at 8,192 tokens (llama3-1b rows +18-31%, the 2,048-token rows within 9%): the H100 flash fraction "
+    "0.18 was fitted to MosaicML's Triton kernels, and no table of PyTorch SDPA forward and backward on H100 "
+    "exists until 'paraplan profile' runs its training suite on one"))
+def test_probe_step_time_target(probe_errors: tuple[np.ndarray, np.ndarray]) -> None:
+    _, tables = probe_errors
+    assert np.median(np.abs(tables)) <= 0.10 and np.max(np.abs(tables)) <= 0.25
