@@ -150,3 +150,14 @@ def test_measured_cost_model_without_a_table_is_one_line_exit_2(tmp_path: Path) 
     ok = runner.invoke(app, [*args, "--gpu", "h100-sxm", "--json", "-"])
     assert ok.exit_code == 0, ok.output
     assert "measured bf16 GEMM table (h100-sxm" in ok.output
+
+
+def test_learned_models_train_on_training_stacks_not_on_serving_engines_kernel_tables(tmp_path: Path) -> None:
+    from paraplan.cost_models.learned.learn import learn_hardware
+
+    store = tmp_path / "store.sqlite"
+    ingest_parsed(_gemm_file("a", "torch.nn.functional.linear", "bf16", 1.0), store)  # vLLM's: a kernel table only
+    assert [t for t in learn_hardware(store, "h100-sxm") if t.meta.target.startswith("gemm")] == []
+    ingest_parsed(_gemm_file("c", "matmul", "bf16", 1.0, stack="pytorch 2.11.0+cu130"), store)  # paraplan's suite
+    learned = [t for t in learn_hardware(store, "h100-sxm") if t.meta.target.startswith("gemm")]
+    assert [t.meta.target for t in learned] == ["gemm-16bit"]

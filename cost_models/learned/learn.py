@@ -87,7 +87,8 @@ def _gemm_scores(frame: pd.DataFrame, hardware: str, dtype: str) -> list[Score]:
 def learn_hardware(store: Path, hardware: str) -> list[LearnedTarget]:
     """Fit, score and save every model ``hardware`` has enough rows for."""
     learned = []
-    gemms = load_measurements(store, hardware, "gemm")
+    gemms = _forward_rows(load_measurements(store, hardware, "gemm"))
+    gemms = gemms[gemms["name"] != "grouped_mm"] if len(gemms) else gemms  # experts' grouped GEMMs: another kernel
     for dtype, frame in gemms.groupby(gemms["dtype"].replace({"bf16": "fp16"}) if len(gemms) else []):
         if len(frame) >= MIN_ROWS:
             frame = frame.reset_index(drop=True)
@@ -114,9 +115,31 @@ def _collective_domain(frame: pd.DataFrame) -> dict[str, float]:
             "max_group_size": int(inside["group_size"].max())}
 
 
+def _training_stack(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows a training step's kernels match: untagged rows and paraplan's own PyTorch suite, not a serving engine's
+    kernel tables (aiconfigurator's FA3 or TensorRT-LLM attention, Cutlass fp8 GEMMs), which price ``--cost-model
+    measured`` through kernel_source.py instead."""
+    if "stack" not in frame.columns:
+        return frame
+    return frame[frame["stack"].isna() | frame["stack"].astype(str).str.startswith("pytorch")]
+
+
+def _forward_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows of forward GEMMs: the training suite also times each GEMM's data and weight gradients (``pass``), which
+    the learned model, a function of the forward shape, does not describe."""
+    frame = _training_stack(frame)
+    if "pass" not in frame.columns:
+        return frame
+    return frame[frame["pass"].isna() | (frame["pass"] == "forward")]
+
+
 def _learn_attention(store: Path, hardware: str) -> list[LearnedTarget]:
     """The flash-attention model, when the store has causal attention timings over enough sequence lengths."""
-    frame = load_measurements(store, hardware, "attention")
+    frame = _training_stack(load_measurements(store, hardware, "attention"))
+    if "backend" in frame.columns:  # the training suite times every SDPA backend; the model is flash attention's
+        frame = frame[frame["backend"].isna() | frame["backend"].isin(["default", "flash"])]
+    if "pass" in frame.columns:  # decode attention (aiconfigurator's generation tables) is another kernel
+        frame = frame[frame["pass"].isin(["forward", "backward"])]
     if len(frame) < MIN_ROWS or frame["seq_len"].nunique() < 2 * HELD_OUT_EVERY:
         return []
     frame = frame.reset_index(drop=True)
