@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from paraplan.cli import render
@@ -24,7 +25,7 @@ from paraplan.planner.placement.expert_input import (
     routing_input,
     with_expert_placement,
 )
-from paraplan.planner.placement.expert_placement import make_instance, place_experts
+from paraplan.planner.placement.expert_placement import ExpertInstance, ExpertPlacement, make_instance, place_experts
 from paraplan.planner.placement.plan_costs import precision_error
 from paraplan.planner.placement.solver import SolverConfig
 from paraplan.planner.plan import SCHEMA_VERSION
@@ -32,6 +33,10 @@ from paraplan.planner.plan import SCHEMA_VERSION
 _PLACE = "Placement"
 TimeLimitOpt = Annotated[float, typer.Option(
     help="Seconds per placement, building the model included (per layer for experts).", rich_help_panel=_PLACE)]
+ExpertTimeLimitOpt = Annotated[float, typer.Option(
+    "--time-limit", help="Seconds for the whole call, building the models included: each MoE layer gets an equal "
+                         "share of the time left; layers reached once it is spent take the greedy layout.",
+    rich_help_panel=_PLACE)]
 JsonOpt = Annotated[Path | None, typer.Option("--json", help="Write the result as JSON to this file.")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite an existing --json file.")]
 
@@ -54,7 +59,7 @@ def experts(
     layers: Annotated[int | None, typer.Option(help="MoE layers (with --skew).")] = None,
     replicas: Annotated[int, typer.Option(help="Extra copies of hot experts per layer (a multiple of ep).")] = 0,
     ranks_per_domain: Annotated[int, typer.Option(help="EP ranks per NVLink domain.")] = 8,
-    time_limit: TimeLimitOpt = 10.0, json_path: JsonOpt = None, force: ForceOpt = False,
+    time_limit: ExpertTimeLimitOpt = 60.0, json_path: JsonOpt = None, force: ForceOpt = False,
     plan_out: Annotated[Path | None, typer.Option(help="With --plan: write the plan file with its expert map "
                                                   "(exports then carry it in expert_map.json).")] = None,
 ) -> None:
@@ -77,11 +82,9 @@ def experts(
     instance = make_instance(stats, ep, ranks_per_domain, replicas)
     if document is not None:
         check_layers(document, stats.num_layers)
-    with render.working(render.make_console(stderr=True), f"placing {stats.num_experts} experts x "
-                        f"{stats.num_layers} layers on {ep} ranks"):
-        placed = place_experts(instance, config)
+    placed = _place_with_progress(instance, config, f"MoE layers placed ({stats.num_experts} experts on {ep} EP ranks)")
     expert_map = expert_map_document(placed, instance, stats, config)
-    _expert_table(expert_map["summary"], f"{stats.num_experts} experts x {stats.num_layers} MoE layers on "
+    _expert_table(expert_map, f"{stats.num_experts} experts x {stats.num_layers} MoE layers on "
                   f"{ep} EP ranks ({stats.source}), {replicas} replicas")
     if json_path is not None:
         render.write_json(json_path, expert_map, force)
@@ -91,7 +94,20 @@ def experts(
         render.write_json(plan_out, {"schema_version": SCHEMA_VERSION, "plans": [placed_plan]}, force)
 
 
-def _expert_table(summary: dict[str, float], title: str) -> None:
+def _place_with_progress(instance: ExpertInstance, config: SolverConfig, description: str) -> ExpertPlacement:
+    """Place the experts with a bar of the layers done on stderr (on a terminal; nothing when it is captured)."""
+    console = render.make_console(stderr=True)
+    if not console.is_terminal:
+        return place_experts(instance, config)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task(description, total=instance.load.shape[0])
+        return place_experts(instance, config, lambda done, total: bar.update(
+            task, completed=done, total=total, refresh=True))
+
+
+def _expert_table(expert_map: dict[str, Any], title: str) -> None:
+    summary = expert_map["summary"]
     table = Table(title=title)
     for column in ("tokens, summed over layers", "contiguous", "placed", "reduction %"):
         table.add_column(column, justify="left" if column.startswith("tokens") else "right")
@@ -102,9 +118,29 @@ def _expert_table(summary: dict[str, float], title: str) -> None:
         table.add_row(label, render.count(before), render.count(after), render.percent(reduction))
     console = render.make_console()
     render.print_table(console, table)
-    console.print(f"ideal (mean rank) {render.count(summary['ideal_max_rank_tokens'])}; solves optimal "
-                  f"{summary['solves_optimal']:.0f}/{summary['solves_total']:.0f}, worst gap "
-                  f"{render.percent(summary['max_gap_frac'])} %, solver time {summary['solver_wall_s']:.1f} s")
+    for line in bound_lines(expert_map["bound"], summary):
+        console.print(line)
+
+
+def bound_lines(bound: dict[str, Any], summary: dict[str, float]) -> list[str]:
+    """What the call reached, in words: each phase's objective, proven bound and gap summed over layers, the
+    layers by outcome, and whether the budget ran out."""
+    lines = [f"bound reached: busiest rank {render.count(bound['max_rank_tokens'])} tokens, proven >= "
+             f"{render.count(bound['max_rank_bound_tokens'])}, gap {render.percent(bound['max_rank_gap_frac'])} % "
+             f"(ideal mean rank {render.count(summary['ideal_max_rank_tokens'])})"]
+    if bound["traffic_tokens"] or bound["traffic_bound_tokens"]:
+        lines.append(f"bound reached: inter-layer traffic {render.count(bound['traffic_tokens'])} tokens, proven "
+                     f">= {render.count(bound['traffic_bound_tokens'])}, gap "
+                     f"{render.percent(bound['traffic_gap_frac'])} %")
+    lines.append(f"layers: {bound['layers_optimal']} optimal, {bound['layers_at_limit']} stopped unproven, "
+                 f"{bound['layers_greedy']} greedy (worst layer gap {render.percent(summary['max_gap_frac'])} %); "
+                 f"{bound['wall_s']:.1f} s of a {bound['time_limit_s']:g} s budget")
+    if bound["layers_greedy"]:
+        layers = bound["layers_optimal"] + bound["layers_at_limit"] + bound["layers_greedy"]
+        lines.append(f"the {bound['time_limit_s']:g} s budget ran out: the last {bound['layers_greedy']} of {layers} "
+                     "layers took the greedy layout without the solver (no traffic phase); a longer --time-limit "
+                     "solves them")
+    return lines
 
 
 def place(

@@ -62,6 +62,52 @@ def test_experts_from_a_skew(tmp_path: Path):
     assert summary["solves_total"] == 3.0  # two load solves, one traffic solve (layer 1)
 
 
+def test_experts_reports_the_bound_it_reached(tmp_path: Path):
+    # Loads 4, 3, 2, 1 on 2 ranks: the optimum 5 (4 + 1, 3 + 2) is also the bound the solver proves.
+    routing = tmp_path / "routing.csv"
+    write_routing_csv(RoutingStats(tokens_per_expert=np.array([[4.0, 3.0, 2.0, 1.0]])), routing)
+    result = invoke("experts", "--routing", str(routing), "--ep", "2", "--ranks-per-domain", "1",
+                    "--json", str(tmp_path / "e.json"))
+    assert result.exit_code == 0, result.output
+    assert "bound reached: busiest rank 5 tokens, proven >= 5, gap 0.0 %" in result.stdout
+    assert "layers: 1 optimal, 0 stopped unproven, 0 greedy" in result.stdout
+    assert "budget ran out" not in result.stdout
+    document = json.loads((tmp_path / "e.json").read_text())
+    assert document["solver"]["time_limit_s"] == 60.0  # the whole call's budget
+    bound = document["bound"]
+    assert (bound["max_rank_tokens"], bound["max_rank_bound_tokens"], bound["max_rank_gap_frac"]) == (5.0, 5.0, 0.0)
+    assert (bound["layers_optimal"], bound["layers_at_limit"], bound["layers_greedy"]) == (1, 0, 0)
+    assert document["layers"][0]["outcome"] == "optimal"
+
+
+def test_experts_past_its_budget_places_the_rest_greedily_and_says_so(tmp_path: Path):
+    # 0.05 s is less than one layer's least solve (MIN_LAYER_S), so every layer takes the greedy layout.
+    result = invoke("experts", "--skew", "zipf:1.2", "--experts", "16", "--layers", "3", "--ep", "4",
+                    "--time-limit", "0.05", "--json", str(tmp_path / "e.json"))
+    assert result.exit_code == 0, result.output
+    assert "layers: 0 optimal, 0 stopped unproven, 3 greedy" in result.stdout
+    assert "the 0.05 s budget ran out: the last 3 of 3 layers took the greedy layout" in result.stdout
+    assert "proven >=" in result.stdout
+    document = json.loads((tmp_path / "e.json").read_text())
+    assert document["bound"]["layers_greedy"] == 3 and document["bound"]["time_limit_s"] == 0.05
+    assert [layer["outcome"] for layer in document["layers"]] == ["greedy"] * 3
+    assert all(layer["traffic"] is None for layer in document["layers"])
+
+
+def test_experts_shows_its_progress_on_a_terminal():
+    result = runner.invoke(app, ["experts", "--skew", "zipf:1.2", "--experts", "8", "--layers", "3", "--ep", "2"],
+                           env={"TTY_COMPATIBLE": "1", "COLUMNS": "160"})
+    assert result.exit_code == 0, result.output
+    assert all(f"{done}/3" in result.stderr for done in (1, 2, 3)), result.stderr
+    assert "layers: " in result.stdout
+    quiet = invoke("experts", "--skew", "zipf:1.2", "--experts", "8", "--layers", "3", "--ep", "2")
+    assert quiet.stderr == ""  # captured or piped: no bar
+
+
+def test_experts_help_says_the_limit_covers_the_whole_call():
+    assert "whole call" in " ".join(invoke("experts", "--help").stdout.split())
+
+
 def test_experts_from_an_moe_plan(tmp_path: Path):
     plan = write_plan_file(tmp_path / "plan.json", make_plan_document(
         "mixtral-8x7b", tp=1, dp=8, ep=4, global_batch=8, seq_len=1024))

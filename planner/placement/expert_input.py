@@ -10,6 +10,7 @@ from typing import Any
 from paraplan.errors import InputError
 from paraplan.measurements.routing import RoutingStats, parse_skew, read_routing_csv, zipf_routing
 from paraplan.planner.json_schema import validate_own
+from paraplan.planner.placement.expert_budget import CallBound
 from paraplan.planner.placement.expert_placement import ExpertInstance, ExpertPlacement
 from paraplan.planner.placement.solver import SolverConfig, SolveStats
 from paraplan.planner.plan import plan_schema
@@ -60,15 +61,15 @@ def expert_map_document(placement: ExpertPlacement, instance: ExpertInstance, st
             "layer": layer, "ranks": ranks,
             "token_share": [[round(float(share[e, r]), 6) for e in experts] for r, experts in enumerate(ranks)],
             "load": _stats(placement.load_stats[layer]),
-            "traffic": None if traffic is None else _stats(traffic),
+            "traffic": None if traffic is None else _stats(traffic), "outcome": placement.outcomes[layer],
         })
     return {
         "schema_version": EXPERT_MAP_VERSION, "source": stats.source, "ep": instance.ep,
         "num_experts": stats.num_experts, "replicas": instance.replicas,
         "ranks_per_domain": instance.ranks_per_domain,
-        "solver": {"time_limit_s_per_layer": config.time_limit_s, "relative_gap_frac": config.relative_gap_frac,
+        "solver": {"time_limit_s": config.time_limit_s, "relative_gap_frac": config.relative_gap_frac,
                    "num_workers": config.num_workers, "seed": config.seed},
-        "summary": summary(placement),
+        "summary": summary(placement), "bound": bound_document(placement.bound),
         "baseline": {"max_rank_tokens": base.max_rank_tokens.tolist(),
                      "cross_gpu_tokens": base.cross_gpu_tokens.tolist()},
         "layers": layers,
@@ -96,6 +97,20 @@ def summary(placement: ExpertPlacement) -> dict[str, float]:
         "max_gap_frac": float(max(gaps)),
         "solver_wall_s": float(sum(s.wall_s for s in placement.load_stats)
                                + sum(s.wall_s for s in placement.traffic_stats if s)),
+    }
+
+
+def bound_document(bound: CallBound) -> dict[str, Any]:
+    """The bound a call reached, as plain data: the layers by outcome, each phase's objective, proven bound and
+    gap summed over layers (token-routings), the budget and the wall time (seconds)."""
+    return {
+        "layers_optimal": bound.layers_optimal, "layers_at_limit": bound.layers_at_limit,
+        "layers_greedy": bound.layers_greedy,
+        "max_rank_tokens": bound.max_rank_tokens, "max_rank_bound_tokens": bound.max_rank_bound_tokens,
+        "max_rank_gap_frac": bound.max_rank_gap_frac,
+        "traffic_tokens": bound.traffic_tokens, "traffic_bound_tokens": bound.traffic_bound_tokens,
+        "traffic_gap_frac": bound.traffic_gap_frac,
+        "time_limit_s": bound.time_limit_s, "wall_s": bound.wall_s,
     }
 
 

@@ -15,6 +15,8 @@ Baseline: Megatron's contiguous layout. Heuristic (hint and fallback): ``expert_
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -22,6 +24,7 @@ import numpy as np
 
 from paraplan.errors import InputError
 from paraplan.measurements.routing import RoutingStats
+from paraplan.planner.placement.expert_budget import CallBound, LayerOutcome, call_bound, layer_config, layer_outcome
 from paraplan.planner.placement.expert_layout import (
     LayoutCost,
     affinity_cost,
@@ -37,6 +40,9 @@ if TYPE_CHECKING:  # annotations only: OR-Tools loads where a solver runs
 
     # CP-SAT variables by (expert, rank).
     VarMap = dict[tuple[int, int], cp_model.IntVar]
+
+Progress = Callable[[int, int], None]
+"""Called after each layer with (layers placed, layers in all)."""
 
 LOAD_RESOLUTION = 1_000_000
 """Integer units per layer's busiest-possible load: token counts above this are scaled down so that
@@ -75,10 +81,28 @@ class ExpertPlacement:
     """Per layer, phase 1 (busiest-rank tokens, in token-routings)."""
     traffic_stats: tuple[SolveStats | None, ...]
     """Per layer, phase 2 (cross-GPU + cross-domain tokens); None where not solved."""
+    outcomes: tuple[LayerOutcome, ...]
+    """Per layer: proven optimal, stopped without a proof, or greedy (the budget was spent before it)."""
+    bound: CallBound
+    """The whole call: objectives and proven bounds summed over layers, the outcomes counted, its wall time."""
 
     def experts_on_ranks(self) -> list[list[list[int]]]:
         """Layer → rank → the experts it holds."""
         return [[[int(e) for e in np.nonzero(layer[:, r])[0]] for r in range(layer.shape[1])] for layer in self.shares]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayerSolve:
+    """How one layer was placed."""
+
+    share: np.ndarray
+    """(experts, ep): fraction of expert e's tokens served by rank r."""
+    load: SolveStats
+    """Phase 1 (busiest-rank tokens), in token-routings."""
+    traffic: SolveStats | None
+    """Phase 2 (cross-GPU + cross-domain tokens), in token-routings; None where not solved."""
+    outcome: LayerOutcome
+    """Proven optimal, stopped without a proof, or greedy."""
 
 
 def make_instance(stats: RoutingStats, ep: int, ranks_per_domain: int, replicas: int = 0) -> ExpertInstance:
@@ -192,6 +216,15 @@ def load_bound(load: np.ndarray, ep: int, replicas: int) -> int:
     return max(mean, int(ordered[-1] + ordered[: slots_per_rank(len(load), ep, 0) - 1].sum()))
 
 
+def greedy_load(load: np.ndarray, ep: int, replicas: int) -> tuple[np.ndarray, SolveStats]:
+    """The greedy layout of one layer (the heaviest expert on rank 0), stated against ``load_bound``: proven
+    optimal where it meets the bound, else ``heuristic`` with that bound."""
+    share = _rank0_first(greedy_share(load.astype(float), ep, replicas), int(np.argmax(load)))
+    objective, bound = _max_load(load, share), float(load_bound(load, ep, replicas))
+    return share, SolveStats(status="optimal" if objective <= bound else "heuristic", objective=objective,
+                             bound=min(bound, objective), wall_s=0.0)
+
+
 def solve_load(load: np.ndarray, ep: int, replicas: int, config: SolverConfig) -> tuple[np.ndarray, SolveStats]:
     """Phase 1 of one layer: the layout with the fewest tokens on the busiest rank.
 
@@ -203,12 +236,12 @@ def solve_load(load: np.ndarray, ep: int, replicas: int, config: SolverConfig) -
     from ortools.sat.python import cp_model  # imported where a solver runs: start-up time
     slots = slots_per_rank(len(load), ep, replicas)
     heaviest = int(np.argmax(load))
-    heuristic = _rank0_first(greedy_share(load.astype(float), ep, replicas), heaviest)
+    heuristic, greedy = greedy_load(load, ep, replicas)
+    if greedy.status == "optimal":  # the heuristic meets the bound: proven, no search needed
+        return heuristic, greedy
     replicable = ((load * ep * slots >= load.sum()) | ((heuristic > 0).sum(axis=1) > 1)) if replicas \
         else np.zeros(len(load), dtype=bool)
     trivial = load_bound(load, ep, replicas)
-    if _max_load(load, heuristic) <= trivial:  # the heuristic meets the bound: proven, no search needed
-        return heuristic, SolveStats(status="optimal", objective=float(trivial), bound=float(trivial), wall_s=0.0)
     model = cp_model.CpModel()
     x, y, max_load = _variables(model, load, ep, replicable)
     _constraints(model, load, x, y, max_load, ep, slots)
@@ -250,31 +283,70 @@ def solve_traffic(load: np.ndarray, cost: np.ndarray, max_load_cap: int, start: 
                              wall_s=solver.wall_time)
 
 
-def place_experts(instance: ExpertInstance, config: SolverConfig) -> ExpertPlacement:
-    """Solve every layer in order; costs are reported in token-routings. Each layer's two phases together
-    stay within ``config.time_limit_s``, model building included."""
-    load, coact, ep, q = instance.load, instance.coactivation, instance.ep, instance.quantum_tokens
-    shares: list[np.ndarray] = []
-    load_stats: list[SolveStats] = []
-    traffic_stats: list[SolveStats | None] = []
-    for layer in range(load.shape[0]):
-        config = config.restarted()
-        share, stats = solve_load(load[layer], ep, instance.replicas, config)
-        traffic = None
-        if coact is not None and layer > 0 and instance.replicas == 0:
-            cost = np.rint(affinity_cost(coact[layer - 1], shares[-1], instance.ranks_per_domain)).astype(np.int64)
-            share, traffic = solve_traffic(load[layer], cost, round(stats.objective), share, config)
-        shares.append(share)
-        load_stats.append(_scaled(stats, q))
-        traffic_stats.append(None if traffic is None else _scaled(traffic, q))
-    stacked = np.stack(shares)
+def place_experts(instance: ExpertInstance, config: SolverConfig, progress: Progress | None = None,
+                  clock: Callable[[], float] = time.monotonic) -> ExpertPlacement:
+    """Place every layer in order within one budget; costs are reported in token-routings.
+
+    ``config.time_limit_s`` covers the whole call, model building included: each layer gets an equal share
+    of the time left (``expert_budget.layer_config``), and once that share is too short the layers left take
+    the greedy layout. ``progress(done, total)`` is called after each layer; ``clock`` is the time source
+    (``time.monotonic``, which the solver's deadlines use too).
+    """
+    started = clock()
+    call = config.started(started)
+    budget_s = config.time_limit_s if config.deadline is None else config.remaining_s(started)  # an outer call's
+    layers = instance.load.shape[0]
+    placed: list[LayerSolve] = []
+    for layer in range(layers):
+        now = clock()
+        share_config = layer_config(call, layers - layer, now)
+        previous = placed[-1].share if placed else None
+        placed.append(_greedy_layer(instance, layer) if share_config is None
+                      else _solve_layer(instance, layer, previous, share_config, now))
+        if progress is not None:
+            progress(layer + 1, layers)
+    return _placement(instance, placed, time_limit_s=budget_s, wall_s=clock() - started)
+
+
+def _solve_layer(instance: ExpertInstance, layer: int, previous: np.ndarray | None, config: SolverConfig,
+                 now: float) -> LayerSolve:
+    """One layer by the solver within ``config``'s deadline: phase 1, then (given the previous layer and no
+    replicas) phase 2, phase 1 taking at most half the layer's time."""
+    load, q = instance.load[layer], instance.quantum_tokens
+    traffic_phase = instance.coactivation is not None and previous is not None and instance.replicas == 0
+    share, stats = solve_load(load, instance.ep, instance.replicas, config.share(2, now) if traffic_phase else config)
+    traffic = None
+    if traffic_phase:
+        assert instance.coactivation is not None and previous is not None  # traffic_phase says so
+        cost = np.rint(affinity_cost(instance.coactivation[layer - 1], previous, instance.ranks_per_domain))
+        share, traffic = solve_traffic(load, cost.astype(np.int64), round(stats.objective), share, config)
+    return LayerSolve(share=share, load=_scaled(stats, q), traffic=None if traffic is None else _scaled(traffic, q),
+                      outcome=layer_outcome(stats, traffic, solved=True))
+
+
+def _greedy_layer(instance: ExpertInstance, layer: int) -> LayerSolve:
+    """One layer by the greedy heuristic alone (the budget is spent), stated against the load bound."""
+    share, stats = greedy_load(instance.load[layer], instance.ep, instance.replicas)
+    return LayerSolve(share=share, load=_scaled(stats, instance.quantum_tokens), traffic=None,
+                      outcome=layer_outcome(stats, None, solved=False))
+
+
+def _placement(instance: ExpertInstance, placed: list[LayerSolve], *, time_limit_s: float,
+               wall_s: float) -> ExpertPlacement:
+    """The answer of a call from its layers: the layouts, what they and the contiguous layout cost, the bound."""
+    q, load, coact = instance.quantum_tokens, instance.load, instance.coactivation
+    stacked = np.stack([layer.share for layer in placed])
     tokens = load * q
     coact_tokens = None if coact is None else coact * q
-    baseline = np.broadcast_to(contiguous_share(load.shape[1], ep), stacked.shape)
+    baseline = np.broadcast_to(contiguous_share(load.shape[1], instance.ep), stacked.shape)
+    load_stats = tuple(layer.load for layer in placed)
+    traffic_stats = tuple(layer.traffic for layer in placed)
+    outcomes = tuple(layer.outcome for layer in placed)
     return ExpertPlacement(
         shares=stacked, baseline=layout_cost(tokens, coact_tokens, baseline, instance.ranks_per_domain),
         optimized=layout_cost(tokens, coact_tokens, stacked, instance.ranks_per_domain),
-        load_stats=tuple(load_stats), traffic_stats=tuple(traffic_stats))
+        load_stats=load_stats, traffic_stats=traffic_stats, outcomes=outcomes,
+        bound=call_bound(load_stats, traffic_stats, outcomes, time_limit_s=time_limit_s, wall_s=wall_s))
 
 
 def _scaled(stats: SolveStats, quantum: float) -> SolveStats:
