@@ -24,6 +24,9 @@ TOML_NAME = "torchtitan.toml"
 # 0.3's llama3_405b swaps in float8 rowwise linears when it is built, so it is no bf16 405B and is left
 # out (pass --torchtitan-model for it).
 REGISTRY_0_3 = {"llama-3.1-8b": ("llama3", "llama3_8b"), "llama-3.1-70b": ("llama3", "llama3_70b")}
+ROTATE_METHOD = "allgather"
+"""torchtitan's context_parallel_rotate_method for the plan's cp_comm allgather, the one CP communication the
+torchtitan rules price (planner/engines.py); job_files/torchtitan.py reads it back."""
 FLAVORS_0_2 = {"llama-3.1-8b": ("llama3", "8B"), "llama-3.1-70b": ("llama3", "70B"),
                "llama-3.1-405b": ("llama3", "405B")}
 
@@ -44,6 +47,8 @@ def parallelism(plan: ExportPlan, version: TorchtitanVersion) -> dict[str, int |
     if c.pp > 1:
         fields.update(pipeline_fields(plan, version))
     fields["context_parallel_degree"] = c.cp
+    if c.cp > 1 and version == "0.2":  # 0.3.0 has no such field: it runs PyTorch's default, allgather
+        fields["context_parallel_rotate_method"] = ROTATE_METHOD
     if plan.model.is_moe:
         fields["expert_parallel_degree"] = c.ep
         if version == "0.2":
@@ -153,7 +158,8 @@ def torchtitan_program(plan: ExportPlan, version: TorchtitanVersion, override: s
                          "(e.g. llama3_8b_mxfp8), not an override; pass --torchtitan-model MODULE:CONFIG naming one"
                          if version == "0.3" else "torchtitan 0.2 has no fp4 training converter")
     module, config = model_choice(plan, version, override)
-    notes = (f"attention kernel ({plan.attention}) and rotary settings come from torchtitan's model config",)
+    notes = (f"attention kernel ({plan.attention}) and rotary settings come from torchtitan's model config",
+             *cp_notes(plan))
     entry = ("-m", "torchtitan.train")
     comment = "torchtitan's trainer (installed torchtitan package; TRAIN_SCRIPT replaces it)"
     if version == "0.2":
@@ -164,6 +170,21 @@ def torchtitan_program(plan: ExportPlan, version: TorchtitanVersion, override: s
                        config_files=(toml,), notes=notes)
     return Program(engine="torchtitan", entry=entry, entry_comment=comment, groups=overrides(plan, module, config),
                    notes=notes)
+
+
+def cp_notes(plan: ExportPlan) -> tuple[str, ...]:
+    """Where torchtitan's context parallelism runs other than the plan priced: it all-gathers K and V, and it
+    shards parameters with FSDP over dp_shard·cp whenever cp > 1 (ParallelDims.fsdp_enabled), so ZeRO 0 is
+    not replicated over the cp ranks."""
+    c = plan.config
+    notes: list[str] = []
+    if c.cp > 1 and c.cp_comm != ROTATE_METHOD:
+        notes.append(f"the plan priced context-parallel cp_comm {c.cp_comm}; torchtitan all-gathers K and V "
+                     "(re-plan with --engine torchtitan to price that)")
+    if c.cp > 1 and c.zero == 0:
+        notes.append(f"torchtitan shards parameters over the {c.cp} context-parallel ranks (FSDP) whenever cp > 1: "
+                     "this zero-0 plan runs sharded, not replicated as priced (re-plan with --zero 2,3)")
+    return tuple(notes)
 
 
 def overrides(plan: ExportPlan, module: str, config: str) -> tuple[ArgGroup, ...]:

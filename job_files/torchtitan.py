@@ -171,6 +171,7 @@ def apply_fields(fields: Fields, facts: Facts, version: str) -> None:
         degrees[key] = _int(value, f"parallelism.{name}", where)
         if key != "replicate":
             facts.put(key, degrees[key], where)
+    _context_parallel(get, facts, degrees["cp"])
     _data_parallel(get, facts, degrees)
     _pipeline(get, facts, degrees["pp"])
     _batch(get, facts, registry, degrees["pp"])
@@ -227,6 +228,23 @@ def _model(fields: Fields, facts: Facts, registry: dict[str, Any]) -> None:
         facts.note(f"torchtitan model {name[0]} flavor {flavor[0]} ({flavor[1]}) is not a paraplan preset")
 
 
+def _context_parallel(get: _Get, facts: Facts, cp: int) -> None:
+    """How context parallelism moves K and V: PyTorch's ring attention rotate method (0.2.2's
+    ``parallelism.context_parallel_rotate_method``; 0.3.0 has no such field and runs PyTorch's default,
+    allgather)."""
+    if cp == 1:
+        return
+    method, where = get("parallelism", "context_parallel_rotate_method", "allgather")
+    if method not in ("allgather", "alltoall"):
+        raise InputError(f"{where}: context_parallel_rotate_method {shown(method)} is not allgather or alltoall")
+    if method == "alltoall":
+        # PyTorch's _AllToAllRotater passes each rank's K and V to the next, cp - 1 hops: the bytes of one
+        # all-gather, hidden hop by hop instead of once under the local chunk.
+        facts.note(f"torchtitan context_parallel_rotate_method alltoall ({where}) is priced as allgather, the "
+                   "rotate method paraplan models for torchtitan (the same K/V bytes, overlapped hop by hop)")
+    facts.put("cp_comm", "allgather", where)
+
+
 def _data_parallel(get: _Get, facts: Facts, degrees: dict[str, int]) -> None:
     shard, where = get("parallelism", "data_parallel_shard_degree", -1)
     shard = _int(shard, "parallelism.data_parallel_shard_degree", where)
@@ -239,12 +257,16 @@ def _data_parallel(get: _Get, facts: Facts, degrees: dict[str, int]) -> None:
         shard = facts.values["num_gpus"] // rest
         where = f"world size / (tp·pp·cp·replicate) ({facts.sources['num_gpus']})"
     facts.put("dp", shard * replicate, where)
-    if shard > 1 and replicate > 1:
-        facts.note(f"HSDP ({replicate} replicas x {shard} shards) is priced as sharding over all {shard * replicate}")
+    # torchtitan shards with FSDP over dp_shard·cp whenever either is > 1 (ParallelDims.fsdp_enabled), as
+    # paraplan's ZeRO shards over dp·cp.
+    shards = shard * degrees["cp"]
+    if shards > 1 and replicate > 1:
+        facts.note(f"HSDP ({replicate} replicas x {shards} shards) is priced as sharding over all "
+                   f"{shards * replicate}")
     reshard, reshard_where = get("parallelism", "fsdp_reshard_after_forward", "default")
     # torchtitan's "default" reshards after forward unless pipeline parallel is on.
     stage = {"always": 3, "never": 2}.get(str(reshard), 2 if degrees["pp"] > 1 else 3)
-    facts.put("zero", stage if shard > 1 else 0, reshard_where if shard > 1 else where)
+    facts.put("zero", stage if shards > 1 else 0, reshard_where if shards > 1 else where)
 
 
 def _pipeline(get: _Get, facts: Facts, pp: int) -> None:

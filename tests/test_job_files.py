@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import assert_bad_input
+from export_factory import make_export_plan
 from typer.testing import CliRunner
 
 import paraplan
@@ -264,6 +265,9 @@ MOE = ["--gpu", "h100-sxm", "--seq-len", "4096", "--global-batch", "512"]
     (LLAMA_16, "torchtitan", ["--tp", "2", "--pp", "2"], "0.3", "torchtitan_launch.sh"),
     (LLAMA_16, "torchtitan", [], "0.2", "torchtitan_launch.sh"),
     (LLAMA_16, "torchtitan", [], "0.2", "torchtitan.toml"),
+    # context parallelism: the rotate method torchtitan runs (allgather) is written (0.2) or its default (0.3)
+    (LLAMA_16, "torchtitan", ["--cp", "2"], "0.2", "torchtitan.toml"),
+    (LLAMA_16, "torchtitan", ["--cp", "2"], "0.3", "torchtitan_launch.sh"),
     (LLAMA_16, "deepspeed", ["--pp", "1"], "0.3", "deepspeed_launch.sh"),
     (LLAMA_16, "megatron", [], "0.3", "slurm.sbatch"),
     (LLAMA_16, "torchtitan", [], "0.3", "slurm.sbatch"),
@@ -283,6 +287,67 @@ def test_evaluate_from_an_exported_file_reproduces_the_plan(tmp_path, job, engin
     assert again["config"] == planned["config"]
     assert again["job"] == planned["job"] and again["model"] == planned["model"]
     assert again["estimate"]["step_time_s"] == planned["estimate"]["step_time_s"]
+
+
+def test_plan_from_an_exported_torchtitan_cp_toml_compares_it(tmp_path):
+    """plan --from a torchtitan TOML with context parallelism prices its layout beside the best plan (it said
+    'breaks a rule: torchtitan does not offer this context-parallel communication' before)."""
+    plans, out = tmp_path / "plans.json", tmp_path / "launch"
+    planned = invoke("plan", *LLAMA_16, "--engine", "torchtitan", "--cp", "2", "--top", "1", "--json", plans)
+    assert planned.exit_code == 0, planned.output
+    assert invoke("export", plans, "-f", "torchtitan", "-o", out, "--torchtitan-version", "0.2").exit_code == 0
+    toml = out / "torchtitan.toml"
+    assert 'context_parallel_rotate_method = "allgather"' in toml.read_text()
+    document = tmp_path / "from.json"
+    result = invoke("plan", "--from", toml, "--gpu", "h100-sxm", "--gpus", "16", "--top", "1", "--json", document)
+    assert result.exit_code == 0, result.output
+    block = json.loads(document.read_text())["from_job"]
+    assert "error" not in block, block.get("error")
+    yours = block["plan"]["config"]
+    assert (yours["cp"], yours["cp_comm"]) == (2, "allgather") and block["comparison"]["speedup"] > 0
+    assert block["sources"]["cp_comm"] == at(toml, "context_parallel_rotate_method")
+    assert "your layout" in result.stdout
+
+
+@pytest.mark.parametrize("method, note", [
+    ("", None), ('context_parallel_rotate_method = "allgather"\n', None),
+    ('context_parallel_rotate_method = "alltoall"\n', "priced as allgather")])
+def test_torchtitan_rotate_method_reads_as_its_cp_communication(tmp_path, method, note):
+    path = tmp_path / "job.toml"
+    path.write_text(f"[model]\nname = 'llama3'\nflavor = '8B'\n[parallelism]\ncontext_parallel_degree = 2\n{method}")
+    job = read_job_file(path)
+    assert (job.layout["cp"], job.layout["cp_comm"]) == (2, "allgather")
+    assert job.sources["cp_comm"] == (f"{path}:6" if method else "engine default")
+    assert any(note in n for n in job.notes) if note else not any("rotate" in n for n in job.notes)
+
+
+@pytest.mark.parametrize("parallelism, zero, note", [
+    ("data_parallel_shard_degree = 1\nfsdp_reshard_after_forward = 'never'\n", 2, None),
+    ("data_parallel_replicate_degree = 2\ndata_parallel_shard_degree = 1\n", 3, "HSDP (2 replicas x 4 shards)")])
+def test_torchtitan_shards_over_context_parallel_ranks(tmp_path, parallelism, zero, note):
+    """torchtitan applies FSDP over dp_shard·cp whenever cp > 1 (ParallelDims.fsdp_enabled): one data-parallel
+    shard with cp 4 is ZeRO over the cp ranks (it read as ZeRO 0, so an exported dp-1 ZeRO-2 plan came back 0)."""
+    path = tmp_path / "job.toml"
+    path.write_text(f"[parallelism]\ncontext_parallel_degree = 4\n{parallelism}")
+    job = read_job_file(path)
+    assert (job.layout["cp"], job.layout["zero"]) == (4, zero)
+    assert any(note in n for n in job.notes) if note else not any("HSDP" in n for n in job.notes)
+
+
+def test_torchtitan_export_says_where_its_context_parallelism_differs_from_the_plan():
+    notes = titan_export.torchtitan_program(make_export_plan(engine="torchtitan", cp=2, dp=4, zero=0), "0.2").notes
+    assert any("all-gathers K and V" in n for n in notes)  # the factory's plan priced cp_comm p2p
+    assert any("zero-0 plan runs sharded" in n for n in notes)
+    sharded = make_export_plan(engine="torchtitan", cp=2, dp=4, zero=3, cp_comm="allgather")
+    assert not any("cp" in n for n in titan_export.torchtitan_program(sharded, "0.2").notes)
+
+
+def test_torchtitan_unknown_rotate_method_is_one_line(tmp_path):
+    path = tmp_path / "job.toml"
+    path.write_text("[parallelism]\ncontext_parallel_degree = 2\ncontext_parallel_rotate_method = 'ring'\n")
+    with pytest.raises(InputError, match=r"job.toml:3: context_parallel_rotate_method 'ring' is not allgather or "
+                                         r"alltoall"):
+        read_job_file(path)
 
 
 def test_the_python_api_reads_job_files_like_the_cli():

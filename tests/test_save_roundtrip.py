@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,8 +20,9 @@ from hypothesis import strategies as st
 from paraplan.cost_models.estimate import estimate
 from paraplan.exporters.formats import ExportOptions, export_files
 from paraplan.exporters.plan_input import plan_from_document, select_plan
-from paraplan.exporters.torchtitan import REGISTRY_0_3
+from paraplan.exporters.torchtitan import FLAVORS_0_2, REGISTRY_0_3, TOML_NAME
 from paraplan.hardware_profiles import quick_cluster
+from paraplan.job_files.torchtitan import read_torchtitan_toml
 from paraplan.model_specs.hf_config import load_model
 from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import TrainingJob
@@ -68,10 +70,28 @@ def round_trip(index: int, row: int) -> None:
     assert sum(exported.stage_layers) == job.model.num_layers
     versions = ("0.3", "0.2") if job.engine == "torchtitan" else ("0.3",)
     for version in versions:
-        override = None if job.model.name in REGISTRY_0_3 else ("llama3:llama3_8b" if version == "0.3" else "llama3:8B")
+        shipped = REGISTRY_0_3 if version == "0.3" else FLAVORS_0_2
+        override = None if job.model.name in shipped else ("llama3:llama3_8b" if version == "0.3" else "llama3:8B")
         options = ExportOptions(torchtitan_version=version, torchtitan_model=override)
-        names = {f.name for f in export_files(exported, "all", options)}
+        files = export_files(exported, "all", options)
+        names = {f.name for f in files}
         assert "plan.json" in names and len(names) >= 5
+        if version == "0.2" and override is None:  # the TOML names the plan's own model
+            toml_reads_back(next(f.text for f in files if f.name == TOML_NAME), plan)
+
+
+def toml_reads_back(text: str, plan: Plan) -> None:
+    """The exported torchtitan 0.2 TOML, read as ``evaluate --from`` reads it, states the plan's layout: every
+    axis the reader sets, and the context-parallel communication wherever cp > 1 (issue 33: it read as p2p)."""
+    job = read_torchtitan_toml(Path(TOML_NAME), text)
+    planned = plan.config.as_dict()
+    if plan.config.zero == 0 and plan.config.cp > 1:
+        # torchtitan shards over dp_shard·cp whenever cp > 1 (its export says so in a note): the reader reads
+        # what torchtitan runs, FSDP with its default reshard policy, not the replication the search priced.
+        planned["zero"] = 2 if plan.config.pp > 1 else 3
+    keys = set(job.layout) | ({"cp_comm"} if plan.config.cp > 1 else set())
+    assert {key: job.layout.get(key) for key in keys} == {key: planned[key] for key in keys}
+    assert (job.seq_len, job.global_batch) == (plan.job.seq_len, plan.job.global_batch)
 
 
 @pytest.mark.parametrize("index", range(len(JOBS)), ids=[f"{j[0]}-{j[1]}" for j in JOBS])
