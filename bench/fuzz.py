@@ -2,9 +2,10 @@
 (at most 300 characters), and none may take more than 5 seconds.
 
 Each parser (tests/fuzz_kit.py: hardware, cluster and topology YAML, bandwidth and routing CSV, plan JSON, every
-ingest format, runs file, stack profile, memory runs, the profile store, learned-model metadata, model
-config.json) gets ``--per-parser`` inputs (default 10,000): random bytes and text, hostile classics (deep nesting,
-billion laughs, recursive aliases, huge numbers) and structure-aware mutations of a valid seed file. Each input is
+ingest format (aiconfigurator's parquet tables where pyarrow is installed), runs file, stack profile, memory runs,
+the profile store, learned-model metadata, model config.json) gets ``--per-parser`` inputs (default 10,000): random
+bytes and text, hostile classics (deep nesting, billion laughs, recursive aliases, huge numbers) and
+structure-aware mutations of a valid seed file. Each input is
 parsed in-process under a SIGALRM timer; per parser it prints tried / rejected cleanly / accepted / crashed /
 bad message / over the limit, then the first crashing inputs' exception types. Exit 1 on any crash, bad message
 or hang.

@@ -10,7 +10,10 @@ random tokens instead of a data loader, which holds no GPU memory; with compile 
 compiled too, as torchtitan's default `compile.components` does.
 
 Each configuration runs in its own process (clean allocator and peak statistics), three steps;
-the peaks are read over steps 2 and 3, after the optimizer states exist. `device` is the
+the peaks are read over steps 2 and 3, after the optimizer states exist. `step_s` is the faster of
+steps 2 and 3 (wall clock), and `fwd_s`, `bwd_s`, `clip_s`, `opt_s` split that step by CUDA events
+around the forward (with the loss), the backward, gradient clipping and `optimizer.step()`: rows
+measured before these columns existed (the shipped CSV) leave them out. `device` is the
 driver's view (total − free from `cudaMemGetInfo`), which adds the CUDA context and NCCL's
 buffers to what PyTorch reserved.
 
@@ -131,7 +134,7 @@ def run_one(cfg: dict) -> dict:
     loss_fn = torch.compile(cross_entropy_loss) if cfg["compile"] else cross_entropy_loss
     tokens = torch.randint(0, 128256, (cfg["batch"], cfg["seq"]), device=dev)
     labels = torch.randint(0, 128256, (cfg["batch"], cfg["seq"]), device=dev)
-    times = []
+    times, splits = [], []
     for step in range(3):
         if cpu:
             pass
@@ -139,22 +142,32 @@ def run_one(cfg: dict) -> dict:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
+        # CUDA events (none on CPU) at: forward start, loss computed, backward done, optimizer.step start and end.
+        events = [] if cpu else [torch.cuda.Event(enable_timing=True) for _ in range(5)]
+        mark = (lambda i: events[i].record()) if events else (lambda i: None)
         opt.zero_grad()
+        mark(0)
         pred = model(tokens)
         loss = loss_fn(pred, labels)
+        mark(1)
         del pred
         loss.backward()
+        mark(2)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
+        mark(3)
         opt.step()
+        mark(4)
         if cpu:
             continue
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
+        splits.append(step_split(events))
         if step >= 1:
             free, total = torch.cuda.mem_get_info()
             device_used = total - free
     if cpu:
         return {**cfg, "params": params, "loss": float(loss)}
+    fastest = min(range(1, len(times)), key=lambda i: times[i])  # the step step_s reports, split into its parts
     stats = torch.cuda.memory_stats()
     return {
         **cfg,
@@ -165,10 +178,19 @@ def run_one(cfg: dict) -> dict:
         "non_torch_gib": round((device_used - stats["reserved_bytes.all.current"]) / GIB, 3),
         "total_gib": round(total / GIB, 3),
         "step_s": round(min(times[1:]), 4),
+        **splits[fastest],
         "reserved_at_start_gib": round(reserved_at_start / GIB, 3),
         "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name(0),
     }
+
+
+def step_split(events: list) -> dict:
+    """Seconds of one step's parts from its five recorded CUDA events (synchronised): the forward with the loss
+    (fwd_s), the backward (bwd_s), gradient clipping (clip_s) and optimizer.step (opt_s). With FSDP2 the forward
+    holds the parameter all-gathers and the backward the gradient reduce-scatters (trivial on one rank)."""
+    seconds = [events[i].elapsed_time(events[i + 1]) * 1e-3 for i in range(4)]  # elapsed_time is in ms
+    return {name: round(value, 4) for name, value in zip(("fwd_s", "bwd_s", "clip_s", "opt_s"), seconds)}
 
 
 def context_probe() -> list[dict]:

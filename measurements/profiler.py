@@ -5,8 +5,9 @@ counts and TP degrees; bf16, and fp8 where the GPU has it), scaled-dot-product a
 and backward, a device-to-device copy for memory bandwidth, and, under ``torchrun`` with several
 ranks, NCCL all-reduce, all-gather, reduce-scatter, all-to-all and send/recv. Each timing is the
 median of ``repeats`` runs after ``warmup`` runs, with CUDA events on a GPU and the wall clock on
-CPU (hardware ``cpu``: for tests and dry runs, never mixed with GPU data). PyTorch is imported
-only here, inside the functions, so paraplan works without it.
+CPU (hardware ``cpu``: for tests and dry runs, never mixed with GPU data). Every row's params name
+the ``stack`` (``pytorch <version>``). PyTorch is imported only inside the functions, here and in
+the training suite (``profile_suite``), so paraplan works without it.
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ def model_gemm_shapes(model: ModelSpec, tokens: tuple[int, ...],
     return tuple(sorted(shapes))
 
 
-def _torch() -> ModuleType:
+def import_torch() -> ModuleType:
+    """``torch``, or InputError saying how to install it."""
     try:
         import torch
     except ImportError:
@@ -78,13 +80,13 @@ def _torch() -> ModuleType:
 
 def resolve_device(wanted: str) -> str:
     """``auto``, ``cuda`` or ``cpu`` as the device the profile will run on (imports PyTorch)."""
-    return _device(_torch(), wanted)
+    return pick_device(import_torch(), wanted)
 
 
 def calibration_flops_per_s(device: str, shape: tuple[int, int, int]) -> float:
     """bf16 FLOP/s of one GEMM of ``shape`` (one warm-up, the best of three): the rate the run-time estimate
     extrapolates from (on CPU bf16 runs at well under 1 GFLOP/s, three orders below a GPU)."""
-    torch = _torch()
+    torch = import_torch()
     m, n, k = shape
     with torch.no_grad():
         a = torch.randn(m, k, device=device, dtype=torch.bfloat16)
@@ -102,7 +104,8 @@ def estimated_seconds(settings: ProfileSettings, flops_per_s: float) -> float:
     return (gemm + attention) * runs / flops_per_s
 
 
-def _device(torch: ModuleType, wanted: str) -> str:
+def pick_device(torch: ModuleType, wanted: str) -> str:
+    """``cuda`` or ``cpu`` for ``wanted`` (``auto``, ``cuda``, ``cpu``); InputError for cuda without a GPU."""
     if wanted == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda asked for, but PyTorch sees no CUDA GPU; use --device cpu or auto")
     return "cuda" if wanted == "cuda" or (wanted == "auto" and torch.cuda.is_available()) else "cpu"
@@ -128,7 +131,8 @@ def median_seconds(torch: ModuleType, device: str, fn: Callable[[], object], war
     return statistics.median(times)
 
 
-def _row(kind: str, name: str, seconds: float, params: dict[str, Any]) -> Row:
+def measured_row(kind: str, name: str, seconds: float, params: dict[str, Any]) -> Row:
+    """One measurement in the paraplan-profile JSON form."""
     return {"kind": kind, "name": name, "model": "", "time_s": seconds, "params": params}
 
 
@@ -142,7 +146,8 @@ def _gemms(torch: ModuleType, device: str, settings: ProfileSettings,
         b = torch.randn(k, n, device=device, dtype=torch.bfloat16)
         # Timed at once, within this iteration: the closure sees this iteration's a and b.
         seconds = median_seconds(torch, device, lambda: a @ b, settings.warmup, settings.repeats)
-        rows.append(_row("gemm", "matmul", seconds, {"m": m, "n": n, "k": k, "dtype": "bf16"}))
+        rows.append(measured_row("gemm", "matmul", seconds,
+                                 {"m": m, "n": n, "k": k, "dtype": "bf16", "pass": "forward"}))
         rows += _fp8_gemm(torch, device, settings, a, b)
     return rows
 
@@ -159,7 +164,8 @@ def _fp8_gemm(torch: ModuleType, device: str, settings: ProfileSettings, a: Tens
     except RuntimeError:  # a shape cuBLASLt's fp8 path refuses (dims not multiples of 16)
         return []
     m, k = a.shape
-    return [_row("gemm", "scaled_mm", seconds, {"m": m, "n": b.shape[1], "k": k, "dtype": "fp8"})]
+    return [measured_row("gemm", "scaled_mm", seconds, {"m": m, "n": b.shape[1], "k": k, "dtype": "fp8",
+                                                               "pass": "forward"})]
 
 
 def _attention(torch: ModuleType, device: str, settings: ProfileSettings,
@@ -168,10 +174,11 @@ def _attention(torch: ModuleType, device: str, settings: ProfileSettings,
     for batch, heads, seq, dim in settings.attention_shapes:
         if progress is not None:
             progress(f"attention s={seq} h={heads}")
-        params = {"batch": batch, "heads": heads, "kv_heads": heads, "seq_len": seq, "head_dim": dim}
+        params = {"batch": batch, "heads": heads, "kv_heads": heads, "seq_len": seq, "head_dim": dim, "causal": 1,
+                  "backend": "default", "dtype": "bf16"}
         forward, backward = _attention_times(torch, device, settings, (batch, heads, seq, dim))
-        rows += [_row("attention", "sdpa", forward, {**params, "pass": "forward"}),
-                 _row("attention", "sdpa", backward, {**params, "pass": "backward"})]
+        rows += [measured_row("attention", "sdpa", forward, {**params, "pass": "forward"}),
+                 measured_row("attention", "sdpa", backward, {**params, "pass": "backward"})]
     return rows
 
 
@@ -195,11 +202,12 @@ def _copies(torch: ModuleType, device: str, settings: ProfileSettings) -> list[R
         dst = torch.empty_like(src)
         # Timed at once, within this iteration: the closure sees this iteration's buffers.
         seconds = median_seconds(torch, device, lambda: dst.copy_(src), settings.warmup, settings.repeats)
-        rows.append(_row("memory", "copy", seconds, {"bytes": 2 * size}))  # read + write
+        rows.append(measured_row("memory", "copy", seconds, {"bytes": 2 * size}))  # read + write
     return rows
 
 
-def _collectives(torch: ModuleType, device: str, settings: ProfileSettings) -> list[Row]:
+def collective_rows(torch: ModuleType, device: str, settings: ProfileSettings) -> list[Row]:
+    """Every collective at every size of ``settings`` over the initialised process group (none with one rank)."""
     dist = torch.distributed
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
         return []
@@ -214,7 +222,7 @@ def _collectives(torch: ModuleType, device: str, settings: ProfileSettings) -> l
                 seconds = median_seconds(torch, device, fn, settings.warmup, settings.repeats)
             except RuntimeError:  # a backend without this collective (gloo has no reduce-scatter)
                 continue
-            rows.append(_row("collective", name, seconds, dict(params)))
+            rows.append(measured_row("collective", name, seconds, dict(params)))
     return rows
 
 
@@ -232,12 +240,18 @@ def _collective_calls(dist: ModuleType, x: Tensor) -> dict[str, Callable[[], obj
                 [dist.P2POp(dist.isend, x, (rank + 1) % world), dist.P2POp(dist.irecv, incoming, (rank - 1) % world)])]}
 
 
-def _software(torch: ModuleType, device: str) -> str:
+def software_description(torch: ModuleType, device: str) -> str:
+    """Versions of torch, CUDA, cuDNN, NCCL and the driver (CPU: a note that the timings are not a GPU's)."""
     parts = [f"torch {torch.__version__}"]
     if device == "cuda":
         parts += [f"CUDA {torch.version.cuda}", f"cuDNN {torch.backends.cudnn.version()}",
                   f"NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}", f"driver {_driver_version()}"]
     return "; ".join(parts) + ("" if device == "cuda" else "; device: cpu (CPU timings, not a GPU)")
+
+
+def stack_name(torch: ModuleType) -> str:
+    """The ``stack`` param of every row: ``pytorch <torch.__version__>`` (e.g. ``pytorch 2.11.0+cu130``)."""
+    return f"pytorch {torch.__version__}"
 
 
 def _driver_version() -> str:
@@ -251,12 +265,14 @@ def _driver_version() -> str:
 def run_profile(settings: ProfileSettings, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Time everything in ``settings``; a paraplan-profile JSON document (``ingest`` reads it). ``progress`` is
     called with a short label after each measured point."""
-    torch = _torch()
-    device = _device(torch, settings.device)
+    torch = import_torch()
+    device = pick_device(torch, settings.device)
     name = torch.cuda.get_device_name() if device == "cuda" else CPU
     hardware = catalog_name(name) if device == "cuda" else CPU
     with torch.no_grad():
         rows = _gemms(torch, device, settings, progress) + _copies(torch, device, settings)
-    rows += _attention(torch, device, settings, progress) + _collectives(torch, device, settings)
+    rows += _attention(torch, device, settings, progress) + collective_rows(torch, device, settings)
+    stack = stack_name(torch)
+    rows = [{**row, "params": {**row["params"], "stack": stack}} for row in rows]
     return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "hardware": hardware, "device": device,
-            "device_name": name, "software": _software(torch, device), "measurements": rows}
+            "device_name": name, "software": software_description(torch, device), "measurements": rows}

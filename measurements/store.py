@@ -1,18 +1,23 @@
-"""The profile store: measurements in SQLite, one transaction per ingested file.
+"""The profile store: measurements in SQLite, one transaction per ingested file or per ``ingest`` command.
 
 Idempotent: a file is keyed by the SHA-256 of its bytes, and a file already present adds nothing.
-Every row carries the hardware, the software versions and the source file's hash. A parse error
-happens before the transaction opens, and an error inside it rolls the whole file back, so a
-failed or killed ingestion leaves the store as it was.
+Every row carries the hardware, the software versions and the source file's hash. ``ingest_parsed`` writes one
+file in one transaction: its parse error happens before the transaction opens, and an error inside it rolls the
+whole file back. ``ingest_all`` (the ``ingest`` command) writes every file of the command in ONE transaction,
+parsing lazily inside it (an aiconfigurator database holds millions of rows: one table in memory at a time), and a
+parse or write error in any file rolls all of them back. Either way a failed or killed ingestion leaves the store
+as it was.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import pandas as pd
 
@@ -115,21 +120,84 @@ def ingest_parsed(parsed: ParsedFile, store: Path) -> IngestResult:
 
 
 def _ingest(conn: sqlite3.Connection, parsed: ParsedFile) -> IngestResult:
+    return _in_transaction(conn, lambda: [_insert(conn, parsed)])[0]
+
+
+class FileRows(Protocol):
+    """A parsed file in the store's column form, for a parser of millions of rows (aiconfigurator's database): the
+    files-table fields and per-row columns, written without an object per row."""
+
+    @property
+    def path(self) -> str:
+        """The file as given (as ParsedFile's)."""
+
+    @property
+    def sha256(self) -> str:
+        """Hex digest of the file's bytes."""
+
+    @property
+    def kind(self) -> str:
+        """The format that parsed it."""
+
+    @property
+    def hardware(self) -> str:
+        """GPU catalog name."""
+
+    @property
+    def software(self) -> str:
+        """Versions recorded with the data."""
+
+    @property
+    def num_rows(self) -> int:
+        """Rows ``columns`` yields."""
+
+    def columns(self) -> tuple[Iterable[int], Iterable[str], Iterable[str], Iterable[str], Iterable[float],
+                               Iterable[str]]:
+        """Per row: line, kind, name, model, time_s, params as JSON text with sorted keys."""
+        ...
+
+
+def _insert(conn: sqlite3.Connection, parsed: ParsedFile | FileRows) -> IngestResult:
+    """Write ``parsed`` inside the open transaction unless its hash is stored (by an earlier command or file)."""
     if conn.execute("SELECT 1 FROM files WHERE sha256 = ?", (parsed.sha256,)).fetchone():
         return IngestResult(path=parsed.path, kind=parsed.kind, hardware=parsed.hardware, rows_added=0,
                             already_present=True)
+    rows: Iterable[tuple[Any, ...]]
+    if isinstance(parsed, ParsedFile):
+        count, rows = len(parsed.measurements), (_row(parsed, item) for item in parsed.measurements)
+    else:  # column form: the constant columns repeat and every row is zipped in C
+        line, kind, name, model, time_s, params = parsed.columns()
+        count, rows = parsed.num_rows, zip(repeat(parsed.sha256), line, kind, name, model, repeat(parsed.hardware),
+                                           repeat(parsed.software), time_s, params)
+    conn.execute("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?)", (parsed.sha256, parsed.path, parsed.kind,
+                 parsed.hardware, parsed.software, count))
+    conn.executemany("INSERT INTO measurements VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    return IngestResult(path=parsed.path, kind=parsed.kind, hardware=parsed.hardware, rows_added=count,
+                        already_present=False)
+
+
+def _in_transaction(conn: sqlite3.Connection, work: Callable[[], list[IngestResult]]) -> list[IngestResult]:
+    """``work()`` inside one write transaction: committed when it returns, rolled back when anything escapes."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        conn.execute("INSERT INTO files VALUES (?, ?, ?, ?, ?, ?)", (parsed.sha256, parsed.path, parsed.kind,
-                     parsed.hardware, parsed.software, len(parsed.measurements)))
-        conn.executemany("INSERT INTO measurements VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                         (_row(parsed, item) for item in parsed.measurements))
+        results = work()
     except BaseException:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
-    return IngestResult(path=parsed.path, kind=parsed.kind, hardware=parsed.hardware,
-                        rows_added=len(parsed.measurements), already_present=False)
+    return results
+
+
+def ingest_all(parsed: Iterable[ParsedFile | FileRows], store: Path) -> list[IngestResult]:
+    """Write every file ``parsed`` yields in ONE transaction, all or nothing: an error raised while a later file is
+    parsed (the iterable parses lazily) or written rolls back the earlier ones; stored hashes add nothing."""
+    conn = _connect(store, create=True)
+    try:
+        return _in_transaction(conn, lambda: [_insert(conn, item) for item in parsed])
+    except (sqlite3.Error, UnicodeDecodeError) as exc:
+        raise _foreign(store, exc) from None
+    finally:
+        conn.close()
 
 
 def load_measurements(store: Path, hardware: str | None = None, kind: str | None = None) -> pd.DataFrame:

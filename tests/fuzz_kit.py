@@ -8,6 +8,7 @@ planner writes, the sample ingest files the ingest tests use.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import random
 import sqlite3
@@ -183,6 +184,29 @@ def _model_config_seed() -> bytes:
     return Path(__file__).parents[1].joinpath("data/models/mixtral-8x7b/config.json").read_bytes()
 
 
+@cache
+def _aiconfigurator_seed() -> bytes:
+    """A three-row GEMM table as aiconfigurator's collector writes it (pandas to parquet)."""
+    import io
+
+    import pandas as pd
+
+    rows = [{"framework": "VLLM", "version": "0.24.0", "device": "NVIDIA H100 80GB HBM3", "op_name": "gemm",
+             "kernel_source": "torch.nn.functional.linear", "gemm_dtype": dtype, "m": m, "n": 4096, "k": 4096,
+             "latency": 0.01 * m} for m, dtype in ((1, "bfloat16"), (64, "fp8"), (4096, "bfloat16"))]
+    buffer = io.BytesIO()
+    pd.DataFrame(rows).to_parquet(buffer, index=False)
+    return buffer.getvalue()
+
+
+def _aiconfigurator_table(path: Path) -> object:
+    """The one table of an aiconfigurator database PATH, as the ParsedFile ``ingest`` would store."""
+    from paraplan.measurements.ingest import parse_path
+
+    (parsed,) = parse_path(path)
+    return parsed
+
+
 def _ingest(kind: str, hardware: str | None = None) -> Callable[[Path], object]:
     def call(path: Path) -> object:
         from paraplan.measurements.ingest import parse_file
@@ -295,6 +319,10 @@ PARSERS: dict[str, Parser] = {p.name: p for p in [
     Parser("arrival-trace-jsonl", "trace.jsonl", _call("paraplan.planner.serving.arrival_trace", "read_trace"), "text",
            _const(ARRIVAL_JSONL)),
 ]}
+if importlib.util.find_spec("pyarrow") is not None:  # the optional extra that reads parquet: fuzzed where installed
+    PARSERS["ingest-aiconfigurator"] = Parser(
+        "ingest-aiconfigurator", "systems/data/h100_sxm/gemm/vllm/0.24.0/gemm_perf.parquet", _aiconfigurator_table,
+        "text", _aiconfigurator_seed)  # binary: blind byte mutations, random bytes and hostile texts
 NOT_OURS = ("model-config-json",)
 """Parsers another part of the project owns: the bench reports them, the test suite leaves them to their tests."""
 

@@ -8,7 +8,19 @@ from pathlib import Path
 from paraplan.errors import InputError
 
 FORMATS = ("paraplan-csv", "paraplan-json", "vidur", "nccl-tests", "nccl-tests-json", "torch-trace",
-           "megatron-log", "routing")
+           "megatron-log", "routing", "aiconfigurator")
+DATABASE_SUFFIXES = (".whl", ".zip", ".parquet")
+"""Files that hold aiconfigurator's per-op database (its wheel, or one parquet table), told by name: their bytes are
+binary, and the reader checks their layout."""
+
+
+def path_kind(path: Path) -> str | None:
+    """The format a PATH names before any of it is read: ``aiconfigurator`` for a folder (its ``systems/data`` layout),
+    a wheel or a parquet table; None for a single file whose text ``detect_kind`` reads."""
+    path = Path(path)
+    if path.is_dir() or path.suffix.lower() in DATABASE_SUFFIXES:
+        return "aiconfigurator"
+    return None
 
 
 # How a JSON document opens: an object, or an array whose first element is a JSON value. A log line that

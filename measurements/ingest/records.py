@@ -6,7 +6,7 @@ produced it in ``params``. Kinds:
 - ``gemm``: one matrix multiply; params ``m``, ``n``, ``k`` (C[m,n] = A[m,k]·B[k,n]) and ``dtype``.
 - ``elementwise``: a memory-bound kernel; params ``bytes`` where known, else the layer shape.
 - ``attention``: attention core; params ``batch``, ``seq_len``, ``heads``, ``kv_heads``, ``head_dim``,
-  ``pass`` (forward or backward).
+  ``pass`` (forward or backward; ``decode``: one new token per sequence attending to ``kv_len`` keys).
 - ``collective``: params ``size_bytes`` (the full buffer), ``group_size``, ``domain`` (intra or inter:
   whether all ranks share one NVLink domain).
 - ``step``: a full training step (time of one iteration); params carry the run's configuration.
@@ -14,6 +14,14 @@ produced it in ``params``. Kinds:
 - ``gpu_memory``: memory a run reports (Megatron's memory lines); ``time_s`` is 0, params in bytes.
 - ``routing``: MoE routing counts; ``time_s`` is 0 and params carry ``layer``, ``expert``,
   ``next_expert`` (-1 for loads) and ``tokens``.
+- ``moe``: one rank's fused MoE layer (aiconfigurator's ``moe_perf``); params ``num_tokens`` entering it,
+  ``hidden_size``, ``inter_size`` (one expert's, unsharded), ``topk``, ``num_experts``, ``moe_tp_size``,
+  ``moe_ep_size`` (the sharding whose rank-0 share ran), ``dtype``, ``distribution`` (``balanced`` or
+  ``power_law_<alpha>``: how tokens pick experts).
+
+Rows of a measured kernel table (aiconfigurator's database) also carry ``stack``: the engine and version the
+kernel ran under, lower-case, e.g. ``vllm 0.24.0`` (``measurements/ingest/aiconfigurator_tables.py`` lists every
+param of those rows).
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ MAX_INGEST_BYTES = 1 << 30
 """A profiling file: torch.profiler traces of a few steps run 10-300 MB and parse in seconds; a larger one holds
 more steps than a fit needs (record fewer active steps), and JSON parsing takes about 10x the file in memory."""
 
-KINDS = ("gemm", "elementwise", "attention", "collective", "step", "memory", "gpu_memory", "routing")
+KINDS = ("gemm", "elementwise", "attention", "collective", "step", "memory", "gpu_memory", "routing", "moe")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
