@@ -24,9 +24,10 @@ from rich.panel import Panel
 from rich.table import Table
 
 from paraplan.choices import Objective
+from paraplan.cost_models.device_memory import MEASURED_LIVE_UNDER_FRAC, usable_capacity_bytes
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec, GPUSpec
-from paraplan.hardware_profiles.specs import BUILTIN
+from paraplan.hardware_profiles.specs import BUILTIN, Calibration
 from paraplan.hardware_profiles.units import (
     BYTES_PER_GB,
     BYTES_PER_GIB,
@@ -37,7 +38,7 @@ from paraplan.hardware_profiles.units import (
 from paraplan.hardware_profiles.user_file import origin_text
 from paraplan.model_specs.model_spec import ModelSpec
 from paraplan.planner.job import ParallelConfig
-from paraplan.planner.plan import Plan
+from paraplan.planner.plan import Plan, memory_capacity
 
 PARAMS_PER_BILLION = 1e9  # a count, not a unit: "8.03 B parameters"
 # Tables wider than 80 columns read badly when folded; files and pipes get a wider page.
@@ -163,8 +164,9 @@ class PlanView(Protocol):
 
 
 def plan_table(console: Console, plans: list[Plan], capacity_bytes: float, title: str) -> None:
-    """The ranked plans, one row each."""
-    table = Table(title=escape(title), title_justify="left")
+    """The ranked plans, one row each, with how the memory capacity is reached beneath."""
+    caption = "\n".join(filter(None, (f"memory GiB: peak / {capacity_legend(plans[0])}", at_capacity_line(plans))))
+    table = Table(title=escape(title), title_justify="left", caption=escape(caption), caption_justify="left")
     offloads = any(plan.config.offload for plan in plans)  # the column appears only when it says something
     schedules = any(plan.config.pp_schedule != "1f1b" for plan in plans)
     experts = ("ep", "etp") if plans[0].job.model.is_moe else ()
@@ -181,6 +183,39 @@ def plan_table(console: Console, plans: list[Plan], capacity_bytes: float, title
                       count(e["tokens_per_s_per_gpu"]), percent(e["mfu"]),
                       f"{gib(e['peak_memory_bytes'])} / {gib(capacity_bytes)}")
     print_table(console, table)
+
+
+def capacity_legend(plan: Plan) -> str:
+    """How the capacity ``plan`` was checked against is reached: 'capacity 78.8 GiB: the 79.0 GiB the driver
+    exposes less paraplan's 0.2% fit margin'."""
+    cap = memory_capacity(plan.job, plan.cluster)
+    headroom = f" and {percent(cap['headroom_frac'])}% --headroom" if cap["headroom_frac"] else ""
+    return (f"capacity {gib(cap['capacity_bytes'])} GiB: the {gib(cap['driver_visible_bytes'])} GiB the driver "
+            f"exposes less paraplan's {percent(cap['margin_frac'])}% fit margin{headroom}")
+
+
+def at_capacity_line(plans: list[Plan]) -> str:
+    """For plans whose allocator fills the GPU (it frees its cache and retries to run): a sentence naming them and
+    the measured error that makes such a plan uncertain; '' when there is none."""
+    full = [p.rank for p in plans
+            if p.estimate["peak_memory_bytes"] >= float(usable_capacity_bytes(p.cluster.gpu.hbm_bytes)) * (1 - 1e-9)]
+    if not full:
+        return ""
+    which = "this plan" if len(plans) == 1 else ", ".join(f"#{rank}" for rank in full)
+    return (f"{which} at capacity: the allocator frees cached blocks and retries to run; live tensors have measured "
+            f"up to {percent(MEASURED_LIVE_UNDER_FRAC)}% above prediction (docs/accuracy.md), which --headroom keeps "
+            "free")
+
+
+def calibration_note(console: Console, provenance: Mapping[str, Any]) -> None:
+    """One line where the analytical cost model prices this job's GEMMs or attention on fractions not fitted to its
+    GPU (``provenance`` of a plan document); nothing for calibrated GPUs or learned rates."""
+    found = provenance.get("efficiency_calibration")
+    if not found or found["status"] == "calibrated" or not str(provenance["cost_model"]).startswith("analytical"):
+        return
+    calibration = Calibration(**{k: v for k, v in found.items() if k != "status"})
+    console.print(escape(f"note: {calibration.text()}: step times rest on efficiency.yaml's defaults or assumptions "
+                         "where no run on this GPU was fitted (docs/hardware.md)"), soft_wrap=True)
 
 
 def _axis_cell(config: ParallelConfig, axis: str) -> str:
@@ -305,7 +340,9 @@ def evaluation(console: Console, plan: Plan, capacity_bytes: float, cost_model: 
     for label, value in rows:
         summary.add_row(label, value)
     title = f"{plan.job.model.name} on {plan.cluster.name} ({cluster_size(plan.cluster)}): {config_text(_axes(plan))}"
-    body = Group(summary, "", _breakdowns(console, e, capacity_bytes), f"cost model: {escape(cost_model)}")
+    legend = "\n".join(filter(None, (capacity_legend(plan), at_capacity_line([plan]))))
+    body = Group(summary, "", _breakdowns(console, e, capacity_bytes), f"cost model: {escape(cost_model)}",
+                 escape(legend))
     console.print(Panel(body, title=escape(title), title_align="left", expand=False))
     if not plan.fits and e["peak_memory_bytes"] > capacity_bytes:
         console.print(f"does not fit: needs {gib(e['peak_memory_bytes'])} GiB per GPU, "
@@ -472,9 +509,13 @@ def gpu_detail(console: Console, g: GPUSpec) -> None:
     if g.board_power_w is not None:
         table.add_row("board power W", f"{g.board_power_w:g}", escape(g.sources.get("power", "")))
     eff = g.efficiency
-    fractions = "\n".join([f"GEMM {d} {f:g}" for d, f in eff.gemm_peak_frac.items()] + [
-        f"GEMM {d} {f:g} ({stack} stack)" for stack, table in eff.stack_gemm_peak_frac.items()
-        for d, f in table.items()] + [f"attention {k} {f:g}" for k, f in eff.attention_peak_frac.items()] + [
+    # Each GEMM and attention fraction with its origin: fitted, assumed, default or borrowed:GPU.
+    fractions = "\n".join([f"GEMM {d} {f:g}: {eff.origin(f'gemm_peak_frac.{d}')}"
+                           for d, f in eff.gemm_peak_frac.items()] + [
+        f"GEMM {d} {f:g} ({stack} stack): {eff.origin(f'stack_gemm_peak_frac.{stack}.{d}')}"
+        for stack, table in eff.stack_gemm_peak_frac.items() for d, f in table.items()] + [
+        f"attention {k} {f:g}: {eff.origin(f'attention_peak_frac.{k}')}"
+        for k, f in eff.attention_peak_frac.items()] + [
         f"GEMM half-rate dim {eff.gemm_half_dim:g}",
         f"HBM {eff.hbm_frac:g}", f"NVLink {eff.nvlink_frac:g}", f"NIC {eff.nic_frac:g}",
         f"host link {eff.host_link_frac:g}", f"kernel overhead {eff.kernel_overhead_s / SECONDS_PER_US:g} µs"])

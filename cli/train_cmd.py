@@ -168,6 +168,7 @@ def evaluate(
     console = render.make_console()
     render.evaluation(console, result.plan, result.capacity_bytes, result.cost_model)
     render.hardware_origin(console, result.cluster.gpu)
+    render.calibration_note(console, result.document["plans"][0]["provenance"])
     if result.run is not None:
         render_run.run_breakdown(console, result.run)
     if json_path is not None:
@@ -189,6 +190,7 @@ def show_plans(result: PlanResult, objective: Objective) -> None:
         render_run.run_breakdown(console, result.runs[0])
     render.search_summary(console, result.rejected, result.considered, result.evaluated, result.fitting)
     render.hardware_origin(console, cluster.gpu)
+    render.calibration_note(console, result.documents[0]["provenance"])
     if result.from_job is not None:
         job_file.show_comparison(render.make_console(), result.from_job)
     if result.placement is not None:

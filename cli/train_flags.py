@@ -66,7 +66,11 @@ CompileOpt = Annotated[bool, typer.Option(
 AsyncTPOpt = Annotated[bool, typer.Option(
     "--async-tp", help="torchtitan with --compile: async tensor parallelism, TP collectives under the matmuls "
     "(exported as compile.enable_async_tensor_parallel).", rich_help_panel=_JOB)]
-HeadroomOpt = Annotated[float, typer.Option(help="Fraction of HBM to keep free (0-1).", rich_help_panel=_JOB)]
+HeadroomOpt = Annotated[float, typer.Option(
+    help="Fraction of GPU memory to keep free (0-1), on top of paraplan's own fit margin (0.2%, "
+         "cost_models/device_memory.py): taken from what the driver exposes less that margin. The plan table and "
+         "--json state both.",
+    rich_help_panel=_JOB)]
 ConventionOpt = Annotated[str, typer.Option(help="Attention FLOPs counted in MFU: full or causal.",
                                             rich_help_panel=_JOB)]
 ImbalanceOpt = Annotated[float | None, typer.Option(

@@ -26,6 +26,9 @@ GemmTimeFn = Callable[[Column, Column, Column], np.ndarray]
 """Seconds of GEMMs (m, n, k), broadcast like :func:`gemm_time_s` (a learned model's predictor)."""
 AttentionTimeFn = Callable[[Column], tuple[np.ndarray, np.ndarray]]
 """(forward, backward) seconds of flash attention for forward causal FLOPs, like :func:`flash_attention_time_s`."""
+AttentionTableFn = Callable[[np.ndarray, int, int], tuple[np.ndarray, np.ndarray, np.ndarray]]
+"""Measured causal self-attention by shape: (sequences x heads per GPU, sequence length, head dim) ->
+(forward seconds, backward seconds, covered); a measured kernel table's predictor (kernel_pricing.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,9 @@ class ComputeRates:
     attention_time_fn: AttentionTimeFn | None = None
     """A learned model of flash-attention (forward, backward) seconds for forward causal FLOPs; when set,
     ``flash_attention_time_s`` defers to it."""
+    attention_table_fn: AttentionTableFn | None = None
+    """A measured table of causal attention by shape; where it covers a layer's attention it prices it, ahead of
+    ``attention_time_fn`` and the flash rate (layer.py)."""
     step_time_factor: float = 1.0
     """Learned step-level calibration (measured / predicted step of full runs), applied to the finished estimate."""
     fp8_recipe: str | None = None
@@ -81,7 +87,8 @@ def analytical_rates(gpu: GPUSpec, gemm_dtype: str, attention_kernel: str = "fus
         attention_flops_per_s=gpu.peak("bf16") * attention_frac,
         memory_bytes_per_s=gpu.hbm_bytes_per_s * eff.hbm_frac,
         kernel_overhead_s=eff.kernel_overhead_s,
-        source=f"analytical roofline ({gpu.name}, efficiency.yaml, {kernel_stack} GEMMs, {attention_kernel} attention)",
+        source=f"analytical roofline ({gpu.name}, efficiency.yaml, {kernel_stack} GEMMs, {attention_kernel} attention: "
+               f"{gpu.calibration(gemm_dtype, attention_kernel, kernel_stack).detail()})",
     )
 
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from paraplan.arrays import Column
 from paraplan.choices import SERVING_ENGINES, Precision, ServingEngine
-from paraplan.cost_models.device_memory import CUDA_CONTEXT_BYTES, NCCL_BYTES_PER_COMMUNICATOR, usable_capacity_bytes
+from paraplan.cost_models.device_memory import CUDA_CONTEXT_BYTES, NCCL_BYTES_PER_COMMUNICATOR, driver_visible_bytes
 from paraplan.cost_models.inference_step import (
     ACTIVATION_BYTES,
     Sharding,
@@ -200,7 +200,7 @@ class EngineMemory:
 def engine_memory(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec: WeightPrecision,
                   shard: Sharding, sequence_tokens: Column) -> EngineMemory:
     """What the engine reserves on one GPU and the KV pool left for ``sequence_tokens``-long sequences."""
-    hbm = usable_capacity_bytes(cluster.gpu.hbm_bytes)
+    hbm = driver_visible_bytes(cluster.gpu.hbm_bytes)  # an engine's memory fraction is of this, not the training margin
     weights = weight_bytes_per_gpu(model, prec, shard)
     act = activation_bytes(model, shard.tp, engine.max_batched_tokens)
     # CUDA context, one communicator per parallel group and the CUDA-graph pool (about 1 GiB in the engines' logs).

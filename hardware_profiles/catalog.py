@@ -18,8 +18,11 @@ from paraplan.files import listed, one_line, read_user_yaml, shown
 from paraplan.hardware_profiles import units
 from paraplan.hardware_profiles.device_names import device_candidates, device_match, looks_like_device_name
 from paraplan.hardware_profiles.specs import (
+    ASSUMED,
     BUILTIN,
+    DEFAULTED,
     DTYPES,
+    FITTED,
     FLASH_FAMILY_KERNELS,
     KERNEL_STACKS,
     ClusterSpec,
@@ -56,6 +59,9 @@ _MAX_LATENCY_US = 10_000.0  # 10 ms per message is a misconfigured fabric, not a
 _MAX_OVERSUBSCRIPTION = 1000.0
 _EFFICIENCY_KEYS = ("gemm_peak_frac", "stack_gemm_peak_frac", "gemm_half_dim", "attention_peak_frac", "hbm_frac",
                     "nvlink_frac", "nic_frac", "host_link_frac", "kernel_overhead_us", "source")
+_ORIGIN_KEYS = ("borrowed_from", "assumed")
+"""Keys of a GPU entry in efficiency.yaml that say where its fractions come from rather than set one: the GPU whose
+fitted constants it copies, and the paths of fractions it sets without a fit."""
 DEFAULT_EFFICIENCY = "defaults"
 """``efficiency_from`` of a GPU that uses efficiency.yaml's defaults."""
 
@@ -164,17 +170,56 @@ def _efficiency_file() -> dict[str, Any]:
                       ("architecture_bases",))
 
 
+def _fraction_paths(entry: dict[str, Any]) -> list[str]:
+    """The efficiency.yaml paths of every GEMM and attention fraction ``entry`` sets."""
+    return ([f"gemm_peak_frac.{d}" for d in entry.get("gemm_peak_frac", {})]
+            + [f"stack_gemm_peak_frac.{stack}.{d}" for stack, table in entry.get("stack_gemm_peak_frac", {}).items()
+               for d in table]
+            + [f"attention_peak_frac.{k}" for k in entry.get("attention_peak_frac", {})])
+
+
+def _fraction_at(spec: EfficiencySpec, path: str) -> float:
+    """The value of the fraction at efficiency.yaml ``path`` (NaN where ``spec`` has none)."""
+    field_name, *keys = path.split(".")
+    value: Any = getattr(spec, field_name)
+    for key in keys:
+        value = value.get(key, float("nan"))
+    return float(value)
+
+
+def _origins(name: str, override: dict[str, Any], spec: EfficiencySpec,
+             table: dict[str, EfficiencySpec]) -> dict[str, str]:
+    """Where each fraction of efficiency.yaml entry ``name`` comes from; InputError where ``borrowed_from`` names no
+    earlier entry or the entry's fractions differ from it, or ``assumed`` lists a fraction the entry does not set."""
+    where, own = f"efficiency.yaml:{name}", _fraction_paths(override)
+    origins = dict.fromkeys(_fraction_paths(_efficiency_file()["defaults"]), DEFAULTED)
+    if "borrowed_from" in override:
+        base = text(override["borrowed_from"], f"{where}.borrowed_from")
+        if base not in table or base == "*":
+            raise InputError(f"{where}.borrowed_from: {shown(base, 40)} is not a GPU entry above it")
+        changed = [path for path in own if _fraction_at(spec, path) != _fraction_at(table[base], path)]
+        if changed:
+            raise InputError(f"{where}: {changed[0]} differs from {base}'s, so it is not borrowed from it")
+        lent = table[base].borrowed_as(base)
+        return origins | {path: lent.origin(path) for path in own}
+    assumed = override.get("assumed", [])
+    if not isinstance(assumed, list) or not set(assumed) <= set(own):
+        raise InputError(f"{where}.assumed: expected a list of fractions the entry sets ({listed(own, 80)})")
+    return origins | {path: ASSUMED if path in assumed else FITTED for path in own}
+
+
 @cache
 def _efficiencies() -> dict[str, EfficiencySpec]:
     data = _efficiency_file()
     defaults = data["defaults"]
     table = {"*": _efficiency(defaults, "efficiency.yaml:defaults")}
     for name, override in data["gpus"].items():
-        check_keys(override, f"efficiency.yaml:{name}", ("source",), _EFFICIENCY_KEYS)
-        merged = {**defaults, **override}
+        check_keys(override, f"efficiency.yaml:{name}", ("source",), _EFFICIENCY_KEYS + _ORIGIN_KEYS)
+        merged = {**defaults, **{k: v for k, v in override.items() if k not in _ORIGIN_KEYS}}
         for nested in ("gemm_peak_frac", "attention_peak_frac"):
             merged[nested] = {**defaults[nested], **override.get(nested, {})}
-        table[name] = _efficiency(merged, f"efficiency.yaml:{name}")
+        spec = _efficiency(merged, f"efficiency.yaml:{name}")
+        table[name] = replace(spec, fraction_origin=_origins(name, override, spec, table))
     return table
 
 

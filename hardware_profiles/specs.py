@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -20,6 +20,14 @@ FLASH_FAMILY_KERNELS = ("fused", "flash")
 """Kernels whose speed is a calibrated fraction of peak; ``unfused`` is costed from GEMMs and HBM."""
 BUILTIN = "built-in"
 """The ``origin`` of catalog entries shipped with paraplan (as opposed to a user hardware file's path)."""
+FITTED = "fitted"
+"""An efficiency fraction fitted to this GPU's own measured runs (efficiency.yaml's entry for it)."""
+ASSUMED = "assumed"
+"""A fraction this GPU's efficiency.yaml entry sets without a fit (listed under ``assumed``; its source says why)."""
+DEFAULTED = "default"
+"""A fraction from efficiency.yaml's ``defaults``: nothing measured on this GPU or a sibling informed it."""
+BORROWED = "borrowed:"
+"""Prefix of a fraction fitted to another GPU and used on this one, followed by that GPU: ``borrowed:h100-sxm``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,6 +59,82 @@ class EfficiencySpec:
     """Fixed launch/synchronisation cost per kernel, seconds."""
     source: str
     """Where these numbers come from."""
+    fraction_origin: dict[str, str] = field(default_factory=dict, compare=False)
+    """Where each GEMM and attention fraction comes from, keyed by its efficiency.yaml path (``gemm_peak_frac.bf16``,
+    ``stack_gemm_peak_frac.pytorch.fp8``, ``attention_peak_frac.flash``): FITTED, ASSUMED, DEFAULTED or BORROWED
+    and a GPU; a key not listed is DEFAULTED. Not part of equality: GPUs reading the same constants compare equal."""
+
+    def origin(self, path: str) -> str:
+        """Where the fraction at efficiency.yaml ``path`` comes from (FITTED, ASSUMED, DEFAULTED, BORROWED...)."""
+        return self.fraction_origin.get(path, DEFAULTED)
+
+    def gemm_origin(self, dtype: str, kernel_stack: str) -> str:
+        """Origin of the GEMM fraction ``analytical_rates`` reads for ``dtype`` on ``kernel_stack`` (the stack's
+        override, else the shared fraction, else the bf16 one)."""
+        if dtype in self.stack_gemm_peak_frac.get(kernel_stack, {}):
+            return self.origin(f"stack_gemm_peak_frac.{kernel_stack}.{dtype}")
+        return self.origin(f"gemm_peak_frac.{dtype if dtype in self.gemm_peak_frac else 'bf16'}")
+
+    def attention_origin(self, kernel: str, kernel_stack: str) -> str:
+        """Origin of the attention rate: the kernel's own fraction, or for ``unfused`` the 16-bit GEMM fraction
+        it is costed from."""
+        if kernel in FLASH_FAMILY_KERNELS:
+            return self.origin(f"attention_peak_frac.{kernel}")
+        return self.gemm_origin("bf16", kernel_stack)
+
+    def borrowed_as(self, gpu: str) -> EfficiencySpec:
+        """These constants as another GPU uses them: a fraction fitted to ``gpu`` is borrowed from it there."""
+        return replace(self, fraction_origin={path: f"{BORROWED}{gpu}" if origin == FITTED else origin
+                                              for path, origin in self.fraction_origin.items()})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Calibration:
+    """Whether the two efficiency fractions a training job reads on a GPU were fitted to it: its GEMM fraction
+    (for its precision and kernel stack) and its attention kernel's. Each is FITTED, ASSUMED, DEFAULTED or
+    ``borrowed:GPU``."""
+
+    gpu: str
+    """Catalog name of the GPU."""
+    precision: str
+    """The GEMM dtype."""
+    gemm: str
+    """Origin of the GEMM fraction."""
+    attention_kernel: str
+    """``fused``, ``flash`` or ``unfused`` (costed at the bf16 GEMM fraction)."""
+    attention: str
+    """Origin of the attention fraction."""
+
+    @property
+    def status(self) -> str:
+        """``calibrated`` (both fitted, to this GPU or the one they are borrowed from), ``uncalibrated`` (neither:
+        defaults or assumed) or ``partly calibrated``."""
+        unfitted = sum(origin in (DEFAULTED, ASSUMED) for origin in (self.gemm, self.attention))
+        return ("calibrated", "partly calibrated", "uncalibrated")[unfitted]
+
+    def as_dict(self) -> dict[str, str]:
+        """The plan document's ``provenance.efficiency_calibration``."""
+        return {"gpu": self.gpu, "status": self.status, "precision": self.precision, "gemm": self.gemm,
+                "attention_kernel": self.attention_kernel, "attention": self.attention}
+
+    def text(self) -> str:
+        """One phrase, e.g. 'h200-sxm: uncalibrated (bf16 GEMM and flash attention fractions: defaults)'."""
+        return f"{self.gpu}: {self.detail()}"
+
+    def detail(self) -> str:
+        """The phrase without the GPU: 'uncalibrated (bf16 GEMM and flash attention fractions: defaults)'."""
+        gemm, attention = f"{self.precision} GEMM", f"{self.attention_kernel} attention"
+
+        def said(origin: str, plural: bool) -> str:
+            if origin.startswith(BORROWED):
+                return f"borrowed from {origin[len(BORROWED):]}"
+            return {DEFAULTED: "defaults" if plural else "default", ASSUMED: "assumed, not fitted"}.get(origin, origin)
+
+        if self.gemm == self.attention:
+            parts = f"{gemm} and {attention} fractions: {said(self.gemm, True)}"
+        else:
+            parts = f"{gemm} fraction: {said(self.gemm, False)}; {attention}: {said(self.attention, False)}"
+        return f"{self.status} ({parts})"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,6 +191,14 @@ class GPUSpec:
             value = getattr(self, label)
             if value is not None and not value > 0:
                 raise ValueError(f"{self.name}: {label} must be positive or None, got {value!r}")
+
+    def calibration(self, precision: str, attention_kernel: str, kernel_stack: str) -> Calibration:
+        """Whether the GEMM and attention fractions a job at ``precision`` with ``attention_kernel`` on
+        ``kernel_stack`` reads on this GPU were fitted to it."""
+        eff = self.efficiency
+        return Calibration(gpu=self.name, precision=precision, gemm=eff.gemm_origin(precision, kernel_stack),
+                           attention_kernel=attention_kernel, attention=eff.attention_origin(attention_kernel,
+                                                                                            kernel_stack))
 
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``; ValueError if this GPU has no such tensor-core mode."""

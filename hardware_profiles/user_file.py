@@ -129,12 +129,18 @@ def _borrowed_efficiency(entry: dict[str, Any], where: str) -> tuple[EfficiencyS
         if base not in builtin.gpus:
             raise InputError(f"{where}.efficiency_from: {shown(base, 40)} is not a built-in GPU; name one of "
                              f"{listed(sorted(builtin.gpus), 80)} ('paraplan hardware list') or '{DEFAULT_EFFICIENCY}'")
-        return builtin.gpus[base].efficiency, builtin.gpus[base].efficiency_from
+        return _lent(builtin.gpus[base])
     architecture = entry.get("architecture")
     family = architecture_bases().get(architecture.lower()) if isinstance(architecture, str) else None
     if family is None:
         return default_efficiency(), DEFAULT_EFFICIENCY
-    return builtin.gpus[family].efficiency, builtin.gpus[family].efficiency_from
+    return _lent(builtin.gpus[family])
+
+
+def _lent(base: GPUSpec) -> tuple[EfficiencySpec, str]:
+    """``base``'s efficiency constants as a user GPU uses them (what was fitted to ``base`` is borrowed from it), and
+    whose they are."""
+    return base.efficiency.borrowed_as(base.efficiency_from), base.efficiency_from
 
 
 def _section(data: dict[str, Any], key: str, path: Path) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from paraplan.choices import CP_COMM_NAMES, PIPELINE_SCHEDULE_NAMES, RECOMPUTE_NAMES
+from paraplan.cost_models.device_memory import FIT_MARGIN_FRAC, driver_visible_bytes, usable_capacity_bytes
 from paraplan.cost_models.estimate import EstimateTable
 from paraplan.cost_models.memory import MemoryBreakdown
 from paraplan.cost_models.table import ConfigTable
@@ -130,11 +131,22 @@ def plan_to_json(plan: Plan, cost_model: str, run: dict[str, Any] | None = None)
                        "calibration": "hardware_profiles/efficiency.yaml",
                        # A user GPU's numbers live in the user's file, its efficiency is borrowed: say both.
                        "hardware": {"gpu": cluster.gpu.name, "origin": cluster.gpu.origin,
-                                    "efficiency_from": cluster.gpu.efficiency_from}},
+                                    "efficiency_from": cluster.gpu.efficiency_from},
+                       "efficiency_calibration": cluster.gpu.calibration(
+                           job.precision, job.attention_kernel, engine_rules(job.engine).kernel_stack).as_dict(),
+                       "memory_capacity": memory_capacity(job, cluster)},
         **({"run": run} if run is not None else {}),
     }
     validate_own(document, plan_schema())
     return document
+
+
+def memory_capacity(job: TrainingJob, cluster: ClusterSpec) -> dict[str, float]:
+    """The per-GPU memory the plan was checked against and how it is reached: the HBM the driver exposes, less
+    paraplan's fit margin (cost_models.device_memory.FIT_MARGIN_FRAC), less the job's own headroom (bytes, 0-1)."""
+    capacity = float(usable_capacity_bytes(cluster.gpu.hbm_bytes)) * (1.0 - job.memory_headroom_frac)
+    return {"driver_visible_bytes": float(driver_visible_bytes(cluster.gpu.hbm_bytes)), "margin_frac": FIT_MARGIN_FRAC,
+            "headroom_frac": job.memory_headroom_frac, "capacity_bytes": capacity}
 
 
 def plan_schema() -> dict[str, Any]:
