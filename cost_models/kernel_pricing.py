@@ -3,7 +3,8 @@
 ``table_gemm_fn`` turns a GEMM :class:`KernelTable` into the ``gemm_time_fn`` of :class:`ComputeRates`, so every
 GEMM the step model prices (attention and MLP projections, experts, the output layer; forward, and backward as
 twice the forward shape, as ``layer.py`` prices it) reads the table. ``gemm_coverage`` says, for a set of GEMM
-shapes, how much of their time the table priced: the per-term provenance a plan reports.
+shapes, how much of their time the table priced: the per-term provenance a plan reports. ``table_attention_fn``
+does the same for causal self-attention, forward and backward, from tables measured per head dim.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import dataclasses
 import numpy as np
 
 from paraplan.arrays import Column
-from paraplan.cost_models.compute import ComputeRates, GemmTimeFn, gemm_time_s
+from paraplan.cost_models.compute import AttentionTableFn, ComputeRates, GemmTimeFn, gemm_time_s
 from paraplan.cost_models.kernel_tables import KernelTable, lookup
 
 
@@ -53,3 +54,22 @@ def gemm_coverage(table: KernelTable, analytical: ComputeRates, shapes: np.ndarr
     weights = seconds * (1.0 if counts is None else np.asarray(counts, dtype=float))
     total = float(weights.sum())
     return float(weights[covered].sum()) / total if total > 0 else 0.0
+
+
+def table_attention_fn(tables: dict[int, tuple[KernelTable, KernelTable]]) -> AttentionTableFn:
+    """An ``attention_table_fn``: measured (forward, backward) seconds of causal self-attention from tables per head
+    dim, each over (sequence length, sequences x heads); covered only where both passes are."""
+    def predict(sequences_heads: np.ndarray, seq_len: int, head_dim: int) -> tuple[np.ndarray, np.ndarray,
+                                                                                     np.ndarray]:
+        shape = np.shape(sequences_heads)
+        pair = tables.get(int(head_dim))
+        if pair is None:
+            return np.full(shape, np.nan), np.full(shape, np.nan), np.zeros(shape, dtype=bool)
+        distinct, inverse = np.unique(np.ravel(sequences_heads), return_inverse=True)
+        queries = np.column_stack([np.full(len(distinct), float(seq_len)), distinct])
+        forward, forward_covered = lookup(pair[0], queries)
+        backward, backward_covered = lookup(pair[1], queries)
+        covered = forward_covered & backward_covered
+        return (forward[inverse].reshape(shape), backward[inverse].reshape(shape), covered[inverse].reshape(shape))
+
+    return predict

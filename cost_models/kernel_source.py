@@ -15,6 +15,7 @@ milliseconds and new data invalidates it.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -44,21 +45,23 @@ def _training_gemm_groups(groups: list[KernelGroup], dtype: str) -> list[KernelG
     return sorted(same_type or chosen, key=lambda g: (g.stack, g.name, g.dtype))
 
 
-def _cache_path(store: Path, hardware: str, dtype: str, version: str) -> Path:
-    """Where the built table of ``hardware``'s ``dtype`` GEMMs for this state of the store lives."""
-    name = f"gemm-{dtype}-v{TABLE_RULES_VERSION}-{version[:16]}.npz"
+def _cache_path(store: Path, hardware: str, what: str, version: str) -> Path:
+    """Where the built tables ``what`` (e.g. ``gemm-bf16``) of ``hardware`` for this state of the store live."""
+    name = f"{what}-v{TABLE_RULES_VERSION}-{version[:16]}.npz"
     return Path(store).with_suffix(".models") / "kernel_tables" / hardware / name
 
 
-def _save(path: Path, table: KernelTable) -> None:
-    """Write ``table`` atomically; a store folder that cannot be written just goes uncached."""
-    meta = {"op": table.op, "label": table.label, "num_rows": table.num_rows,
-            "axes": [[a.name, a.monotone, a.exponent_above] for a in table.axes]}
+def _save(path: Path, tables: dict[str, KernelTable]) -> None:
+    """Write ``tables`` (by key) atomically; a store folder that cannot be written just goes uncached."""
+    meta = {key: {"op": t.op, "label": t.label, "num_rows": t.num_rows,
+                  "axes": [[a.name, a.monotone, a.exponent_above] for a in t.axes]} for key, t in tables.items()}
+    arrays: dict[str, np.ndarray] = {"meta": np.array(json.dumps(meta))}
+    for index, table in enumerate(tables.values()):
+        arrays[f"t{index}_log_seconds"] = table.log_seconds
+        arrays.update({f"t{index}_axis{i}": a.log2_points for i, a in enumerate(table.axes)})
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(".partial.npz")
-        arrays: dict[str, np.ndarray] = {f"axis{i}": a.log2_points for i, a in enumerate(table.axes)}
-        arrays.update(log_seconds=table.log_seconds, meta=np.array(json.dumps(meta)))
         with partial.open("wb") as handle:
             np.savez(handle, allow_pickle=False, **arrays)
         partial.replace(path)
@@ -66,17 +69,36 @@ def _save(path: Path, table: KernelTable) -> None:
         return
 
 
-def _load(path: Path) -> KernelTable | None:
-    """The cached table, or None when absent or unreadable (it is then rebuilt)."""
+def _load(path: Path) -> dict[str, KernelTable] | None:
+    """The cached tables by key, or None when absent or unreadable (they are then rebuilt)."""
     try:
         with np.load(path, allow_pickle=False) as data:
             meta = json.loads(str(data["meta"]))
-            axes = tuple(TableAxis(name, data[f"axis{i}"], bool(mono), exp)
-                         for i, (name, mono, exp) in enumerate(meta["axes"]))
-            return KernelTable(op=meta["op"], axes=axes, log_seconds=data["log_seconds"], label=meta["label"],
-                               num_rows=int(meta["num_rows"]))
-    except (OSError, ValueError, KeyError, TypeError):
+            return {key: KernelTable(op=m["op"], label=m["label"], num_rows=int(m["num_rows"]),
+                                     log_seconds=data[f"t{index}_log_seconds"],
+                                     axes=tuple(TableAxis(name, data[f"t{index}_axis{i}"], bool(mono), exp)
+                                                for i, (name, mono, exp) in enumerate(m["axes"])))
+                    for index, (key, m) in enumerate(meta.items())}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def _cached(store: Path, hardware: str, what: str,
+            build: Callable[[], dict[str, KernelTable]]) -> dict[str, KernelTable]:
+    """The tables ``what`` of ``hardware``: from the cache for this state of the store, else built and cached (an
+    empty result leaves a ``.none`` marker, so a store without them is not scanned again)."""
+    path = _cache_path(store, hardware, what, store_version(store, hardware))
+    if path.with_suffix(".none").is_file():
+        return {}
+    cached = _load(path) if path.is_file() else None
+    if cached is not None:
+        return cached
+    tables = build()
+    if tables:
+        _save(path, tables)
+    else:
+        _mark_none(path.with_suffix(".none"))
+    return tables
 
 
 def _build_gemm(store: Path, groups: list[KernelGroup]) -> KernelTable | None:
@@ -97,22 +119,15 @@ def training_gemm_table(store: Path, hardware: str, dtype: str) -> KernelTable |
     """The measured GEMM table for a training job's ``dtype`` on ``hardware``, or None when the store has none.
 
     The cache is consulted before the store's rows: finding the group scans every GEMM row's params (about half a
-    second for aiconfigurator's whole database), a cached table loads in milliseconds. A store state without a
-    table leaves an empty ``.none`` marker, so it is not scanned again either."""
+    second for aiconfigurator's whole database), a cached table loads in milliseconds."""
     if dtype not in SIXTEEN_BIT or not Path(store).is_file():
         return None
-    path = _cache_path(store, hardware, dtype, store_version(store, hardware))
-    if path.with_suffix(".none").is_file():
-        return None
-    cached = _load(path) if path.is_file() else None
-    if cached is not None:
-        return cached
-    table = _build_gemm(store, _training_gemm_groups(kernel_groups(store, hardware, "gemm"), dtype))
-    if table is not None:
-        _save(path, table)
-    else:
-        _mark_none(path.with_suffix(".none"))
-    return table
+
+    def build() -> dict[str, KernelTable]:
+        table = _build_gemm(store, _training_gemm_groups(kernel_groups(store, hardware, "gemm"), dtype))
+        return {"gemm": table} if table is not None else {}
+
+    return _cached(store, hardware, f"gemm-{dtype}", build).get("gemm")
 
 
 def _mark_none(path: Path) -> None:
@@ -122,3 +137,64 @@ def _mark_none(path: Path) -> None:
         path.touch()
     except OSError:
         return
+
+
+SDPA_BACKENDS = {"flash": ("default", "flash"), "fused": ("cudnn",)}
+"""The training suite's SDPA backends (measurements/profile_kernels.py) that run a job's attention kernel: ``flash``
+is what PyTorch's SDPA picks by default (torchtitan, DeepSpeed) or its FlashAttention-2 backend; ``fused`` is cuDNN's
+fused attention (Transformer Engine under Megatron-LM). The first backend with rows is used."""
+ATTENTION_AXES = ("seq_len", "sequences_heads")
+
+
+def _attention_pair(rows: pd.DataFrame, label: str) -> tuple[KernelTable, KernelTable] | None:
+    """(forward, backward) tables over (sequence length, sequences x heads) from one head dim's rows."""
+    tables = []
+    for which in ("forward", "backward"):
+        part = rows[rows["pass"] == which]
+        if part.empty:
+            return None
+        shapes = np.column_stack([part["seq_len"], part["batch"] * part["heads"]]).astype(float)
+        tables.append(build_table(f"attention_{which}", ATTENTION_AXES, shapes, part["time_s"].to_numpy(float),
+                                  f"{label}, {which}", exponents_above=(2.0, 1.0)))
+    return tables[0], tables[1]
+
+
+def _build_attention(store: Path, hardware: str, backends: tuple[str, ...]) -> dict[str, KernelTable]:
+    """Forward and backward tables per head dim, keyed ``forward-<d>`` and ``backward-<d>``."""
+    groups = [g for g in kernel_groups(store, hardware, "attention") if g.stack.startswith("pytorch")]
+    for backend in backends:
+        frames = [_pass_rows(store, g, backend) for g in groups]
+        rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        if rows.empty:
+            continue
+        stacks = ", ".join(sorted({g.stack for g in groups}))
+        tables: dict[str, KernelTable] = {}
+        for head_dim, part in rows.groupby("head_dim"):
+            label = f"measured causal SDPA table ({hardware}, backend {backend} on {stacks}), head dim {head_dim:g}"
+            pair = _attention_pair(part, label)
+            if pair is not None:
+                tables[f"forward-{int(head_dim)}"], tables[f"backward-{int(head_dim)}"] = pair
+        if tables:
+            return tables
+    return {}
+
+
+def _pass_rows(store: Path, group: KernelGroup, backend: str) -> pd.DataFrame:
+    """One group's rows of ``backend``, forward and backward, with a ``pass`` column."""
+    columns = ("seq_len", "batch", "heads", "head_dim")
+    return pd.concat([group_rows(store, group, columns, {"backend": backend, "pass": which}).assign(**{"pass": which})
+                      for which in ("forward", "backward")], ignore_index=True)
+
+
+def training_attention_tables(store: Path, hardware: str,
+                              attention_kernel: str) -> dict[int, tuple[KernelTable, KernelTable]]:
+    """Measured (forward, backward) causal attention tables per head dim for a training job's kernel on
+    ``hardware`` (paraplan's own training suite only: serving engines' attention kernels are not a training step's)."""
+    backends = SDPA_BACKENDS.get(attention_kernel)
+    if backends is None or not Path(store).is_file():
+        return {}
+    flat = _cached(store, hardware, f"attention-{attention_kernel}",
+                   lambda: _build_attention(store, hardware, backends))
+    dims = sorted({int(key.split("-")[1]) for key in flat})
+    return {d: (flat[f"forward-{d}"], flat[f"backward-{d}"]) for d in dims
+            if f"forward-{d}" in flat and f"backward-{d}" in flat}

@@ -210,15 +210,24 @@ def _exposed_tp_comm_s(tp_comm_s: np.ndarray, gemm_s: np.ndarray, t: ConfigTable
     return np.where(async_tp | (t.tp_overlap == 1), overlapped, tp_comm_s)
 
 
-def _attention_core_s(model: ModelSpec, work: Workload, tokens: Column, tp: IntColumn,
+def _attention_core_s(model: ModelSpec, work: Workload, tokens: Column, t: ConfigTable,
                       rates: ComputeRates) -> tuple[np.ndarray, np.ndarray]:
-    """(forward, backward) seconds of the attention core for ``tokens`` local queries."""
+    """(forward, backward) seconds of the attention core for ``tokens`` local queries: a measured table where one
+    covers the shape (whole sequences on one GPU: no context parallelism, no window, one head dim), else the
+    flash rate (or the unfused kernels)."""
     if rates.attention_kernel == "unfused":
-        score_elements = tokens * work.seq_len * model.num_heads / tp
+        score_elements = tokens * work.seq_len * model.num_heads / t.tp
         return unfused_attention_time_s(score_elements, work.seq_len, model.head_dim, model.dropout, rates)
     keys = causal_keys_per_query(model, work.seq_len)
-    return flash_attention_time_s(2.0 * tokens * keys * model.num_heads * (model.qk_head_dim + model.value_head_dim)
-                                  / tp, rates)
+    forward, backward = flash_attention_time_s(2.0 * tokens * keys * model.num_heads
+                                               * (model.qk_head_dim + model.value_head_dim) / t.tp, rates)
+    if rates.attention_table_fn is None or model.sliding_window or model.qk_head_dim != model.value_head_dim:
+        return forward, backward
+    sequences_heads = np.broadcast_to(np.asarray(tokens, dtype=float) / work.seq_len * model.num_heads / t.tp,
+                                      np.shape(forward))
+    measured_fwd, measured_bwd, covered = rates.attention_table_fn(sequences_heads, work.seq_len, model.qk_head_dim)
+    covered = covered & (np.asarray(t.cp) == 1)
+    return np.where(covered, measured_fwd, forward), np.where(covered, measured_bwd, backward)
 
 
 def _cp_comm_s(model: ModelSpec, work: Workload, tokens: np.ndarray, t: ConfigTable, cluster: ClusterSpec,
@@ -241,7 +250,7 @@ def cp_comm_variants_per_layer_s(model: ModelSpec, work: Workload, t: ConfigTabl
     Nothing else in a layer, a stage or the memory depends on the variant, so the fastest one is the
     variant a search wants."""
     tokens = t.mbs * work.seq_len / t.cp
-    attention, attention_bwd = _attention_core_s(model, work, tokens, t.tp, rates)
+    attention, attention_bwd = _attention_core_s(model, work, tokens, t, rates)
     variants = cp_comm_variants_s(model, tokens, t.tp, t.cp, cluster, attention, attention_bwd,
                                   work.cp_gather_overlaps_local)
     return {code: forward * _attention_forward_runs(t) + backward for code, (forward, backward) in variants.items()}
@@ -255,7 +264,7 @@ def layer_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: Compute
     mlp, down_projection = _dense_mlp_gemms_s(model, tokens, t.tp, rates)
     moe = moe_block_times(model, work, t, rates, cluster) if model.is_moe else None
     gemm = _attention_gemms_s(model, tokens, t.tp, rates) + dense_frac * mlp
-    attention, attention_bwd = _attention_core_s(model, work, tokens, t.tp, rates)
+    attention, attention_bwd = _attention_core_s(model, work, tokens, t, rates)
     elementwise = memory_bound_time_s(
         tokens * _elementwise_bytes_per_token(model, t.tp, t.sp, work.precision), ELEMENTWISE_KERNELS_PER_LAYER,
         rates,

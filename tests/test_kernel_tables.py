@@ -161,3 +161,54 @@ def test_learned_models_train_on_training_stacks_not_on_serving_engines_kernel_t
     ingest_parsed(_gemm_file("c", "matmul", "bf16", 1.0, stack="pytorch 2.11.0+cu130"), store)  # paraplan's suite
     learned = [t for t in learn_hardware(store, "h100-sxm") if t.meta.target.startswith("gemm")]
     assert [t.meta.target for t in learned] == ["gemm-16bit"]
+
+
+ATTENTION_K = 3e-13  # seconds per (token² x head) of the synthetic SDPA kernel: forward = K·s²·(sequences x heads)
+
+
+def _attention_file(sha: str, backend: str) -> ParsedFile:
+    """A training-suite SDPA table: head dim 64, forward K·s²·b·h, backward 2.5x forward."""
+    rows, line = [], 0
+    for seq, batch, heads in itertools.product((1024.0, 4096.0, 16384.0), (1.0, 4.0), (8.0, 32.0)):
+        for which, factor in (("forward", 1.0), ("backward", 2.5)):
+            line += 1
+            rows.append(Measurement(kind="attention", name="sdpa", time_s=factor * ATTENTION_K * seq**2 * batch * heads,
+                                    line=line, params={"batch": batch, "seq_len": seq, "heads": heads,
+                                                       "kv_heads": heads / 4, "head_dim": 64.0, "causal": 1,
+                                                       "pass": which, "backend": backend, "dtype": "bf16",
+                                                       "stack": "pytorch 2.11.0+cu130"}))
+    return ParsedFile(path=f"{sha}.json", sha256=sha * 64, kind="paraplan-json", hardware="h100-sxm",
+                      software="pytorch 2.11.0+cu130", measurements=tuple(rows))
+
+
+def test_measured_attention_prices_whole_sequences_per_gpu_and_leaves_context_parallel_shards_analytical(
+        tmp_path: Path) -> None:
+    from paraplan.cost_models.layer import _attention_core_s
+    from paraplan.planner.job import ParallelConfig, TrainingJob, configs_to_table
+    from paraplan.validation.memory_probe import probe_model
+
+    store = tmp_path / "store.sqlite"
+    ingest_parsed(_gemm_file("c", "matmul", "bf16", 1.0, stack="pytorch 2.11.0+cu130"), store)
+    ingest_parsed(_attention_file("d", "default"), store)
+    ingest_parsed(_attention_file("e", "cudnn"), store)
+    gpu = load_gpu("h100-sxm")
+    rates = compute_rates("measured", gpu, "bf16", "flash", "pytorch", store)
+    assert "attention: measured causal SDPA table (h100-sxm, backend default on pytorch 2.11.0+cu130) for head dims " \
+        "64" in rates.source
+    model = probe_model("llama3-1b")  # 32 heads of 64
+    job = TrainingJob(model=model, seq_len=8192, global_batch=2, precision="bf16", engine="torchtitan",
+                      attention="flash")
+    configs = [ParallelConfig(tp=tp, pp=1, dp=1, cp=cp, vpp=1, mbs=2, zero=0, recompute="none", sp=False,
+                              cp_comm="allgather") for tp, cp in ((1, 1), (2, 1), (1, 2))]
+    t = configs_to_table(configs)
+    tokens = t.mbs * job.seq_len / t.cp
+    forward, backward = _attention_core_s(model, job.workload(), tokens, t, rates)
+    # Whole sequences: 2 sequences x 32 heads (x 16 under tp 2) at s = 8,192, between measured grid points.
+    expected = ATTENTION_K * 8192.0**2 * np.array([64.0, 32.0])
+    np.testing.assert_allclose(forward[:2], expected, rtol=1e-9)
+    np.testing.assert_allclose(backward[:2], 2.5 * expected, rtol=1e-9)
+    plain = dataclasses.replace(rates, attention_table_fn=None)
+    analytical = _attention_core_s(model, job.workload(), tokens, t, plain)
+    assert forward[2] == analytical[0][2] and backward[2] == analytical[1][2]  # cp 2: each GPU holds half a sequence
+    fused = compute_rates("measured", gpu, "bf16", "fused", "transformer_engine", store)
+    assert "backend cudnn" in fused.source  # Transformer Engine's cuDNN attention reads the cuDNN rows

@@ -22,8 +22,6 @@ import numpy as np
 from paraplan.arrays import Column
 from paraplan.cost_models.collectives import Collective
 from paraplan.cost_models.compute import AttentionTimeFn, ComputeRates, GemmTimeFn, analytical_rates
-from paraplan.cost_models.kernel_pricing import table_gemm_fn
-from paraplan.cost_models.kernel_source import training_gemm_table
 from paraplan.cost_models.learned.artifacts import (
     ArtifactMeta,
     Regressor,
@@ -171,15 +169,26 @@ def _learned_attention(store: Path, hardware: str) -> tuple[AttentionTimeFn, str
 
 
 def _measured_rates(base: ComputeRates, gpu: GPUSpec, precision: str, store: Path) -> ComputeRates:
-    """``base`` with its GEMMs priced by the store's measured kernel table of ``gpu`` (kernel_source.py), analytical
-    outside the table's shapes; InputError when the store has no table for this GPU and precision."""
+    """``base`` with its GEMMs priced by the store's measured kernel table of ``gpu`` and, where paraplan's training
+    suite measured the job's attention kernel, its attention too (kernel_source.py); analytical outside the tables'
+    shapes. InputError when the store has no GEMM table for this GPU and precision."""
+    from paraplan.cost_models.kernel_pricing import table_attention_fn, table_gemm_fn  # the store's readers: only
+    from paraplan.cost_models.kernel_source import training_attention_tables, training_gemm_table  # for this model
+
     table = training_gemm_table(store, gpu.name, precision)
     if table is None:
         raise InputError(f"no measured {precision} GEMM table for {gpu.name} in {store}; ingest one ('paraplan "
                          "ingest --kind aiconfigurator WHEEL' or a 'paraplan profile' suite) or use --cost-model auto")
+    attention = training_attention_tables(store, gpu.name, base.attention_kernel)
+    labels = [f"GEMMs: {table.label}, analytical outside its shapes"]
+    if attention:
+        table_name = next(iter(attention.values()))[0].label.split(", head dim")[0]
+        labels.append(f"attention: {table_name} for head dims {', '.join(str(d) for d in attention)}, analytical "
+                      "outside it")
+    rest = "element-wise and communication" if attention else "attention, element-wise and communication"
     return dataclasses.replace(base, gemm_time_fn=table_gemm_fn(table, base),
-                               source=f"GEMMs: {table.label}, analytical outside its shapes; attention, element-wise "
-                                      f"and communication: {base.source}")
+                               attention_table_fn=table_attention_fn(attention) if attention else None,
+                               source="; ".join([*labels, f"{rest}: {base.source}"]))
 
 
 def op_rates(cost_model: str, gpu: GPUSpec, precision: str, attention_kernel: str, kernel_stack: str,
