@@ -4,6 +4,7 @@ Bad input anywhere (an :class:`InputError`) becomes one ``error: ...`` line on s
 code 2; any other exception is a bug and propagates (exit code 1).
 """
 
+import dataclasses
 import difflib
 import functools
 import math
@@ -206,11 +207,18 @@ def validate(json_path: JsonOpt = None, force: ForceOpt = False,
                  "--serving-data", help="Read another folder in the shipped layout (serving_runs.csv.gz, "
                  "serving_runs.csv or aiconfigurator_silicon_sample.csv, and model_configs/); default "
                  "$PARAPLAN_SERVING_DATA, else the data shipped with paraplan.")] = None,
+             kernel_tables: Annotated[Path | None, typer.Option(
+                 "--kernel-tables", help="Also price every 16-bit reference run (and paraplan's H100 probe) whose "
+                 "GPU has a measured GEMM table in this profile store with --cost-model measured, and report each "
+                 "source's error with the tables beside without.")] = None,
              ) -> None:
     """Predict every published reference run and report the error against its measurement."""
     from paraplan.validation.reference import load_reference_runs, predict_all, summarize  # pandas: this command only
 
     render.prepare_json(json_path, force)
+    if kernel_tables is not None and not kernel_tables.is_file():  # before a minute of predictions, not after
+        raise InputError(f"--kernel-tables: no profile store at {kernel_tables}; ingest kernel tables first "
+                         "('paraplan ingest aiconfigurator WHEEL --op gemm --store PATH')")
     if serving:
         _serving_validation(json_path, force, serving_data)
         return
@@ -232,10 +240,24 @@ def validate(json_path: JsonOpt = None, force: ForceOpt = False,
         render.memory_validation(render.make_console(), memory)
     if held_out is not None:
         render.cross_source_validation(render.make_console(), held_out)
+    tables = _kernel_table_validation(kernel_tables) if kernel_tables is not None else None
     if json_path is not None:
         clean = {s: {k: _finite(v) for k, v in summary.items()} for s, summary in summaries.items()}
         render.write_json(json_path, {"schema_version": 1, "runs": rows, "summary": clean,
-                                      "memory": memory, "cross_source": held_out}, force)
+                                      "memory": memory, "cross_source": held_out, "kernel_tables": tables}, force)
+
+
+def _kernel_table_validation(store: Path) -> dict[str, Any]:
+    """``validate --kernel-tables STORE``: each source's error with the store's measured tables and without."""
+    from paraplan.validation import kernel_tables as kt  # the store's readers: only this flag
+
+    with render.working(render.make_console(stderr=True), "pricing the runs with the measured kernel tables"):
+        rows = kt.reference_rows(store) + kt.probe_rows(store)
+    summary = kt.summarize(rows)
+    render.kernel_table_validation(render.make_console(), summary, str(store))
+    return {"store": str(store), "runs": [{k: _finite(v) if isinstance(v, float) else v
+                                           for k, v in dataclasses.asdict(r).items()} for r in rows],
+            "summary": {s: {k: _finite(v) for k, v in values.items()} for s, values in summary.items()}}
 
 
 def _serving_validation(json_path: Path | None, force: bool, folder: Path | None) -> None:

@@ -668,3 +668,16 @@ def memory_validation(console: Console, memory: dict) -> None:
     console.print(f"out of scope, not scored ({len(skipped)} rows): "
                   + "; ".join(f"{row['id']}: {row['out_of_scope']}" for row in skipped[:6])
                   + (" ..." if len(skipped) > 6 else ""))
+
+
+def kernel_table_validation(console: Console, summary: dict[str, dict[str, float]], store: str) -> None:
+    """Per source: median and worst |error| analytically and with the store's measured kernel tables."""
+    table = Table(title=f"with measured kernel tables ({store}) and without: |error| %", show_lines=False)
+    for column in ("source", "rows", "analytical med", "analytical max", "tables med", "tables max"):
+        table.add_column(column, justify="left" if column == "source" else "right", no_wrap=column != "source")
+    for source, s in summary.items():
+        table.add_row(source, f"{s['rows']:.0f}", percent(s["analytical_median"]), percent(s["analytical_max"]),
+                      percent(s["tables_median"]), percent(s["tables_max"]))
+    console.print(table)
+    if not summary:
+        console.print(f"no 16-bit GEMM table in {store} for any reference run's GPU: nothing to compare")

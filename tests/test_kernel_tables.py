@@ -212,3 +212,14 @@ def test_measured_attention_prices_whole_sequences_per_gpu_and_leaves_context_pa
     assert forward[2] == analytical[0][2] and backward[2] == analytical[1][2]  # cp 2: each GPU holds half a sequence
     fused = compute_rates("measured", gpu, "bf16", "fused", "transformer_engine", store)
     assert "backend cudnn" in fused.source  # Transformer Engine's cuDNN attention reads the cuDNN rows
+
+
+def test_validate_kernel_tables_without_a_store_is_one_line_and_a_store_without_tables_says_so(tmp_path: Path) -> None:
+    runner = CliRunner()
+    missing = runner.invoke(app, ["validate", "--kernel-tables", str(tmp_path / "none.sqlite")])
+    assert missing.exit_code == 2 and "no profile store at" in missing.output
+    assert len(missing.output.strip().splitlines()) == 1
+    store = tmp_path / "store.sqlite"
+    ingest_parsed(_gemm_file("b", "CutlassFP8ScaledMMLinearKernel", "fp8", 0.5), store)  # no 16-bit table
+    empty = runner.invoke(app, ["validate", "--kernel-tables", str(store)])
+    assert empty.exit_code == 0 and "nothing to compare" in empty.output

@@ -10,6 +10,7 @@ search's favourite.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from io import StringIO
@@ -19,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from paraplan.choices import CP_COMM_CODES, PIPELINE_SCHEDULE_CODES, RECOMPUTE_CODES, CpComm
+from paraplan.cost_models.compute import ComputeRates
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec, load_cluster, quick_cluster
 from paraplan.hardware_profiles.catalog import with_nic
@@ -135,17 +137,23 @@ def reference_job(row: pd.Series) -> TrainingJob:
                        fused_kernels=str(row.get("kernels", "")) == "fused", compiled=compiled, async_tp=async_tp)
 
 
-def search_row(row: pd.Series) -> tuple[TrainingJob, ClusterSpec, SearchResult, dict[str, list[int]]]:
+RatesFor = Callable[[TrainingJob, ClusterSpec], ComputeRates | None]
+"""The compute rates to price a reference run with (None: the analytical default)."""
+
+
+def search_row(row: pd.Series, rates_for: RatesFor | None = None
+               ) -> tuple[TrainingJob, ClusterSpec, SearchResult, dict[str, list[int]]]:
     """The job, cluster and search of one reference run, its published knobs fixed (and those knobs)."""
     job = reference_job(row)
     fixed = _fixed_knobs(row)
     cluster = _cluster(row)
-    return job, cluster, search(job, cluster, fixed), fixed
+    rates = rates_for(job, cluster) if rates_for is not None else None
+    return job, cluster, search(job, cluster, fixed, rates=rates), fixed
 
 
-def predict_row(row: pd.Series) -> Prediction:
-    """Predict one reference run through the planner's search."""
-    job, _, result, fixed = search_row(row)
+def predict_row(row: pd.Series, rates_for: RatesFor | None = None) -> Prediction:
+    """Predict one reference run through the planner's search (priced by ``rates_for``, else analytically)."""
+    job, _, result, fixed = search_row(row, rates_for)
     model = job.model
     measured = measured_tokens_per_s_per_gpu(row, model)
     if len(result.ranked) == 0:

@@ -1,0 +1,83 @@
+"""Each source's error with measured kernel tables and without: ``paraplan validate --kernel-tables STORE``.
+
+For every published reference run on a GPU the profile store holds a 16-bit GEMM table for (16-bit runs only: the
+tables price no fp8 recipe yet), and every step of paraplan's own H100 probe, the analytical prediction beside the
+one priced by ``--cost-model measured`` (kernel tables where they cover a term, analytical elsewhere). Nothing is
+fitted here: the tables are out of sample for every row; the analytical column is in sample for the reference runs
+its efficiency fractions were fitted to (hardware_profiles/efficiency.yaml).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from paraplan.cost_models.compute import ComputeRates
+from paraplan.cost_models.kernel_source import training_gemm_table
+from paraplan.cost_models.learned.provider import compute_rates
+from paraplan.hardware_profiles import ClusterSpec
+from paraplan.planner.job import TrainingJob
+from paraplan.validation.memory_probe import PROBE_GPU, load_probe_rows, predict_probe_step_s
+from paraplan.validation.reference import load_reference_runs, predict_row
+
+PROBE_SOURCE = "paraplan H100 probe (torchtitan 0.2.2, PyTorch 2.11, 1 GPU; step time)"
+
+
+@dataclass(frozen=True, slots=True)
+class TableRow:
+    """One run's signed error under both models (throughput for reference runs, step time for the probe;
+    + = predicted faster for throughput, slower for step time)."""
+
+    run_id: str
+    source: str
+    gpu: str
+    analytical_error: float
+    tables_error: float
+
+
+def _measured_rates(store: Path) -> Callable[[TrainingJob, ClusterSpec], ComputeRates]:
+    """The measured cost model's rates for a reference run's job and cluster."""
+    def rates_for(job: TrainingJob, cluster: ClusterSpec) -> ComputeRates:
+        work = job.workload()
+        return compute_rates("measured", cluster.gpu, work.precision, work.attention, work.kernel_stack, store)
+    return rates_for
+
+
+def reference_rows(store: Path) -> list[TableRow]:
+    """The 16-bit reference runs on GPUs the store has a GEMM table for, under both models."""
+    runs = load_reference_runs()
+    runs = runs[runs["precision"].isin(["bf16", "fp16"])]
+    covered = {gpu for gpu in runs["gpu"].unique() if training_gemm_table(store, gpu, "bf16") is not None}
+    rows = []
+    for _, run in runs[runs["gpu"].isin(covered)].iterrows():
+        plain, measured = predict_row(run), predict_row(run, _measured_rates(store))
+        rows.append(TableRow(run["id"], plain.group, run["gpu"], plain.error_frac, measured.error_frac))
+    return rows
+
+
+def probe_rows(store: Path) -> list[TableRow]:
+    """The own H100 probe steps under both models (none when the store has no H100 table)."""
+    if training_gemm_table(store, PROBE_GPU, "bf16") is None:
+        return []
+    probe = load_probe_rows()
+    probe = probe[probe["error"] != "oom"]
+    return [TableRow(f"{r['shape']} s{r['seq']} b{r['batch']} {r['ac']}", PROBE_SOURCE, PROBE_GPU,
+                     predict_probe_step_s(r, "analytical") / float(r["step_s"]) - 1.0,
+                     predict_probe_step_s(r, "measured", store) / float(r["step_s"]) - 1.0)
+            for _, r in probe.iterrows()]
+
+
+def summarize(rows: list[TableRow]) -> dict[str, dict[str, float]]:
+    """Per source (and over all rows): rows, median and worst |error| under each model."""
+    frame = pd.DataFrame([asdict(r) for r in rows])
+    out: dict[str, dict[str, float]] = {}
+    for source, part in [*frame.groupby("source", sort=False), ("all", frame)] if len(frame) else []:
+        a, t = part["analytical_error"].abs(), part["tables_error"].abs()
+        out[str(source)] = {"rows": float(len(part)), "analytical_median": float(np.nanmedian(a)),
+                            "analytical_max": float(np.nanmax(a)), "tables_median": float(np.nanmedian(t)),
+                            "tables_max": float(np.nanmax(t))}
+    return out
