@@ -10,6 +10,7 @@ does the same for causal self-attention, forward and backward, from tables measu
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 
@@ -71,5 +72,23 @@ def table_attention_fn(tables: dict[int, tuple[KernelTable, KernelTable]]) -> At
         backward, backward_covered = lookup(pair[1], queries)
         covered = forward_covered & backward_covered
         return (forward[inverse].reshape(shape), backward[inverse].reshape(shape), covered[inverse].reshape(shape))
+
+    return predict
+
+
+def table_collective_fn(tables: dict[str, KernelTable]) -> Callable[[str, Column, Column, Column],
+                                                                     tuple[np.ndarray, np.ndarray]]:
+    """A ``ClusterSpec.collective_time_fn``: (kind, buffer bytes, group size, members per NVLink domain) ->
+    (priced by a table, its seconds) for groups inside one NVLink domain whose size and group size a measured
+    table covers (time linear in bytes past the largest buffer; no group larger than measured)."""
+    def predict(kind: str, size_bytes: Column, group_size: Column,
+                members_per_domain: Column) -> tuple[np.ndarray, np.ndarray]:
+        size, n, k = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in
+                                           (size_bytes, group_size, members_per_domain)))
+        if kind not in tables:
+            return np.zeros(size.shape, dtype=bool), np.zeros(size.shape)
+        seconds, covered = lookup(tables[kind], np.column_stack([size.ravel(), n.ravel()]))
+        inside = (n > 1) & (k >= n) & covered.reshape(size.shape)
+        return inside, np.where(inside, seconds.reshape(size.shape), 0.0)
 
     return predict

@@ -198,3 +198,39 @@ def training_attention_tables(store: Path, hardware: str,
     dims = sorted({int(key.split("-")[1]) for key in flat})
     return {d: (flat[f"forward-{d}"], flat[f"backward-{d}"]) for d in dims
             if f"forward-{d}" in flat and f"backward-{d}" in flat}
+
+
+TABLE_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+COLLECTIVE_AXES = ("size_bytes", "group_size")
+
+
+def _version_key(stack: str) -> tuple[int, ...]:
+    """``nccl 2.29.2`` -> (2, 29, 2): the newest NCCL measured wins."""
+    return tuple(int(part) for part in stack.split()[-1].split(".") if part.isdigit())
+
+
+def _build_collectives(store: Path, hardware: str) -> dict[str, KernelTable]:
+    """One table per collective over (buffer bytes, group size) inside one NVLink domain, from the newest NCCL
+    version measured on ``hardware`` (16-bit buffers), keyed by the collective's name."""
+    groups = [g for g in kernel_groups(store, hardware, "collective")
+              if g.stack.startswith("nccl ") and g.name in TABLE_COLLECTIVES and g.dtype in SIXTEEN_BIT]
+    if not groups:
+        return {}
+    newest = max((g.stack for g in groups), key=_version_key)
+    tables = {}
+    for group in (g for g in groups if g.stack == newest):
+        rows = group_rows(store, group, COLLECTIVE_AXES, {"domain": "intra"})
+        rows = rows[(rows["size_bytes"] > 0) & (rows["group_size"] > 1) & (rows["time_s"] > 0)]
+        if rows.empty:
+            continue
+        label = f"{group.name} ({hardware}, {newest}, {len(rows):,} rows)"
+        tables[group.name] = build_table(group.name, COLLECTIVE_AXES, rows[list(COLLECTIVE_AXES)].to_numpy(float),
+                                         rows["time_s"].to_numpy(float), label, exponents_above=(1.0, None))
+    return tables
+
+
+def collective_tables(store: Path, hardware: str) -> dict[str, KernelTable]:
+    """Measured NCCL collective tables of ``hardware`` by name (empty when the store has none)."""
+    if not Path(store).is_file():
+        return {}
+    return _cached(store, hardware, "collectives", lambda: _build_collectives(store, hardware))

@@ -223,3 +223,36 @@ def test_validate_kernel_tables_without_a_store_is_one_line_and_a_store_without_
     ingest_parsed(_gemm_file("b", "CutlassFP8ScaledMMLinearKernel", "fp8", 0.5), store)  # no 16-bit table
     empty = runner.invoke(app, ["validate", "--kernel-tables", str(store)])
     assert empty.exit_code == 0 and "nothing to compare" in empty.output
+
+
+def _nccl_file(sha: str, stack: str, scale: float) -> ParsedFile:
+    """all_reduce of 1 MiB .. 64 MiB over 2-8 GPUs inside one node: t = scale x 2(n-1)/n x bytes / 300 GB/s."""
+    rows, line = [], 0
+    for size, n in itertools.product((2.0**20, 2.0**23, 2.0**26), (2.0, 4.0, 8.0)):
+        line += 1
+        rows.append(Measurement(kind="collective", name="all_reduce", line=line,
+                                time_s=scale * 2 * (n - 1) / n * size / 3e11,
+                                params={"size_bytes": size, "group_size": n, "domain": "intra", "dtype": "fp16",
+                                        "stack": stack}))
+    return ParsedFile(path=f"{sha}.parquet", sha256=sha * 64, kind="aiconfigurator", hardware="h100-sxm",
+                      software=stack, measurements=tuple(rows))
+
+
+def test_measured_collectives_price_groups_inside_one_node_from_the_newest_nccl(tmp_path: Path) -> None:
+    from paraplan.cost_models.collectives import collective_time_s
+    from paraplan.cost_models.learned.provider import learned_cluster
+    from paraplan.hardware_profiles import quick_cluster
+
+    store = tmp_path / "store.sqlite"
+    ingest_parsed(_gemm_file("a", "torch.nn.functional.linear", "bf16", 1.0), store)
+    ingest_parsed(_nccl_file("b", "nccl 2.23", 2.0), store)
+    ingest_parsed(_nccl_file("c", "nccl 2.29.2", 1.0), store)
+    plain = quick_cluster("h100-sxm", 16)
+    cluster = learned_cluster("measured", plain, store)
+    assert "all_reduce (h100-sxm, nccl 2.29.2, 9 rows)" in cluster.collective_source
+    # Inside a node, between measured sizes: the newest version's law; twice the largest buffer: twice the time.
+    inside = collective_time_s("all_reduce", np.array([2.0**22, 2.0**27]), 8, 1, cluster)
+    np.testing.assert_allclose(inside, 2 * 7 / 8 * np.array([2.0**22, 2.0**27]) / 3e11, rtol=1e-9)
+    # 16 GPUs span two nodes, and an all-gather has no table: both analytical.
+    for kind, n in (("all_reduce", 16), ("all_gather", 8)):
+        assert collective_time_s(kind, 2.0**24, n, 1, cluster) == collective_time_s(kind, 2.0**24, n, 1, plain)

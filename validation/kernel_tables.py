@@ -2,7 +2,8 @@
 
 For every published reference run on a GPU the profile store holds a 16-bit GEMM table for (16-bit runs only: the
 tables price no fp8 recipe yet), and every step of paraplan's own H100 probe, the analytical prediction beside the
-one priced by ``--cost-model measured`` (kernel tables where they cover a term, analytical elsewhere). Nothing is
+one priced by ``--cost-model measured`` (kernel tables where they cover a term, GEMMs, attention and NCCL
+collectives inside a node, analytical elsewhere). Nothing is
 fitted here: the tables are out of sample for every row; the analytical column is in sample for the reference runs
 its efficiency fractions were fitted to (hardware_profiles/efficiency.yaml).
 """
@@ -18,7 +19,7 @@ import pandas as pd
 
 from paraplan.cost_models.compute import ComputeRates
 from paraplan.cost_models.kernel_source import training_gemm_table
-from paraplan.cost_models.learned.provider import compute_rates
+from paraplan.cost_models.learned.provider import compute_rates, learned_cluster
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.planner.job import TrainingJob
 from paraplan.validation.memory_probe import PROBE_GPU, load_probe_rows, predict_probe_step_s
@@ -54,7 +55,8 @@ def reference_rows(store: Path) -> list[TableRow]:
     covered = {gpu for gpu in runs["gpu"].unique() if training_gemm_table(store, gpu, "bf16") is not None}
     rows = []
     for _, run in runs[runs["gpu"].isin(covered)].iterrows():
-        plain, measured = predict_row(run), predict_row(run, _measured_rates(store))
+        plain = predict_row(run)
+        measured = predict_row(run, _measured_rates(store), lambda cluster: learned_cluster("measured", cluster, store))
         rows.append(TableRow(run["id"], plain.group, run["gpu"], plain.error_frac, measured.error_frac))
     return rows
 

@@ -141,19 +141,23 @@ RatesFor = Callable[[TrainingJob, ClusterSpec], ComputeRates | None]
 """The compute rates to price a reference run with (None: the analytical default)."""
 
 
-def search_row(row: pd.Series, rates_for: RatesFor | None = None
+def search_row(row: pd.Series, rates_for: RatesFor | None = None,
+               cluster_for: Callable[[ClusterSpec], ClusterSpec] | None = None
                ) -> tuple[TrainingJob, ClusterSpec, SearchResult, dict[str, list[int]]]:
-    """The job, cluster and search of one reference run, its published knobs fixed (and those knobs)."""
+    """The job, cluster and search of one reference run, its published knobs fixed (and those knobs); ``rates_for``
+    and ``cluster_for`` swap in another cost model's rates and collectives."""
     job = reference_job(row)
     fixed = _fixed_knobs(row)
-    cluster = _cluster(row)
+    cluster = _cluster(row) if cluster_for is None else cluster_for(_cluster(row))
     rates = rates_for(job, cluster) if rates_for is not None else None
     return job, cluster, search(job, cluster, fixed, rates=rates), fixed
 
 
-def predict_row(row: pd.Series, rates_for: RatesFor | None = None) -> Prediction:
-    """Predict one reference run through the planner's search (priced by ``rates_for``, else analytically)."""
-    job, _, result, fixed = search_row(row, rates_for)
+def predict_row(row: pd.Series, rates_for: RatesFor | None = None,
+                cluster_for: Callable[[ClusterSpec], ClusterSpec] | None = None) -> Prediction:
+    """Predict one reference run through the planner's search (priced by ``rates_for`` and ``cluster_for``, else
+    analytically)."""
+    job, _, result, fixed = search_row(row, rates_for, cluster_for)
     model = job.model
     measured = measured_tokens_per_s_per_gpu(row, model)
     if len(result.ranked) == 0:

@@ -117,9 +117,25 @@ def collective_predictor(models: dict[Collective, tuple[ArtifactMeta, Regressor]
     return predict
 
 
+def _measured_cluster(cluster: ClusterSpec, store: Path) -> ClusterSpec:
+    """``cluster`` with the store's measured NCCL tables of its GPU pricing the collectives they cover."""
+    from paraplan.cost_models.kernel_pricing import table_collective_fn  # the store's readers: only for this model
+    from paraplan.cost_models.kernel_source import collective_tables
+
+    tables = collective_tables(store, cluster.gpu.name)
+    if not tables:
+        return cluster
+    source = ("collectives inside one NVLink domain in the measured range: measured tables "
+              + ", ".join(t.label for t in tables.values()))
+    return dataclasses.replace(cluster, collective_time_fn=table_collective_fn(tables), collective_source=source)
+
+
 def learned_cluster(cost_model: str, cluster: ClusterSpec, store: Path) -> ClusterSpec:
-    """``cluster`` with the learned collective models of its GPU (learned or auto), where they exist."""
-    if cost_model in ("analytical", "measured"):
+    """``cluster`` with the learned collective models of its GPU (learned or auto), or its measured NCCL tables
+    (measured), where they exist."""
+    if cost_model == "measured":
+        return _measured_cluster(cluster, store)
+    if cost_model == "analytical":
         return cluster
     hardware = cluster.gpu.name
     models = {kind: load_artifact(models_dir(store), hardware, kind, COLLECTIVE_FEATURES)
