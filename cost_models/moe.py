@@ -3,11 +3,12 @@
 Token flow (Megatron-core's all-to-all dispatcher; MoE with tp > 1 requires sequence parallel, so
 each rank routes its T/tp tokens, T = mbs·s/cp):
   router GEMM [T/tp, E, h] and top-k → permute (copy each token k times, grouped by expert) →
-  all-to-all over the ep group (dispatch) → all-gather over etp → grouped expert GEMMs, each of
-  the E/ep local experts at its own shape [n_e, g·f_e/etp, h] and [n_e, h, f_e/etp] → reduce-scatter
+  all-to-all over the ep group (dispatch) → all-gather over etp → grouped expert GEMMs over the
+  E/ep local experts, [n_e, g·f_e/etp, h] and [n_e, h, f_e/etp] each, rows padded to the tile → reduce-scatter
   over etp → all-to-all back (combine) → unpermute (weighted sum of the k copies).
   The shared expert is a dense, tensor-parallel MLP on all T tokens of the TP group.
-Backward runs every GEMM twice and both all-to-alls once more. With a balanced router each rank
+Backward runs the router and shared-expert GEMMs twice, the experts' input- and weight-gradient grouped
+GEMMs at their own shapes, and both all-to-alls once more. With a balanced router each rank
 receives k·T/tp token copies; the busiest rank sets the pace (``expert_imbalance``).
 """
 
@@ -42,6 +43,17 @@ DeepSeek-V3 report, section 3.3: dispatch in fp8, combine in bf16)."""
 # Element-wise MoE kernels per forward: router softmax + top-k, permute, unpermute, activation,
 # and the probability scaling of expert outputs.
 MOE_ELEMENTWISE_KERNELS = 5
+# Tiles of the grouped expert GEMM. PyTorch's torch._grouped_mm (aten/src/ATen/native/cuda/GroupMM.cu,
+# dispatch_bf16_grouped_kernel_on_tile_size) runs CUTLASS's grouped kernel on Hopper with 128x256x64 tiles
+# (M x N x K) for groups above 128 rows and 64x128x128 below (and on Blackwell); every one of them executes
+# the output in whole 128-wide column blocks and a large group in 128-row tiles. The K step is 128 bytes of
+# operand (64 bf16 or 128 fp8 elements: the 128-byte TMA swizzle row those tiles load). Transformer Engine's
+# grouped linear (Megatron) launches cuBLAS GEMMs per expert, assumed tiled alike (128-row, 128/256-column
+# Hopper tiles; not read from cuBLAS's heuristics). The 64-row tile of small groups is not modelled: a group
+# below 128 rows pays for a 128-row tile.
+GROUPED_TILE_ROWS = 128
+GROUPED_TILE_COLS = 128
+GROUPED_TILE_K_BYTES = 128.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +65,8 @@ class MoETimes:
     expert_comm_s: np.ndarray
     """Dispatch and combine all-to-alls (and the etp gathers), forward and backward, not overlapped."""
     gemm_s: np.ndarray
-    """Forward GEMMs alone (router, experts, shared expert): what the weight gradients repeat in backward."""
+    """The weight-gradient GEMMs of backward (router, experts, shared expert): the part a zero-bubble or
+    DualPipe schedule can defer (layer.LayerTimes.weight_grad_s)."""
 
 
 def routed_copies_per_rank(model: ModelSpec, work: Workload, t: ConfigTable) -> np.ndarray:
@@ -85,15 +98,52 @@ def expert_imbalance(work: Workload, t: ConfigTable, copies_per_rank: np.ndarray
     return 1.0 + np.sqrt(2.0 * np.log(ep)) * sigma_over_mean
 
 
-def _grouped_expert_gemms_s(model: ModelSpec, copies: np.ndarray, t: ConfigTable, rates: ComputeRates) -> np.ndarray:
-    """Forward seconds of the local experts' up and down GEMMs, each at its per-expert shape, as
-    one grouped kernel (one launch per matrix, not per expert)."""
+def _padded(dim: Column, tile: Column) -> np.ndarray:
+    """``dim`` rounded up to a whole number of tiles: what a tiled kernel executes along it."""
+    return np.ceil(np.asarray(dim, dtype=float) / tile) * tile
+
+
+def grouped_gemm_time_s(rows_per_group: Column, groups: Column, n: Column, k: Column,
+                        rates: ComputeRates) -> np.ndarray:
+    """Seconds of one grouped GEMM: ``groups`` GEMMs [rows_per_group, n, k], each with its own weight, in one launch.
+
+    The kernel walks the output tiles of every group as one persistent grid, so it runs like one dense GEMM
+    over the stacked rows, except that each group's rows are padded to the row tile (the last tile of a
+    group computes its empty rows too) and n and k are executed in whole tiles (a width of 2,880 = 22.5
+    tiles of 128 runs 23). Compute: the dense GEMM model (``gemm_time_s``, its shape saturation included)
+    of [groups·⌈rows/128⌉·128, ⌈n/128⌉·128, ⌈k/k_tile⌉·k_tile]. Memory: the real bytes, every group's own
+    weight [k, n] read once, the rows and their 16-bit outputs once (padding is never loaded).
+    """
+    rows = np.asarray(groups, dtype=float) * np.asarray(rows_per_group, dtype=float)
+    executed_rows = np.asarray(groups, dtype=float) * _padded(rows_per_group, GROUPED_TILE_ROWS)
+    k_tile = GROUPED_TILE_K_BYTES / rates.gemm_element_bytes
+    compute = gemm_time_s(executed_rows, _padded(n, GROUPED_TILE_COLS), _padded(k, k_tile), rates)
+    weights = np.asarray(groups, dtype=float) * np.asarray(k, dtype=float) * n
+    memory = (rates.gemm_element_bytes * (rows * k + weights) + HIDDEN_BYTES * rows * n) / rates.memory_bytes_per_s
+    return np.maximum(compute, memory + rates.kernel_overhead_s)
+
+
+def _grouped_expert_gemms_s(model: ModelSpec, copies: np.ndarray, t: ConfigTable,
+                            rates: ComputeRates) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(forward, input-gradient, weight-gradient) seconds of the local experts' up and down projections,
+    each pass two grouped GEMMs over the E/ep local experts with m = their share of the rank's routed copies.
+
+    Forward [m, g·f, h] and [m, h, f]; input gradients [m, h, g·f] and [m, f, h]; weight gradients
+    [h, g·f, m] and [f, h, m]: there the tokens per expert are the reduction, so few tokens per expert
+    make a short main loop (the K saturation of the GEMM curve) where forward and input gradients lose
+    only their padded rows.
+    """
     h, f = model.hidden_size, model.expert_ffn_size / t.etp
+    up_width = (model.mlp_matrices - 1) * f
     local_experts = model.num_experts / t.ep
-    per_expert_tokens = copies / local_experts
-    up = gemm_time_s(per_expert_tokens, (model.mlp_matrices - 1) * f, h, rates) - rates.kernel_overhead_s
-    down = gemm_time_s(per_expert_tokens, h, f, rates) - rates.kernel_overhead_s
-    return local_experts * (up + down) + 2.0 * rates.kernel_overhead_s
+    m = copies / local_experts
+    forward = grouped_gemm_time_s(m, local_experts, up_width, h, rates) \
+        + grouped_gemm_time_s(m, local_experts, h, f, rates)
+    input_grad = grouped_gemm_time_s(m, local_experts, h, up_width, rates) \
+        + grouped_gemm_time_s(m, local_experts, f, h, rates)
+    weight_grad = grouped_gemm_time_s(h, local_experts, up_width, m, rates) \
+        + grouped_gemm_time_s(f, local_experts, h, m, rates)
+    return forward, input_grad, weight_grad
 
 
 def _shared_expert_gemms_s(model: ModelSpec, tokens: Column, tp: IntColumn, rates: ComputeRates) -> np.ndarray:
@@ -136,17 +186,24 @@ def expected_remote_domains(model: ModelSpec, ep: IntColumn, stride: IntColumn, 
     return distinct * (domains - 1.0) / domains
 
 
+def fp8_dispatch(work: Workload) -> bool:
+    """DeepEP's forward dispatch moves fp8 tokens: the GEMMs run in fp8 or fp4 and the engine quantizes before
+    the dispatch (Megatron with Transformer Engine, as the DeepSeek-V3 report does). PyTorch-native stacks
+    (torchtitan, NeMo Automodel) dispatch the bf16 hidden states and cast inside the expert GEMM (torchao)."""
+    return work.precision in ("fp8", "fp4") and work.kernel_stack == "transformer_engine"
+
+
 def _expert_comm_s(model: ModelSpec, work: Workload, routed_tokens: np.ndarray, t: ConfigTable,
                    cluster: ClusterSpec, imbalance: np.ndarray) -> np.ndarray:
     """Dispatch and combine, forward and backward: four all-to-alls of the k copies of each routed
     token over ep (members etp apart, Megatron's expert rank order etp-ep-edp-pp), plus an
     all-gather and a reduce-scatter over etp around the expert GEMMs, each twice. With the ``deepep``
-    dispatcher each of the four moves a token once per remote domain, the forward dispatch in fp8 when
-    the GEMMs run in fp8 or fp4."""
+    dispatcher each of the four moves a token once per remote domain, the forward dispatch in fp8 where
+    ``fp8_dispatch``."""
     sent = model.experts_per_token * routed_tokens * model.hidden_size * HIDDEN_BYTES
     if work.dispatcher == "deepep":
         remote = expected_remote_domains(model, t.ep, t.etp, cluster)
-        dispatch_bytes = FP8_DISPATCH_BYTES if work.precision in ("fp8", "fp4") else HIDDEN_BYTES
+        dispatch_bytes = FP8_DISPATCH_BYTES if fp8_dispatch(work) else HIDDEN_BYTES
         one = [deduplicated_dispatch_time_s(routed_tokens * imbalance, model.hidden_size * size,
                                             model.experts_per_token, remote, t.ep, t.etp, cluster)
                for size in (dispatch_bytes, HIDDEN_BYTES)]
@@ -167,15 +224,16 @@ def moe_block_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: Com
     copies = routed_copies_per_rank(model, work, t)
     imbalance = expert_imbalance(work, t, copies)
     router = gemm_time_s(routed_tokens, model.num_experts, model.hidden_size, rates)
-    experts = imbalance * _grouped_expert_gemms_s(model, copies, t, rates)
+    experts, experts_input_grad, experts_weight_grad = (
+        imbalance * times for times in _grouped_expert_gemms_s(model, copies, t, rates))
     shared = _shared_expert_gemms_s(model, tokens, t.tp, rates)
     elementwise = _elementwise_s(model, routed_tokens, copies * imbalance, t, work.precision, rates)
-    gemms = router + experts + shared
+    dense = router + shared  # dense GEMMs: backward runs each twice, as long as forward
     return MoETimes(
-        forward_compute_s=gemms + elementwise,
-        backward_compute_s=2.0 * gemms + 2.0 * elementwise,
+        forward_compute_s=dense + experts + elementwise,
+        backward_compute_s=2.0 * dense + experts_input_grad + experts_weight_grad + 2.0 * elementwise,
         expert_comm_s=_expert_comm_s(model, work, routed_tokens, t, cluster, imbalance),
-        gemm_s=gemms,
+        gemm_s=dense + experts_weight_grad,
     )
 
 

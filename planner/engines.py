@@ -180,7 +180,8 @@ ENGINES: dict[str, EngineRules] = {
         recompute_modes=("none", "selective", "full"), pipeline_split="torchtitan", empty_edge_chunks=True,
         interleaved_needs_pp_multiple=False, attention_kernels=("flash", "fused"),
         kernel_stack="pytorch", activation_offload=False, recompute_stops_early=True,
-        expert_ranks_from=("dp", "cp"), etp_choices="one_or_tp", ep_overlap=False, dispatchers=("alltoall",),
+        expert_ranks_from=("dp", "cp"), etp_choices="one_or_tp", ep_overlap=False,
+        dispatchers=("alltoall", "deepep"),
         pipeline_schedules=("1f1b", "dualpipev"), fp8_recipes=("tensorwise", "rowwise"), tp_comm_overlap=False,
         selective_saves="alternate_matmuls", loss_bytes_per_logit=EAGER_LOSS_BYTES_PER_LOGIT,
         frees_grads_between_steps=True, saves_gathered_gemm_inputs=True, eager_pytorch_model=True,
@@ -197,6 +198,9 @@ ENGINES: dict[str, EngineRules] = {
             "(selective_ac_option 'op': its policy saves the outputs of every other aten.mm and of SDPA) "
             "use_reentrant=False (early stop on: recomputation ends at the last tensor backward needs), "
             "expert_parallel_degree borrowed from dp_shard·cp and expert_tensor_parallel_degree 1 or tp, "
+            "parallelism.expert_parallel_comm_backend standard|deepep (DeepEP's normal dispatch and combine kernels, "
+            "torchtitan/distributed/deepep; NeMo Automodel's FSDP2 + DeepEP stack; the bf16 hidden states travel as "
+            "they are, torchao casts to fp8 inside the expert GEMMs), "
             "pipeline stages from _generate_llm_fqn_per_model_part with pipeline_parallel_first/last_stage_less_layers "
             "(a weight equal to the layers per stage leaves the embedding or the output alone on its stage)"
         ),

@@ -114,7 +114,7 @@ def test_the_dispatcher_goes_from_the_command_line_to_the_megatron_flags(tmp_pat
 
 @pytest.mark.parametrize(("extra", "message"), [
     (["llama-3.1-8b", "--dispatcher", "deepep"], "apply to MoE models"),
-    (["mixtral-8x7b", "--dispatcher", "deepep", "--engine", "torchtitan"], "not available with engine torchtitan"),
+    (["mixtral-8x7b", "--dispatcher", "deepep", "--engine", "deepspeed"], "not available with engine deepspeed"),
     (["mixtral-8x7b", "--dispatcher", "nccl"], "not available with engine megatron"),
 ])
 def test_a_dispatcher_the_job_cannot_use_is_one_line_and_exit_2(extra, message):
