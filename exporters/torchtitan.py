@@ -53,6 +53,8 @@ def parallelism(plan: ExportPlan, version: TorchtitanVersion) -> dict[str, int |
         fields["expert_parallel_degree"] = c.ep
         if version == "0.2":
             fields["expert_tensor_parallel_degree"] = c.etp
+        if c.ep > 1 and plan.dispatcher == "deepep":  # 0.2.2's field; torchtitan_program refuses 0.3.0, which lacks it
+            fields["expert_parallel_comm_backend"] = "deepep"
     return fields
 
 
@@ -157,6 +159,10 @@ def torchtitan_program(plan: ExportPlan, version: TorchtitanVersion, override: s
         raise InputError(f"torchtitan {version} selects {plan.precision} training through a config-registry function "
                          "(e.g. llama3_8b_mxfp8), not an override; pass --torchtitan-model MODULE:CONFIG naming one"
                          if version == "0.3" else "torchtitan 0.2 has no fp4 training converter")
+    if version == "0.3" and plan.model.is_moe and plan.config.ep > 1 and plan.dispatcher == "deepep":
+        raise InputError("the plan dispatches experts with DeepEP; torchtitan 0.3.0 has no "
+                         "expert_parallel_comm_backend to launch it with: export --torchtitan-version 0.2, or plan "
+                         "with --dispatcher alltoall")
     module, config = model_choice(plan, version, override)
     notes = (f"attention kernel ({plan.attention}) and rotary settings come from torchtitan's model config",
              *cp_notes(plan))

@@ -172,6 +172,7 @@ def apply_fields(fields: Fields, facts: Facts, version: str) -> None:
         if key != "replicate":
             facts.put(key, degrees[key], where)
     _context_parallel(get, facts, degrees["cp"])
+    _expert_dispatch(get, facts, degrees.get("ep", 1))
     _data_parallel(get, facts, degrees)
     _pipeline(get, facts, degrees["pp"])
     _batch(get, facts, registry, degrees["pp"])
@@ -243,6 +244,17 @@ def _context_parallel(get: _Get, facts: Facts, cp: int) -> None:
         facts.note(f"torchtitan context_parallel_rotate_method alltoall ({where}) is priced as allgather, the "
                    "rotate method paraplan models for torchtitan (the same K/V bytes, overlapped hop by hop)")
     facts.put("cp_comm", "allgather", where)
+
+
+def _expert_dispatch(get: _Get, facts: Facts, ep: int) -> None:
+    """How experts' tokens travel: 0.2.2's ``parallelism.expert_parallel_comm_backend`` (standard: PyTorch's
+    all-to-all; deepep: DeepEP's kernels); 0.3.0 has no such field and runs the all-to-all."""
+    if ep <= 1:
+        return
+    backend, where = get("parallelism", "expert_parallel_comm_backend", "standard")
+    if backend not in ("standard", "deepep"):
+        raise InputError(f"{where}: expert_parallel_comm_backend {shown(backend)} is not standard or deepep")
+    facts.put("dispatcher", "deepep" if backend == "deepep" else "alltoall", where)
 
 
 def _data_parallel(get: _Get, facts: Facts, degrees: dict[str, int]) -> None:

@@ -452,3 +452,25 @@ def test_an_empty_substitution_is_kept_as_written(tmp_path):
                       "--seq-length 4096 --global-batch-size 64 --micro-batch-size 1\n")
     job = read_job_file(script)
     assert job.layout["tp"] == 2 and job.seq_len == 4096 and job.global_batch == 64
+
+
+def test_a_torchtitan_deepep_plan_exports_its_backend_for_0_2_reads_back_and_0_3_refuses(tmp_path):
+    """torchtitan prices DeepEP (planner/engines.py); 0.2.2's parallelism.expert_parallel_comm_backend launches it,
+    and 0.3.0 has no such field, so a 0.3 export of the plan would launch the all-to-all instead."""
+    plans, out = tmp_path / "plans.json", tmp_path / "launch"
+    planned = invoke("plan", "qwen3-30b-a3b", "--gpus", "16", *MOE, "--engine", "torchtitan", "--ep", "8",
+                     "--dispatcher", "deepep", "--top", "1", "--json", plans)
+    assert planned.exit_code == 0, planned.output
+    assert json.loads(plans.read_text())["plans"][0]["job"]["dispatcher"] == "deepep"
+    exported = invoke("export", plans, "-f", "torchtitan", "-o", out, "--torchtitan-version", "0.2",
+                      "--torchtitan-model", "qwen3:30B-A3B")
+    assert exported.exit_code == 0, exported.output
+    toml = out / "torchtitan.toml"
+    assert 'expert_parallel_comm_backend = "deepep"' in toml.read_text()
+    job = read_job_file(toml)
+    assert (job.layout["ep"], job.job["dispatcher"]) == (8, "deepep")
+    assert job.sources["dispatcher"] == at(toml, "expert_parallel_comm_backend")
+    refused = invoke("export", plans, "-f", "torchtitan", "-o", tmp_path / "v3", "--torchtitan-version", "0.3",
+                     "--torchtitan-model", "qwen3:qwen3_30b_a3b")
+    assert refused.exit_code == 2 and "torchtitan 0.3.0 has no expert_parallel_comm_backend" in refused.output
+    assert not (tmp_path / "v3").exists()
