@@ -203,6 +203,26 @@ def test_torchtitan_0_2_reads_dualpipev_without_the_expert_overlap_and_the_rowwi
                                                                   "recipe": "rowwise"}
 
 
+DEEPEP_0_2 = """
+import json, sys
+from torchtitan.config import ConfigManager
+config = ConfigManager().parse_args(["--job.config_file", sys.argv[1]])
+p = config.parallelism
+print(json.dumps({"ep": p.expert_parallel_degree, "backend": p.expert_parallel_comm_backend}))
+"""
+
+
+def test_torchtitan_0_2_reads_the_deepep_backend_of_a_deepep_plan(tmp_path):
+    plan = dataclasses.replace(make_export_plan("deepseek-v3", engine="torchtitan", pp=1, dp=16, ep=8, zero=3),
+                               dispatcher="deepep")
+    toml = tmp_path / "torchtitan.toml"
+    toml.write_text(files_of(plan, "torchtitan", torchtitan_version="0.2",
+                             torchtitan_model="deepseek_v3:16B")["torchtitan.toml"].text)
+    result = run_torchtitan_0_2(toml, plan.num_gpus, DEEPEP_0_2)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"ep": 8, "backend": "deepep"}
+
+
 def test_torchtitan_0_2_rejects_a_misspelt_key(tmp_path):
     plan = plan_named("llama8b-zero2-dp16-full")
     text = files_of(plan, "torchtitan", torchtitan_version="0.2")["torchtitan.toml"].text
