@@ -9,7 +9,10 @@ step's routed tokens hit: with c routed copies spread uniformly over E experts, 
 them reads E/ep · (1 − (1 − 1/E)^c) experts. Attention reads every sequence's KV cache (decode) or
 computes causal attention over the prompt (prefill). Tensor parallelism adds two all-reduces per layer
 (``collectives.collective_time_s``: latency-bound at decode sizes); attention data parallelism gathers
-the tokens of all DP ranks before the MoE layer and scatters them back after it.
+the tokens of all DP ranks before the MoE layer and scatters them back after it, or with expert parallelism
+dispatches and combines each token's top-k copies in an all-to-all. A step waits for its busiest rank: the
+attention-DP rank with ceil(B) of a mean B sequences, the expert-parallel rank with the most routed copies.
+Prompts admitted together prefill as one chunk (``admitted_prefill_s``).
 
 Sharding (the names the serving engines use): ``tp`` shards attention (and dense MLPs) over tp GPUs;
 ``dp`` attention-data-parallel ranks each run their own sequences; the MoE layers spread over the
@@ -24,7 +27,7 @@ import numpy as np
 
 from paraplan.arrays import Column
 from paraplan.choices import Precision
-from paraplan.cost_models.collectives import collective_time_s
+from paraplan.cost_models.collectives import all_to_all_time_s, collective_time_s
 from paraplan.cost_models.compute import ComputeRates, analytical_rates
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
@@ -210,9 +213,10 @@ def _layer_counts(model: ModelSpec) -> tuple[int, int, int, int, int]:
 
 def _comm_per_layer_s(model: ModelSpec, tokens_per_rank: Column, moe_tokens: Column, shard: Sharding,
                       cluster: ClusterSpec, moe_layer: bool) -> np.ndarray:
-    """Exposed collective seconds of one layer: the attention output all-reduce over tp, then the MLP's:
-    an all-reduce over tp, or with attention DP an all-gather and reduce-scatter of the ``moe_tokens`` all DP
-    ranks send to the MoE group."""
+    """Exposed collective seconds of one layer: the attention output all-reduce over tp, then the MLP's: an
+    all-reduce over tp; with attention DP an all-gather and reduce-scatter of the ``moe_tokens`` all DP ranks
+    send to the MoE group, or with expert parallelism too the dispatch and combine all-to-all
+    (:func:`expert_dispatch_s`)."""
     size = np.asarray(tokens_per_rank, dtype=float) * model.hidden_size * ACTIVATION_BYTES
     attention = collective_time_s("all_reduce", size, shard.tp, 1, cluster)
     if not moe_layer:
@@ -221,19 +225,53 @@ def _comm_per_layer_s(model: ModelSpec, tokens_per_rank: Column, moe_tokens: Col
     gathered = np.asarray(moe_tokens, dtype=float) * model.hidden_size * ACTIVATION_BYTES
     dp_path = collective_time_s("all_gather", gathered, world, 1, cluster) \
         + collective_time_s("reduce_scatter", gathered, world, 1, cluster)
+    dp_path = np.where(shard.moe_ep > 1, expert_dispatch_s(model, moe_tokens, shard, cluster), dp_path)
     return attention + np.where(shard.dp > 1, dp_path, attention)
+
+
+def expert_dispatch_s(model: ModelSpec, moe_tokens: Column, shard: Sharding, cluster: ClusterSpec) -> np.ndarray:
+    """Seconds of one MoE layer's dispatch and combine all-to-all under attention DP with expert parallelism:
+    each of the tp·dp GPUs sends its share of the ``moe_tokens`` (moe_tokens/(tp·dp) tokens), each token as
+    top-k copies of hidden 16-bit values, every copy to the moe_tp GPUs that hold its expert's width, and gets
+    as many back (``collectives.all_to_all_time_s``: of each GPU's bytes (k − 1)/n go over NVLink to the peers
+    of its domain and (n − k)/n over its own NIC, concurrently; ``collective_time_s`` would price the NIC part
+    as a hierarchical reduction's size/k, which an all-to-all cannot aggregate). Engines run these
+    all-to-alls only with attention DP (vLLM's FusedMoEParallelConfig enables all2all kernels for dp > 1 with
+    EP; SGLang's DeepEP and TRT-LLM's alltoall likewise serve attention-DP ranks); with dp = 1 the tp ranks hold
+    every token and an all-reduce combines the experts' partial outputs (``_comm_per_layer_s``)."""
+    world = shard.tp * shard.dp
+    per_gpu = np.asarray(moe_tokens, dtype=float) / world * model.experts_per_token * shard.moe_tp \
+        * model.hidden_size * ACTIVATION_BYTES
+    return 2.0 * all_to_all_time_s(per_gpu, world, 1, cluster)
+
+
+def busiest_expert_rank_copies(copies: Column, ep: Column) -> np.ndarray:
+    """Expected routed copies on the busiest of ``ep`` expert-parallel ranks when ``copies`` token copies are
+    routed uniformly over experts split evenly among them: a rank's load is Binomial(c, 1/ep), mean μ = c/ep,
+    variance μ(1 − 1/ep), and the maximum of ep such loads is μ + sqrt(2·ln(ep)·μ·(1 − 1/ep)) (the balls-into-
+    bins maximum for c ≫ ep·ln ep, Raab & Steger 1998, "Balls into bins — a simple and tight analysis", Thm 1;
+    the Gaussian extreme-value sqrt(2 ln n) law), at most all c copies. Exactly μ at ep = 1. Real routers are
+    skewed beyond uniform (hot experts), which this leaves out: a lower bound on the imbalance."""
+    c = np.asarray(copies, dtype=float)
+    ep = np.asarray(ep, dtype=float)
+    mean = c / ep
+    spread = np.sqrt(2.0 * np.log(np.maximum(ep, 1.0)) * mean * (1.0 - 1.0 / ep))
+    return np.minimum(mean + spread, c)
 
 
 def _experts_s(model: ModelSpec, moe_tokens: Column, shard: Sharding, prec: WeightPrecision,
                rates: ComputeRates) -> np.ndarray:
-    """Routed-expert seconds of one MoE layer on one GPU: the experts its share of the routed copies of the
-    MoE group's ``moe_tokens`` hits."""
+    """Routed-expert seconds of one MoE layer on the busiest expert-parallel GPU: the experts its share of the
+    routed copies of the MoE group's ``moe_tokens`` hits (``busiest_expert_rank_copies``), at the grouped GEMM's
+    saturation in tokens per expert."""
     copies = np.asarray(moe_tokens, dtype=float) * model.experts_per_token
     local = model.num_experts / shard.moe_ep
-    hit = local * (1.0 - (1.0 - 1.0 / model.num_experts) ** copies)
+    copies_here = busiest_expert_rank_copies(copies, shard.moe_ep)
+    # Each of its copies lands on one of its local experts; (1 − 1/E)^(ep·copies_here) is today's miss chance
+    # (1 − 1/E)^c when the rank gets its mean share.
+    hit = local * (1.0 - (1.0 - 1.0 / model.num_experts) ** (copies_here * shard.moe_ep))
     width = model.expert_ffn_size / shard.moe_tp
     expert_weights = model.mlp_matrices * model.hidden_size * width
-    copies_here = copies / shard.moe_ep
     per_expert = copies_here / np.maximum(hit, 1e-9)
     compute = 2.0 * copies_here * expert_weights / (rates.gemm_flops_per_s
                                                     * _saturation(per_expert, rates.gemm_half_dim))
@@ -272,6 +310,24 @@ def _prefill_attention_s(model: ModelSpec, shard: Sharding, tokens: np.ndarray,
         + linear_layers * tokens * model.mixers.linear_prefill_flops_per_token(shard.tp) / rates.attention_flops_per_s
 
 
+def _busiest_rank(shard: Sharding, tokens_per_rank: Column, sequences_per_rank: Column,
+                  attended_keys: tuple[Column, Column], attention_flops: tuple[Column, Column], decode: bool
+                  ) -> tuple[np.ndarray, np.ndarray, tuple[Column, Column], tuple[Column, Column]]:
+    """(tokens, sequences, attended keys, attention FLOPs) of the busiest attention-DP rank, whose attention the
+    step waits for (the MoE layers synchronise every rank). The engines balance requests over the dp ranks
+    (SGLang's dp-attention load_balance_method defaults to round_robin; vLLM's DP front end and TRT-LLM's
+    attention-DP scheduler send to the least loaded rank), so taken as a balanced round-robin B·dp sequences put
+    ceil(B) on the fullest rank: its work is the mean rank's scaled by ceil(B)/B. Without attention DP (dp = 1)
+    the mean is the rank; a prefill step is priced for the rank that runs it."""
+    seqs = np.asarray(sequences_per_rank, dtype=float)
+    # 1e-9: a B that is whole up to rounding (64/8) stays whole.
+    busiest = np.where((shard.dp > 1) & decode, np.maximum(np.ceil(seqs - 1e-9), seqs), seqs)
+    scale = busiest / np.maximum(seqs, 1e-12)
+    keys = (np.asarray(attended_keys[0]) * scale, np.asarray(attended_keys[1]) * scale)
+    flops = (np.asarray(attention_flops[0]) * scale, np.asarray(attention_flops[1]) * scale)
+    return np.asarray(tokens_per_rank, dtype=float) * scale, busiest, keys, flops
+
+
 def step_time(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, shard: Sharding, *,
               tokens_per_rank: Column, sequences_per_rank: Column, attended_keys: tuple[Column, Column],
               attention_flops: tuple[Column, Column], decode: bool, moe_tokens: Column | None = None) -> StepTime:
@@ -282,20 +338,22 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, sha
     read per layer per rank at decode, as (full-attention keys, sliding-window keys) summed over the rank's
     sequences; ``attention_flops``: (full, sliding) attention-core FLOPs per layer per rank at prefill;
     ``moe_tokens``: tokens the MoE group receives from all attention-DP ranks (default: every rank runs
-    ``tokens_per_rank``). Linear-attention layers and a sparse-attention indexer are priced from ``model.mixers``.
+    ``tokens_per_rank``, all dp ranks' tokens in all). With attention DP a decode step's per-rank work is the
+    busiest rank's (``_busiest_rank``: ceil(B) of a mean B sequences). Linear-attention layers and a sparse-
+    attention indexer are priced from ``model.mixers``.
     """
     moe_tokens = np.asarray(tokens_per_rank, dtype=float) * shard.dp if moe_tokens is None else moe_tokens
+    tokens, seqs, attended_keys, attention_flops = _busiest_rank(shard, tokens_per_rank, sequences_per_rank,
+                                                                 attended_keys, attention_flops, decode)
     dense_layers, moe_layers, full_layers, sliding_layers, linear_layers = _layer_counts(model)
     dense_rates = rates_for(cluster, prec.dense_dtype)
     expert_rates = rates_for(cluster, prec.expert_dtype)
-    tokens = np.asarray(tokens_per_rank, dtype=float)
     attn_params, dense_mlp = _dense_layer_params(model, False, shard.tp)
     _, moe_shared = _dense_layer_params(model, True, shard.tp)
     attn_s = _roofline_s(2.0 * tokens * attn_params, attn_params * prec.attention_bytes, tokens, dense_rates)
     dense_mlp_s = _roofline_s(2.0 * tokens * dense_mlp, dense_mlp * prec.dense_bytes, tokens, dense_rates)
     shared_s = _roofline_s(2.0 * tokens * moe_shared, moe_shared * prec.dense_bytes, tokens, dense_rates)
     head = model.vocab_size * model.hidden_size / shard.tp
-    seqs = np.asarray(sequences_per_rank, dtype=float)
     head_s = _roofline_s(2.0 * seqs * head, head * ACTIVATION_BYTES, seqs, dense_rates)
     linear_params = model.linear_attention_params / shard.tp
     linear_s = _roofline_s(2.0 * tokens * linear_params, linear_params * prec.attention_bytes, tokens, dense_rates)
@@ -314,3 +372,34 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, sha
     # same sum over all layers (pp = 1 in every measured row; pipelined micro-batches are not modelled).
     return StepTime(gemm_s=gemm, experts_s=experts, attention_s=attention, elementwise_s=elementwise,
                     comm_s=comm, overhead_s=overhead)
+
+
+def prefill_chunk_tokens(prompts: Column, prompt_tokens: Column, max_batched_tokens: Column) -> np.ndarray:
+    """Tokens of the one prefill chunk a step runs for ``prompts`` prompts admitted together: min(k·isl,
+    max_batched_tokens), the chunked-prefill budget of vLLM (max_num_batched_tokens), SGLang
+    (chunked_prefill_size) and TRT-LLM (max_num_tokens); a longer total spills into the next steps' chunks."""
+    total = np.asarray(prompts, dtype=float) * np.asarray(prompt_tokens, dtype=float)
+    return np.minimum(total, np.asarray(max_batched_tokens, dtype=float))
+
+
+def admitted_prefill_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, shard: Sharding, *,
+                       prompts: Column, prompt_tokens: Column, max_batched_tokens: Column) -> np.ndarray:
+    """Seconds one attention-DP rank spends prefilling ``prompts`` prompts of ``prompt_tokens`` admitted
+    together: their k·isl tokens run as prefill chunks of ``prefill_chunk_tokens`` beside the decode batch
+    (floor(k·isl/M) full chunks of M = ``max_batched_tokens`` tokens, then the remainder), each chunk reading
+    every weight and hit expert once, not once per prompt; each chunk carries its token share of the prompts'
+    causal attention FLOPs and output-head rows. Without the engine's per-step overhead."""
+    k = np.asarray(prompts, dtype=float)
+    isl = np.asarray(prompt_tokens, dtype=float)
+    total = k * isl
+    chunk = prefill_chunk_tokens(k, isl, max_batched_tokens)
+    full_chunks = np.floor(total / np.maximum(chunk, 1e-9) + 1e-9)
+    rest = np.maximum(total - full_chunks * chunk, 0.0)
+    full, sliding = prefill_attention_flops(model, isl)
+
+    def one_chunk(tokens: np.ndarray) -> np.ndarray:
+        share = tokens / np.maximum(total, 1e-9)
+        return step_time(model, cluster, prec, shard, tokens_per_rank=tokens, sequences_per_rank=k * share,
+                         attended_keys=(0.0, 0.0), attention_flops=(k * full * share, k * sliding * share),
+                         decode=False, moe_tokens=tokens).total_s
+    return full_chunks * one_chunk(chunk) + np.where(rest > 0.0, one_chunk(np.maximum(rest, 1e-9)), 0.0)

@@ -7,6 +7,8 @@ with P one prompt's prefill and D(B) the decode step (both with the engine's ste
 - Closed loop at C in flight: B = min(C/ranks, what fits, the batch cap); TPOT = D(B) + B·P/osl, each of the B
   sequences being replaced once per osl steps (cost_models.serving.aggregated, the model validated against
   5,221 measured deployments); TTFT = request overhead + P + TPOT/2 + (chunks − 1)·D + the wait for a slot.
+  Given the price of k prompts admitted as one chunk (``admit_of``), a step admitting k = B/osl > 1 prompts
+  pays that chunk instead of k·P (:func:`admission_s`).
 - Open loop at λ requests/s per rank: prefill takes ρ = λ·P of the GPU's time, so TPOT = D(B)/(1 − ρ), and B
   solves Little's law B = λ·osl·TPOT(B) (a fixed point, capped by the slots). TTFT = request overhead + the
   prompt's wait behind other prefills (an M/G/1-type queue, planner/serving/queueing.py) + P + D/2 + (chunks − 1)·D
@@ -40,6 +42,10 @@ CONVERGED_REL = 1e-9
 """The fixed point stops once no batch moves by more than this fraction."""
 StepOf = Callable[[np.ndarray], np.ndarray]
 """The decode step, seconds, as a function of the running batch per attention-DP rank (one entry a candidate)."""
+AdmitOf = Callable[[np.ndarray], np.ndarray]
+"""Seconds the mixed steps spend prefilling k >= 1 prompts admitted together, as ONE chunk of min(k·isl, max
+batched tokens) tokens per step beside the decode batch (``inference_step.admitted_prefill_s``) with the engine's
+step overhead per chunk step; at k = 1 one prompt's prefill (``prefill_s``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,6 +130,18 @@ def _chunks(isl: float, chunk: Column) -> np.ndarray:
     return np.ceil(isl / np.asarray(chunk, dtype=float))
 
 
+def admission_s(prompts_per_step: Column, prefill_s: Column, admit_of: AdmitOf | None) -> np.ndarray:
+    """Mean seconds a decode step spends on the k = ``prompts_per_step`` prompts it admits on average. Requests
+    finishing staggered (a steady state) admit floor(k) or ceil(k) prompts a step when k >= 1, batched into one
+    chunk: ``admit_of(k)``; when k < 1 a fraction k of the steps admits one prompt: k·``prefill_s``. Without
+    ``admit_of`` every prompt is its own prefill, k·``prefill_s`` (what cost_models.serving.aggregated prices)."""
+    k = np.asarray(prompts_per_step, dtype=float)
+    single = k * np.asarray(prefill_s, dtype=float)
+    if admit_of is None:
+        return single
+    return np.where(k > 1.0, admit_of(np.maximum(k, 1.0)), single)
+
+
 def solve_batch(rate_per_rank: Column, osl: float, step_of: StepOf, slots: Column, interference: Column = 0.0
                 ) -> np.ndarray:
     """B = λ·osl·step(B)/(1 − interference), at most ``slots``: the running batch of an open loop."""
@@ -143,31 +161,34 @@ def aggregated(load: Load, *, q: float | None = None, **workers: Any) -> Latency
 
 
 def aggregated_stats(load: Load, *, prefill_s: np.ndarray, step_of: StepOf, fits: np.ndarray, cap: Column,
-                     chunk: Column, replicas: Column, ranks: Column, qs: Sequence[float | None]) -> list[Latency]:
+                     chunk: Column, replicas: Column, ranks: Column, qs: Sequence[float | None],
+                     admit_of: AdmitOf | None = None) -> list[Latency]:
     """Aggregated workers: ``replicas`` of them, each with ``ranks`` attention-DP ranks of ``fits`` KV slots, a
-    batch cap ``cap``, ``chunk`` max batched tokens; ``step_of(B)`` the decode step at B per rank. The running
-    batch (a fixed point in an open loop) is solved once for all the statistics ``qs`` (None: the mean)."""
+    batch cap ``cap``, ``chunk`` max batched tokens; ``step_of(B)`` the decode step at B per rank; ``admit_of(k)``
+    the prefill of k prompts admitted in one step as one chunk (:func:`admission_s`; None: k separate prefills).
+    The running batch (a fixed point in an open loop) is solved once for all the statistics ``qs`` (None: the
+    mean)."""
     slots = np.maximum(np.minimum(fits, cap), 1.0)
     chunk_steps = _chunks(load.isl, chunk) - 1.0
     solve = _aggregated_closed if load.closed else _aggregated_open
-    return solve(load, prefill_s, step_of, slots, chunk_steps, replicas * ranks, qs)
+    return solve(load, prefill_s, step_of, slots, chunk_steps, replicas * ranks, qs, admit_of)
 
 
 def _aggregated_closed(load: Load, prefill_s: np.ndarray, step_of: StepOf, slots: np.ndarray, chunk_steps: np.ndarray,
-                       num_ranks: Column, qs: Sequence[float | None]) -> list[Latency]:
+                       num_ranks: Column, qs: Sequence[float | None], admit_of: AdmitOf | None) -> list[Latency]:
     """aggregated_stats of a closed loop over ``num_ranks`` attention-DP ranks in all."""
     osl, concurrency = load.osl, load.closed_concurrency
     per_rank = concurrency / num_ranks
     batch = np.maximum(np.minimum(per_rank, slots), 1.0)
     step = step_of(batch)
-    tpot_mean = step + batch * prefill_s / osl
+    tpot_mean = step + admission_s(batch / osl, prefill_s, admit_of)
     queued = np.maximum(per_rank - batch, 0.0) / batch * (osl * tpot_mean + prefill_s)
     ttft_mean = load.request_overhead_s + prefill_s + tpot_mean / 2.0 + chunk_steps * step + queued
     rate = concurrency / (ttft_mean + osl * tpot_mean)
     stable = np.ones_like(tpot_mean, dtype=bool)
 
     def at(q: float | None) -> Latency:
-        tpot = step + _count(batch, load.osl_cv ** 2, q) * prefill_s / osl
+        tpot = step + admission_s(_count(batch, load.osl_cv ** 2, q) / osl, prefill_s, admit_of)
         ttft = load.request_overhead_s + prefill_s * _length(load.isl_cv, q) + tpot_mean / 2.0 \
             + chunk_steps * step + queued
         return Latency(ttft_s=ttft, tpot_s=tpot, running_batch=batch, requests_per_s=rate, stable=stable,
@@ -176,12 +197,20 @@ def _aggregated_closed(load: Load, prefill_s: np.ndarray, step_of: StepOf, slots
 
 
 def _aggregated_open(load: Load, prefill_s: np.ndarray, step_of: StepOf, slots: np.ndarray, chunk_steps: np.ndarray,
-                     num_ranks: Column, qs: Sequence[float | None]) -> list[Latency]:
-    """aggregated_stats of an open loop over ``num_ranks`` attention-DP ranks in all."""
+                     num_ranks: Column, qs: Sequence[float | None], admit_of: AdmitOf | None) -> list[Latency]:
+    """aggregated_stats of an open loop over ``num_ranks`` attention-DP ranks in all. With ``admit_of`` a prompt's
+    share of the GPU is its batched chunk's per prompt at the λ·TPOT prompts arriving per step of the single-
+    prompt solution (at most ``prefill_s``: batching never slows a prompt), and the batch is solved again."""
     osl, rate_per_s = load.osl, load.open_rate_per_s
     lam = rate_per_s / num_ranks
-    busy = lam * prefill_s
+    share_s = prefill_s  # GPU seconds one prompt's prefill takes from its rank
+    busy = lam * share_s
     batch = solve_batch(lam, osl, step_of, slots, busy)
+    if admit_of is not None:
+        per_step = lam * step_of(np.maximum(batch, 1.0)) / np.maximum(1.0 - busy, 1e-12)
+        share_s = np.minimum(admission_s(per_step, prefill_s, admit_of) / np.maximum(per_step, 1e-12), prefill_s)
+        busy = lam * share_s
+        batch = solve_batch(lam, osl, step_of, slots, busy)
     step = step_of(np.maximum(batch, 1.0))
     tpot_mean = step / np.maximum(1.0 - busy, 1e-12)
     lifetime = osl * tpot_mean + prefill_s
@@ -190,8 +219,8 @@ def _aggregated_open(load: Load, prefill_s: np.ndarray, step_of: StepOf, slots: 
     rate = np.broadcast_to(rate_per_s, tpot_mean.shape).astype(float)
 
     def at(q: float | None) -> Latency:
-        tpot = step + _count(lam * osl * tpot_mean, load.arrival_cv2, q) * prefill_s / osl
-        prefill_wait = _wait(lam, load.arrival_cv2, prefill_s, load.isl_cv ** 2, 1.0, q)
+        tpot = step + admission_s(_count(lam * osl * tpot_mean, load.arrival_cv2, q) / osl, prefill_s, admit_of)
+        prefill_wait = _wait(lam, load.arrival_cv2, share_s, load.isl_cv ** 2, 1.0, q)
         slot_wait = _wait(lam, load.arrival_cv2, lifetime, load.osl_cv ** 2, slots, q)
         ttft = load.request_overhead_s + prefill_wait + prefill_s * _length(load.isl_cv, q) + step / 2.0 \
             + chunk_steps * step + slot_wait
