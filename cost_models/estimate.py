@@ -221,36 +221,131 @@ def stage_terms(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: Confi
                       shares=state_shares(model, work, t))
 
 
+@dataclass(frozen=True, slots=True)
+class SharedTerms:
+    """What the rows of one table share, priced once: the LAYER_AXES and STAGE_AXES terms of each distinct
+    combination (``layer_of_row`` and ``stage_of_row`` give each row's), or of every row of a table of at most
+    FEW_ROWS rows (the indices then None), with the context they were priced in."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    work: Workload
+    rates: ComputeRates
+    """The rates priced with (the job's fp8 recipe applied)."""
+    layers: LayerTerms
+    layer_of_row: np.ndarray | None
+    stages: StageTerms
+    stage_of_row: np.ndarray | None
+
+
+@dataclass(frozen=True, slots=True)
+class BlockMemory:
+    """Consecutive rows of a priced table with their memory: what the fit decision reads, before any time."""
+
+    table: ConfigTable
+    """The rows, int64 columns."""
+    layer_index: np.ndarray | slice
+    """Each row's entry in SharedTerms.layers."""
+    stage_index: np.ndarray | slice
+    """Each row's entry in SharedTerms.stages."""
+    layer: LayerMemory
+    """The rows' SharedTerms.layers.memory."""
+    ranks: RankWork
+    """The rows' SharedTerms.stages.ranks."""
+    shares: StateShares
+    """The rows' SharedTerms.stages.shares."""
+    memory: MemoryBreakdown
+
+
+def widened(t: ConfigTable) -> ConfigTable:
+    """``t`` with int64 columns, the integers the cost terms compute in (a search keeps its table in narrower
+    ones); ``t`` itself where they already are."""
+    columns = {field.name: getattr(t, field.name) for field in dataclasses.fields(t)}
+    if all(np.asarray(column).dtype == np.int64 for column in columns.values()):
+        return t
+    return ConfigTable.from_columns(**columns)
+
+
+def row_blocks(size: int, rows_per_block: int = ROWS_PER_BLOCK) -> list[slice]:
+    """``range(size)`` as consecutive slices of at most ``rows_per_block`` rows (one empty slice when size is 0)."""
+    return [slice(start, min(start + rows_per_block, size)) for start in range(0, size, rows_per_block)] \
+        or [slice(0, 0)]
+
+
+def shared_terms(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTable,
+                 rates: ComputeRates | None = None) -> SharedTerms:
+    """The :class:`SharedTerms` of ``t`` (int64 columns or narrower ones)."""
+    rates = _with_recipe(rates, cluster, work) if rates is not None else default_rates(cluster, work)
+    if len(t) <= FEW_ROWS:  # nothing worth sharing: every term on every row, as the shared path gives it
+        rows = widened(t)
+        return SharedTerms(model=model, cluster=cluster, work=work, rates=rates,
+                           layers=layer_terms(model, work, rows, rates, cluster), layer_of_row=None,
+                           stages=stage_terms(model, cluster, work, rows, rates), stage_of_row=None)
+    layer_rows, layer_of_row = distinct_rows(t, LAYER_AXES)
+    stage_rows, stage_of_row = distinct_rows(t, STAGE_AXES)
+    return SharedTerms(model=model, cluster=cluster, work=work, rates=rates,
+                       layers=layer_terms(model, work, widened(layer_rows), rates, cluster), layer_of_row=layer_of_row,
+                       stages=stage_terms(model, cluster, work, widened(stage_rows), rates), stage_of_row=stage_of_row)
+
+
+def block_memory(shared: SharedTerms, t: ConfigTable, rows: slice) -> BlockMemory:
+    """The rows ``rows`` of ``t`` (the table ``shared`` was priced from) and their memory."""
+    block = widened(t.take(rows))
+    # Gathers by an intp index run twice as fast as by distinct_index's int32 codes: convert once per block.
+    layer_index = rows if shared.layer_of_row is None else shared.layer_of_row[rows].astype(np.intp)
+    stage_index = rows if shared.stage_of_row is None else shared.stage_of_row[rows].astype(np.intp)
+    layer, ranks = take_rows(shared.layers.memory, layer_index), take_rows(shared.stages.ranks, stage_index)
+    shares = take_rows(shared.stages.shares, stage_index)
+    return BlockMemory(table=block, layer_index=layer_index, stage_index=stage_index, layer=layer, ranks=ranks,
+                       shares=shares,
+                       memory=_memory_rows(shared.model, shared.cluster, shared.work, block, layer, ranks, shares))
+
+
+def block_estimates(shared: SharedTerms, block: BlockMemory, subset: np.ndarray | None = None) -> EstimateTable:
+    """The estimates of ``block``'s rows, or of those at positions ``subset`` of it: elementwise arithmetic on the
+    same values, so a row's numbers do not depend on which rows are priced beside it."""
+    if subset is not None:
+        block = BlockMemory(table=block.table.take(subset), layer_index=_positions(block.layer_index)[subset],
+                            stage_index=_positions(block.stage_index)[subset], layer=take_rows(block.layer, subset),
+                            ranks=take_rows(block.ranks, subset), shares=take_rows(block.shares, subset),
+                            memory=take_rows(block.memory, subset))
+    layers, stages, li, si = shared.layers, shared.stages, block.layer_index, block.stage_index
+    experts = None if stages.expert_traffic is None else take_rows(stages.expert_traffic, si)
+    layer_terms_at = LayerTerms(times=take_rows(layers.times, li), memory=block.layer, embed_s=_at(layers.embed_s, li),
+                                output_s=_at(layers.output_s, li),
+                                recompute_flops_per_token=_at(layers.recompute_flops_per_token, li))
+    stage_terms_at = StageTerms(ranks=block.ranks, dense_traffic=take_rows(stages.dense_traffic, si),
+                                expert_traffic=experts, optimizer_s=_at(stages.optimizer_s, si), shares=block.shares)
+    return _estimate_rows(shared.model, shared.cluster, shared.work, block.table, shared.rates, layer_terms_at,
+                          stage_terms_at, block.memory)
+
+
+def _positions(index: np.ndarray | slice) -> np.ndarray:
+    """A row index as an integer array (a block's slice as the positions it covers)."""
+    return np.arange(index.start, index.stop) if isinstance(index, slice) else index
+
+
+def _at(value: np.ndarray, index: np.ndarray | slice) -> np.ndarray:
+    """One per-row term at ``index``, as table.take_rows takes it (a term left scalar stays as it is)."""
+    return value[index] if value.ndim == 1 else value
+
+
 def estimate(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTable,
              rates: ComputeRates | None = None) -> EstimateTable:
     """Predict every row of ``t``. Infeasible rows are still priced; ``fits`` says which fit."""
-    rates = _with_recipe(rates, cluster, work) if rates is not None else default_rates(cluster, work)
-    if len(t) <= FEW_ROWS:  # nothing worth sharing: every term on every row, as the shared path gives it
-        return _estimate_rows(model, cluster, work, t, rates, layer_terms(model, work, t, rates, cluster),
-                              stage_terms(model, cluster, work, t, rates))
-    layer_rows, layer_of_row = distinct_rows(t, LAYER_AXES)
-    layers = layer_terms(model, work, layer_rows, rates, cluster)
-    stage_rows, stage_of_row = distinct_rows(t, STAGE_AXES)
-    stages = stage_terms(model, cluster, work, stage_rows, rates)
-    if len(t) <= ROWS_PER_BLOCK:
-        return _estimate_rows(model, cluster, work, t, rates, take_rows(layers, layer_of_row),
-                              take_rows(stages, stage_of_row))
-
-    def block(rows: slice) -> EstimateTable:
-        return _estimate_rows(model, cluster, work, t.take(rows), rates, take_rows(layers, layer_of_row[rows]),
-                              take_rows(stages, stage_of_row[rows]))
-
-    first_rows = slice(0, ROWS_PER_BLOCK)
-    first = block(first_rows)
-    result = _allocated_like(first, len(t))
-    _fill(result, first_rows, first)
-    for start in range(ROWS_PER_BLOCK, len(t), ROWS_PER_BLOCK):
-        rows = slice(start, start + ROWS_PER_BLOCK)
-        _fill(result, rows, block(rows))
+    shared = shared_terms(model, cluster, work, t, rates)
+    blocks = row_blocks(len(t))
+    first = block_estimates(shared, block_memory(shared, t, blocks[0]))
+    if len(blocks) == 1:
+        return first
+    result = allocated_like(first, len(t))
+    fill_rows(result, blocks[0], first)
+    for rows in blocks[1:]:
+        fill_rows(result, rows, block_estimates(shared, block_memory(shared, t, rows)))
     return result
 
 
-def _allocated_like(block: _Record, size: int) -> _Record:
+def allocated_like(block: _Record, size: int) -> _Record:
     """``block`` (an estimate table or one of its dataclasses) with every per-row array as an empty one of ``size``
     rows, to fill block by block."""
     changes: dict[str, Any] = {}
@@ -259,23 +354,34 @@ def _allocated_like(block: _Record, size: int) -> _Record:
         if isinstance(value, np.ndarray):
             changes[field.name] = np.empty(size, dtype=value.dtype)
         elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-            changes[field.name] = _allocated_like(value, size)
+            changes[field.name] = allocated_like(value, size)
     return dataclasses.replace(block, **changes)
 
 
-def _fill(whole: DataclassInstance, rows: slice, block: DataclassInstance) -> None:
-    """Write ``block``'s rows into ``whole`` at ``rows``."""
+def fill_rows(whole: DataclassInstance, rows: np.ndarray | slice, block: DataclassInstance) -> None:
+    """Write ``block``'s rows into ``whole`` (arrays of its own, from :func:`allocated_like`) at ``rows``."""
     for field in dataclasses.fields(whole):
         value = getattr(whole, field.name)
         if isinstance(value, np.ndarray):
             value[rows] = getattr(block, field.name)
         elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-            _fill(value, rows, getattr(block, field.name))
+            fill_rows(value, rows, getattr(block, field.name))
+
+
+def _memory_rows(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTable, layer: LayerMemory,
+                 ranks: RankWork, shares: StateShares) -> MemoryBreakdown:
+    """Peak memory of the rows of ``t`` (their layers' ``layer``, pipeline ranks' ``ranks`` and state ``shares``),
+    the allocator's cache trimmed to the GPU's usable capacity."""
+    m = work.global_batch / (t.dp * t.mbs)
+    return trimmed_to_capacity(memory_breakdown(model, work, t, ranks.layout, m, layer.per_layer_bytes, ranks, layer,
+                                                shares),
+                               usable_capacity_bytes(cluster.gpu.hbm_bytes))
 
 
 def _estimate_rows(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTable, rates: ComputeRates,
-                   layers: LayerTerms, stages: StageTerms) -> EstimateTable:
-    """Predict the rows of ``t`` whose per-layer and per-stage terms are ``layers`` and ``stages``."""
+                   layers: LayerTerms, stages: StageTerms, memory: MemoryBreakdown) -> EstimateTable:
+    """Predict the rows of ``t`` whose per-layer and per-stage terms are ``layers`` and ``stages`` and whose memory
+    is ``memory`` (:func:`_memory_rows`)."""
     m = work.global_batch / (t.dp * t.mbs)
     lt = layers.times
     pipeline = _pipeline_times(t, layers, stages.ranks, cluster)
@@ -302,9 +408,6 @@ def _estimate_rows(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: Co
     recompute_per_token = layers.recompute_flops_per_token
     peak = cluster.gpu.peak(work.precision)
     per_gpu_flops = flops_per_token * tokens_per_s / num_gpus
-    memory = trimmed_to_capacity(memory_breakdown(model, work, t, stages.ranks.layout, m, layers.memory.per_layer_bytes,
-                                                  stages.ranks, layers.memory, stages.shares),
-                                 usable_capacity_bytes(cluster.gpu.hbm_bytes))
     return EstimateTable(
         step_time_s=step, compute_s=compute_total, tp_comm_s=tp_total, cp_comm_s=cp_total, ep_comm_s=ep_total,
         pp_comm_s=pp_comm,

@@ -28,7 +28,13 @@ from paraplan.errors import InputError
 from paraplan.hardware_profiles import Catalog, ClusterSpec
 from paraplan.model_specs.model_spec import ModelSpec
 from paraplan.planner.job import TrainingJob
-from paraplan.planner.placement.refine import PlacementReport, placement_topology, refine, typed_pipeline_rows
+from paraplan.planner.placement.refine import (
+    MAX_TYPED_PIPELINE_SCAN,
+    PlacementReport,
+    placement_topology,
+    refine,
+    typed_pipeline_rows,
+)
 from paraplan.planner.plan import SCHEMA_VERSION, Plan, plan_at, plan_to_json
 from paraplan.planner.run.cost import RunCost, RunOptions, run_cost, run_document
 from paraplan.planner.search import SearchResult, explain_no_fit, search
@@ -111,8 +117,12 @@ def plan_request(request: PlanRequest) -> PlanResult:
     cluster = with_price(cluster, request.price_usd_per_gpu_hour)
     job = training_job(request)
     rates, cluster, notes = cost_inputs(request, job, cluster)
+    placing = request.place or request.cluster.topology_file is not None
+    # Only the rows the answer can show are kept: the top plans, and on a mixed-GPU topology the typed pipelines that
+    # placement scans for among the next MAX_TYPED_PIPELINE_SCAN (search prices the rest in freed blocks).
+    keep = request.top + (MAX_TYPED_PIPELINE_SCAN if placing else 0)
     result = search(job, cluster, {axis: list(codes) for axis, codes in request.fixed.items()}, request.objective,
-                    rates)
+                    rates, keep=keep)
     if len(result.ranked) == 0:
         raise InputError(explain_no_fit(result, cluster))
     cost_model = result.estimates.cost_model
@@ -122,11 +132,10 @@ def plan_request(request: PlanRequest) -> PlanResult:
     documents = [plan_to_json(p, cost_model, _run_block(run, request.run)) for p, run in zip(plans, runs)]
     from_job = None if request.compare is None else \
         _file_layout_block(request.compare, job, cluster, rates, plans[0], cost_model)
-    placement = _placement(request, result, job, cluster, catalog, documents) \
-        if request.place or request.cluster.topology_file is not None else None
+    placement = _placement(request, result, job, cluster, catalog, documents) if placing else None
     return PlanResult(plans=plans, documents=documents if placement is None else placement.documents, runs=runs,
-                      cost_model=cost_model, considered=result.considered, evaluated=len(result.table),
-                      fitting=len(result.ranked), rejected=dict(result.rejected), job=job, cluster=cluster,
+                      cost_model=cost_model, considered=result.considered, evaluated=result.evaluated,
+                      fitting=result.fitting, rejected=dict(result.rejected), job=job, cluster=cluster,
                       capacity_bytes=_capacity_bytes(job, cluster), placement=placement, from_job=from_job,
                       notes=notes)
 

@@ -1,8 +1,9 @@
-"""Search: enumerate, estimate in one vectorized pass, keep what fits, rank, return the top K."""
+"""Search: enumerate, price a block of rows at a time, keep what fits, rank, return the top K."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -11,11 +12,25 @@ import numpy as np
 from paraplan.choices import CP_COMM_CODES, OBJECTIVES, Objective
 from paraplan.cost_models.compute import ComputeRates
 from paraplan.cost_models.device_memory import usable_capacity_bytes
-from paraplan.cost_models.estimate import EstimateTable, default_rates, estimate
+from paraplan.cost_models.estimate import (
+    ROWS_PER_BLOCK,
+    EstimateTable,
+    SharedTerms,
+    allocated_like,
+    block_estimates,
+    block_memory,
+    default_rates,
+    estimate,
+    fill_rows,
+    row_blocks,
+    shared_terms,
+    widened,
+)
 from paraplan.cost_models.fp8_recipes import recipe_error
 from paraplan.cost_models.layer import cp_comm_variants_per_layer_s
 from paraplan.cost_models.learned.step_calibration import apply_step_factor
-from paraplan.cost_models.table import ConfigTable, distinct_index
+from paraplan.cost_models.memory import MemoryBreakdown
+from paraplan.cost_models.table import ConfigTable, distinct_index, take_rows
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.hardware_profiles.units import BYTES_PER_GIB
@@ -43,28 +58,44 @@ class SearchResult:
     """Ranked rows of the evaluated table and what was rejected."""
 
     table: ConfigTable
-    """The evaluated candidates."""
+    """The evaluated candidates (a search told to ``keep`` the best: those, best first)."""
     estimates: EstimateTable
+    """The predictions of ``table``'s rows."""
     ranked: np.ndarray
-    """Row indices of fitting candidates, best first."""
+    """Row indices of fitting candidates, best first (a search told to ``keep`` the best: of those)."""
     rejected: dict[str, int]
     considered: int
     smallest_memory_bytes: float
     """Lowest peak memory seen among rule-valid candidates (for 'fits nowhere' messages)."""
+    evaluated: int
+    """Rule-valid candidates priced: ``len(table)`` unless the search kept only the best."""
+    fitting: int
+    """Candidates that fit: ``len(ranked)`` unless the search kept only the best."""
 
 
-def _objective_key(objective: Objective, job: TrainingJob, cluster: ClusterSpec, est: EstimateTable) -> np.ndarray:
-    if objective == "throughput":
-        return est.step_time_s
-    if objective == "memory":
-        return est.memory.peak_bytes
-    if cluster.gpu.price_usd_per_gpu_hour is None:
+def _objective_key(objective: Objective, est: EstimateTable) -> np.ndarray:
+    """What ``objective`` ranks by, per row (smaller first). Cost ranks as throughput: dollars for a fixed budget
+    on one cluster = price x GPUs x steps x step time, the step time times a constant (planner/run/cost.py prices
+    the run; a cheaper, slower GPU type can win only between clusters, as in planner/run/sweep.py's best_per_size)."""
+    return est.memory.peak_bytes if objective == "memory" else est.step_time_s
+
+
+def _check_request(job: TrainingJob, cluster: ClusterSpec, objective: Objective, keep: int | None) -> None:
+    """Refuse what no search can answer: a precision or fp8 recipe the GPU lacks, a cost objective without a
+    price, no row to keep."""
+    try:
+        cluster.gpu.peak(job.precision)
+    except ValueError as exc:
+        raise InputError(f"{exc}; choose another --precision") from None
+    if job.precision == "fp8":
+        problem = recipe_error(job.fp8_recipe, cluster.gpu.architecture, cluster.gpu.name)
+        if problem:
+            raise InputError(problem)
+    if objective == "cost" and cluster.gpu.price_usd_per_gpu_hour is None:
         raise InputError(f"--objective cost needs a price for {cluster.gpu.name}; the catalog has none "
                          "(give --price-per-gpu-hour, or use --objective throughput or memory)")
-    # Dollars for a fixed budget on one cluster = price x GPUs x steps x step time: the step time times a constant,
-    # so rows rank exactly as by step time (planner/run/cost.py prices the run; a cheaper, slower GPU type can win
-    # only between clusters, as in planner/run/sweep.py's best_per_size).
-    return est.step_time_s
+    if keep is not None and keep < 1:
+        raise ValueError(f"keep must be a positive number of rows, got {keep}")
 
 
 def _fastest_cp_comm(job: TrainingJob, cluster: ClusterSpec, space: SearchSpace, rates: ComputeRates | None,
@@ -77,7 +108,7 @@ def _fastest_cp_comm(job: TrainingJob, cluster: ClusterSpec, space: SearchSpace,
     the next best when the all-gather row does not fit in memory."""
     rejected = dict(space.rejected)
     allowed, table = space.cp_comm_allowed, space.table
-    no_fallback = np.full(len(table), -1, dtype=np.int64)
+    no_fallback = np.full(len(table), -1, dtype=np.int8)  # a CP code (0-3) or -1
     if allowed is None or not np.any(allowed & (allowed - 1)):
         return table, no_fallback, rejected
     work = job.workload()
@@ -87,7 +118,7 @@ def _fastest_cp_comm(job: TrainingJob, cluster: ClusterSpec, space: SearchSpace,
     distinct, of_row = distinct_index([getattr(table, axis)[several] for axis in CP_VARIANT_AXES]
                                       + [allowed[several]])
     representative = several[distinct]
-    times = cp_comm_variants_per_layer_s(job.model, work, table.take(representative), rates, cluster)
+    times = cp_comm_variants_per_layer_s(job.model, work, widened(table.take(representative)), rates, cluster)
     codes = np.asarray(sorted(times))
     gathers = codes == ALL_GATHER
     permitted = np.stack([(allowed[representative] >> code & 1).astype(bool) for code in codes])
@@ -106,23 +137,6 @@ def _fastest_cp_comm(job: TrainingJob, cluster: ClusterSpec, space: SearchSpace,
     rows_per_distinct = np.bincount(of_row, minlength=len(distinct))
     rejected[DOMINATED_CP_REASON] = int(np.sum(rows_per_distinct * permitted.sum(axis=0)) - len(several))
     return dataclasses.replace(table, cp_comm=cp_comm), fallback, rejected
-
-
-_Record = TypeVar("_Record", bound="DataclassInstance")
-
-
-def _splice(whole: _Record, rows: np.ndarray, part: _Record) -> _Record:
-    """``whole`` (an estimate table or one of its dataclasses) with ``rows`` replaced by ``part``'s rows."""
-    changes: dict[str, Any] = {}
-    for field in dataclasses.fields(whole):
-        value, new = getattr(whole, field.name), getattr(part, field.name)
-        if isinstance(value, np.ndarray):
-            value = value.copy()
-            value[rows] = new
-            changes[field.name] = value
-        elif dataclasses.is_dataclass(value):
-            changes[field.name] = _splice(value, rows, new)
-    return dataclasses.replace(whole, **changes)
 
 
 def _estimate(job: TrainingJob, cluster: ClusterSpec, table: ConfigTable, rates: ComputeRates | None) -> EstimateTable:
@@ -153,47 +167,245 @@ def _rank(key: np.ndarray, table: ConfigTable, rows: np.ndarray) -> np.ndarray:
     return by_key
 
 
+_Record = TypeVar("_Record", bound="DataclassInstance")
+"""An estimate table or one of the dataclasses of per-row arrays it holds."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Limits:
+    """What a row's memory must fit in, per GPU (bytes)."""
+
+    gpu_bytes: float | np.ndarray
+    """Usable HBM less the job's headroom."""
+    host_bytes: float
+    """Host memory for offloaded activations."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Fit:
+    """The fit decision on some rows."""
+
+    required_bytes: np.ndarray
+    """Memory each row requires on its GPU."""
+    gpu: np.ndarray
+    """Whether it fits in the GPU's memory."""
+    fits: np.ndarray
+    """Whether it fits in the GPU's memory and its offloaded activations in host memory."""
+
+
+def _fit(memory: MemoryBreakdown, limits: _Limits) -> _Fit:
+    """Which rows of ``memory`` fit within ``limits``."""
+    gpu = memory.required_bytes <= limits.gpu_bytes
+    return _Fit(required_bytes=memory.required_bytes, gpu=gpu,
+                fits=gpu & np.broadcast_to(memory.host_bytes <= limits.host_bytes, gpu.shape))
+
+
+@dataclass(slots=True)
+class _Tally:
+    """What the fit decision found over the rows priced so far, each row counted once (with its final CP variant)."""
+
+    over_gpu: int = 0
+    over_host: int = 0
+    """Rows that fit the GPU but whose offloaded activations exceed host memory."""
+    fitting: int = 0
+    smallest_bytes: float = math.inf
+    """Least memory a row requires (NaN if any row's is NaN, as numpy's min says)."""
+
+    def add(self, fit: _Fit, final: np.ndarray | None = None) -> None:
+        """Count the rows of ``fit`` (those where ``final`` is set)."""
+        counted = slice(None) if final is None else final
+        self.over_gpu += int(np.count_nonzero(~fit.gpu[counted]))
+        self.over_host += int(np.count_nonzero((fit.gpu & ~fit.fits)[counted]))
+        self.fitting += int(np.count_nonzero(fit.fits[counted]))
+        if fit.required_bytes[counted].size:
+            self.smallest_bytes = float(np.minimum(self.smallest_bytes, fit.required_bytes[counted].min()))
+
+
+def _per_row(record: _Record, size: int) -> _Record:
+    """``record`` with every array broadcast to ``size`` rows (a term the cost model left scalar)."""
+    changes: dict[str, Any] = {}
+    for field in dataclasses.fields(record):
+        value = getattr(record, field.name)
+        if isinstance(value, np.ndarray):
+            changes[field.name] = np.broadcast_to(value, (size,))
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            changes[field.name] = _per_row(value, size)
+    return dataclasses.replace(record, **changes)
+
+
+def _joined(first: _Record, second: _Record) -> _Record:
+    """The rows of ``first``, then those of ``second`` (records of per-row arrays)."""
+    changes: dict[str, Any] = {}
+    for field in dataclasses.fields(first):
+        value = getattr(first, field.name)
+        if isinstance(value, np.ndarray):
+            changes[field.name] = np.concatenate([value, getattr(second, field.name)])
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            changes[field.name] = _joined(value, getattr(second, field.name))
+    return dataclasses.replace(first, **changes)
+
+
+def _within_best(keys: np.ndarray, keep: int) -> np.ndarray:
+    """Per key, whether it may rank among the ``keep`` best: it is no worse than the keep-th smallest. NaN sorts
+    last, as in numpy's sorts (where fewer than ``keep`` keys are numbers, every key stays); keys tied with the
+    keep-th stay, for the tie-break to decide."""
+    if len(keys) <= keep:
+        return np.ones(len(keys), dtype=bool)
+    bound = np.partition(keys, keep - 1)[keep - 1]
+    return np.ones(len(keys), dtype=bool) if np.isnan(bound) else keys <= bound
+
+
+class _EveryRow:
+    """Collects the estimates of every row: a search without ``keep``."""
+
+    every_row = True
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.fits = np.zeros(size, dtype=bool)
+        self.estimates: EstimateTable | None = None
+        self.owned = False  # whether ``estimates`` holds arrays of its own, to write rows into
+
+    def add(self, rows: np.ndarray | slice, est: EstimateTable, fits: np.ndarray) -> None:
+        """Take the estimates and the fit of ``rows`` (a row given again takes its later numbers)."""
+        self.fits[rows] = fits
+        if self.estimates is None and rows == slice(0, self.size):
+            self.estimates = est  # one block covers the table: nothing to copy
+            return
+        if self.estimates is None or not self.owned:
+            whole = allocated_like(est, self.size)
+            if self.estimates is not None:
+                fill_rows(whole, slice(0, self.size), self.estimates)
+            self.estimates, self.owned = whole, True
+        fill_rows(self.estimates, rows, est)
+
+    def ranked(self, table: ConfigTable, objective: Objective) -> tuple[ConfigTable, EstimateTable, np.ndarray]:
+        """The whole table (int64 columns), its estimates and the fitting rows, best first."""
+        assert self.estimates is not None  # every search prices a block, if empty
+        fitting = np.flatnonzero(self.fits)
+        key = _objective_key(objective, self.estimates)
+        return widened(table), self.estimates, fitting[_rank(np.round(key[fitting], 12), table, fitting)]
+
+
+class _BestRows:
+    """Keeps, of the rows priced so far, those that fit and may still rank among the best ``keep``: a search with
+    ``keep``. Their estimates are the ones their blocks priced, so the kept numbers are the full search's."""
+
+    every_row = False
+
+    def __init__(self, keep: int, objective: Objective) -> None:
+        self.keep, self.objective = keep, objective
+        self.rows = np.zeros(0, dtype=np.int64)
+        self.keys = np.zeros(0)
+        self.estimates: EstimateTable | None = None
+
+    def add(self, rows: np.ndarray | slice, est: EstimateTable, fits: np.ndarray) -> None:
+        """Join the fitting ones of ``rows`` (estimates ``est``) and drop every row that can no longer rank."""
+        chosen = np.flatnonzero(fits)
+        est = take_rows(_per_row(est, len(fits)), chosen)
+        ids = (np.arange(rows.start, rows.stop) if isinstance(rows, slice) else rows)[chosen]
+        keys = np.round(_objective_key(self.objective, est), 12)
+        if self.estimates is not None:
+            if len(self.keys) >= self.keep:  # already worse than the kept rows' keep-th: skip before joining
+                near = _within_best(np.concatenate([self.keys, keys]), self.keep)[len(self.keys):]
+                ids, keys, est = ids[near], keys[near], take_rows(est, np.flatnonzero(near))
+            ids, keys = np.concatenate([self.rows, ids]), np.concatenate([self.keys, keys])
+            est = _joined(self.estimates, est)
+        stay = _within_best(keys, self.keep)
+        self.rows, self.keys, self.estimates = ids[stay], keys[stay], take_rows(est, np.flatnonzero(stay))
+
+    def ranked(self, table: ConfigTable, objective: Objective) -> tuple[ConfigTable, EstimateTable, np.ndarray]:
+        """The kept rows best first (int64 columns), their estimates and ranks 0, 1, ...: ranked as the full
+        search ranks them, since its tie-break by position follows the row order restored here."""
+        assert self.estimates is not None  # every search prices a block, if empty
+        by_row = np.argsort(self.rows)
+        order = by_row[_rank(self.keys[by_row], table.take(self.rows[by_row]), np.arange(len(by_row)))][:self.keep]
+        return widened(table.take(self.rows[order])), take_rows(self.estimates, order), np.arange(len(order))
+
+
+@dataclass(frozen=True, slots=True)
+class _PricedBlock:
+    """One block of rows, priced."""
+
+    rows: slice
+    fit: _Fit
+    refit: np.ndarray
+    """Per row: an all-gather row that does not fit, to price again with its fallback CP variant."""
+    timed: np.ndarray | None
+    """Positions in the block of the rows ``estimates`` holds (None: every row)."""
+    estimates: EstimateTable
+
+
+def _price_block(shared: SharedTerms, table: ConfigTable, fallback: np.ndarray, limits: _Limits, every_row: bool,
+                 factor: float, rows: slice) -> _PricedBlock:
+    """Price the rows ``rows`` of ``table``: all of them, or (not ``every_row``) only those that fit are timed."""
+    block = block_memory(shared, table, rows)
+    fit = _fit(block.memory, limits)
+    refit = (fallback[rows] >= 0) & (block.memory.required_bytes > limits.gpu_bytes)
+    timed = None if every_row else np.flatnonzero(fit.fits & ~refit)
+    return _PricedBlock(rows=rows, fit=fit, refit=refit, timed=timed,
+                        estimates=apply_step_factor(block_estimates(shared, block, timed), factor))
+
+
+def _price_blocks(shared: SharedTerms, table: ConfigTable, fallback: np.ndarray, limits: _Limits,
+                  sink: _EveryRow | _BestRows, tally: _Tally, rows_per_block: int, factor: float) -> np.ndarray:
+    """Price ``table`` ``rows_per_block`` rows at a time into ``sink`` (a sink that keeps the best has only the
+    fitting rows timed); return the rows to price again with their fallback CP variant: the all-gather rows that
+    do not fit."""
+    again = []
+    for rows in row_blocks(len(table), rows_per_block):
+        priced = _price_block(shared, table, fallback, limits, sink.every_row, factor, rows)
+        tally.add(priced.fit, final=~priced.refit)
+        if priced.timed is None:
+            sink.add(priced.rows, priced.estimates, priced.fit.fits)
+        else:
+            sink.add(priced.rows.start + priced.timed, priced.estimates, np.ones(len(priced.timed), dtype=bool))
+        again.append(priced.rows.start + np.flatnonzero(priced.refit))
+    return np.concatenate(again)
+
+
 def search(job: TrainingJob, cluster: ClusterSpec, fixed: dict[str, list[int]] | None = None,
-           objective: str = "throughput", rates: ComputeRates | None = None) -> SearchResult:
-    """Every valid configuration of ``job`` on ``cluster``, ranked by ``objective``."""
+           objective: str = "throughput", rates: ComputeRates | None = None, *, keep: int | None = None,
+           rows_per_block: int = ROWS_PER_BLOCK) -> SearchResult:
+    """Every valid configuration of ``job`` on ``cluster``, ranked by ``objective``.
+
+    ``keep``: return only the best ``keep`` fitting rows, best first (``evaluated``, ``fitting`` and the rejections
+    still count every row). The rows are priced ``rows_per_block`` at a time, each block freed once its rows are
+    ranked against the best so far, and rows that do not fit are never timed: memory follows the block and the kept
+    rows instead of the table (DeepSeek-V3 on 2,048 GPUs: 2.7 million rows, 0.76 GB of estimates), and the kept
+    rows and their numbers are those of the full search, bit for bit."""
     if objective not in OBJECTIVES:
         raise InputError(f"unknown objective {objective!r} (choose {', '.join(OBJECTIVES)})")
-    try:
-        cluster.gpu.peak(job.precision)
-    except ValueError as exc:
-        raise InputError(f"{exc}; choose another --precision") from None
-    if job.precision == "fp8":
-        problem = recipe_error(job.fp8_recipe, cluster.gpu.architecture, cluster.gpu.name)
-        if problem:
-            raise InputError(problem)
-    space = enumerate_space(job, cluster, engine_rules(job.engine), fixed, collapse_cp_comm=True)
+    _check_request(job, cluster, objective, keep)
+    space = enumerate_space(job, cluster, engine_rules(job.engine), fixed, collapse_cp_comm=True, compact=True)
     table, fallback, rejected = _fastest_cp_comm(job, cluster, space, rates, objective)
-    est = _estimate(job, cluster, table, rates)
-    capacity = usable_capacity_bytes(cluster.gpu.hbm_bytes) * (1.0 - job.memory_headroom_frac)
+    limits = _Limits(gpu_bytes=usable_capacity_bytes(cluster.gpu.hbm_bytes) * (1.0 - job.memory_headroom_frac),
+                     host_bytes=cluster.host_memory_per_gpu)
+    sink: _EveryRow | _BestRows = _EveryRow(len(table)) if keep is None else _BestRows(keep, objective)
+    tally = _Tally()
+    refit = _price_blocks(shared_terms(job.model, cluster, job.workload(), table, rates), table, fallback, limits,
+                          sink, tally, rows_per_block, rates.step_time_factor if rates is not None else 1.0)
     # An all-gather row that does not fit falls back to its next fastest variant, whose memory is smaller.
-    refit = np.flatnonzero((fallback >= 0) & (est.memory.required_bytes > capacity))
     if len(refit):
         cp_comm = table.cp_comm.copy()
         cp_comm[refit] = fallback[refit]
         table = dataclasses.replace(table, cp_comm=cp_comm)
-        est = _splice(est, refit, _estimate(job, cluster, table.take(refit), rates))
-    fits_gpu = est.memory.required_bytes <= capacity
-    fits_host = est.memory.host_bytes <= cluster.host_memory_per_gpu
-    fits = fits_gpu & fits_host
-    for reason, failed in ((MEMORY_REASON, ~fits_gpu), (HOST_MEMORY_REASON, fits_gpu & ~fits_host)):
-        if int(failed.sum()):
-            rejected[reason] = int(failed.sum())
-    key = _objective_key(objective, job, cluster, est)
-    fitting = np.flatnonzero(fits)
-    ranked = fitting[_rank(np.round(key[fitting], 12), table, fitting)]
-    smallest = float(est.memory.required_bytes.min()) if len(table) else float("nan")
-    return SearchResult(table=table, estimates=est, ranked=ranked, rejected=rejected,
-                        considered=space.considered, smallest_memory_bytes=smallest)
+        est = _estimate(job, cluster, table.take(refit), rates)
+        fit = _fit(est.memory, limits)
+        tally.add(fit)
+        sink.add(refit, est, fit.fits)
+    for reason, failed in ((MEMORY_REASON, tally.over_gpu), (HOST_MEMORY_REASON, tally.over_host)):
+        if failed:
+            rejected[reason] = failed
+    kept, est, ranked = sink.ranked(table, objective)
+    return SearchResult(table=kept, estimates=est, ranked=ranked, rejected=rejected, considered=space.considered,
+                        smallest_memory_bytes=tally.smallest_bytes if len(table) else float("nan"),
+                        evaluated=len(table), fitting=tally.fitting)
 
 
 def explain_no_fit(result: SearchResult, cluster: ClusterSpec) -> str:
     """One sentence on why nothing fits."""
-    if len(result.table) == 0:
+    if result.evaluated == 0:
         if not result.rejected:
             return "no configuration satisfies the engine rules and your constraints (no candidates)"
         # Rules run in order and each candidate counts against the first it breaks, so the last rule that
