@@ -113,6 +113,22 @@ ExportOpt = Annotated[str | None, typer.Option(
     help="Write launch files of the best plan: vllm, sglang, trtllm, k8s, json or all.")]
 OutOpt = Annotated[Path | None, typer.Option("--out", "-o", help="Folder for --export.")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite an existing --json file or exported files.")]
+_E = "Engine"
+MemoryFractionOpt = Annotated[float | None, typer.Option(
+    help="The engine's memory fraction, in (0, 1], under its own rule: vLLM --gpu-memory-utilization (of all GPU "
+    "memory), SGLang --mem-fraction-static (weights + KV), TRT-LLM free_gpu_memory_fraction (of what is free after "
+    "weights). Default: each engine's.", rich_help_panel=_E)]
+CudaGraphsOpt = Annotated[bool, typer.Option(
+    "--cuda-graphs/--no-cuda-graphs", help="Decode with CUDA graphs (--no-cuda-graphs: vLLM --enforce-eager, SGLang "
+    "--disable-cuda-graph, TRT-LLM cuda_graph_config null; each decode kernel then pays its host launch).",
+    rich_help_panel=_E)]
+SpeculativeOpt = Annotated[str | None, typer.Option(
+    help="Speculative decoding: mtp (the model's MTP layers), eagle[:MODEL] (an EAGLE head) or draft:MODEL (a draft "
+    "model); needs --spec-tokens and --acceptance.", rich_help_panel=_E)]
+SpecTokensOpt = Annotated[int | None, typer.Option(help="Draft tokens per step (N >= 1).", rich_help_panel=_E)]
+AcceptanceOpt = Annotated[float | None, typer.Option(
+    help="Per-token acceptance probability A in [0, 1): a step emits (1 - A^(N+1))/(1 - A) tokens.",
+    rich_help_panel=_E)]
 TpOpt = Annotated[str | None, _axis_option("Attention tensor parallel per worker.")]
 PpOpt = Annotated[str | None, _axis_option("Pipeline stages per worker.")]
 EpOpt = Annotated[str | None, _axis_option("Expert parallel (MoE).")]
@@ -132,6 +148,8 @@ def serve(
     dp_attention: DpAttentionOpt = None, batch: BatchOpt = None, chunk: ChunkOpt = None,
     objective: ObjectiveOpt = "throughput", price_per_gpu_hour: PricePerGpuHourOpt = None, top: TopOpt = 5,
     json_path: JsonPathOpt = None, export: ExportOpt = None, out: OutOpt = None, force: ForceOpt = False,
+    memory_fraction: MemoryFractionOpt = None, cuda_graphs: CudaGraphsOpt = True, speculative: SpeculativeOpt = None,
+    spec_tokens: SpecTokensOpt = None, acceptance: AcceptanceOpt = None,
 ) -> None:
     """Plan a serving deployment: engine, parallelism, batch and chunk limits, aggregated or disaggregated."""
     from paraplan.cli import render, render_serving
@@ -150,7 +168,9 @@ def serve(
             ttft_ms=ttft_ms, tpot_ms=tpot_ms, percentile=percentile, engines=_engines(engine, export),
             precision=precision, kv_dtypes=None if kv_dtype == "auto" else _names(kv_dtype),
             modes=None if mode == "both" else _names(mode), objective=objective,
-            price_per_gpu_hour=_prices(price_per_gpu_hour), top=top, hardware=hardware, **fixed)
+            price_per_gpu_hour=_prices(price_per_gpu_hour), top=top, hardware=hardware,
+            memory_fraction=memory_fraction, cuda_graphs=cuda_graphs, speculative=speculative,
+            spec_tokens=spec_tokens, acceptance=acceptance, **fixed)
     console = render.make_console()
     render_serving.serving_plans(console, result.document, result.problem)
     for serving_cluster in result.problem.clusters:  # one per GPU type; a user-file GPU says where it is from

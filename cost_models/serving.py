@@ -17,6 +17,10 @@ SGLang ``mem_fraction_static`` (its heuristic gives about 0.85 on 80-280 GB part
 ``free_gpu_memory_fraction`` 0.9 of what is free after weights and activations (KvCacheConfig default,
 nvidia.github.io/TensorRT-LLM llm-api reference). The KV pool is what remains after weights, activations
 at the engine's max batched tokens and the CUDA context.
+
+Engine settings a user chooses (``EngineKnobs``, ``serve --memory-fraction/--no-cuda-graphs/--speculative``): the
+memory fraction under each engine's rule above, eager decode (``EAGER_KERNEL_LAUNCH_S`` per kernel) and
+speculative decoding (``Speculation``), priced per output token by ``engine_decode_s``.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from paraplan.choices import SERVING_ENGINES, Precision, ServingEngine
 from paraplan.cost_models.device_memory import CUDA_CONTEXT_BYTES, NCCL_BYTES_PER_COMMUNICATOR, driver_visible_bytes
 from paraplan.cost_models.inference_step import (
     ACTIVATION_BYTES,
+    KERNELS_PER_LAYER,
+    MOE_EXTRA_KERNELS,
     Sharding,
     WeightPrecision,
     attention_params_per_gpu,
@@ -47,6 +53,48 @@ ENGINES = SERVING_ENGINES  # kept under its old name for the modules that import
 
 MemoryBudget = Literal["profiled", "total", "free"]
 """What an engine's memory fraction covers (``EngineTraits.budget``)."""
+SpeculativeMethod = Literal["mtp", "eagle", "draft"]
+"""Where draft tokens come from: the model's own MTP layers, an EAGLE head, or a separate draft model."""
+
+EAGER_KERNEL_LAUNCH_S = 22e-6
+"""Host time per kernel of a decode step launched eagerly (no CUDA graph: vLLM --enforce-eager, SGLang
+--disable-cuda-graph), per kernel as ``inference_step.KERNELS_PER_LAYER`` counts them: Llama 3.1 8B decodes a
+token in 8.4 ms eagerly and 5.1 ms as a CUDA graph on an H100 SXM5 (cloudai.pt/tag/cuda-graphs); the eager step
+is host-bound, 8.4 ms over 32 layers x 12 kernels = 22 us each (PyTorch's ~10 us of Python and dispatcher per
+op, about two eager ops per fused kernel counted here). 80 layers of Llama 3.1 70B give a 21 ms floor, the
+~25-30 ms per step (with the step overhead) issue 32 reports for an older engine at TP 2-8."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Speculation:
+    """Speculative decoding: each step drafts ``num_tokens`` tokens and the target verifies them in one pass."""
+
+    method: SpeculativeMethod
+    """mtp (the model's own next-token layers), eagle (an EAGLE head) or draft (a separate draft model)."""
+    num_tokens: int
+    """Draft tokens per step, N >= 1; the target's verify pass runs N + 1 tokens per sequence."""
+    acceptance_frac: float
+    """Probability that each draft token is accepted, given the ones before it were, in [0, 1)."""
+    draft_model: str | None = None
+    """The draft's name or path as the engine loads it (eagle, draft); None for mtp."""
+    draft: ModelSpec | None = None
+    """The draft model's shape (method draft); priced with its own decode step per draft token."""
+
+    def __post_init__(self) -> None:
+        """One-line errors for values outside their ranges."""
+        if isinstance(self.num_tokens, bool) or not isinstance(self.num_tokens, int) or self.num_tokens < 1:
+            raise InputError(f"--spec-tokens must be an integer >= 1, got {self.num_tokens!r}")
+        if not 0.0 <= self.acceptance_frac < 1.0:
+            raise InputError(f"--acceptance must be in [0, 1), got {self.acceptance_frac!r}")
+        if self.method == "draft" and self.draft is None:
+            raise InputError("--speculative draft:MODEL needs the draft model's shape")
+
+    @property
+    def expected_tokens(self) -> float:
+        """Tokens a sequence emits per step: (1 - A^(N+1)) / (1 - A), the expected accepted length plus the
+        target's own token (Leviathan et al. 2023, eq. 1)."""
+        a = self.acceptance_frac
+        return (1.0 - a ** (self.num_tokens + 1)) / (1.0 - a)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,6 +124,12 @@ class EngineTraits:
     admission, detokenizing and streaming the first token (fitted, see validation/serving_runs.py)."""
     source: str
     """Where the defaults come from."""
+    memory_frac_set: bool = False
+    """The user set ``memory_frac``: a worker that does not start at it is not planned (never raised)."""
+    cuda_graphs: bool = True
+    """Decode steps replay CUDA graphs; False: launched eagerly (``EAGER_KERNEL_LAUNCH_S`` per kernel)."""
+    speculation: Speculation | None = None
+    """Speculative decoding, or None."""
 
 
 # step_overhead_s and request_overhead_s: fitted by ``python bench/serving_accuracy.py`` (validation/serving_runs.py,
@@ -97,6 +151,38 @@ ENGINE_TRAITS: dict[str, EngineTraits] = {
         source="TensorRT-LLM 1.x KvCacheConfig.free_gpu_memory_fraction 0.9; max_num_tokens 8192, max_batch_size 2048"),
 }
 """Engine defaults and the fitted overheads (validation/serving_runs.py refits them from zero on each fold)."""
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineKnobs:
+    """Engine settings the user chose (``serve --memory-fraction/--no-cuda-graphs/--speculative``)."""
+
+    memory_frac: float | None = None
+    """The engine's own memory fraction, under its own rule (``EngineTraits.budget``); None: its default."""
+    cuda_graphs: bool = True
+    """Whether decode steps replay CUDA graphs."""
+    speculation: Speculation | None = None
+    """Speculative decoding, or None."""
+
+    def __post_init__(self) -> None:
+        """A one-line error for a fraction outside (0, 1]."""
+        if self.memory_frac is not None and not 0.0 < self.memory_frac <= 1.0:
+            raise InputError(f"--memory-fraction must be in (0, 1], got {self.memory_frac!r}")
+
+    def apply(self, traits: EngineTraits) -> EngineTraits:
+        """``traits`` with these settings (unchanged at the defaults)."""
+        if self == EngineKnobs():
+            return traits
+        frac = traits.memory_frac if self.memory_frac is None else self.memory_frac
+        return replace(traits, memory_frac=frac, memory_frac_set=self.memory_frac is not None,
+                       cuda_graphs=self.cuda_graphs, speculation=self.speculation)
+
+
+def check_speculation(model: ModelSpec, spec: Speculation | None) -> None:
+    """InputError where MTP is asked of a model without MTP layers."""
+    if spec is not None and spec.method == "mtp" and not model.mtp_layers:
+        raise InputError(f"--speculative mtp: {model.name} has no MTP layers (num_nextn_predict_layers is 0 or "
+                         "absent in its config.json); use eagle:MODEL or draft:MODEL")
+
 
 # gemm/moe quant mode -> (compute dtype, bytes per weight with scales)
 _QUANT_MODES: dict[str, tuple[Precision, float]] = {
@@ -212,8 +298,38 @@ def engine_memory(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, 
     else:  # SGLang: mem_fraction_static covers weights and the KV pool; activations live in the rest
         pool = engine.memory_frac * hbm - weights
     per_seq = kv_bytes_per_sequence(model, shard.tp, sequence_tokens, prec.kv_bytes) / shard.pp
+    if engine.speculation is not None:  # the draft's weights and KV cache share the pool's budget
+        draft_weights, draft_kv = _draft_bytes(model, engine.speculation, prec, shard, sequence_tokens)
+        share = engine.memory_frac if engine.budget == "free" else 1.0  # TRT-LLM: the pool is a share of free
+        weights, pool, per_seq = weights + draft_weights, pool - share * draft_weights, per_seq + draft_kv
     return EngineMemory(weights_bytes=weights, activation_bytes=act, fixed_bytes=fixed, kv_pool_bytes=pool,
                         kv_bytes_per_sequence=per_seq)
+
+
+def _draft_precision(prec: WeightPrecision) -> WeightPrecision:
+    """A draft model's precision: a bf16 checkpoint (published draft and EAGLE models are), the target's KV dtype."""
+    return WeightPrecision(dense_dtype="bf16", dense_bytes=2.0, expert_dtype="bf16", expert_bytes=2.0,
+                           attention_bytes=2.0, kv_bytes=prec.kv_bytes)
+
+
+def _draft_shard(shard: Sharding) -> Sharding:
+    """A draft model's sharding: the target's attention TP and DP (vLLM's and SGLang's default), one stage."""
+    return Sharding.of(shard.tp, shard.dp, pp=1)
+
+
+def _draft_bytes(model: ModelSpec, spec: Speculation, prec: WeightPrecision, shard: Sharding,
+                 sequence_tokens: Column) -> tuple[np.ndarray, np.ndarray]:
+    """(weight bytes, KV bytes per sequence) one GPU holds for the draft: a draft model's own, or for MTP/EAGLE
+    one layer of the target's (its weights and KV per layer; the head is shared)."""
+    if spec.method == "draft" and spec.draft is not None:
+        draft_prec, draft_shard = _draft_precision(prec), _draft_shard(shard)
+        return (weight_bytes_per_gpu(spec.draft, draft_prec, draft_shard),
+                kv_bytes_per_sequence(spec.draft, draft_shard.tp, sequence_tokens, draft_prec.kv_bytes))
+    one_layer = Sharding(tp=shard.tp, dp=shard.dp, moe_tp=shard.moe_tp, moe_ep=shard.moe_ep, pp=model.num_layers
+                         + 0.0 * shard.pp)
+    edges = (model.embedding_params() + model.output_params()) / shard.tp * ACTIVATION_BYTES
+    weights = weight_bytes_per_gpu(model, prec, one_layer) - edges
+    return weights, kv_bytes_per_sequence(model, shard.tp, sequence_tokens, prec.kv_bytes) / model.num_layers
 
 
 def prefill_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, shard: Sharding, prompt_tokens: Column,
@@ -243,13 +359,51 @@ def burst_ttft_s(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, p
 
 
 def decode_step_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, shard: Sharding, batch: Column,
-                  context_tokens: Column) -> np.ndarray:
-    """Seconds of one decode step of ``batch`` sequences per attention-DP rank at ``context_tokens`` each."""
+                  context_tokens: Column, tokens_per_sequence: float = 1.0) -> np.ndarray:
+    """Seconds of one decode step of ``batch`` sequences per attention-DP rank at ``context_tokens`` each, each
+    sequence running ``tokens_per_sequence`` tokens (a speculative verify pass: N + 1). A verify pass reads each
+    sequence's KV cache once (the N + 1 queries share it; their extra attention FLOPs are not counted)."""
     b = np.asarray(batch, dtype=float)
     ctx = np.asarray(context_tokens, dtype=float)
     window = np.minimum(ctx, model.sliding_window) if model.sliding_window else ctx
-    return step_time(model, cluster, prec, shard, tokens_per_rank=b, sequences_per_rank=b,
+    tokens = b if tokens_per_sequence == 1.0 else b * tokens_per_sequence
+    return step_time(model, cluster, prec, shard, tokens_per_rank=tokens, sequences_per_rank=b,
                      attended_keys=(b * ctx, b * window), attention_flops=(0.0, 0.0), decode=True).total_s
+
+
+def decode_kernels(model: ModelSpec) -> int:
+    """Kernels of one decode pass over the model (``inference_step``'s count: 12 a layer, 6 more per MoE layer)."""
+    return model.num_layers * KERNELS_PER_LAYER + model.num_moe_layers * MOE_EXTRA_KERNELS
+
+
+def _draft_s(model: ModelSpec, cluster: ClusterSpec, spec: Speculation, prec: WeightPrecision, shard: Sharding,
+             batch: Column, context_tokens: Column) -> tuple[np.ndarray, int]:
+    """(seconds, kernels) of drafting one token for ``batch`` sequences: MTP or EAGLE run about one layer of the
+    target (its one-token decode step over its layers); a draft model runs its own decode step."""
+    if spec.method == "draft" and spec.draft is not None:
+        return (decode_step_s(spec.draft, cluster, _draft_precision(prec), _draft_shard(shard), batch,
+                              context_tokens), decode_kernels(spec.draft))
+    return (decode_step_s(model, cluster, prec, shard, batch, context_tokens) / model.num_layers,
+            KERNELS_PER_LAYER + (MOE_EXTRA_KERNELS if model.is_moe else 0))
+
+
+def engine_decode_s(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec: WeightPrecision,
+                    shard: Sharding, batch: Column, context_tokens: Column) -> np.ndarray:
+    """Seconds per output token of a sequence decoding among ``batch`` per attention-DP rank, the engine's step
+    overhead included. With speculation a step is the target's verify pass of N + 1 tokens per sequence plus N
+    draft tokens, and emits ``expected_tokens`` per sequence; without CUDA graphs the step takes at least its
+    kernels' host launches (``EAGER_KERNEL_LAUNCH_S`` each; the GPU runs behind the host, so the larger wins)."""
+    spec = engine.speculation
+    drafted = 0 if spec is None else spec.num_tokens
+    step = decode_step_s(model, cluster, prec, shard, batch, context_tokens, tokens_per_sequence=drafted + 1.0)
+    kernels = decode_kernels(model)
+    if spec is not None:
+        draft_s, draft_kernels = _draft_s(model, cluster, spec, prec, shard, batch, context_tokens)
+        step, kernels = step + drafted * draft_s, kernels + drafted * draft_kernels
+    if not engine.cuda_graphs:
+        step = np.maximum(step, kernels * EAGER_KERNEL_LAUNCH_S)
+    step = step + engine.step_overhead_s
+    return step if spec is None else step / spec.expected_tokens
 
 
 RAISED_MEMORY_FRAC = 0.95
@@ -262,7 +416,7 @@ def running_capacity(model: ModelSpec, cluster: ClusterSpec, engine: EngineTrait
     """(sequences of full length that fit per attention-DP rank, whether the engine starts at its defaults).
     Where it does not, the capacity with the memory fraction raised (``RAISED_MEMORY_FRAC``)."""
     default = engine_memory(model, cluster, engine, prec, shard, sequence_tokens).max_sequences
-    raised = replace(engine, budget="free", memory_frac=RAISED_MEMORY_FRAC)
+    raised = engine if engine.memory_frac_set else replace(engine, budget="free", memory_frac=RAISED_MEMORY_FRAC)
     fits_raised = engine_memory(model, cluster, raised, prec, shard, sequence_tokens).max_sequences
     starts = default >= 1.0
     return np.where(starts, default, fits_raised), starts
@@ -329,7 +483,7 @@ def aggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, pre
     fits, starts = running_capacity(model, cluster, engine, prec, shard, held_tokens(engine, isl, osl))
     fits, starts, _ = np.broadcast_arrays(fits, starts, per_rank)  # one entry per deployment
     batch = np.maximum(np.minimum(np.minimum(per_rank, fits), engine.max_running), 1.0)
-    step = decode_step_s(model, cluster, prec, shard, batch, isl + osl / 2.0) + engine.step_overhead_s
+    step = engine_decode_s(model, cluster, engine, prec, shard, batch, isl + osl / 2.0)
     prefill = prefill_s(model, cluster, prec, shard, isl) + engine.step_overhead_s
     tpot = step + batch * prefill / osl
     lifetime = osl * tpot + prefill
@@ -363,7 +517,7 @@ def disaggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, 
     fits, starts = running_capacity(model, cluster, engine, prec, decode, held_tokens(engine, isl, osl))
     fits, starts, _ = np.broadcast_arrays(fits, starts, per_rank)  # one entry per deployment
     batch = np.maximum(np.minimum(np.minimum(per_rank, fits), engine.max_running), 1.0)
-    step = decode_step_s(model, cluster, prec, decode, batch, isl + osl / 2.0) + engine.step_overhead_s
+    step = engine_decode_s(model, cluster, engine, prec, decode, batch, isl + osl / 2.0)
     one = prefill_s(model, cluster, prec, prefill, isl) + engine.step_overhead_s
     lifetime = osl * step
     # Prefill pool: requests arrive at concurrency / lifetime; each prefill rank serves one at a time (M/D/1).

@@ -21,7 +21,13 @@ import yaml
 from paraplan.choices import SERVING_ENGINES
 from paraplan.errors import InputError
 from paraplan.exporters.program import OutputFile, already_built, comment_block
-from paraplan.exporters.serving_engines import ENGINE_VERSIONS, expressible, trtllm_options
+from paraplan.exporters.serving_engines import (
+    EAGLE_HEAD_PLACEHOLDER,
+    ENGINE_VERSIONS,
+    engine_options,
+    expressible,
+    trtllm_options,
+)
 from paraplan.exporters.serving_launch import Deployment, k8s_manifest, serve_script, share, trtllm_disagg_config
 from paraplan.exporters.serving_pools import place, pool_labels, read_pool
 from paraplan.exporters.writer import check_destination, write_files
@@ -115,6 +121,19 @@ def header(document: dict[str, Any], dep: Deployment) -> list[str]:
     if quant["weights"] not in ("bf16", "fp8") or quant["experts"] != quant["weights"]:
         lines.append(f"Weights {quant['weights']} / experts {quant['experts']}: load a checkpoint quantized so; the "
                      "engine reads its quantization_config (no flag selects it).")
+    return lines + _options_lines(e)
+
+
+def _options_lines(entry: dict[str, Any]) -> list[str]:
+    """The header lines of the plan's engine options (none at the defaults)."""
+    graphs, spec = engine_options(entry)
+    lines = [] if graphs else ["CUDA graphs off: decode kernels launch eagerly (priced at their host launch cost)."]
+    if spec is not None:
+        lines.append(f"Speculative decoding: {spec['method']}, {spec['num_tokens']} draft tokens per step, acceptance "
+                     f"{spec['acceptance_frac']:g} per token: {spec['expected_tokens_per_step']:.3g} tokens per step "
+                     "(priced).")
+        if spec["method"] == "eagle" and not spec.get("draft_model"):
+            lines.append(f"Replace {EAGLE_HEAD_PLACEHOLDER} with the EAGLE head's path or repo id.")
     return lines
 
 

@@ -32,7 +32,7 @@ FLAG_SOURCES: dict[str, dict[str, str]] = {
         "--data-parallel-start-rank", "--data-parallel-address", "--data-parallel-rpc-port",
         "--enable-expert-parallel", "--nnodes", "--node-rank", "--master-addr", "--master-port",
         "--max-num-seqs", "--max-num-batched-tokens", "--gpu-memory-utilization", "--max-model-len",
-        "--kv-cache-dtype", "--quantization", "--kv-transfer-config")}
+        "--kv-cache-dtype", "--quantization", "--kv-transfer-config", "--enforce-eager", "--speculative-config")}
     | {"--host": "vllm/entrypoints/common/cli_args.py", "--port": "vllm/entrypoints/common/cli_args.py",
        "--headless": "vllm/entrypoints/common/cli_args.py"},
     "sglang": {"--model-path": _S + "model.py", "--context-length": _S + "model.py",
@@ -43,7 +43,10 @@ FLAG_SOURCES: dict[str, dict[str, str]] = {
                "--max-running-requests": _S + "schedule.py", "--chunked-prefill-size": _S + "schedule.py",
                "--host": _S + "serving.py", "--port": _S + "serving.py",
                "--disaggregation-mode": _S + "disagg.py", "--disaggregation-transfer-backend": _S + "disagg.py",
-               "--disaggregation-bootstrap-port": _S + "disagg.py"},
+               "--disaggregation-bootstrap-port": _S + "disagg.py", "--disable-decode-cuda-graph": _S + "exec_.py",
+               "--speculative-algorithm": _S + "spec.py", "--speculative-draft-model-path": _S + "spec.py",
+               "--speculative-num-steps": _S + "spec.py", "--speculative-eagle-topk": _S + "spec.py",
+               "--speculative-num-draft-tokens": _S + "spec.py"},
     "sglang_router": {flag: _R for flag in ("--pd-disaggregation", "--prefill", "--decode", "--worker-urls",
                                             "--host", "--port")},
     "trtllm": {flag: _T for flag in ("--host", "--port", "--backend", "--tp_size", "--pp_size", "--max_batch_size",
@@ -65,6 +68,14 @@ TRANSFER = {  # plan kv_transfer.backend -> (vLLM connector, SGLang backend, TRT
     "nixl": ("NixlConnector", "nixl", "NIXL"), "mooncake": ("MooncakeConnector", "mooncake", "MOONCAKE"),
     "ucx": ("NixlConnector", "nixl", "UCX"),  # vLLM and SGLang reach UCX through NIXL (its default backend)
 }
+
+SPECULATIVE = {  # paraplan method -> (vLLM speculative_config method, SGLang algorithm, TRT-LLM decoding_type)
+    "mtp": ("mtp", "NEXTN", "MTP"), "eagle": ("eagle", "EAGLE", "Eagle"), "draft": ("draft_model", "STANDALONE",
+                                                                                    "Draft_Target")}
+"""vllm/config/speculative.py SpeculativeMethod; sglang fields/spec.py speculative_algorithm builtins;
+tensorrt_llm/llmapi/llm_args.py MTPDecodingConfig, EagleDecodingConfig, DraftTargetDecodingConfig."""
+EAGLE_HEAD_PLACEHOLDER = "EAGLE_HEAD_PATH"
+"""Where the plan names no EAGLE head: the launch file says to replace this word with the head's path or repo."""
 
 Word = str | tuple[str, str]
 """A literal word, or (bash text, Kubernetes text) for a value the launcher fills in (host, model path)."""
@@ -132,7 +143,7 @@ def vllm_command(pool: ServingPool, deployment: dict[str, Any], at: Slot) -> tup
     argv += ["--max-num-seqs", str(pool.max_batch_per_rank),
              "--max-num-batched-tokens", str(pool.max_batched_tokens_per_rank),
              "--gpu-memory-utilization", f"{pool.memory_frac:g}", "--max-model-len", str(pool.max_model_len)]
-    argv += _quant_flags("vllm", deployment)
+    argv += _quant_flags("vllm", deployment) + _vllm_options(deployment)
     env: dict[str, Word] = {}
     if pool.role != "aggregated":
         connector = TRANSFER[deployment["kv_transfer"]["backend"]][0]
@@ -157,7 +168,7 @@ def sglang_command(pool: ServingPool, deployment: dict[str, Any], at: Slot) -> t
                  "--dist-init-addr", _join(at.head, f":{DIST_PORT + at.slot}")]
     argv += ["--mem-fraction-static", f"{pool.memory_frac:g}", "--max-running-requests", str(pool.max_batch),
              "--chunked-prefill-size", str(pool.max_batched_tokens), "--context-length", str(pool.max_model_len)]
-    argv += _quant_flags("sglang", deployment)
+    argv += _quant_flags("sglang", deployment) + _sglang_options(deployment)
     if pool.role != "aggregated":
         argv += ["--disaggregation-mode", pool.role,
                  "--disaggregation-transfer-backend", TRANSFER[deployment["kv_transfer"]["backend"]][1]]
@@ -190,12 +201,65 @@ def trtllm_options(pool: ServingPool, deployment: dict[str, Any]) -> dict[str, A
         # CUDA graphs for every decode batch up to the per-rank limit; padding rounds a batch up to a captured size.
         "cuda_graph_config": {"enable_padding": True, "max_batch_size": pool.max_batch_per_rank},
     }
+    _trtllm_engine_options(options, deployment)
     if pool.role != "aggregated":
         options["cache_transceiver_config"] = {"backend": TRANSFER[deployment["kv_transfer"]["backend"]][2],
                                                "max_tokens_in_buffer": pool.max_model_len}
     if pool.role == "prefill":
         options["disable_overlap_scheduler"] = True  # context servers run without it in TRT-LLM's disagg examples
     return options
+
+
+def engine_options(deployment: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]:
+    """(CUDA graphs on, speculative decoding or None) of a plan entry; absent ``engine_options``: the defaults."""
+    options = deployment.get("engine_options") or {}
+    return bool(options.get("cuda_graphs", True)), options.get("speculative")
+
+
+def _draft_path(spec: dict[str, Any]) -> str:
+    """The draft model or EAGLE head the engine loads (a placeholder word for an EAGLE head the plan leaves open)."""
+    return str(spec.get("draft_model") or EAGLE_HEAD_PLACEHOLDER)
+
+
+def _vllm_options(deployment: dict[str, Any]) -> list[Word]:
+    """The --enforce-eager and --speculative-config flags of vLLM (vllm/config/speculative.py fields)."""
+    graphs, spec = engine_options(deployment)
+    flags: list[Word] = [] if graphs else ["--enforce-eager"]
+    if spec is not None:
+        config: dict[str, Any] = {"method": SPECULATIVE[spec["method"]][0],
+                                  "num_speculative_tokens": int(spec["num_tokens"])}
+        if spec["method"] != "mtp":
+            config["model"] = _draft_path(spec)
+        flags += ["--speculative-config", json.dumps(config, separators=(",", ":"))]
+    return flags
+
+
+def _sglang_options(deployment: dict[str, Any]) -> list[Word]:
+    """SGLang's --disable-decode-cuda-graph (the 0.5.23 spelling; --disable-cuda-graph is deprecated) and its
+    speculative flags: N steps of top-1 drafts, N + 1 tokens verified."""
+    graphs, spec = engine_options(deployment)
+    flags: list[Word] = [] if graphs else ["--disable-decode-cuda-graph"]
+    if spec is not None:
+        n = int(spec["num_tokens"])
+        flags += ["--speculative-algorithm", SPECULATIVE[spec["method"]][1]]
+        if spec["method"] != "mtp":
+            flags += ["--speculative-draft-model-path", _draft_path(spec)]
+        flags += ["--speculative-num-steps", str(n), "--speculative-eagle-topk", "1",
+                  "--speculative-num-draft-tokens", str(n + 1)]
+    return flags
+
+
+def _trtllm_engine_options(options: dict[str, Any], deployment: dict[str, Any]) -> None:
+    """TRT-LLM's ``cuda_graph_config: null`` (no CUDA graphs) and ``speculative_config`` into ``options``."""
+    graphs, spec = engine_options(deployment)
+    if not graphs:
+        options["cuda_graph_config"] = None
+    if spec is None:
+        return
+    n = int(spec["num_tokens"])
+    kind = SPECULATIVE[spec["method"]][2]
+    options["speculative_config"] = {"decoding_type": kind, "num_nextn_predict_layers": n} if kind == "MTP" else \
+        {"decoding_type": kind, "max_draft_len": n, "speculative_model": _draft_path(spec)}
 
 
 def _quant_flags(engine: str, deployment: dict[str, Any]) -> list[Word]:

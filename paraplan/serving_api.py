@@ -85,6 +85,42 @@ def _prices(price: float | Sequence[float] | None, types: int) -> tuple[float | 
     return tuple(float(v) for v in (values * types if len(values) == 1 else values))
 
 
+def engine_knobs(model: Any, memory_fraction: float | None = None, cuda_graphs: bool = True,
+                 speculative: str | None = None, spec_tokens: int | None = None,
+                 acceptance: float | None = None) -> Any:
+    """The ``EngineKnobs`` of ``serve``'s engine settings for ``model`` (a ModelSpec): ``speculative`` is mtp,
+    eagle[:MODEL] or draft:MODEL, with ``spec_tokens`` N and per-token ``acceptance`` A (both required with it)."""
+    from paraplan.cost_models.serving import EngineKnobs, Speculation, check_speculation
+
+    if isinstance(memory_fraction, bool) or not isinstance(memory_fraction, int | float | None):
+        raise InputError(f"--memory-fraction must be a number in (0, 1], got {memory_fraction!r}")
+    if speculative is None:
+        if spec_tokens is not None or acceptance is not None:
+            raise InputError("--spec-tokens and --acceptance go with --speculative mtp|eagle[:MODEL]|draft:MODEL")
+        return EngineKnobs(memory_frac=memory_fraction, cuda_graphs=cuda_graphs)
+    method, _, draft_name = speculative.partition(":")
+    if not ((method == "mtp" and not draft_name) or method == "eagle" or (method == "draft" and draft_name)):
+        raise InputError(f"--speculative {speculative[:60]!r}: give mtp, eagle, eagle:MODEL or draft:MODEL")
+    if spec_tokens is None or acceptance is None:
+        raise InputError("--speculative needs --spec-tokens N (draft tokens per step) and --acceptance A "
+                         "(per-token acceptance in [0, 1))")
+    if isinstance(acceptance, bool) or not isinstance(acceptance, int | float):
+        raise InputError(f"--acceptance must be a number in [0, 1), got {acceptance!r}")
+    draft = _draft_spec(draft_name) if method == "draft" else None
+    spec = Speculation(method=method, num_tokens=spec_tokens, acceptance_frac=float(acceptance),  # type: ignore[arg-type]
+                       draft_model=draft[0] if draft else (draft_name or None), draft=draft[1] if draft else None)
+    check_speculation(model, spec)
+    return EngineKnobs(memory_frac=memory_fraction, cuda_graphs=cuda_graphs, speculation=spec)
+
+
+def _draft_spec(name: str) -> tuple[str, Any]:
+    """(what the engine loads, ModelSpec) of a draft model given as a preset, config path or cached repo id."""
+    from paraplan.model_specs.served import served_model
+
+    draft = served_model(name)
+    return draft.hf_repo or draft.path or name, draft.spec
+
+
 def serve(model: str, *, isl: int, osl: int, gpu: str | Sequence[str] | None = None,
           gpus: int | Sequence[int] | None = None, cluster: str | None = None, nodes: int | None = None,
           gpus_per_node: int | None = None, concurrency: int | None = None, rate: float | None = None,
@@ -92,10 +128,15 @@ def serve(model: str, *, isl: int, osl: int, gpu: str | Sequence[str] | None = N
           tpot_ms: float | None = None, percentile: int = 50, engines: Sequence[str] | None = None,
           precision: str = "auto", kv_dtypes: Sequence[str] | None = None, modes: Sequence[str] | None = None,
           objective: str = "throughput", price_per_gpu_hour: float | Sequence[float] | None = None, top: int = 5,
-          hardware: str | Path | None = None, **fixed: int | Sequence[int]) -> ServeResult:
+          hardware: str | Path | None = None, memory_fraction: float | None = None, cuda_graphs: bool = True,
+          speculative: str | None = None, spec_tokens: int | None = None, acceptance: float | None = None,
+          **fixed: int | Sequence[int]) -> ServeResult:
     """The best ``top`` serving deployments of ``model`` (an axis in ``fixed``: tp, pp, ep, dp_attention, batch,
     chunk, an int or a list, constrains the search). ``hardware`` is a user hardware file whose GPUs and clusters
-    join the built-in catalog (default ``$PARAPLAN_HARDWARE``, as for ``paraplan.plan``)."""
+    join the built-in catalog (default ``$PARAPLAN_HARDWARE``, as for ``paraplan.plan``). Engine settings, priced
+    and exported: ``memory_fraction`` (vLLM gpu_memory_utilization, SGLang mem_fraction_static, TRT-LLM
+    free_gpu_memory_fraction, each under its own rule; default each engine's), ``cuda_graphs`` and
+    ``speculative`` (mtp, eagle[:MODEL] or draft:MODEL) with ``spec_tokens`` and ``acceptance``."""
     from paraplan.cost_models.serving import ENGINES
     from paraplan.hardware_profiles.user_file import resolve_catalog
     from paraplan.model_specs.served import served_model
@@ -123,8 +164,10 @@ def serve(model: str, *, isl: int, osl: int, gpu: str | Sequence[str] | None = N
     catalog = resolve_catalog(None if hardware is None else Path(hardware))
     clusters = serving_clusters(gpu, gpus, cluster, nodes, gpus_per_node, catalog)
     served = served_model(model)
+    knobs = engine_knobs(served.spec, memory_fraction, cuda_graphs, speculative, spec_tokens, acceptance)
     problem = ServingProblem(model=served.spec, clusters=clusters, workload=workload,
-                             choices=choices, prices_usd_per_gpu_hour=_prices(price_per_gpu_hour, len(clusters)))
+                             choices=choices, prices_usd_per_gpu_hour=_prices(price_per_gpu_hour, len(clusters)),
+                             knobs=knobs)
     result = search_serving(problem, top)
     return ServeResult(plans=result.plans, pareto=result.pareto, considered=result.considered,
                        feasible=result.feasible, document=serving_document_of(served, problem, result),

@@ -72,3 +72,45 @@ def test_vllm_parses_to_the_plan_sharding(tmp_path, make, nodes):
         assert (args.tensor_parallel_size * dp if args.enable_expert_parallel else 1) == plan["moe_ep"]
         assert args.max_num_seqs * dp == plan["max_batch"] and args.gpu_memory_utilization == plan["memory_frac"]
         assert args.model_tag == doc["model"]["hf_repo"]
+
+
+def _with_options(doc: dict, method: str, draft: str | None) -> dict:
+    """``doc`` with memory fraction 0.75, CUDA graphs off and ``method`` speculative decoding of 2 draft tokens
+    (issue 32 item 4)."""
+    for pool in doc["plans"][0]["pools"]:
+        pool["memory_frac"] = 0.75
+    doc["plans"][0]["engine_options"] = {"cuda_graphs": False, "speculative": {
+        "method": method, "num_tokens": 2, "acceptance_frac": 0.7, "draft_model": draft,
+        "expected_tokens_per_step": 2.19}}
+    return doc
+
+
+@pytest.mark.parametrize(("method", "draft"), [("mtp", None), ("eagle", "org/eagle-head"), ("draft", "org/small")])
+def test_vllm_parses_the_engine_options(tmp_path, method, draft):
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    serving_engine_module("vllm.entrypoints.common.cli_args")
+    from vllm.entrypoints.common.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = make_arg_parser(FlexibleArgumentParser())
+    for argv in _commands(tmp_path, _with_options(llama_agg("vllm"), method, draft), "vllm", 1):
+        args = parser.parse_args(argv[2:])
+        assert args.enforce_eager is True and args.gpu_memory_utilization == 0.75
+        expected = {"method": {"mtp": "mtp", "eagle": "eagle", "draft": "draft_model"}[method],
+                    "num_speculative_tokens": 2, **({"model": draft} if draft else {})}
+        assert args.speculative_config == expected
+
+
+@pytest.mark.parametrize(("method", "draft"), [("mtp", None), ("eagle", "org/eagle-head"), ("draft", "org/small")])
+def test_sglang_parses_the_engine_options(tmp_path, method, draft):
+    serving_engine_module("sglang.srt.server_args")
+    from sglang.srt.server_args import prepare_server_args
+
+    for argv in _commands(tmp_path, _with_options(llama_agg("sglang"), method, draft), "sglang", 1):
+        if argv[2] == "sglang_router.launch_router":
+            continue
+        args = prepare_server_args(argv[3:])
+        assert args.disable_decode_cuda_graph is True and args.mem_fraction_static == 0.75
+        assert (args.speculative_algorithm, args.speculative_num_steps, args.speculative_eagle_topk,
+                args.speculative_num_draft_tokens, args.speculative_draft_model_path) == \
+            ({"mtp": "NEXTN", "eagle": "EAGLE", "draft": "STANDALONE"}[method], 2, 1, 3, draft)

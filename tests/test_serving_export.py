@@ -236,3 +236,61 @@ def test_a_local_model_folder_is_the_default_model(fmt: str):
         commands = [c["args"] for d in yaml.safe_load_all(written["k8s.yaml"]) if d["kind"] == "Deployment"
                     for c in d["spec"]["template"]["spec"]["containers"]]
         assert commands and all("/ckpt/site-llama" in args and "/ckpt" not in args for args in commands)
+
+
+def with_engine_options(doc: dict, *, cuda_graphs: bool = True, method: str | None = None, tokens: int = 3,
+                        draft: str | None = None) -> dict:
+    """``doc`` with the plan's engine_options (issue 32 item 4): CUDA graphs and speculative decoding."""
+    spec = None if method is None else {"method": method, "num_tokens": tokens, "acceptance_frac": 0.7,
+                                        "draft_model": draft, "expected_tokens_per_step": 2.533}
+    doc["plans"][0]["engine_options"] = {"cuda_graphs": cuda_graphs, "speculative": spec}
+    return doc
+
+
+def test_engine_options_in_each_engines_words(tmp_path):
+    eager_mtp = {"cuda_graphs": False, "method": "mtp", "tokens": 2}
+    vllm = run(tmp_path, with_engine_options(llama_agg("vllm"), **eager_mtp), "vllm", 0, "h0")[0]
+    assert vllm.endswith(VLLM_TAIL + " --enforce-eager --speculative-config "
+                         '{"method":"mtp","num_speculative_tokens":2}')
+    sgl = run(tmp_path, with_engine_options(llama_agg("sglang"), **eager_mtp), "sglang", 0, "h0")[0]
+    assert sgl.endswith(SGL_TAIL + " --disable-decode-cuda-graph --speculative-algorithm NEXTN "
+                        "--speculative-num-steps 2 --speculative-eagle-topk 1 --speculative-num-draft-tokens 3")
+    trt = yaml.safe_load(files(with_engine_options(llama_agg("trtllm"), **eager_mtp), "trtllm")
+                         ["extra-llm-api-options.yaml"])
+    assert trt["cuda_graph_config"] is None and trt["kv_cache_config"]["free_gpu_memory_fraction"] == 0.9
+    assert trt["speculative_config"] == {"decoding_type": "MTP", "num_nextn_predict_layers": 2}
+    draft = with_engine_options(document("trtllm", "agg", [pool("aggregated", 2, 4, frac=0.6)], LLAMA), method="draft",
+                                draft="meta-llama/Llama-3.2-1B")
+    assert yaml.safe_load(files(draft, "trtllm")["extra-llm-api-options.yaml"])["kv_cache_config"][
+        "free_gpu_memory_fraction"] == 0.6
+    assert yaml.safe_load(files(draft, "trtllm")["extra-llm-api-options.yaml"])["speculative_config"] == {
+        "decoding_type": "Draft_Target", "max_draft_len": 3, "speculative_model": "meta-llama/Llama-3.2-1B"}
+    vllm_draft = run(tmp_path / "d", with_engine_options(llama_agg("vllm"), method="draft", draft="m/d"), "vllm", 0,
+                     "h0")[0]
+    assert vllm_draft.endswith(
+        ' --speculative-config {"method":"draft_model","num_speculative_tokens":3,"model":"m/d"}')
+    # an EAGLE head the plan leaves open: a placeholder word, and the header says to replace it
+    eagle = files(with_engine_options(llama_agg("sglang"), method="eagle"), "sglang")["serve.sh"]
+    assert "--speculative-draft-model-path EAGLE_HEAD_PATH" in eagle
+    assert "# Replace EAGLE_HEAD_PATH with the EAGLE head's path or repo id." in eagle
+    assert "Speculative decoding: eagle, 3 draft tokens per step, acceptance 0.7 per token" in eagle
+
+
+def test_default_engine_options_write_nothing_new(tmp_path):
+    plain = files(llama_agg("vllm"), "vllm")["serve.sh"]
+    assert files(with_engine_options(llama_agg("vllm")), "vllm")["serve.sh"] == plain
+    assert "--enforce-eager" not in plain and "--speculative-config" not in plain
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+@pytest.mark.parametrize("method", ["mtp", "eagle", "draft"])
+def test_engine_option_flags_are_in_the_checked_table(tmp_path, engine, method):
+    doc = with_engine_options(deepseek_disagg(engine), cuda_graphs=False, method=method,
+                              draft=None if method == "mtp" else "m/d")
+    folder = write(tmp_path, serving_files(doc, 0, engine))
+    for node in range(3):
+        for argv in captured(folder, node, HOSTS3):
+            if argv[0] == "mpirun":
+                argv = argv[argv.index("trtllm-llmapi-launch") + 1:]
+            table = FLAG_SOURCES["sglang_router" if "sglang_router.launch_router" in argv else engine]
+            assert [flag for flag in _flags(argv[1:]) if flag not in table and flag != "-m"] == [], (engine, argv)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from paraplan.cost_models.inference_step import Sharding
-from paraplan.cost_models.serving import engine_memory
+from paraplan.cost_models.serving import EngineTraits, engine_memory
 from paraplan.model_specs.served import ServedModel
 from paraplan.planner.json_schema import validate_own
 from paraplan.planner.serving.load import Load, StepOf, aggregated_stats, decode_pool_stats, prefill_pool_ttft_s
@@ -198,11 +198,25 @@ def plan_to_json(plan: ServingPlan) -> dict[str, Any]:
         same = plan.pools[0].setup.cluster is plan.pools[1].setup.cluster
         link = "nvlink" if same and setup.cluster.domain_gpus >= plan.num_gpus else "rdma"
         transfer = {"backend": KV_TRANSFER_BACKENDS[setup.engine.name], "link": link}
-    return {"rank": plan.rank, "engine": setup.engine.name, "mode": plan.mode,
-            "quantization": {"weights": gemm, "experts": experts, "kv_cache_dtype": setup.kv_dtype},
-            "num_gpus": plan.num_gpus, "pools": [pool_json(p.shape) for p in plan.pools], "kv_transfer": transfer,
-            "estimate": {k: v for k, v in plan.estimate.items() if k != "max_model_len"},
-            "meets_targets": plan.meets_targets}
+    entry = {"rank": plan.rank, "engine": setup.engine.name, "mode": plan.mode,
+             "quantization": {"weights": gemm, "experts": experts, "kv_cache_dtype": setup.kv_dtype},
+             "num_gpus": plan.num_gpus, "pools": [pool_json(p.shape) for p in plan.pools], "kv_transfer": transfer,
+             "estimate": {k: v for k, v in plan.estimate.items() if k != "max_model_len"},
+             "meets_targets": plan.meets_targets}
+    options = engine_options_json(setup.engine)
+    return entry if options is None else {**entry, "engine_options": options}
+
+
+def engine_options_json(engine: EngineTraits) -> dict[str, Any] | None:
+    """The plan's ``engine_options`` (CUDA graphs, speculative decoding), or None at the engine's defaults
+    (the memory fraction rides in each pool's ``memory_frac``)."""
+    spec = engine.speculation
+    if engine.cuda_graphs and spec is None:
+        return None
+    speculative = None if spec is None else {
+        "method": spec.method, "num_tokens": spec.num_tokens, "acceptance_frac": spec.acceptance_frac,
+        "draft_model": spec.draft_model, "expected_tokens_per_step": spec.expected_tokens}
+    return {"cuda_graphs": engine.cuda_graphs, "speculative": speculative}
 
 
 def serving_schema() -> dict[str, Any]:

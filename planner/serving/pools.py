@@ -17,7 +17,7 @@ from paraplan.arrays import Column
 from paraplan.cost_models.inference_step import Sharding, WeightPrecision
 from paraplan.cost_models.serving import (
     EngineTraits,
-    decode_step_s,
+    engine_decode_s,
     engine_memory,
     kv_bytes_per_sequence,
     kv_transfer_s,
@@ -74,7 +74,8 @@ class WorkerCosts:
     prefill_s: np.ndarray
     """One prompt's prefill alone plus the engine's step overhead [S]."""
     decode_grid_s: np.ndarray
-    """Decode step plus step overhead at each ``batch_grid()`` batch per attention-DP rank [S, G]."""
+    """Decode step plus step overhead at each ``batch_grid()`` batch per attention-DP rank [S, G], per output token
+    (a speculative step over the tokens it emits on average)."""
     kv_transfer_s: np.ndarray
     """One prompt's KV cache from this worker to a decode worker [S]."""
     fits: np.ndarray
@@ -92,15 +93,15 @@ def _decode(setup: ServingSetup, shard: Sharding, batch: Column) -> np.ndarray:
     """Decode step at ``batch`` sequences per attention-DP rank: pipeline stages each run batch/pp of them at a
     time, and a token crosses every stage, so a sequence waits one full pass at micro-batch batch/pp."""
     micro = np.maximum(np.asarray(batch, dtype=float) / shard.pp, 1.0)
-    return decode_step_s(setup.model, setup.cluster, setup.precision, shard, micro,
-                         setup.context_tokens) + setup.engine.step_overhead_s
+    return engine_decode_s(setup.model, setup.cluster, setup.engine, setup.precision, shard, micro,
+                           setup.context_tokens)
 
 
 def _capacity(setup: ServingSetup, shard: Sharding, chunk: int, held_tokens: float, max_model_len: int
               ) -> tuple[np.ndarray, np.ndarray]:
     """(sequences per rank, memory knob) at the default fraction where the engine starts, else raised."""
     engine = replace(setup.engine, max_batched_tokens=chunk)
-    raised = replace(engine, memory_frac=RAISED_MEMORY_FRAC)
+    raised = engine if engine.memory_frac_set else replace(engine, memory_frac=RAISED_MEMORY_FRAC)  # the user's stays
     longest_bytes = kv_bytes_per_sequence(setup.model, shard.tp, max_model_len, setup.precision.kv_bytes) / shard.pp
     out = []
     for traits in (engine, raised):
@@ -109,7 +110,7 @@ def _capacity(setup: ServingSetup, shard: Sharding, chunk: int, held_tokens: flo
         out.append(np.where(admits_longest, mem.max_sequences, 0.0))
     default, high = out
     starts = default >= 1.0
-    return np.where(starts, default, high), np.where(starts, engine.memory_frac, RAISED_MEMORY_FRAC)
+    return np.where(starts, default, high), np.where(starts, engine.memory_frac, raised.memory_frac)
 
 
 def worker_costs(setup: ServingSetup, shard: Sharding, *, max_model_len: int, chunks: tuple[int, ...]) -> WorkerCosts:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from paraplan.arrays import Column
-from paraplan.cost_models.serving import ENGINE_TRAITS, weight_precision
+from paraplan.cost_models.serving import ENGINE_TRAITS, EngineKnobs, weight_precision
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.model_specs.model_spec import ModelSpec
@@ -32,6 +32,8 @@ class ServingProblem:
     choices: ServingChoices
     prices_usd_per_gpu_hour: tuple[float | None, ...] = ()
     """Price per GPU-hour per cluster; () takes ``choices.price_usd_per_gpu_hour``, else the catalog's."""
+    knobs: EngineKnobs = EngineKnobs()
+    """The engine settings the user chose (memory fraction, CUDA graphs, speculative decoding)."""
 
     def price(self, index: int) -> float | None:
         """The price of cluster ``index``: the user's, else the catalog's list price, else None."""
@@ -87,7 +89,7 @@ def quant_modes(model: ModelSpec, precision: str) -> tuple[str, str]:
 def setups(problem: ServingProblem) -> list[tuple[int, ServingSetup]]:
     """(cluster index, setup) per GPU type, engine and KV dtype."""
     gemm, experts = quant_modes(problem.model, problem.choices.precision)
-    return [(ci, ServingSetup(model=problem.model, cluster=cluster, engine=ENGINE_TRAITS[engine],
+    return [(ci, ServingSetup(model=problem.model, cluster=cluster, engine=problem.knobs.apply(ENGINE_TRAITS[engine]),
                               precision=weight_precision(problem.model, gemm, experts, kv), quant_modes=(gemm, experts),
                               kv_dtype=kv, isl=problem.workload.isl, osl=problem.workload.osl))
             for ci, cluster in enumerate(problem.clusters)
