@@ -10,9 +10,17 @@ and ``paraplan.evaluate_file`` / ``paraplan.plan_file`` for a job a launch scrip
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from paraplan.version import __version__
+
+# Run from a source checkout without installing, the sub-packages sit beside this folder under their own names
+# (pyproject's package-dir maps them into the package on install): let them be found there as well. An install
+# has no such folders beside the package, so this adds nothing there.
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if os.path.isfile(os.path.join(_CHECKOUT, "cost_models", "__init__.py")) and _CHECKOUT not in __path__:
+    __path__.append(_CHECKOUT)
 
 __all__ = ["InputError", "PlanResult", "ServeResult", "__version__", "evaluate", "evaluate_file", "plan",
            "plan_document", "plan_file", "serve"]
