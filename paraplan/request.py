@@ -338,13 +338,25 @@ def cost_inputs(request: PlanRequest, job: TrainingJob,
     work = job.workload()
     rates = compute_rates(request.cost_model, cluster.gpu, work.precision, work.attention, work.kernel_stack, store)
     learned = learned_cluster(request.cost_model, cluster, store)  # its collectives learned; the GPU is the same
+    kernel = _sinks_note(job.model, work.attention)
     if request.stack_profile is None:
-        return rates, learned, ()
+        return rates, learned, kernel
     from paraplan.validation import stack_profile as sp  # pandas: loaded only when a profile is applied
 
     profile = sp.load_profile(request.stack_profile)
     note = sp.mismatch_note(profile, learned.gpu.name, job.engine)
-    return sp.with_profile(rates, profile), learned, (note,) if note else ()
+    return sp.with_profile(rates, profile), learned, ((note,) if note else ()) + kernel
+
+
+def _sinks_note(model: ModelSpec, attention: str) -> tuple[str, ...]:
+    """What the price assumes of a model with attention sinks (GPT-OSS): FlashAttention-2 and PyTorch's SDPA have
+    no sink logits (FlashAttention-3 and recent cuDNN do; torchtitan runs such models with FlexAttention, and
+    Transformer Engine falls back to its unfused attention where cuDNN lacks them)."""
+    if not model.attention_sinks or attention == "unfused":
+        return ()
+    return (f"{model.name} has attention sinks: priced at the {attention} attention kernel's rate as if it had them; "
+            "FlashAttention-2 and PyTorch SDPA do not (FlashAttention-3 and recent cuDNN do), and Transformer Engine "
+            "falls back to unfused attention without them (--attention unfused prices that)",)
 
 
 # -- the whole run ------------------------------------------------------------------------------------------------

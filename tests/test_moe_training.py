@@ -148,3 +148,17 @@ def test_few_tokens_per_expert_slow_the_weight_gradient_more_than_the_forward():
         assert weight_grad > forward  # the same FLOPs, the tokens now the reduction dimension
     assert float(grouped_gemm_time_s(2048, 16, 1536, 8192, rates)) == pytest.approx(
         float(grouped_gemm_time_s(8192, 16, 1536, 2048, rates)), rel=0.05)  # many tokens: alike
+
+
+def test_a_model_with_attention_sinks_says_which_kernel_its_attention_is_priced_at() -> None:
+    """GPT-OSS's sinks: FlashAttention-2 and SDPA lack them, Transformer Engine falls back to unfused attention."""
+    import paraplan
+
+    fused = paraplan.plan("gpt-oss-120b", gpu="h100-sxm", gpus=64, seq_len=4096, global_batch=512, top=1)
+    said = "gpt-oss-120b has attention sinks: priced at the fused attention kernel's rate"
+    assert any(said in note for note in fused.notes)
+    unfused = paraplan.plan("gpt-oss-120b", gpu="h100-sxm", gpus=64, seq_len=4096, global_batch=512, top=1,
+                            attention="unfused")
+    assert not any("attention sinks" in n for n in unfused.notes)
+    dense = paraplan.plan("llama-3.1-8b", gpu="h100-sxm", gpus=8, seq_len=4096, global_batch=64, top=1)
+    assert not any("attention sinks" in n for n in dense.notes)
