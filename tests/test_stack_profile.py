@@ -249,14 +249,15 @@ def _nemo_container_ratios(moe: bool) -> dict[str, np.ndarray]:
 @pytest.mark.slow
 def test_three_runs_of_a_container_calibrate_its_dense_rows_and_halve_its_moe_error():
     """Guards today's figures of bench/stack_calibration.py: with 3 runs, every container's other dense rows
-    stay within 8% median; the older containers' MoE rows fall from 23-45% uncalibrated to at most 26%, and never
-    rise (26.04.01, the closest to today's model at 23%, reaches 21%)."""
+    stay within 8% median; the older containers' MoE rows fall from 24-48% uncalibrated to at most 27%, and never
+    rise (26.04.01, the closest to today's model at 24%, reaches 21%). 26.02 reaches 26.5% since the routed experts
+    are priced as one grouped GEMM of whole tiles (cost_models/moe.py; 26.0% before)."""
     for release, ratios in _nemo_container_ratios(moe=False).items():
         assert np.median(sp.runs_needed_curve(ratios, 3)) <= 0.08, release
     for release, ratios in _nemo_container_ratios(moe=True).items():
         if release < "26.06":
             uncalibrated = np.median(np.abs(ratios - 1))
-            assert np.median(sp.runs_needed_curve(ratios, 3)) <= min(0.26, uncalibrated), release
+            assert np.median(sp.runs_needed_curve(ratios, 3)) <= min(0.27, uncalibrated), release
 
 
 @pytest.mark.slow
