@@ -39,7 +39,8 @@ from paraplan.planner.space import AXES
 EVALUATE_DEFAULTS: dict[str, Any] = {
     "cp": 1, "cp_comm": "p2p", "ep": 1, "etp": 1, "vpp": 1, "mbs": 1, "zero": 0, "recompute": "none", "sp": False,
     "offload": 0, "pp_schedule": "1f1b", "tp_overlap": False, "ep_overlap": False}
-"""What ``evaluate`` prices for an axis left out (dp follows from the GPU count)."""
+"""What ``evaluate`` prices for an axis left out (dp follows from the GPU count; cp_comm is the engine's default, and an
+engine that shards over the context-parallel ranks takes ZeRO 3 when cp > 1)."""
 DEFAULT_GPUS_PER_NODE = 8
 """Node size of a quick cluster (``--gpu NAME --gpus N``): an HGX/DGX board."""
 
@@ -212,11 +213,20 @@ def _axis_code(axis: str, item: Any) -> int:
     return item
 
 
+def _engine_defaults(request: PlanRequest) -> dict[str, Any]:
+    """EVALUATE_DEFAULTS with the engine's own context-parallel communication (Megatron p2p, torchtitan allgather)."""
+    rules = engine_rules(request.engine)
+    return {**EVALUATE_DEFAULTS, "cp_comm": rules.cp_comm_types[0]} if rules.cp_comm_types else dict(EVALUATE_DEFAULTS)
+
+
 def evaluation_axes(request: PlanRequest, num_gpus: int, cluster_name: str) -> dict[str, list[int]]:
     """The one configuration ``evaluate`` prices: each axis one code (defaults for those left out), dp from the
     GPU count unless given; ParameterError for an axis with several values or degrees that miss the GPU count."""
-    fixed = {axis: list(axis_codes(axis, value)) for axis, value in EVALUATE_DEFAULTS.items()}
+    fixed = {axis: list(axis_codes(axis, value)) for axis, value in _engine_defaults(request).items()}
     fixed.update({axis: list(codes) for axis, codes in request.fixed.items()})
+    rules = engine_rules(request.engine)
+    if rules.shards_over_cp and fixed["cp"][0] > 1 and "zero" not in request.fixed:
+        fixed["zero"] = list(axis_codes("zero", 3))  # FSDP over dp_shard x cp, resharding after forward: its default
     for axis, codes in fixed.items():
         if len(codes) > 1:
             raise ParameterError("evaluate takes one value per axis; {" + axis + "} has {count} (use plan to "

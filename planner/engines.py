@@ -112,6 +112,9 @@ class EngineRules:
     ``set_requires_gradient_sync(False)`` and ``set_reshard_after_backward(False)``."""
     source: str
     """Where these rules come from."""
+    shards_over_cp: bool = False
+    """With cp > 1 the engine always shards parameters over the context-parallel ranks (torchtitan applies FSDP2 over
+    dp_shard x cp), so ZeRO 0 with cp > 1 is a layout it does not run."""
 
 
 ENGINES: dict[str, EngineRules] = {
@@ -185,7 +188,7 @@ ENGINES: dict[str, EngineRules] = {
         pipeline_schedules=("1f1b", "dualpipev"), fp8_recipes=("tensorwise", "rowwise"), tp_comm_overlap=False,
         selective_saves="alternate_matmuls", loss_bytes_per_logit=EAGER_LOSS_BYTES_PER_LOGIT,
         frees_grads_between_steps=True, saves_gathered_gemm_inputs=True, eager_pytorch_model=True,
-        fsdp_root_stays_gathered=True, pipeline_fsdp_unsharded=True,
+        fsdp_root_stays_gathered=True, pipeline_fsdp_unsharded=True, shards_over_cp=True,
         source=(
             "torchtitan 0.3: scaled_dot_product_attention (flash backend by default, cuDNN backend on request), "
             "FSDP2 (reshard_after_forward = ZeRO-3, never = ZeRO-2), DDP replicate, "

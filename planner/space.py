@@ -206,6 +206,8 @@ def _detail_rules(job: TrainingJob, engine: EngineRules) -> list[Rule]:
          "ZeRO stage > 0 with dp·cp = 1 is the same as stage 0"),
         (("zero",), lambda t: (t["zero"] > engine.max_zero_with_pp) & (t["pp"] > 1),
          f"{engine.name} cannot combine this ZeRO stage with pp"),
+        (("zero",), lambda t: (t["zero"] == 0) & (t["cp"] > 1) & engine.shards_over_cp,
+         f"{engine.name} shards parameters over the context-parallel ranks whenever cp > 1: ZeRO 2 or 3"),
         (("recompute",), lambda t: ~np.isin(t["recompute"], [RECOMPUTE_CODES[m] for m in engine.recompute_modes]),
          f"{engine.name} has no such recompute mode"),
         (("ep_overlap",), lambda t: (t["ep_overlap"] == 1) & (not engine.ep_overlap),

@@ -221,3 +221,19 @@ def test_all_gather_rows_that_do_not_fit_fall_back_to_the_next_fastest_variant(l
     assert np.all(by_memory.table.cp_comm == P2P)
     assert by_memory.estimates.memory.peak_bytes[by_memory.ranked[0]] == pytest.approx(
         float(est.memory.peak_bytes.min()))
+
+
+def test_torchtitan_never_runs_zero_0_with_context_parallelism_and_evaluate_takes_its_defaults():
+    """torchtitan applies FSDP2 over dp_shard x cp whenever cp > 1: ZeRO 0 with cp > 1 is not a layout it runs, and
+    the library's evaluate defaults to what it does run (ZeRO 3, its all-gather rotate method)."""
+    import paraplan
+    from paraplan.errors import InputError
+
+    job = dict(gpu="h100-sxm", gpus=16, seq_len=8192, global_batch=64, engine="torchtitan", tp=1, pp=1, cp=2)
+    config = paraplan.evaluate("llama-3.1-8b", **job).config
+    assert (config.cp, config.cp_comm, config.zero) == (2, "allgather", 3)
+    with pytest.raises(InputError, match="torchtitan shards parameters over the context-parallel ranks"):
+        paraplan.evaluate("llama-3.1-8b", **job, zero=0)
+    free = paraplan.plan("llama-3.1-8b", gpu="h100-sxm", gpus=16, seq_len=32768, global_batch=32, engine="torchtitan",
+                         cp=2, top=20)
+    assert free.plans and all(p.config.zero in (2, 3) for p in free.plans)
