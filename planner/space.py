@@ -201,13 +201,7 @@ def _detail_rules(job: TrainingJob, engine: EngineRules) -> list[Rule]:
          f"{engine.name} has no TP communication overlap"),
         (("tp_overlap",), lambda t: (t["tp_overlap"] == 1) & ((t["tp"] == 1) | (t["sp"] == 0)),
          "TP communication overlap needs tp > 1 and sequence parallel"),
-        (("zero",), lambda t: ~np.isin(t["zero"], engine.zero_stages), f"{engine.name} has no such ZeRO stage"),
-        (("zero",), lambda t: (t["zero"] > 0) & (t["dp"] * t["cp"] == 1),
-         "ZeRO stage > 0 with dp·cp = 1 is the same as stage 0"),
-        (("zero",), lambda t: (t["zero"] > engine.max_zero_with_pp) & (t["pp"] > 1),
-         f"{engine.name} cannot combine this ZeRO stage with pp"),
-        (("zero",), lambda t: (t["zero"] == 0) & (t["cp"] > 1) & engine.shards_over_cp,
-         f"{engine.name} shards parameters over the context-parallel ranks whenever cp > 1: ZeRO 2 or 3"),
+        *_zero_rules(engine),
         (("recompute",), lambda t: ~np.isin(t["recompute"], [RECOMPUTE_CODES[m] for m in engine.recompute_modes]),
          f"{engine.name} has no such recompute mode"),
         (("ep_overlap",), lambda t: (t["ep_overlap"] == 1) & (not engine.ep_overlap),
@@ -226,6 +220,19 @@ def _detail_rules(job: TrainingJob, engine: EngineRules) -> list[Rule]:
         (("offload", "recompute"), lambda t: (t["offload"] > 0) & (t["recompute"] > 0),
          "activation offload cannot be combined with recompute"),
         (("offload",), lambda t: t["offload"] >= layers, "activation offload must leave at least one layer on the GPU"),
+    ]
+
+
+def _zero_rules(engine: EngineRules) -> list[Rule]:
+    """Which ZeRO stages the engine runs, and with what."""
+    return [
+        (("zero",), lambda t: ~np.isin(t["zero"], engine.zero_stages), f"{engine.name} has no such ZeRO stage"),
+        (("zero",), lambda t: (t["zero"] > 0) & (t["dp"] * t["cp"] == 1),
+         "ZeRO stage > 0 with dp·cp = 1 is the same as stage 0"),
+        (("zero",), lambda t: (t["zero"] > engine.max_zero_with_pp) & (t["pp"] > 1),
+         f"{engine.name} cannot combine this ZeRO stage with pp"),
+        (("zero",), lambda t: (t["zero"] == 0) & (t["cp"] > 1) & engine.shards_over_cp,
+         f"{engine.name} shards parameters over the context-parallel ranks whenever cp > 1: ZeRO 2 or 3"),
     ]
 
 
