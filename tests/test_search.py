@@ -162,6 +162,8 @@ def _valid_by_hand(row, job, cluster, rules) -> bool:
         return False
     if zero > 0 and dp * cp == 1:  # states shard over the dp·cp group; nothing to shard over
         return False
+    if zero == 0 and cp > 1 and job.engine == "torchtitan":  # FSDP2 over dp_shard x cp whenever cp > 1
+        return False
     if offload and (job.engine != "megatron" or pp > 1 or recompute or offload >= layers):
         return False
     return not (zero > rules["max_zero_pp"] and pp > 1)
