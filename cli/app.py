@@ -37,6 +37,8 @@ from paraplan.version import __version__
 if TYPE_CHECKING:
     import pandas as pd  # for annotations only: pandas loads with the validate command, not at start-up
 
+    from paraplan.validation.reference import Prediction
+
 app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False,
                   help="Plan distributed training of transformers: search parallel layouts, predict step time, "
                        "MFU and memory.")
@@ -240,19 +242,19 @@ def validate(json_path: JsonOpt = None, force: ForceOpt = False,
         render.memory_validation(render.make_console(), memory)
     if held_out is not None:
         render.cross_source_validation(render.make_console(), held_out)
-    tables = _kernel_table_validation(kernel_tables) if kernel_tables is not None else None
+    tables = _kernel_table_validation(kernel_tables, predictions) if kernel_tables is not None else None
     if json_path is not None:
         clean = {s: {k: _finite(v) for k, v in summary.items()} for s, summary in summaries.items()}
         render.write_json(json_path, {"schema_version": 1, "runs": rows, "summary": clean,
                                       "memory": memory, "cross_source": held_out, "kernel_tables": tables}, force)
 
 
-def _kernel_table_validation(store: Path) -> dict[str, Any]:
+def _kernel_table_validation(store: Path, predictions: list["Prediction"]) -> dict[str, Any]:
     """``validate --kernel-tables STORE``: each source's error with the store's measured tables and without."""
     from paraplan.validation import kernel_tables as kt  # the store's readers: only this flag
 
     with render.working(render.make_console(stderr=True), "pricing the runs with the measured kernel tables"):
-        rows = kt.reference_rows(store) + kt.probe_rows(store)
+        rows = kt.reference_rows(store, {p.run_id: p for p in predictions}) + kt.probe_rows(store)
     summary = kt.summarize(rows)
     render.kernel_table_validation(render.make_console(), summary, str(store))
     return {"store": str(store), "runs": [{k: _finite(v) if isinstance(v, float) else v

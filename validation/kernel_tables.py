@@ -23,7 +23,7 @@ from paraplan.cost_models.learned.provider import compute_rates, learned_cluster
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.planner.job import TrainingJob
 from paraplan.validation.memory_probe import PROBE_GPU, load_probe_rows, predict_probe_step_s
-from paraplan.validation.reference import load_reference_runs, predict_row
+from paraplan.validation.reference import Prediction, load_reference_runs, predict_row
 
 PROBE_SOURCE = "paraplan H100 probe (torchtitan 0.2.2, PyTorch 2.11, 1 GPU; step time)"
 
@@ -48,14 +48,15 @@ def _measured_rates(store: Path) -> Callable[[TrainingJob, ClusterSpec], Compute
     return rates_for
 
 
-def reference_rows(store: Path) -> list[TableRow]:
-    """The 16-bit reference runs on GPUs the store has a GEMM table for, under both models."""
+def reference_rows(store: Path, analytical: dict[str, Prediction] | None = None) -> list[TableRow]:
+    """The 16-bit reference runs on GPUs the store has a GEMM table for, under both models (``analytical``: the
+    runs' analytical predictions by id where the caller already made them, as ``validate`` has)."""
     runs = load_reference_runs()
     runs = runs[runs["precision"].isin(["bf16", "fp16"])]
     covered = {gpu for gpu in runs["gpu"].unique() if training_gemm_table(store, gpu, "bf16") is not None}
     rows = []
     for _, run in runs[runs["gpu"].isin(covered)].iterrows():
-        plain = predict_row(run)
+        plain = (analytical or {}).get(run["id"]) or predict_row(run)
         measured = predict_row(run, _measured_rates(store), lambda cluster: learned_cluster("measured", cluster, store))
         rows.append(TableRow(run["id"], plain.group, run["gpu"], plain.error_frac, measured.error_frac))
     return rows
