@@ -14,6 +14,7 @@ from paraplan.planner.placement.stage_partition import (
     StageInstance,
     baseline_split,
     brute_force,
+    exact_split,
     partition,
     stage_bytes,
     stage_times,
@@ -78,6 +79,44 @@ def test_matches_brute_force_on_mixed_dense_and_moe_layers(seed):
     assert placed.slowest_s == pytest.approx(expected[1], rel=1e-9)
     assert placed.stats.bound <= placed.slowest_s + 1e-12
     assert stage_times(instance, placed.stage_layers).max() == pytest.approx(placed.slowest_s)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_exact_program_matches_brute_force(seed):
+    # The certificate used where CBC stops without a proof: same optimum as enumerating every split,
+    # memory limits, per-stage speeds, edge work and equal middle stages included.
+    rng = np.random.default_rng(100 + seed)
+    layers, stages = int(rng.integers(5, 12)), int(rng.integers(2, 6))
+    stages = min(stages, layers)
+    instance = make_instance(rng.uniform(0.5, 2.0, layers), stages=stages, first_s=float(rng.uniform(0, 2)),
+                             last_s=float(rng.uniform(0, 3)), state=rng.uniform(5, 30, layers),
+                             acts=rng.uniform(0, 3, layers), capacity=rng.uniform(40, 120, stages),
+                             scale=rng.choice([1.0, 0.6, 1.7], stages), equal_middle=bool(seed % 2))
+    expected, exact = brute_force(instance), exact_split(instance)
+    if expected is None:
+        assert exact is None
+        return
+    assert exact is not None and exact[1] == pytest.approx(expected[1], rel=1e-12)
+    assert sum(exact[0]) == layers and min(exact[0]) >= 1
+    assert (stage_bytes(instance, exact[0]) <= instance.capacity_bytes).all()
+    assert exact[1] == pytest.approx(stage_times(instance, exact[0]).max(), rel=1e-12)
+
+
+def test_an_unproven_cbc_answer_is_settled_by_the_exact_program(monkeypatch):
+    # CBC stopping without a proof (its time limit, or a stop on a loaded machine) must not leave a
+    # small instance "feasible": the exact program proves the optimum (hand-derived: (3, 2), 4 s).
+    import pulp
+    real = pulp.LpProblem.solve
+
+    def stopped(problem, solver=None, **kwargs):
+        status = real(problem, solver, **kwargs)
+        problem.sol_status = pulp.LpSolutionIntegerFeasible
+        return status
+
+    monkeypatch.setattr(pulp.LpProblem, "solve", stopped)
+    placed = partition(make_instance([1.0] * 5, stages=2, last_s=2.0), FAST)
+    assert placed.stage_layers == (3, 2) and placed.slowest_s == 4.0
+    assert placed.stats.status == "optimal" and placed.stats.bound == 4.0
 
 
 def test_baseline_split_follows_megatron():

@@ -1,6 +1,11 @@
 """Layer-to-stage partition (PuLP MILP): contiguous layers per pipeline stage minimising the slowest
 stage under each stage's memory limit.
 
+CBC proves its answer optimal when it can. When it stops without a proof (its time limit, or a
+stop on a loaded machine), the exact dynamic program over contiguous splits (``exact_split``,
+O(stages x layers^2) with numpy) settles the answer and its proof. The MILP stays the solver
+because it is the formulation later constraints extend; the program is its certificate.
+
 The first stage also runs the embedding, the last the output layer, the loss and any MTP layers;
 each layer has its own time and memory (dense and MoE layers differ), and each stage its own speed
 and memory (a stage on another GPU type). Baseline: Megatron's split (even, or edge-accounted when
@@ -129,6 +134,56 @@ def brute_force(instance: StageInstance) -> tuple[tuple[int, ...], float] | None
     return best
 
 
+def exact_split(instance: StageInstance) -> tuple[tuple[int, ...], float] | None:
+    """The best split exactly (None when no split fits): a min-max dynamic program over contiguous
+    segments, best[s, j] = min over i < j of max(best[s - 1, i], time of layers i..j on stage s),
+    where the segment fits stage s's memory. With ``equal_middle`` the splits are enumerated
+    instead (first and middle sizes fix the last)."""
+    if instance.equal_middle and instance.num_stages > 3:
+        return _exact_equal_middle(instance)
+    layers, stages = instance.num_layers, instance.num_stages
+    time_sum = np.concatenate([[0.0], np.cumsum(instance.layer_time_s)])
+    state_sum = np.concatenate([[0.0], np.cumsum(instance.layer_state_bytes)])
+    act_sum = np.concatenate([[0.0], np.cumsum(instance.layer_activation_bytes)])
+    start, end = np.meshgrid(np.arange(layers + 1), np.arange(layers + 1), indexing="ij")
+    nonempty = start < end
+    best = np.full(layers + 1, np.inf)
+    best[0] = 0.0
+    choice = np.zeros((stages, layers + 1), dtype=np.int64)
+    for s in range(stages):
+        extra_s = (instance.first_extra_s if s == 0 else 0.0) + (instance.last_extra_s if s == stages - 1 else 0.0)
+        extra_b = (instance.first_extra_bytes if s == 0 else 0.0) \
+            + (instance.last_extra_bytes if s == stages - 1 else 0.0)
+        seconds = instance.time_scale[s] * (time_sum[end] - time_sum[start] + extra_s)
+        used = state_sum[end] - state_sum[start] + instance.in_flight[s] * (act_sum[end] - act_sum[start]) + extra_b
+        cost = np.where(nonempty & (used <= instance.capacity_bytes[s]), np.maximum(best[:, None], seconds), np.inf)
+        choice[s] = cost.argmin(axis=0)
+        best = cost.min(axis=0)
+    if not np.isfinite(best[layers]):
+        return None
+    cuts, j = [], layers
+    for s in range(stages - 1, -1, -1):
+        i = int(choice[s, j])
+        cuts.append(j - i)
+        j = i
+    split = tuple(reversed(cuts))
+    return split, float(stage_times(instance, split).max())
+
+
+def _exact_equal_middle(instance: StageInstance) -> tuple[tuple[int, ...], float] | None:
+    """Every split with equal middle stages: first f, middles m each, the rest last."""
+    layers, middles = instance.num_layers, instance.num_stages - 2
+    best = None
+    for middle in range(1, (layers - 2) // middles + 1):
+        for first in range(1, layers - middles * middle):
+            split = (first, *([middle] * middles), layers - first - middles * middle)
+            if fits(instance, split):
+                slowest = float(stage_times(instance, split).max())
+                if best is None or slowest < best[1]:
+                    best = (split, slowest)
+    return best
+
+
 def _milp(instance: StageInstance, relax: bool) -> tuple[pulp.LpProblem, dict[tuple[int, int], pulp.LpVariable]]:
     """Cumulative formulation: before[l, s] = 1 when layer l sits on stage s or earlier. It is monotone
     in both indices, so every solution is contiguous, and its LP relaxation is far tighter than one
@@ -182,6 +237,10 @@ def partition(instance: StageInstance, config: SolverConfig) -> StagePartition:
                                options=[f"randomSeed {config.seed + 1}"])
     problem.solve(solver)
     wall = float(problem.solutionTime)
+    if problem.sol_status != pulp.LpSolutionOptimal:
+        certified = _certified(instance, base, base_slowest, wall)
+        if certified is not None:
+            return certified
     bound = _relaxation_bound(instance)
     if problem.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
         stats = SolveStats(status="heuristic", objective=base_slowest, bound=min(bound, base_slowest), wall_s=wall)
@@ -197,6 +256,18 @@ def partition(instance: StageInstance, config: SolverConfig) -> StagePartition:
     proven = slowest * (1.0 - config.relative_gap_frac) if optimal else 0.0
     stats = SolveStats(status="optimal" if optimal else "feasible", objective=slowest,
                        bound=min(max(proven, bound), slowest), wall_s=wall)
+    return StagePartition(stage_layers=layers, slowest_s=slowest, baseline_layers=base, baseline_slowest_s=base_slowest,
+                          baseline_fits=fits(instance, base), stats=stats)
+
+
+def _certified(instance: StageInstance, base: tuple[int, ...], base_slowest: float,
+               wall_s: float) -> StagePartition | None:
+    """The exact program's answer, proven, where CBC stopped without a proof (None: nothing fits)."""
+    exact = exact_split(instance)
+    if exact is None:
+        return None
+    layers, slowest = exact
+    stats = SolveStats(status="optimal", objective=slowest, bound=slowest, wall_s=wall_s)
     return StagePartition(stage_layers=layers, slowest_s=slowest, baseline_layers=base, baseline_slowest_s=base_slowest,
                           baseline_fits=fits(instance, base), stats=stats)
 
