@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -41,6 +44,10 @@ from paraplan.planner.space import SearchSpace, enumerate_space
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
+PRICING_THREADS = 4
+"""Most blocks priced at once: numpy releases the GIL inside its array loops, where a block spends most of its time,
+so blocks overlap on a multi-core machine; each block in flight holds its own arrays (a block of ROWS_PER_BLOCK rows:
+tens of MB), so more threads buy little time for their memory."""
 MEMORY_REASON = "does not fit in GPU memory"
 HOST_MEMORY_REASON = "offloaded activations exceed host memory"
 DOMINATED_CP_REASON = "another context-parallel variant of the same layout is faster"
@@ -347,20 +354,46 @@ def _price_block(shared: SharedTerms, table: ConfigTable, fallback: np.ndarray, 
                         estimates=apply_step_factor(block_estimates(shared, block, timed), factor))
 
 
+def _pricing_threads() -> int:
+    """Threads for block pricing: the cores this process may run on, at most PRICING_THREADS."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(PRICING_THREADS, cores))
+
+
+def _priced_in_order(shared: SharedTerms, table: ConfigTable, fallback: np.ndarray, limits: _Limits, every_row: bool,
+                     factor: float, blocks: list[slice]) -> Iterator[_PricedBlock]:
+    """Each block priced, in block order. Several blocks are priced at once on threads (memory holds as many
+    blocks as there are threads, never the table: the next block is submitted once the caller has taken one in);
+    every block's numbers are its own elementwise arithmetic, so they do not depend on the threads."""
+    threads = min(_pricing_threads(), len(blocks))
+    if threads == 1:
+        yield from (_price_block(shared, table, fallback, limits, every_row, factor, rows) for rows in blocks)
+        return
+    with ThreadPoolExecutor(threads, thread_name_prefix="paraplan-price") as pool:
+        pending = [pool.submit(_price_block, shared, table, fallback, limits, every_row, factor, rows)
+                   for rows in blocks[:threads]]
+        for rows in blocks[threads:]:
+            yield pending.pop(0).result()  # the caller takes this block in while the others are priced
+            pending.append(pool.submit(_price_block, shared, table, fallback, limits, every_row, factor, rows))
+        for future in pending:
+            yield future.result()
+
+
 def _price_blocks(shared: SharedTerms, table: ConfigTable, fallback: np.ndarray, limits: _Limits,
                   sink: _EveryRow | _BestRows, tally: _Tally, rows_per_block: int, factor: float) -> np.ndarray:
     """Price ``table`` ``rows_per_block`` rows at a time into ``sink`` (a sink that keeps the best has only the
     fitting rows timed); return the rows to price again with their fallback CP variant: the all-gather rows that
     do not fit."""
     again = []
-    for rows in row_blocks(len(table), rows_per_block):
-        priced = _price_block(shared, table, fallback, limits, sink.every_row, factor, rows)
+    for priced in _priced_in_order(shared, table, fallback, limits, sink.every_row, factor,
+                                   row_blocks(len(table), rows_per_block)):
         tally.add(priced.fit, final=~priced.refit)
         if priced.timed is None:
             sink.add(priced.rows, priced.estimates, priced.fit.fits)
         else:
             sink.add(priced.rows.start + priced.timed, priced.estimates, np.ones(len(priced.timed), dtype=bool))
         again.append(priced.rows.start + np.flatnonzero(priced.refit))
+        del priced  # freed before the next block is awaited, so memory holds the blocks in flight and no more
     return np.concatenate(again)
 
 
