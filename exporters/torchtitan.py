@@ -163,6 +163,12 @@ def torchtitan_program(plan: ExportPlan, version: TorchtitanVersion, override: s
         raise InputError("the plan dispatches experts with DeepEP; torchtitan 0.3.0 has no "
                          "expert_parallel_comm_backend to launch it with: export --torchtitan-version 0.2, or plan "
                          "with --dispatcher alltoall")
+    c = plan.config
+    # 0.2.2's parallelize: without FSDP (dp_shard = cp = 1) it applies DDP and raises when the world is not all dp.
+    if version == "0.2" and c.zero == 0 and c.dp > 1 and c.cp == 1 and c.tp * c.pp > 1:
+        raise InputError(f"torchtitan 0.2 runs ZeRO 0 (DDP over data_parallel_replicate_degree) only when every GPU is "
+                         f"data parallel: with tp={c.tp}, pp={c.pp} it stops with 'DDP has not supported > 1D "
+                         "parallelism'; export --torchtitan-version 0.3, or plan with --zero 2 or 3")
     module, config = model_choice(plan, version, override)
     notes = (f"attention kernel ({plan.attention}) and rotary settings come from torchtitan's model config",
              *cp_notes(plan))

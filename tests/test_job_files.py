@@ -342,6 +342,18 @@ def test_torchtitan_export_says_where_its_context_parallelism_differs_from_the_p
     assert not any("cp" in n for n in titan_export.torchtitan_program(sharded, "0.2").notes)
 
 
+def test_torchtitan_0_2_refuses_ddp_beside_tensor_or_pipeline_parallelism():
+    # torchtitan 0.2.2's parallelize applies DDP when neither dp_shard nor cp shards (ZeRO 0, cp = 1) and raises
+    # 'DDP has not supported > 1D parallelism' unless every GPU is data parallel; 0.3 replicates through FSDP2.
+    for layout in ({"tp": 2}, {"pp": 2}):
+        plan = make_export_plan(engine="torchtitan", dp=4, zero=0, **layout)
+        with pytest.raises(InputError, match=r"torchtitan 0.2 runs ZeRO 0 .* only when every GPU is data parallel"):
+            titan_export.torchtitan_program(plan, "0.2")
+        assert titan_export.torchtitan_program(plan, "0.3").engine == "torchtitan"
+    assert titan_export.torchtitan_program(make_export_plan(engine="torchtitan", dp=8, zero=0), "0.2")
+    assert titan_export.torchtitan_program(make_export_plan(engine="torchtitan", tp=2, dp=4, zero=3), "0.2")
+
+
 def test_torchtitan_unknown_rotate_method_is_one_line(tmp_path):
     path = tmp_path / "job.toml"
     path.write_text("[parallelism]\ncontext_parallel_degree = 2\ncontext_parallel_rotate_method = 'ring'\n")
