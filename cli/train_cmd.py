@@ -66,17 +66,22 @@ PlanDpOpt = Annotated[str | None, axis_option("Data parallel.")]
 DpOpt = Annotated[str | None, axis_option("Data parallel (default: GPUs / (tp·pp·cp)).")]
 CpOpt = Annotated[str | None, axis_option("Context parallel.")]
 CpCommOpt = Annotated[str | None, axis_option(CP_COMM_HELP)]
+EvalCpCommOpt = Annotated[str | None, axis_option(
+    "How context parallelism moves K and V: p2p (ring), a2a (Ulysses), allgather, a2a+p2p (default: the engine's "
+    "own, Megatron p2p, torchtitan allgather).")]
 EpOpt = Annotated[str | None, axis_option("Expert parallel (MoE models).")]
 EtpOpt = Annotated[str | None, axis_option("Expert tensor parallel (MoE).")]
 VppOpt = Annotated[str | None, axis_option("Virtual pipeline stages.")]
 MbsOpt = Annotated[str | None, axis_option("Micro-batch size.")]
 PlanZeroOpt = Annotated[str | None, axis_option("ZeRO stages 0-3.")]
-ZeroOpt = Annotated[str | None, axis_option("ZeRO stage 0-3.")]
+ZeroOpt = Annotated[str | None, axis_option(
+    "ZeRO stage 0-3 (default 0; torchtitan with cp > 1: 3, the FSDP2 sharding it always runs there).")]
 PlanRecomputeOpt = Annotated[str | None, axis_option(
     "none, selective, full, modules (comma list; modules = Megatron's --recompute-modules).")]
 RecomputeOpt = Annotated[str | None, axis_option("none, selective, full or modules (Megatron's --recompute-modules).")]
 PlanSpOpt = Annotated[str | None, axis_option("Sequence parallel: on, off or both.")]
-SpOpt = Annotated[str | None, axis_option("Sequence parallel: on or off.")]
+SpOpt = Annotated[str | None, axis_option(
+    "Sequence parallel: on or off (default off; on where the engine always runs it with tp > 1, torchtitan).")]
 PlanOffloadOpt = Annotated[str | None, axis_option(
     "Layers whose activations go to host memory (Megatron --cpu-offloading-num-layers; pp = 1, no recompute).")]
 OffloadOpt = Annotated[str | None, axis_option("Layers whose activations go to host memory (pp = 1, no recompute).")]
@@ -143,8 +148,8 @@ def evaluate(
     headroom: HeadroomOpt = 0.0, expert_imbalance: ImbalanceOpt = None, routing: RoutingOpt = None,
     capacity_factor: CapacityOpt = None, dispatcher: DispatcherOpt = "auto", compile_model: CompileOpt = False,
     async_tp: AsyncTPOpt = False, fp8_recipe: Fp8RecipeOpt = "tensorwise",
-    dp: DpOpt = None, cp: CpOpt = "1", cp_comm: CpCommOpt = "p2p", ep: EpOpt = "1", etp: EtpOpt = "1",
-    vpp: VppOpt = "1", mbs: MbsOpt = "1", zero: ZeroOpt = "0", recompute: RecomputeOpt = "none", sp: SpOpt = "off",
+    dp: DpOpt = None, cp: CpOpt = "1", cp_comm: EvalCpCommOpt = None, ep: EpOpt = "1", etp: EtpOpt = "1",
+    vpp: VppOpt = "1", mbs: MbsOpt = "1", zero: ZeroOpt = None, recompute: RecomputeOpt = "none", sp: SpOpt = None,
     offload: OffloadOpt = "0", pp_schedule: PpScheduleOpt = "1f1b", tp_comm_overlap: TpOverlapOpt = "off",
     json_path: JsonOpt = None, force: ForceOpt = False, cost_model: profile_cmd.CostModelOpt = "auto",
     store: profile_cmd.StoreOpt = None, stack_profile: calibrate_cmd.StackProfileOpt = None,

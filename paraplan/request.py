@@ -39,8 +39,9 @@ from paraplan.planner.space import AXES
 EVALUATE_DEFAULTS: dict[str, Any] = {
     "cp": 1, "cp_comm": "p2p", "ep": 1, "etp": 1, "vpp": 1, "mbs": 1, "zero": 0, "recompute": "none", "sp": False,
     "offload": 0, "pp_schedule": "1f1b", "tp_overlap": False, "ep_overlap": False}
-"""What ``evaluate`` prices for an axis left out (dp follows from the GPU count; cp_comm is the engine's default, and an
-engine that shards over the context-parallel ranks takes ZeRO 3 when cp > 1)."""
+"""What ``evaluate`` prices for an axis left out (dp follows from the GPU count; cp_comm is the engine's default, an
+engine that shards over the context-parallel ranks takes ZeRO 3 when cp > 1, and one that always runs sequence
+parallelism with TP takes it when tp > 1)."""
 DEFAULT_GPUS_PER_NODE = 8
 """Node size of a quick cluster (``--gpu NAME --gpus N``): an HGX/DGX board."""
 
@@ -227,6 +228,8 @@ def evaluation_axes(request: PlanRequest, num_gpus: int, cluster_name: str) -> d
     rules = engine_rules(request.engine)
     if rules.shards_over_cp and fixed["cp"][0] > 1 and "zero" not in request.fixed:
         fixed["zero"] = list(axis_codes("zero", 3))  # FSDP over dp_shard x cp, resharding after forward: its default
+    if "sp" not in request.fixed and fixed.get("tp", [1])[0] > 1 and 0 not in rules.sp_modes_with_tp:
+        fixed["sp"] = [rules.sp_modes_with_tp[0]]  # torchtitan always shards norms with TP (SequenceParallel)
     for axis, codes in fixed.items():
         if len(codes) > 1:
             raise ParameterError("evaluate takes one value per axis; {" + axis + "} has {count} (use plan to "

@@ -342,6 +342,19 @@ def test_torchtitan_export_says_where_its_context_parallelism_differs_from_the_p
     assert not any("cp" in n for n in titan_export.torchtitan_program(sharded, "0.2").notes)
 
 
+def test_evaluate_defaults_follow_the_engine():
+    # Left out, cp_comm, zero and sp are the engine's own: torchtitan all-gathers K/V, shards over dp_shard x cp
+    # (ZeRO 3) with cp > 1 and always runs SequenceParallel with TP; Megatron's defaults stay p2p, 0, off.
+    base = ("llama-3.1-8b", "--gpu", "h100-sxm", "--gpus", "8", "--tp", "2", "--pp", "1", "--cp", "2",
+            "--seq-len", "8192", "--global-batch", "16")
+    titan = evaluated(*base, "--engine", "torchtitan")["config"]
+    assert (titan["cp_comm"], titan["zero"], titan["sp"]) == ("allgather", 3, True)
+    megatron = evaluated(*base)["config"]
+    assert (megatron["cp_comm"], megatron["zero"], megatron["sp"]) == ("p2p", 0, False)
+    refused = invoke("evaluate", *base, "--engine", "torchtitan", "--cp-comm", "p2p")
+    assert refused.exit_code == 2 and "torchtitan does not offer this context-parallel communication" in refused.output
+
+
 def test_torchtitan_0_2_refuses_ddp_beside_tensor_or_pipeline_parallelism():
     # torchtitan 0.2.2's parallelize applies DDP when neither dp_shard nor cp shards (ZeRO 0, cp = 1) and raises
     # 'DDP has not supported > 1D parallelism' unless every GPU is data parallel; 0.3 replicates through FSDP2.
