@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import argparse
 import ast
+import tomllib
 from collections import Counter
 from pathlib import Path
-
-import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,10 +10,9 @@ paraplan exports (``models/llama3/config_registry.py``).
 from __future__ import annotations
 
 import re
+import tomllib
 from pathlib import Path
 from typing import Any, Protocol
-
-import tomllib
 
 from paraplan.errors import InputError
 from paraplan.files import read_user_text, shown
