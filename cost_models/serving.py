@@ -5,8 +5,10 @@ attention-DP rank running B = min(concurrency, largest batch that fits) sequence
 
 - TPOT = decode step at batch B (mean context isl + osl/2) + the engine's per-step overhead + the
   prefills that continuous batching mixes into decode: each of the B sequences is replaced once per osl
-  steps, so every generated token carries B/osl prompts' prefill time (attention-DP ranks prefill their
-  own prompts in the same steps).
+  steps, so every step admits k = B/osl prompts (attention-DP ranks prefill their own prompts in the same
+  steps). Below one (k <= 1) a fraction k of the steps prefills one prompt; from one up a step's prompts run
+  together as prefill chunks of at most the engine's max batched tokens (``mixed_prefill_s``), reading every
+  weight and hit expert once per chunk instead of once per prompt.
 - TTFT = the request's own prefill + half a step (it arrives mid-step) + the wait for a free slot when the
   concurrency exceeds what fits (a closed loop: (C − B)/B request lifetimes).
 - Disaggregated: TTFT from the prefill pool (its prefill, its queue at the pool's utilisation, the KV
@@ -25,6 +27,7 @@ speculative decoding (``Speculation``), priced per output token by ``engine_deco
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -39,9 +42,11 @@ from paraplan.cost_models.inference_step import (
     MOE_EXTRA_KERNELS,
     Sharding,
     WeightPrecision,
+    admitted_prefill_s,
     attention_params_per_gpu,
     kv_bytes_per_token_per_layer,
     prefill_attention_flops,
+    prefill_chunk_tokens,
     step_time,
 )
 from paraplan.errors import InputError
@@ -345,6 +350,81 @@ def prefill_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, sha
                      moe_tokens=tokens * shard.dp if all_ranks else tokens).total_s
 
 
+ChunkPrice = Callable[[np.ndarray], np.ndarray]
+"""Seconds of one prefill chunk of t tokens cut from the admitted prompts, as a function of t (one entry a
+deployment): ``prefill_chunk_s`` priced directly, or interpolated on a grid of token counts (the search)."""
+
+
+def prefill_chunk_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, shard: Sharding, isl: Column,
+                    tokens: Column) -> np.ndarray:
+    """Seconds of one prefill chunk of ``tokens`` tokens on an attention-DP rank, cut from prompts of ``isl``
+    tokens: tokens/isl prompts' worth of them in one chunk (``inference_step.admitted_prefill_s``), with that
+    token share of their causal attention FLOPs and output-head rows; without the engine's step overhead."""
+    t = np.asarray(tokens, dtype=float)
+    # No budget: the chunk is all (t/isl)·isl tokens, where a budget of t could leave a rounding-sized remainder
+    # that admitted_prefill_s would price as a second chunk.
+    return admitted_prefill_s(model, cluster, prec, shard, prompts=t / np.asarray(isl, dtype=float),
+                              prompt_tokens=isl, max_batched_tokens=np.inf)
+
+
+def whole_admission_s(prompts: Column, isl: Column, max_batched_tokens: Column, chunk_s: ChunkPrice,
+                      alone_s: Column, step_overhead_s: float) -> np.ndarray:
+    """Seconds the mixed steps of an attention-DP rank spend prefilling ``prompts`` whole prompts of ``isl`` tokens
+    admitted in one step: their prompts·isl tokens as floor(prompts·isl/M) full chunks of M =
+    ``max_batched_tokens`` tokens then the rest, as ``inference_step.admitted_prefill_s`` cuts them, each chunk
+    (``chunk_s``) reading every weight and hit expert once and taking one step overhead. No prompt: 0; one: its
+    prefill alone (``alone_s``, ``prefill_s`` with one step overhead). At most prompts × ``alone_s``: this serving
+    model prices a lone prompt longer than M as one step, and batched prompts must not cost more than as many of
+    those; within M one chunk is never the slower (tests/test_serving_admission.py)."""
+    n = np.asarray(prompts, dtype=float)
+    total = n * np.asarray(isl, dtype=float)
+    chunk = np.maximum(prefill_chunk_tokens(n, isl, max_batched_tokens), 1e-9)
+    full_chunks = np.floor(total / chunk + 1e-9)
+    rest = total - full_chunks * chunk
+    more = rest > 1e-9 * chunk  # a remainder beyond rounding (a mean isl need not be whole) is one chunk more
+    full_s, rest_s = chunk_s(np.stack(np.broadcast_arrays(chunk, np.maximum(rest, 1e-9))))  # priced at once
+    together = full_chunks * (full_s + step_overhead_s) + np.where(more, rest_s + step_overhead_s, 0.0)
+    alone = n * np.asarray(alone_s, dtype=float)
+    return np.where(n <= 1.0, alone, np.minimum(together, alone))
+
+
+def mixed_admission_s(prompts_per_step: Column, isl: Column, max_batched_tokens: Column, chunk_s: ChunkPrice,
+                      alone_s: Column, step_overhead_s: float) -> np.ndarray:
+    """Mean seconds a decode step of an attention-DP rank spends on the k = ``prompts_per_step`` prompts it admits
+    on average (arguments as :func:`whole_admission_s`). Requests finishing staggered (a steady state), a step
+    admits floor(k) or floor(k) + 1 prompts, the latter in a fraction k − floor(k) of the steps, each step's
+    prompts together; below one prompt a step, a fraction k of the steps prefills one prompt alone: k ×
+    ``alone_s``, as when every prompt was its own prefill."""
+    k = np.asarray(prompts_per_step, dtype=float)
+    k = np.broadcast_to(k, np.broadcast_shapes(k.shape, np.shape(isl), np.shape(max_batched_tokens),
+                                               np.shape(alone_s)))
+    fewer = np.floor(k)
+    counts = np.stack([fewer, fewer + 1.0])  # both whole counts priced at once: [2, ...]
+    whole = whole_admission_s(counts, isl, max_batched_tokens, chunk_s, alone_s, step_overhead_s)
+    more_frac = k - fewer
+    return (1.0 - more_frac) * whole[0] + more_frac * whole[1]
+
+
+def admitted_s(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec: WeightPrecision,
+               shard: Sharding, isl: Column, prompts: Column, max_batched_tokens: Column) -> np.ndarray:
+    """:func:`whole_admission_s` priced directly: ``prompts`` whole prompts admitted in one step, chunks of at most
+    ``max_batched_tokens`` (the engine's, or a size the search tries), the engine's step overhead per chunk."""
+    alone = prefill_s(model, cluster, prec, shard, isl) + engine.step_overhead_s
+    return whole_admission_s(prompts, isl, max_batched_tokens,
+                             lambda tokens: prefill_chunk_s(model, cluster, prec, shard, isl, tokens), alone,
+                             engine.step_overhead_s)
+
+
+def mixed_prefill_s(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec: WeightPrecision,
+                    shard: Sharding, isl: Column, prompts_per_step: Column) -> np.ndarray:
+    """:func:`mixed_admission_s` priced directly: the mean seconds a decode step spends on the
+    ``prompts_per_step`` prompts it admits on average, at the engine's max batched tokens and step overhead."""
+    alone = prefill_s(model, cluster, prec, shard, isl) + engine.step_overhead_s
+    return mixed_admission_s(prompts_per_step, isl, engine.max_batched_tokens,
+                             lambda tokens: prefill_chunk_s(model, cluster, prec, shard, isl, tokens), alone,
+                             engine.step_overhead_s)
+
+
 def burst_ttft_s(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec: WeightPrecision, shard: Sharding,
                  isl: Column, arrivals: Column) -> np.ndarray:
     """Mean time to first token of ``arrivals`` prompts that reach an attention-DP rank at once: the engine
@@ -485,7 +565,7 @@ def aggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, pre
     batch = np.maximum(np.minimum(np.minimum(per_rank, fits), engine.max_running), 1.0)
     step = engine_decode_s(model, cluster, engine, prec, shard, batch, isl + osl / 2.0)
     prefill = prefill_s(model, cluster, prec, shard, isl) + engine.step_overhead_s
-    tpot = step + batch * prefill / osl
+    tpot = step + mixed_prefill_s(model, cluster, engine, prec, shard, isl, batch / osl)
     lifetime = osl * tpot + prefill
     queued = np.maximum(per_rank - batch, 0.0) / batch * lifetime
     steady = prefill + tpot / 2.0 + queued

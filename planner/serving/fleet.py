@@ -24,8 +24,16 @@ import numpy as np
 from paraplan.planner.serving.estimate import plan_estimate, prices_by_gpu
 from paraplan.planner.serving.load import Latency, aggregated
 from paraplan.planner.serving.plan import STATISTICS, PricedPool, ServingPlan, exact_latency, make_pool
+from paraplan.planner.serving.pools import MAX_GRID_BATCH, admit_s
 from paraplan.planner.serving.problem import Priced, ServingProblem
-from paraplan.planner.serving.search import PoolSide, interpolated_step, load_for, qualifies, target_quantile
+from paraplan.planner.serving.search import (
+    PoolSide,
+    interpolated_admit,
+    interpolated_step,
+    load_for,
+    qualifies,
+    target_quantile,
+)
 from paraplan.planner.serving.space import ServingWorkload, batch_caps
 
 BISECTION_STEPS = 40
@@ -55,9 +63,9 @@ class FleetOption:
     """One worker's GPUs at their price."""
 
 
-def _meets(latency: Latency, workload: ServingWorkload, prefill_busy: np.ndarray) -> np.ndarray:
+def _meets(latency: Latency, workload: ServingWorkload) -> np.ndarray:
     """Stable and within the targets, or without targets with the prefill queue at most 85% busy."""
-    return latency.stable & qualifies(workload, latency.ttft_s, latency.tpot_s, prefill_busy)
+    return latency.stable & qualifies(workload, latency.ttft_s, latency.tpot_s, latency.prefill_busy)
 
 
 def worker_capacity(side: PoolSide, workload: ServingWorkload, s: np.ndarray, k: np.ndarray, cap: np.ndarray
@@ -68,14 +76,16 @@ def worker_capacity(side: PoolSide, workload: ServingWorkload, s: np.ndarray, k:
     base = load_for(workload, side.setup)
     kw: dict[str, Any] = {"prefill_s": costs.prefill_s[s], "step_of": interpolated_step(costs, s),
                           "fits": costs.fits[s, k], "cap": cap, "chunk": np.asarray(costs.chunks, dtype=float)[k],
-                          "replicas": 1.0, "ranks": costs.shard.dp[s]}
-    hi = costs.shard.dp[s] / costs.prefill_s[s]  # prefill alone saturates the GPUs beyond this rate
-    lo = hi * 1e-4
+                          "replicas": 1.0, "ranks": costs.shard.dp[s], "admit_of": interpolated_admit(costs, s, k)}
+    lo = costs.shard.dp[s] / costs.prefill_s[s] * 1e-4
+    # Prefill alone saturates the GPUs beyond this rate, its prompts batched as many a step as a rank can run.
+    most = float(MAX_GRID_BATCH)
+    hi = costs.shard.dp[s] / np.minimum(costs.prefill_s[s], admit_s(costs, s, k, most) / most)
     q = target_quantile(workload)
 
     def ok(rate: np.ndarray) -> np.ndarray:
         load = replace(base, rate_per_s=rate)
-        return _meets(aggregated(load, q=q, **kw), workload, rate / costs.shard.dp[s] * costs.prefill_s[s])
+        return _meets(aggregated(load, q=q, **kw), workload)
     good = ok(lo)
     for _ in range(BISECTION_STEPS):
         mid = np.sqrt(lo * hi)

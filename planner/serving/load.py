@@ -4,12 +4,13 @@ arrival process), as a mean or at a percentile. Vectorized over candidate deploy
 Aggregated workers (continuous batching, prefill mixed into decode), per attention-DP rank running B sequences,
 with P one prompt's prefill and D(B) the decode step (both with the engine's step overhead):
 
-- Closed loop at C in flight: B = min(C/ranks, what fits, the batch cap); TPOT = D(B) + B·P/osl, each of the B
-  sequences being replaced once per osl steps (cost_models.serving.aggregated, the model validated against
-  5,221 measured deployments); TTFT = request overhead + P + TPOT/2 + (chunks − 1)·D + the wait for a slot.
-  Given the price of k prompts admitted as one chunk (``admit_of``), a step admitting k = B/osl > 1 prompts
-  pays that chunk instead of k·P (:func:`admission_s`).
-- Open loop at λ requests/s per rank: prefill takes ρ = λ·P of the GPU's time, so TPOT = D(B)/(1 − ρ), and B
+- Closed loop at C in flight: B = min(C/ranks, what fits, the batch cap); TPOT = D(B) + the prefill of the
+  k = B/osl prompts a step admits, each of the B sequences being replaced once per osl steps: k·P for k <= 1, and
+  for k > 1 the price of k prompts admitted together as one chunk (``admit_of``, :func:`admission_s`)
+  (cost_models.serving.aggregated, the model validated against 5,221 measured deployments); TTFT = request
+  overhead + P + TPOT/2 + (chunks − 1)·D + the wait for a slot.
+- Open loop at λ requests/s per rank: prefill takes ρ = λ·P of the GPU's time (with ``admit_of``, P is a prompt's
+  share of the chunk it is admitted in), so TPOT = D(B)/(1 − ρ), and B
   solves Little's law B = λ·osl·TPOT(B) (a fixed point, capped by the slots). TTFT = request overhead + the
   prompt's wait behind other prefills (an M/G/1-type queue, planner/serving/queueing.py) + P + D/2 + (chunks − 1)·D
   + the wait for a free slot (G/G/c over the slots, service one request's lifetime).
@@ -105,6 +106,9 @@ class Latency:
     """False where a queue grows without bound (its utilisation reaches 1)."""
     busy: np.ndarray
     """The highest utilisation of the workers' queues (prefill and batch slots; 0 in a closed loop)."""
+    prefill_busy: np.ndarray
+    """The share of the GPUs' time prefills take (admitted prompts batched where ``admit_of`` prices them; 0 in a
+    closed loop and in a decode pool)."""
 
 
 def _count(mean: Column, dispersion: float, q: float | None) -> Column:
@@ -134,10 +138,11 @@ def admission_s(prompts_per_step: Column, prefill_s: Column, admit_of: AdmitOf |
     """Mean seconds a decode step spends on the k = ``prompts_per_step`` prompts it admits on average. Requests
     finishing staggered (a steady state) admit floor(k) or ceil(k) prompts a step when k >= 1, batched into one
     chunk: ``admit_of(k)``; when k < 1 a fraction k of the steps admits one prompt: k·``prefill_s``. Without
-    ``admit_of`` every prompt is its own prefill, k·``prefill_s`` (what cost_models.serving.aggregated prices)."""
+    ``admit_of`` every prompt is its own prefill, k·``prefill_s`` (cost_models.serving.aggregated prices
+    ``mixed_prefill_s``, which ``pools.admit_s`` and ``pools.exact_admit_s`` give as ``admit_of``)."""
     k = np.asarray(prompts_per_step, dtype=float)
     single = k * np.asarray(prefill_s, dtype=float)
-    if admit_of is None:
+    if admit_of is None or not np.any(k > 1.0):  # no step admits more than one prompt: nothing to batch
         return single
     return np.where(k > 1.0, admit_of(np.maximum(k, 1.0)), single)
 
@@ -192,7 +197,7 @@ def _aggregated_closed(load: Load, prefill_s: np.ndarray, step_of: StepOf, slots
         ttft = load.request_overhead_s + prefill_s * _length(load.isl_cv, q) + tpot_mean / 2.0 \
             + chunk_steps * step + queued
         return Latency(ttft_s=ttft, tpot_s=tpot, running_batch=batch, requests_per_s=rate, stable=stable,
-                       busy=np.zeros_like(tpot))
+                       busy=np.zeros_like(tpot), prefill_busy=np.zeros_like(tpot))
     return [at(q) for q in qs]
 
 
@@ -206,9 +211,10 @@ def _aggregated_open(load: Load, prefill_s: np.ndarray, step_of: StepOf, slots: 
     share_s = prefill_s  # GPU seconds one prompt's prefill takes from its rank
     busy = lam * share_s
     batch = solve_batch(lam, osl, step_of, slots, busy)
-    if admit_of is not None:
-        per_step = lam * step_of(np.maximum(batch, 1.0)) / np.maximum(1.0 - busy, 1e-12)
-        share_s = np.minimum(admission_s(per_step, prefill_s, admit_of) / np.maximum(per_step, 1e-12), prefill_s)
+    per_step = 0.0 if admit_of is None else lam * step_of(np.maximum(batch, 1.0)) / np.maximum(1.0 - busy, 1e-12)
+    if admit_of is not None and np.any(per_step > 1.0):  # else no step admits more than one prompt
+        batched = admission_s(per_step, prefill_s, admit_of) / np.maximum(per_step, 1e-12)
+        share_s = np.where(per_step > 1.0, np.minimum(batched, prefill_s), prefill_s)
         busy = lam * share_s
         batch = solve_batch(lam, osl, step_of, slots, busy)
     step = step_of(np.maximum(batch, 1.0))
@@ -225,7 +231,8 @@ def _aggregated_open(load: Load, prefill_s: np.ndarray, step_of: StepOf, slots: 
         ttft = load.request_overhead_s + prefill_wait + prefill_s * _length(load.isl_cv, q) + step / 2.0 \
             + chunk_steps * step + slot_wait
         return Latency(ttft_s=np.where(stable, ttft, np.inf), tpot_s=np.where(stable, tpot, np.inf),
-                       running_batch=batch, requests_per_s=rate, stable=stable, busy=np.maximum(busy, slot_use))
+                       running_batch=batch, requests_per_s=rate, stable=stable, busy=np.maximum(busy, slot_use),
+                       prefill_busy=busy)
     return [at(q) for q in qs]
 
 
@@ -247,8 +254,9 @@ def decode_pool_stats(load: Load, *, step_of: StepOf, fits: np.ndarray, cap: Col
         tpot = step_of(batch)
         wait = np.maximum(per_rank - batch, 0.0) / batch * osl * tpot
         rate = concurrency / (osl * tpot + wait)
+        idle = np.zeros_like(tpot)
         latency = Latency(ttft_s=wait, tpot_s=tpot, running_batch=batch, requests_per_s=rate,
-                          stable=np.ones_like(tpot, dtype=bool), busy=np.zeros_like(tpot))
+                          stable=np.ones_like(tpot, dtype=bool), busy=idle, prefill_busy=idle)
         return [(latency, wait) for _ in qs]
     rate_per_s = load.open_rate_per_s
     lam = rate_per_s / (workers * ranks)
@@ -262,7 +270,7 @@ def decode_pool_stats(load: Load, *, step_of: StepOf, fits: np.ndarray, cap: Col
     def at(q: float | None) -> tuple[Latency, np.ndarray]:
         wait = np.where(stable, _wait(lam, load.arrival_cv2, lifetime, load.osl_cv ** 2, slots, q), np.inf)
         return Latency(ttft_s=wait, tpot_s=np.where(stable, tpot, np.inf), running_batch=batch, requests_per_s=rates,
-                       stable=stable, busy=slot_use), wait
+                       stable=stable, busy=slot_use, prefill_busy=np.zeros_like(slot_use)), wait
     return [at(q) for q in qs]
 
 

@@ -19,9 +19,16 @@ from paraplan.cost_models.inference_step import Sharding
 from paraplan.cost_models.serving import EngineTraits, engine_memory
 from paraplan.model_specs.served import ServedModel
 from paraplan.planner.json_schema import validate_own
-from paraplan.planner.serving.load import Load, StepOf, aggregated_stats, decode_pool_stats, prefill_pool_ttft_s
+from paraplan.planner.serving.load import (
+    AdmitOf,
+    Load,
+    StepOf,
+    aggregated_stats,
+    decode_pool_stats,
+    prefill_pool_ttft_s,
+)
 from paraplan.planner.serving.pool_shape import PoolRole, ServingPool, pool_json
-from paraplan.planner.serving.pools import ServingSetup, WorkerCosts, exact_decode_s
+from paraplan.planner.serving.pools import ServingSetup, WorkerCosts, exact_admit_s, exact_decode_s
 from paraplan.planner.serving.problem import ServingProblem
 from paraplan.planner.serving.space import DeploymentMode, ServingWorkload
 from paraplan.version import __version__
@@ -108,7 +115,8 @@ def make_pool(role: PoolRole, setup: ServingSetup, costs: WorkerCosts, shard: in
 
 
 def _memo(step_of: StepOf) -> StepOf:
-    """``step_of`` remembering its answers: the four statistics of a plan solve the same running batch."""
+    """``step_of`` (a decode step or an admission) remembering its answers: the four statistics of a plan solve
+    the same running batch."""
     seen: dict[bytes, np.ndarray] = {}
 
     def cached(batch: np.ndarray) -> np.ndarray:
@@ -125,6 +133,12 @@ def _exact_step(pool: PricedPool) -> StepOf:
     return _memo(lambda batch: exact_decode_s(pool.setup, shard, batch))
 
 
+def _exact_admit(pool: PricedPool) -> AdmitOf:
+    """The prefill of the prompts a mixed step of the pool admits together, priced directly at its chunk size."""
+    shard = _sub(pool.costs, pool.shard_index)
+    return _memo(lambda prompts: exact_admit_s(pool.setup, shard, pool.shape.max_batched_tokens_per_rank, prompts))
+
+
 def _fits(pool: PricedPool) -> np.ndarray:
     """Sequences one attention-DP rank of the pool holds at its chunk (an array of one entry)."""
     costs = pool.costs
@@ -136,7 +150,7 @@ def _aggregated_kw(pool: PricedPool) -> dict[str, Any]:
     shape = pool.shape
     return {"prefill_s": pool.costs.prefill_s[[pool.shard_index]], "step_of": _exact_step(pool), "fits": _fits(pool),
             "cap": shape.max_batch_per_rank, "chunk": float(shape.max_batched_tokens_per_rank),
-            "replicas": float(shape.num_workers), "ranks": float(shape.dp_attention)}
+            "replicas": float(shape.num_workers), "ranks": float(shape.dp_attention), "admit_of": _exact_admit(pool)}
 
 
 def _stats(latencies: Iterable[tuple[float, float]]) -> dict[str, dict[str, float]]:

@@ -17,8 +17,15 @@ from typing import Any
 import numpy as np
 
 from paraplan.arrays import Column
-from paraplan.planner.serving.load import Load, StepOf, aggregated_stats, decode_pool_stats, prefill_pool_ttft_s
-from paraplan.planner.serving.pools import ServingSetup, WorkerCosts, decode_s, worker_costs
+from paraplan.planner.serving.load import (
+    AdmitOf,
+    Load,
+    StepOf,
+    aggregated_stats,
+    decode_pool_stats,
+    prefill_pool_ttft_s,
+)
+from paraplan.planner.serving.pools import ServingSetup, WorkerCosts, admit_s, decode_s, worker_costs
 from paraplan.planner.serving.space import ServingChoices, ServingWorkload, batch_caps, chunk_sizes, worker_shardings
 
 MAX_UTILISATION_WITHOUT_TARGETS = 0.85
@@ -140,13 +147,19 @@ def interpolated_step(costs: WorkerCosts, shard_index: np.ndarray) -> StepOf:
     return lambda batch: decode_s(costs, shard_index, batch)
 
 
+def interpolated_admit(costs: WorkerCosts, shard_index: np.ndarray, chunk_index: np.ndarray) -> AdmitOf:
+    """The prefill of the k prompts a mixed step admits together, per candidate's sharding and chunk size, as a
+    function of k (interpolated on the admission grid)."""
+    return lambda prompts: admit_s(costs, shard_index, chunk_index, prompts)
+
+
 def _aggregated(setup_id: int, load: Load, costs: WorkerCosts, caps: np.ndarray, budget: int, q: float | None,
                 price: float | None) -> Candidates:
     """Every aggregated deployment of one setup within ``budget`` GPUs, priced at the mean and at ``q``."""
     s, k, cap, r = _agg_grid(costs, caps, budget, load)
     kw: dict[str, Any] = {"prefill_s": costs.prefill_s[s], "step_of": interpolated_step(costs, s),
                           "fits": costs.fits[s, k], "cap": cap, "chunk": np.asarray(costs.chunks, dtype=float)[k],
-                          "replicas": r, "ranks": costs.shard.dp[s]}
+                          "replicas": r, "ranks": costs.shard.dp[s], "admit_of": interpolated_admit(costs, s, k)}
     mean, at_q = aggregated_stats(load, qs=(None, q), **kw)
     gpus = r * costs.gpus[s]
     index = np.stack([s, k, cap, r, -np.ones_like(r), -np.ones_like(r)], axis=1)
