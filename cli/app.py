@@ -222,7 +222,7 @@ def validate(json_path: JsonOpt = None, force: ForceOpt = False,
         raise InputError(f"--kernel-tables: no profile store at {kernel_tables}; ingest kernel tables first "
                          "('paraplan ingest aiconfigurator WHEEL --op gemm --store PATH')")
     if serving:
-        _serving_validation(json_path, force, serving_data)
+        _serving_validation(json_path, force, serving_data, kernel_tables)
         return
     memory = _memory_validation(memory_runs)
     frame = load_reference_runs()
@@ -262,16 +262,54 @@ def _kernel_table_validation(store: Path, predictions: list["Prediction"]) -> di
             "summary": {s: {k: _finite(v) for k, v in values.items()} for s, values in summary.items()}}
 
 
-def _serving_validation(json_path: Path | None, force: bool, folder: Path | None) -> None:
-    """``validate --serving``: the serving accuracy table (and its JSON)."""
+def _serving_validation(json_path: Path | None, force: bool, folder: Path | None, store: Path | None) -> None:
+    """``validate --serving``: the serving accuracy table (and its JSON); with ``--kernel-tables STORE`` also the
+    same rows priced with the store's serving-engine tables beside without."""
     from paraplan.cli.render_serving import serving_validation
     from paraplan.validation.serving_runs import validate_serving, validation_document
 
     with render.working(render.make_console(stderr=True), "predicting the measured serving deployments"):
         document = validation_document(validate_serving(folder))
     serving_validation(render.make_console(), document)
+    if store is not None:
+        from paraplan.validation.kernel_tables import serving_comparison  # the store's readers: only this flag
+
+        with render.working(render.make_console(stderr=True), "pricing the deployments with the kernel tables"):
+            document["kernel_tables"] = serving_comparison(store, folder)
+        _render_serving_tables(document["kernel_tables"])
     if json_path is not None:
-        render.write_json(json_path, document, force)
+        render.write_json(json_path, {k: _finite_tree(v) for k, v in document.items()}, force)
+
+
+def _finite_tree(value: Any) -> Any:
+    """``value`` with every non-finite float as null (JSON has no NaN)."""
+    if isinstance(value, dict):
+        return {k: _finite_tree(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite_tree(v) for v in value]
+    return _finite(value) if isinstance(value, float) else value
+
+
+def _render_serving_tables(comparison: dict[str, Any]) -> None:
+    """The serving rows' median |error| analytical beside priced with kernel tables, and what priced them."""
+    from rich.table import Table
+
+    console = render.make_console()
+    table = Table(title=f"serving with kernel tables ({comparison['store']}) and without: median |error| %, in "
+                  "sample/each model left out; tab %: median share of a decode (prefill) step the tables priced")
+    for column in ("split", "value", "rows", "TPOT roofline", "TPOT tables", "TTFT roofline", "TTFT tables",
+                   "tab % dec", "tab % pre"):
+        table.add_column(column, justify="left" if column in ("split", "value") else "right")
+    for g in comparison["groups"]:
+        table.add_row(g["split"], g["value"], str(g["rows"]),
+                      f"{render.percent(g['tpot_analytical'])}/{render.percent(g['tpot_analytical_model_out'])}",
+                      f"{render.percent(g['tpot_tables'])}/{render.percent(g['tpot_tables_model_out'])}",
+                      f"{render.percent(g['ttft_analytical'])}/{render.percent(g['ttft_analytical_model_out'])}",
+                      f"{render.percent(g['ttft_tables'])}/{render.percent(g['ttft_tables_model_out'])}",
+                      render.percent(g["decode_table_frac"]), render.percent(g["prefill_table_frac"]))
+    console.print(table)
+    console.print(f"{len(comparison['tables'])} sets of tables priced the rows (engine, version, kernel and rows of "
+                  "each term: kernel_tables.tables in --json)")
 
 
 def _cross_source_validation(frame: "pd.DataFrame") -> dict[str, Any]:

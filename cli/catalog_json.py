@@ -34,5 +34,5 @@ def gpu_document(gpu: GPUSpec) -> dict[str, Any]:
 def cluster_document(cluster: ClusterSpec, origin: str) -> dict[str, Any]:
     """One cluster type per node (its GPU by name; learned collective models are not part of a catalog entry)."""
     fields = {f.name: getattr(cluster, f.name) for f in dataclasses.fields(cluster)
-              if f.name not in ("gpu", "collective_time_fn", "num_nodes")}
+              if f.name not in ("gpu", "collective_time_fn", "serving_kernels", "num_nodes")}
     return {**fields, "gpu": cluster.gpu.name, "origin": origin}

@@ -21,12 +21,13 @@ tp·dp GPUs as ``moe_tp`` (each expert's width split) × ``moe_ep`` (experts spl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from paraplan.arrays import Column
 from paraplan.choices import Precision
+from paraplan.cost_models import serving_kernels as tables
 from paraplan.cost_models.collectives import all_to_all_time_s, collective_time_s
 from paraplan.cost_models.compute import ComputeRates, analytical_rates
 from paraplan.errors import InputError
@@ -114,6 +115,8 @@ class StepTime:
     """TP all-reduces and attention-DP gathers, exposed."""
     overhead_s: np.ndarray
     """Kernel launch gaps."""
+    table_s: np.ndarray | float = 0.0
+    """Of the seconds above, those measured kernel tables priced (``ClusterSpec.serving_kernels``); 0 without them."""
 
     @property
     def total_s(self) -> np.ndarray:
@@ -211,14 +214,19 @@ def _layer_counts(model: ModelSpec) -> tuple[int, int, int, int, int]:
     return model.num_dense_layers, model.num_moe_layers, model.num_layers - sliding - linear, sliding, linear
 
 
-def _comm_per_layer_s(model: ModelSpec, tokens_per_rank: Column, moe_tokens: Column, shard: Sharding,
-                      cluster: ClusterSpec, moe_layer: bool) -> np.ndarray:
-    """Exposed collective seconds of one layer: the attention output all-reduce over tp, then the MLP's: an
-    all-reduce over tp; with attention DP an all-gather and reduce-scatter of the ``moe_tokens`` all DP ranks
-    send to the MoE group, or with expert parallelism too the dispatch and combine all-to-all
-    (:func:`expert_dispatch_s`)."""
+def tp_all_reduce_s(model: ModelSpec, tokens_per_rank: Column, shard: Sharding, cluster: ClusterSpec) -> np.ndarray:
+    """One all-reduce of the 16-bit hidden states of ``tokens_per_rank`` tokens over the tp GPUs (analytical)."""
     size = np.asarray(tokens_per_rank, dtype=float) * model.hidden_size * ACTIVATION_BYTES
-    attention = collective_time_s("all_reduce", size, shard.tp, 1, cluster)
+    return collective_time_s("all_reduce", size, shard.tp, 1, cluster)
+
+
+def _comm_per_layer_s(model: ModelSpec, all_reduce_s: np.ndarray, moe_tokens: Column, shard: Sharding,
+                      cluster: ClusterSpec, moe_layer: bool) -> np.ndarray:
+    """Exposed collective seconds of one layer: the attention output all-reduce over tp (``all_reduce_s``), then
+    the MLP's: an all-reduce over tp; with attention DP an all-gather and reduce-scatter of the ``moe_tokens`` all
+    DP ranks send to the MoE group, or with expert parallelism too the dispatch and combine all-to-all
+    (:func:`expert_dispatch_s`)."""
+    attention = all_reduce_s
     if not moe_layer:
         return 2.0 * attention
     world = shard.tp * shard.dp
@@ -284,30 +292,48 @@ def _decode_attention_s(model: ModelSpec, prec: WeightPrecision, shard: Sharding
     FLOPs, whichever is slower (``attended_keys``: full-attention and sliding-window keys per layer, summed over
     the ``seqs`` sequences); a sparse-attention indexer scanning every cached key; linear-attention layers
     reading and writing their state (the shapes of both: ``model.mixers``)."""
+    full, rest = _decode_attention_parts_s(model, prec, shard, seqs, attended_keys, rates)
+    return full + rest
+
+
+def _decode_attention_parts_s(model: ModelSpec, prec: WeightPrecision, shard: Sharding, seqs: np.ndarray,
+                              attended_keys: tuple[Column, Column],
+                              rates: ComputeRates) -> tuple[np.ndarray, np.ndarray]:
+    """(the full-attention layers' attended keys, everything else) of ``_decode_attention_s``: each key's time is the
+    larger of its KV bytes and its FLOPs, the same for every layer, so the sum splits exactly."""
     mixers = model.mixers
     _, _, full_layers, sliding_layers, linear_layers = _layer_counts(model)
     full_keys, sliding_keys = attended_keys
     kv_token = kv_bytes_per_token_per_layer(model, shard.tp, prec.kv_bytes)
     scanned = np.asarray(full_keys, dtype=float)
     attended = np.minimum(scanned, seqs * mixers.index_topk) if mixers.index_topk else scanned
-    keys = full_layers * attended + sliding_layers * np.asarray(sliding_keys, dtype=float)
-    attention = np.maximum(keys * kv_token / rates.memory_bytes_per_s,
-                           keys * decode_attention_flops_per_key(model, shard.tp) / rates.attention_flops_per_s)
+    per_key = np.maximum(kv_token / rates.memory_bytes_per_s,
+                         decode_attention_flops_per_key(model, shard.tp) / rates.attention_flops_per_s)
+    sliding = sliding_layers * np.asarray(sliding_keys, dtype=float) * per_key
     indexer = full_layers * scanned * np.maximum(mixers.index_key_bytes / rates.memory_bytes_per_s,
                                                  mixers.index_flops_per_key / rates.attention_flops_per_s)
     states = linear_layers * seqs * 2.0 * mixers.linear_state_bytes(shard.tp) / rates.memory_bytes_per_s
-    return attention + indexer + states
+    return full_layers * attended * per_key, sliding + indexer + states
 
 
 def _prefill_attention_s(model: ModelSpec, shard: Sharding, tokens: np.ndarray,
                          attention_flops: tuple[Column, Column], rates: ComputeRates) -> np.ndarray:
     """Seconds of one prefill step's attention on one GPU, all layers: the (full, sliding) attention-core FLOPs
     per layer split over tp, and the linear-attention layers' prefill FLOPs of ``tokens``."""
+    full, rest = _prefill_attention_parts_s(model, shard, tokens, attention_flops, rates)
+    return full + rest
+
+
+def _prefill_attention_parts_s(model: ModelSpec, shard: Sharding, tokens: np.ndarray,
+                               attention_flops: tuple[Column, Column],
+                               rates: ComputeRates) -> tuple[np.ndarray, np.ndarray]:
+    """(the full-attention layers, everything else) of ``_prefill_attention_s``."""
     _, _, full_layers, sliding_layers, linear_layers = _layer_counts(model)
     full_flops, sliding_flops = attention_flops
-    return (full_layers * np.asarray(full_flops) + sliding_layers * np.asarray(sliding_flops)) \
-        / shard.tp / rates.attention_flops_per_s \
+    full = full_layers * np.asarray(full_flops, dtype=float) / shard.tp / rates.attention_flops_per_s
+    rest = sliding_layers * np.asarray(sliding_flops, dtype=float) / shard.tp / rates.attention_flops_per_s \
         + linear_layers * tokens * model.mixers.linear_prefill_flops_per_token(shard.tp) / rates.attention_flops_per_s
+    return full, rest
 
 
 def _busiest_rank(shard: Sharding, tokens_per_rank: Column, sequences_per_rank: Column,
@@ -328,6 +354,95 @@ def _busiest_rank(shard: Sharding, tokens_per_rank: Column, sequences_per_rank: 
     return np.asarray(tokens_per_rank, dtype=float) * scale, busiest, keys, flops
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Terms:
+    """Seconds of one step's terms on the busiest GPU, per layer where a layer kind repeats (one entry a deployment)."""
+
+    attention_proj_s: np.ndarray
+    """One softmax-attention layer's projections."""
+    linear_proj_s: np.ndarray
+    """One linear-attention layer's projections."""
+    dense_mlp_s: np.ndarray
+    """One dense layer's MLP."""
+    shared_s: np.ndarray
+    """One MoE layer's shared expert and router."""
+    head_s: np.ndarray
+    """The output head."""
+    experts_s: np.ndarray
+    """One MoE layer's routed experts."""
+    full_attention_s: np.ndarray
+    """The attention core of every full-attention layer."""
+    other_attention_s: np.ndarray
+    """Sliding-window and linear-attention layers' cores and a sparse-attention indexer, all layers."""
+    all_reduce_s: np.ndarray
+    """One tp all-reduce of the step's hidden states."""
+
+
+def _analytical_terms(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, shard: Sharding,
+                      tokens: np.ndarray, seqs: np.ndarray, moe_tokens: Column, attended_keys: tuple[Column, Column],
+                      attention_flops: tuple[Column, Column], decode: bool) -> _Terms:
+    """The roofline's terms (module docstring)."""
+    dense_rates = rates_for(cluster, prec.dense_dtype)
+    attn_params, dense_mlp = _dense_layer_params(model, False, shard.tp)
+    _, moe_shared = _dense_layer_params(model, True, shard.tp)
+    head = model.vocab_size * model.hidden_size / shard.tp
+    linear_params = model.linear_attention_params / shard.tp
+    experts = _experts_s(model, moe_tokens, shard, prec, rates_for(cluster, prec.expert_dtype)) \
+        if model.num_moe_layers else 0.0 * tokens
+    full, rest = _decode_attention_parts_s(model, prec, shard, seqs, attended_keys, dense_rates) if decode \
+        else _prefill_attention_parts_s(model, shard, tokens, attention_flops, dense_rates)
+    return _Terms(
+        attention_proj_s=_roofline_s(2.0 * tokens * attn_params, attn_params * prec.attention_bytes, tokens,
+                                     dense_rates),
+        linear_proj_s=_roofline_s(2.0 * tokens * linear_params, linear_params * prec.attention_bytes, tokens,
+                                  dense_rates),
+        dense_mlp_s=_roofline_s(2.0 * tokens * dense_mlp, dense_mlp * prec.dense_bytes, tokens, dense_rates),
+        shared_s=_roofline_s(2.0 * tokens * moe_shared, moe_shared * prec.dense_bytes, tokens, dense_rates),
+        head_s=_roofline_s(2.0 * seqs * head, head * ACTIVATION_BYTES, seqs, dense_rates),
+        experts_s=experts, full_attention_s=full, other_attention_s=rest,
+        all_reduce_s=tp_all_reduce_s(model, tokens, shard, cluster))
+
+
+TABLE_KERNELS = {"attention_proj_s": 2, "dense_mlp_s": 2, "shared_s": 3, "head_s": 1, "experts_s": 5,
+                 "full_attention_s": 1, "all_reduce_s": 1}
+"""Kernels of ``KERNELS_PER_LAYER`` and ``MOE_EXTRA_KERNELS`` one run of each table-priced term stands for: QKV and
+output projections; gate+up and down; a shared expert's two and the router GEMM; the head; the fused MoE layer's
+grouped up, activation and down GEMMs with its permute and unpermute; one attention kernel per full layer (its
+count is in the term); one all-reduce. aiconfigurator times each op as the mean over a CUDA graph of repeated
+launches, so a table's seconds hold the kernel's gap inside a graph: a decode step (a CUDA graph) does not add
+``GRAPH_KERNEL_OVERHEAD_S`` again for them."""
+
+
+def _table_terms(terms: _Terms, kernels: tables.ServingKernels, model: ModelSpec, shard: Sharding,
+                 tokens: np.ndarray, seqs: np.ndarray, moe_tokens: Column, full_keys: Column,
+                 decode: bool) -> tuple[_Terms, np.ndarray, np.ndarray]:
+    """``terms`` with each one the serving ``kernels`` tables cover priced from them, the seconds they priced (each
+    term times how often the step runs it) and the kernels they stand for (``TABLE_KERNELS``)."""
+    dense_layers, moe_layers, full_layers, _, linear_layers = _layer_counts(model)
+    attention, attention_ok = tables.decode_attention_s(kernels, model, shard.tp, seqs, full_keys) if decode \
+        else tables.prefill_attention_s(kernels, model, shard.tp, seqs, tokens)
+    size = tokens * model.hidden_size * ACTIVATION_BYTES
+    priced: dict[str, tuple[tuple[np.ndarray, np.ndarray], np.ndarray | float]] = {  # term: ((s, covered), runs)
+        "attention_proj_s": (tables.attention_projection_s(kernels, model, tokens, shard.tp),
+                             model.num_layers - linear_layers),
+        "dense_mlp_s": (tables.mlp_s(kernels.dense_gemm, model, tokens, model.ffn_size, shard.tp), dense_layers),
+        "shared_s": (tables.shared_expert_s(kernels, model, tokens, shard.tp), moe_layers),
+        "head_s": (tables.gemm_s(kernels.head_gemm, seqs, model.vocab_size / shard.tp, model.hidden_size), 1),
+        "experts_s": (tables.experts_s(kernels, moe_tokens, shard.moe_tp, shard.moe_ep), moe_layers),
+        "full_attention_s": ((full_layers * attention, attention_ok), 1),
+        # Dense layers all-reduce twice; an MoE layer once more where no attention-DP path replaces the second.
+        "all_reduce_s": (tables.all_reduce_s(kernels, size, shard.tp),
+                         2 * dense_layers + moe_layers * (1.0 + (shard.dp <= 1))),
+    }
+    changes, table_s, table_kernels = {}, 0.0 * tokens, 0.0 * tokens
+    for name, ((seconds, covered), count) in priced.items():
+        changes[name] = np.where(covered, seconds, getattr(terms, name))
+        table_s = table_s + np.where(covered & (np.asarray(count) > 0), seconds * count, 0.0)
+        runs = full_layers if name == "full_attention_s" else count
+        table_kernels = table_kernels + np.where(covered, TABLE_KERNELS[name] * runs, 0.0)
+    return replace(terms, **changes), table_s, table_kernels
+
+
 def step_time(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, shard: Sharding, *,
               tokens_per_rank: Column, sequences_per_rank: Column, attended_keys: tuple[Column, Column],
               attention_flops: tuple[Column, Column], decode: bool, moe_tokens: Column | None = None) -> StepTime:
@@ -340,38 +455,37 @@ def step_time(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, sha
     ``moe_tokens``: tokens the MoE group receives from all attention-DP ranks (default: every rank runs
     ``tokens_per_rank``, all dp ranks' tokens in all). With attention DP a decode step's per-rank work is the
     busiest rank's (``_busiest_rank``: ceil(B) of a mean B sequences). Linear-attention layers and a sparse-
-    attention indexer are priced from ``model.mixers``.
+    attention indexer are priced from ``model.mixers``. Where ``cluster.serving_kernels`` holds measured tables of
+    the deployment's engine, the terms they cover are priced from them (``_table_terms``).
     """
     moe_tokens = np.asarray(tokens_per_rank, dtype=float) * shard.dp if moe_tokens is None else moe_tokens
     tokens, seqs, attended_keys, attention_flops = _busiest_rank(shard, tokens_per_rank, sequences_per_rank,
                                                                  attended_keys, attention_flops, decode)
-    dense_layers, moe_layers, full_layers, sliding_layers, linear_layers = _layer_counts(model)
+    dense_layers, moe_layers, _, _, linear_layers = _layer_counts(model)
+    terms = _analytical_terms(model, cluster, prec, shard, tokens, seqs, moe_tokens, attended_keys, attention_flops,
+                              decode)
+    table_s: np.ndarray | float = 0.0
+    table_kernels: np.ndarray | float = 0.0
+    if cluster.serving_kernels is not None:
+        terms, table_s, table_kernels = _table_terms(terms, cluster.serving_kernels, model, shard, tokens, seqs,
+                                                     moe_tokens, attended_keys[0], decode)
+    gemm = (model.num_layers - linear_layers) * terms.attention_proj_s + linear_layers * terms.linear_proj_s \
+        + dense_layers * terms.dense_mlp_s + moe_layers * terms.shared_s + terms.head_s
+    experts = moe_layers * terms.experts_s
     dense_rates = rates_for(cluster, prec.dense_dtype)
-    expert_rates = rates_for(cluster, prec.expert_dtype)
-    attn_params, dense_mlp = _dense_layer_params(model, False, shard.tp)
-    _, moe_shared = _dense_layer_params(model, True, shard.tp)
-    attn_s = _roofline_s(2.0 * tokens * attn_params, attn_params * prec.attention_bytes, tokens, dense_rates)
-    dense_mlp_s = _roofline_s(2.0 * tokens * dense_mlp, dense_mlp * prec.dense_bytes, tokens, dense_rates)
-    shared_s = _roofline_s(2.0 * tokens * moe_shared, moe_shared * prec.dense_bytes, tokens, dense_rates)
-    head = model.vocab_size * model.hidden_size / shard.tp
-    head_s = _roofline_s(2.0 * seqs * head, head * ACTIVATION_BYTES, seqs, dense_rates)
-    linear_params = model.linear_attention_params / shard.tp
-    linear_s = _roofline_s(2.0 * tokens * linear_params, linear_params * prec.attention_bytes, tokens, dense_rates)
-    gemm = (model.num_layers - linear_layers) * attn_s + linear_layers * linear_s + dense_layers * dense_mlp_s \
-        + moe_layers * shared_s + head_s
-    experts = moe_layers * _experts_s(model, moe_tokens, shard, prec, expert_rates) if moe_layers else 0.0 * tokens
-    attention = _decode_attention_s(model, prec, shard, seqs, attended_keys, dense_rates) if decode \
-        else _prefill_attention_s(model, shard, tokens, attention_flops, dense_rates)
     elementwise = model.num_layers * tokens * model.hidden_size * ELEMENTWISE_BYTES_PER_HIDDEN \
         / dense_rates.memory_bytes_per_s
-    comm = dense_layers * _comm_per_layer_s(model, tokens, moe_tokens, shard, cluster, False) \
-        + moe_layers * _comm_per_layer_s(model, tokens, moe_tokens, shard, cluster, True)
+    comm = dense_layers * _comm_per_layer_s(model, terms.all_reduce_s, moe_tokens, shard, cluster, False) \
+        + moe_layers * _comm_per_layer_s(model, terms.all_reduce_s, moe_tokens, shard, cluster, True)
     kernels = model.num_layers * KERNELS_PER_LAYER + moe_layers * MOE_EXTRA_KERNELS
-    overhead = kernels * (GRAPH_KERNEL_OVERHEAD_S if decode else dense_rates.kernel_overhead_s) + 0.0 * tokens
+    # Eager prefill launches each kernel from the host whether a table priced it or not (tables time CUDA graphs).
+    overhead = (kernels - table_kernels) * GRAPH_KERNEL_OVERHEAD_S if decode \
+        else kernels * dense_rates.kernel_overhead_s
+    overhead = overhead + 0.0 * tokens
     # Pipeline stages: each GPU holds 1/pp of the layers and a token crosses every stage, so the step is the
     # same sum over all layers (pp = 1 in every measured row; pipelined micro-batches are not modelled).
-    return StepTime(gemm_s=gemm, experts_s=experts, attention_s=attention, elementwise_s=elementwise,
-                    comm_s=comm, overhead_s=overhead)
+    return StepTime(gemm_s=gemm, experts_s=experts, attention_s=terms.full_attention_s + terms.other_attention_s,
+                    elementwise_s=elementwise, comm_s=comm, overhead_s=overhead, table_s=table_s)
 
 
 def prefill_chunk_tokens(prompts: Column, prompt_tokens: Column, max_batched_tokens: Column) -> np.ndarray:
@@ -394,7 +508,9 @@ def admitted_prefill_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPreci
     total = k * isl
     chunk = prefill_chunk_tokens(k, isl, max_batched_tokens)
     full_chunks = np.floor(total / np.maximum(chunk, 1e-9) + 1e-9)
-    rest = np.maximum(total - full_chunks * chunk, 0.0)
+    # A remainder below a billionth of a chunk is the rounding of k·isl/M, not a chunk of its own (it would read
+    # every weight once more).
+    rest = np.where(total - full_chunks * chunk > 1e-9 * chunk, total - full_chunks * chunk, 0.0)
     full, sliding = prefill_attention_flops(model, isl)
 
     def one_chunk(tokens: np.ndarray) -> np.ndarray:

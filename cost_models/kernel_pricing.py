@@ -27,6 +27,18 @@ def _distinct_shapes(m: Column, n: Column, k: Column) -> tuple[np.ndarray, np.nd
     return distinct, np.asarray(inverse).ravel(), m.shape
 
 
+def table_seconds(table: KernelTable, *axes: Column) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds, covered) of queries at ``axes`` (one column per table axis, broadcast), each distinct query looked up
+    once; seconds NaN where the table does not cover the query."""
+    arrays = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in axes))
+    if arrays[0].size == 0:
+        return np.full(arrays[0].shape, np.nan), np.zeros(arrays[0].shape, dtype=bool)
+    distinct, inverse = np.unique(np.column_stack([a.ravel() for a in arrays]), axis=0, return_inverse=True)
+    seconds, covered = lookup(table, distinct)
+    inverse = np.asarray(inverse).ravel()
+    return seconds[inverse].reshape(arrays[0].shape), covered[inverse].reshape(arrays[0].shape)
+
+
 def table_gemm_seconds(table: KernelTable, analytical: ComputeRates, m: Column, n: Column,
                        k: Column) -> tuple[np.ndarray, np.ndarray]:
     """(seconds, priced by the table) of GEMMs (m, n, k), broadcast; shapes the table does not cover take

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -237,6 +238,9 @@ class ClusterSpec:
     arrays; where the mask is true its seconds replace the analytical ones (cost_models.learned)."""
     collective_source: str = ""
     """Which learned collective models ``collective_time_fn`` holds, for provenance."""
+    serving_kernels: Any | None = None
+    """Measured serving-engine kernel tables (a ``cost_models.serving_kernels.ServingKernels``: one engine, version
+    and quantization on this GPU) that price an inference step's terms where they cover them; None: analytical."""
 
     def __post_init__(self) -> None:
         for label in ("num_nodes", "gpus_per_node", "nvlink_domain_gpus"):

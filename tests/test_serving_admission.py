@@ -69,6 +69,18 @@ def _alone_s(model, cluster, shard, isl: float, engine=ENGINE) -> np.ndarray:
 
 # --- by hand ---------------------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("isl", [1000.0 / 3, 265.52857142857147])  # the second: 3·M/isl·isl = 3·M + 2e-12
+def test_whole_chunks_leave_no_rounding_chunk(h100, isl):
+    # k = 3·M/isl prompts fill exactly three chunks of M tokens; k·isl/M computed in floats can leave a remainder
+    # of a few ulps, which must not run as a fourth chunk re-reading every weight (it once cost 6-20% more).
+    model, shard, budget = small_model(), Sharding.of(1), 4096.0
+    three = admitted_prefill_s(model, h100, BF16, shard, prompts=3 * budget / isl, prompt_tokens=isl,
+                               max_batched_tokens=budget)
+    one = admitted_prefill_s(model, h100, BF16, shard, prompts=budget / isl, prompt_tokens=isl,
+                             max_batched_tokens=budget)
+    assert float(three) == pytest.approx(3 * float(one), rel=1e-9)
+
+
 def test_k_prompts_within_the_budget_run_as_one_chunk_by_hand(h100):
     # 4 prompts of 512 tokens, 8,192 tokens a step: one step of 2,048 tokens carrying 4 prompts' attention, one
     # step overhead; separately they would pay 4 steps of 512 and 4 overheads.

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -22,6 +23,7 @@ from paraplan.cost_models.kernel_source import training_gemm_table
 from paraplan.cost_models.learned.provider import compute_rates, learned_cluster
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.planner.job import TrainingJob
+from paraplan.validation import serving_runs as sr
 from paraplan.validation.memory_probe import PROBE_GPU, load_probe_rows, predict_probe_step_s
 from paraplan.validation.reference import Prediction, load_reference_runs, predict_row
 
@@ -84,3 +86,48 @@ def summarize(rows: list[TableRow]) -> dict[str, dict[str, float]]:
                             "analytical_max": float(np.nanmax(a)), "tables_median": float(np.nanmedian(t)),
                             "tables_max": float(np.nanmax(t))}
     return out
+
+
+SERVING_SPLITS = {"engine": "backend", "GPU": "system", "model kind": "kind"}
+"""How ``validate --serving --kernel-tables`` splits the rows: per engine, per GPU, dense beside MoE models."""
+
+
+def _errors(grid: sr.OverheadGrid) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(TPOT, TTFT) |relative error| per row in sample (constants fitted on every row), then with each model left
+    out of the fit."""
+    ttft, tpot = sr.relative_errors(sr.apply_constants(grid, sr.fit_constants(grid, np.ones(len(grid.rows), bool))))
+    held_ttft, held_tpot = sr.relative_errors(sr.held_out(grid, "model_path"))
+    return tpot, ttft, held_tpot, held_ttft
+
+
+def _median(values: np.ndarray) -> float:
+    finite = values[np.isfinite(values)]
+    return float(np.median(finite)) if len(finite) else float("nan")
+
+
+def serving_comparison(store: Path, path: str | Path | None = None) -> dict[str, Any]:
+    """``validate --serving --kernel-tables STORE``: TPOT and TTFT median |error| of the same rows analytical and
+    priced with the store's tables (each mode fits its own step and request overheads), in sample and with each
+    model left out, per engine, GPU and dense/MoE model, with the share of step time the tables priced."""
+    with sr.serving_data(path) as folder:
+        rows = sr.load_measurements(folder)
+        plain, priced = sr.overhead_grid(rows, folder), sr.overhead_grid(rows, folder, store)
+        shares = sr.table_shares(rows, folder, store)
+    errors = {"analytical": _errors(plain), "tables": _errors(priced)}
+    frame = rows[["backend", "system"]].assign(kind=np.where(shares["moe"], "MoE", "dense"))
+    groups = [("all", "all", np.ones(len(rows), dtype=bool))]
+    for split, column in SERVING_SPLITS.items():
+        groups += [(split, str(value), (frame[column] == value).to_numpy()) for value in sorted(frame[column].unique())]
+    table = []
+    for split, value, mask in groups:
+        record: dict[str, Any] = {"split": split, "value": value, "rows": int(mask.sum()),
+                                  "tables_rows_frac": float((shares["tables"][mask] != "").mean()),
+                                  "decode_table_frac": _median(shares["decode_table_frac"].to_numpy()[mask]),
+                                  "prefill_table_frac": _median(shares["prefill_table_frac"].to_numpy()[mask])}
+        for mode, (tpot, ttft, held_tpot, held_ttft) in errors.items():
+            record |= {f"tpot_{mode}": _median(tpot[mask]), f"ttft_{mode}": _median(ttft[mask]),
+                       f"tpot_{mode}_model_out": _median(held_tpot[mask]),
+                       f"ttft_{mode}_model_out": _median(held_ttft[mask])}
+        table.append(record)
+    provenance = sorted({label for label in shares["tables"] if label})
+    return {"store": str(store), "groups": table, "tables": provenance}

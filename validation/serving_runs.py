@@ -16,6 +16,7 @@ import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from importlib import resources
 from io import BytesIO, StringIO
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from paraplan.cost_models.inference_step import Sharding, WeightPrecision
+from paraplan.cost_models.inference_step import Sharding, WeightPrecision, prefill_attention_flops, step_time
 from paraplan.cost_models.serving import (
     ENGINE_TRAITS,
     EngineTraits,
@@ -36,6 +37,8 @@ from paraplan.cost_models.serving import (
     running_capacity,
     weight_precision,
 )
+from paraplan.cost_models.serving_kernel_source import serving_kernels
+from paraplan.cost_models.serving_kernels import ServingKernels
 from paraplan.errors import InputError
 from paraplan.files import decode_user_text, one_line, read_user_bytes
 from paraplan.hardware_profiles import ClusterSpec
@@ -177,6 +180,32 @@ def _sharding(rows: pd.DataFrame, prefix: str, model: ModelSpec) -> Sharding:
     return Sharding.of(tp, dp, moe_tp, moe_ep, _axis(rows, f"{prefix}pp_size"))
 
 
+@lru_cache(maxsize=512)
+def _deployment_kernels(store: Path, hardware: str, engine: str, version: str, model: ModelSpec, gemm_mode: str,
+                        moe_mode: str) -> ServingKernels | None:
+    """The store's tables for one group's deployments (cached: ``validate`` prices every group once per step
+    overhead); the quantization of each term as ``weight_precision`` resolves it."""
+    kv_dtype = _kv_dtype(engine, gemm_mode)
+    prec = weight_precision(model, gemm_mode, moe_mode, kv_dtype)
+    dense_mode = "fp8" if model.is_moe and gemm_mode == "nvfp4" else gemm_mode
+    return serving_kernels(store, hardware, engine=engine, version=version, model=model, dense_mode=dense_mode,
+                           attention_mode="bf16" if prec.attention_bytes == 2.0 else dense_mode, moe_mode=moe_mode,
+                           kv_dtype=kv_dtype)
+
+
+def _with_kernels(cluster: ClusterSpec, store: Path | None, rows: pd.DataFrame, model: ModelSpec, gemm_mode: str,
+                  moe_mode: str) -> ClusterSpec:
+    """``cluster`` carrying the store's tables for the group's engine, version and GPU (unchanged without a store or
+    tables)."""
+    if store is None:
+        return cluster
+    stated = rows["backend_version"].iloc[0] if "backend_version" in rows else None
+    version = str(stated) if isinstance(stated, str) else ""  # unstated: the newest stored
+    kernels = _deployment_kernels(store, cluster.gpu.name, str(rows["backend"].iloc[0]), version, model, gemm_mode,
+                                  moe_mode)
+    return cluster if kernels is None else replace(cluster, serving_kernels=kernels)
+
+
 def _predict_group(rows: pd.DataFrame, model: ModelSpec, cluster: ClusterSpec,
                    engine: EngineTraits, gemm_mode: str, moe_mode: str) -> np.ndarray:
     prec = weight_precision(model, gemm_mode, moe_mode, _kv_dtype(engine.name, gemm_mode))
@@ -192,6 +221,45 @@ def _predict_group(rows: pd.DataFrame, model: ModelSpec, cluster: ClusterSpec,
         out = disaggregated(model, cluster, engine, prec, prefill, decode, concurrency=concurrency,
                             prefill_workers=prefill_workers, decode_workers=decode_workers, isl=isl, osl=osl)
     return np.stack([out.tpot_steady_s, out.tpot_burst_s, out.ttft_steady_s, out.ttft_burst_s])
+
+
+def _group_shares(rows: pd.DataFrame, model: ModelSpec, cluster: ClusterSpec, gemm_mode: str,
+                  moe_mode: str) -> np.ndarray:
+    """(decode share, prefill share) per row: of one decode step at the row's batch and mean context, and of one
+    prompt's prefill, the share of seconds ``cluster.serving_kernels`` priced."""
+    prec = weight_precision(model, gemm_mode, moe_mode, _kv_dtype(str(rows["backend"].iloc[0]), gemm_mode))
+    agg = rows["mode"].iloc[0] == "agg"
+    decode, prefill = (_sharding(rows, "", model),) * 2 if agg else \
+        (_sharding(rows, "decode_", model), _sharding(rows, "prefill_", model))
+    isl, osl = rows["isl"].to_numpy(dtype=float), rows["osl"].to_numpy(dtype=float)
+    batch = _stated(rows, "batch_size" if agg else "decode_batch_size", rows["concurrency"].to_numpy(dtype=float))
+    context = isl + osl / 2.0
+    step = step_time(model, cluster, prec, decode, tokens_per_rank=batch, sequences_per_rank=batch,
+                     attended_keys=(batch * context, batch * np.minimum(context, model.sliding_window or np.inf)),
+                     attention_flops=(0.0, 0.0), decode=True)
+    full, sliding = prefill_attention_flops(model, isl)
+    first = step_time(model, cluster, prec, prefill, tokens_per_rank=isl, sequences_per_rank=1.0 + 0.0 * isl,
+                      attended_keys=(0.0, 0.0), attention_flops=(full, sliding), decode=False)
+    return np.stack([step.table_s / step.total_s, first.table_s / first.total_s])
+
+
+def table_shares(rows: pd.DataFrame, folder: Path, store: Path) -> pd.DataFrame:
+    """Per row: ``decode_table_frac`` and ``prefill_table_frac`` (``_group_shares``), ``moe`` (the model routes
+    experts) and ``tables`` (the provenance of the tables that priced it; '' where none or not covered)."""
+    out = pd.DataFrame({"decode_table_frac": np.nan, "prefill_table_frac": np.nan, "moe": False, "tables": ""},
+                       index=rows.index)
+    for (repo, system, _, gemm_mode, moe_mode, *_), index in rows.groupby(_group_keys(rows, store)).groups.items():
+        path = _config_path(folder, repo)
+        try:
+            model = load_model(str(path))
+            cluster = _with_kernels(_cluster(system), store, rows.loc[index], model, gemm_mode, moe_mode)
+            shares = _group_shares(rows.loc[index], model, cluster, gemm_mode, moe_mode)
+        except (InputError, OSError):
+            continue
+        out.loc[index, ["decode_table_frac", "prefill_table_frac"]] = shares.T
+        out.loc[index, "moe"] = model.is_moe
+        out.loc[index, "tables"] = cluster.serving_kernels.label if cluster.serving_kernels is not None else ""
+    return out
 
 
 UNSTATED_PREFILL_UTILISATION = 0.5
@@ -221,20 +289,31 @@ def _stated(rows: pd.DataFrame, column: str, otherwise: np.ndarray) -> np.ndarra
 PREDICTED = ("tpot_steady_s", "tpot_burst_s", "ttft_steady_s", "ttft_burst_s")
 
 
-def predict_rows(rows: pd.DataFrame, folder: Path, engines: dict[str, EngineTraits] | None = None) -> pd.DataFrame:
+def _group_keys(rows: pd.DataFrame, store: Path | None) -> list[pd.Series]:
+    """(model, system, engine, gemm mode, MoE mode, mode[, engine version]): one cost-model call each; the engine
+    version splits groups only where a store's tables are priced per version."""
+    gemm = rows["gemm_quant_mode"].fillna("bf16")
+    keys = [rows["model_path"], rows["system"], rows["backend"], gemm, rows["moe_quant_mode"].fillna(gemm),
+            rows["mode"]]
+    if store is not None and "backend_version" in rows:
+        keys.append(rows["backend_version"].fillna("").astype(str))
+    return keys
+
+
+def predict_rows(rows: pd.DataFrame, folder: Path, engines: dict[str, EngineTraits] | None = None,
+                 store: Path | None = None) -> pd.DataFrame:
     """Per row: predicted TPOT and the two TTFT parts (steady, first-wave burst; without the per-request
     overhead), NaN with a ``reason`` where not covered. Grouped so each call prices one model, GPU, engine
-    and quantization, vectorized over the group's deployments."""
+    and quantization, vectorized over the group's deployments. ``store``: a profile store whose aiconfigurator
+    tables price the terms they cover (``cost_models.serving_kernel_source``)."""
     engines = engines or ENGINE_TRAITS
     out = rows.copy()
     for column in PREDICTED:
         out[column] = np.nan
     out["reason"] = ""
-    gemm = rows["gemm_quant_mode"].fillna("bf16")
-    moe = rows["moe_quant_mode"].fillna(gemm)
-    keys = [rows["model_path"], rows["system"], rows["backend"], gemm, moe, rows["mode"]]
     models: dict[str, ModelSpec | str] = {}
-    for (repo, system, backend, gemm_mode, moe_mode, _), index in rows.groupby(keys).groups.items():
+    groups = rows.groupby(_group_keys(rows, store)).groups
+    for (repo, system, backend, gemm_mode, moe_mode, *_), index in groups.items():
         if repo not in models:
             path = _config_path(folder, repo)
             try:
@@ -245,7 +324,8 @@ def predict_rows(rows: pd.DataFrame, folder: Path, engines: dict[str, EngineTrai
         try:
             if isinstance(loaded, str):
                 raise InputError(loaded)
-            values = _predict_group(rows.loc[index], loaded, _cluster(system), engines[backend], gemm_mode, moe_mode)
+            cluster = _with_kernels(_cluster(system), store, rows.loc[index], loaded, gemm_mode, moe_mode)
+            values = _predict_group(rows.loc[index], loaded, cluster, engines[backend], gemm_mode, moe_mode)
             out.loc[index, list(PREDICTED)] = values.T
         except InputError as exc:
             out.loc[index, "reason"] = str(exc)[:200]
@@ -287,9 +367,10 @@ class OverheadGrid:
     ttft_burst_s: np.ndarray
 
 
-def overhead_grid(rows: pd.DataFrame, folder: Path) -> OverheadGrid:
-    """Every row predicted once per step-overhead value."""
-    runs = [predict_rows(rows, folder, with_overheads(dict.fromkeys(ENGINE_TRAITS, o))) for o in STEP_OVERHEAD_GRID_S]
+def overhead_grid(rows: pd.DataFrame, folder: Path, store: Path | None = None) -> OverheadGrid:
+    """Every row predicted once per step-overhead value (``store``: priced with its kernel tables)."""
+    runs = [predict_rows(rows, folder, with_overheads(dict.fromkeys(ENGINE_TRAITS, o)), store)
+            for o in STEP_OVERHEAD_GRID_S]
     stack = {c: np.stack([run[c].to_numpy(dtype=float) for run in runs]) for c in PREDICTED}
     return OverheadGrid(rows=runs[0].drop(columns=list(PREDICTED)), **stack)
 

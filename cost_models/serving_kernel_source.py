@@ -1,0 +1,218 @@
+"""Which of the profile store's aiconfigurator tables price one serving deployment's kernels.
+
+A deployment runs one engine (``trtllm``, ``sglang``, ``vllm``) at one version on one GPU, with one quantization per
+GEMM kind. Its tables are that engine's rows on that GPU (``stack`` ``"<engine> <version>"``): the deployment's own
+version where the store holds it for the op, else the newest version stored for the engine (per op: aiconfigurator
+measures each op at its own versions). Within a version and dtype the kernel with the most rows at the model's
+shapes is used (one kernel's surface, not a median across kernels that the engine would not mix). MoE rows take
+aiconfigurator's default routing (``power_law_1.01``: its SDK queries ``workload_distribution`` power_law with alpha
+1.01), else balanced. The TP all-reduce reads the engine's custom all-reduce (its CUDA-graph variant, which decode
+replays) where measured, then NCCL's newest all-reduce.
+
+Each (store, GPU, op kind) is read from SQLite once per process (an H100's GEMM rows: about 344,000) and filtered in
+memory. Nothing is cached on disk yet.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from paraplan.cost_models.kernel_tables import KernelTable, build_table
+from paraplan.cost_models.serving_kernels import ServingKernels
+from paraplan.measurements.store import _read_sql
+from paraplan.model_specs.model_spec import ModelSpec
+
+MODE_DTYPES = {"bf16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "fp4", "mxfp4": "w4a16_mxfp4",
+               "int4_wo": "int4_wo"}
+"""An engine's quantization mode (cost_models.serving) -> the dtype its aiconfigurator rows are stored under."""
+MOE_DISTRIBUTIONS = ("power_law_1.01", "balanced")
+COLUMNS = {
+    "gemm": ("m", "n", "k"),
+    "attention": ("pass", "batch", "seq_len", "prefix", "kv_len", "heads", "kv_heads", "head_dim", "window",
+                  "kv_dtype"),
+    "moe": ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size",
+            "distribution"),
+    "collective": ("size_bytes", "group_size", "domain", "kernel"),
+}
+"""The params read per op kind (measurements/ingest/aiconfigurator_tables.py names them)."""
+
+
+@lru_cache(maxsize=32)
+def _rows(store: str, modified_ns: int, hardware: str, kind: str) -> pd.DataFrame:
+    """Every stack-tagged row of ``kind`` on ``hardware``: name, stack, engine, version, dtype, time_s and the kind's
+    params (``modified_ns``: the store's mtime, so a changed store is read again)."""
+    fields = ", ".join(f"json_extract(params, '$.{c}') AS {c}" for c in COLUMNS[kind])
+    frame = _read_sql(Path(store), f"SELECT name, time_s, json_extract(params, '$.stack') AS stack, "
+                      f"COALESCE(json_extract(params, '$.dtype'), '') AS dtype, {fields} FROM measurements "
+                      "WHERE hardware = ? AND kind = ? AND json_extract(params, '$.stack') IS NOT NULL",
+                      (hardware, kind))
+    split = frame["stack"].str.split(" ", n=1, expand=True).reindex(columns=[0, 1])
+    return frame.assign(engine=split[0].fillna(""), version=split[1].fillna(""))
+
+
+def rows(store: Path, hardware: str, kind: str) -> pd.DataFrame:
+    """The store's rows of ``kind`` on ``hardware`` (empty without a store)."""
+    path = Path(store)
+    if not path.is_file():
+        return pd.DataFrame(columns=["name", "time_s", "stack", "dtype", "engine", "version", *COLUMNS[kind]])
+    return _rows(str(path.resolve()), path.stat().st_mtime_ns, hardware, kind)
+
+
+def version_key(version: str) -> tuple[tuple[int, int | str], ...]:
+    """Sort key of an engine version: numbers compare as numbers (``1.3.0rc23`` after ``1.3.0rc20``); a name
+    without a leading number (``nightly-dev``) sorts first."""
+    parts = re.findall(r"\d+|[a-z]+", version.lower())
+    return tuple((1, int(p)) if p.isdigit() else (0, p) for p in parts) if parts and parts[0].isdigit() else ()
+
+
+def pick_version(frame: pd.DataFrame, version: str) -> pd.DataFrame:
+    """The rows of ``version`` if any, else of the newest version in ``frame``."""
+    if frame.empty or (frame["version"] == version).any():
+        return frame[frame["version"] == version]
+    newest = max(frame["version"].unique(), key=version_key)
+    return frame[frame["version"] == newest]
+
+
+def _table(op: str, axes: tuple[str, ...], frame: pd.DataFrame, label: str,
+           exponents_above: tuple[float | None, ...] | None = None) -> KernelTable:
+    """A table of ``frame``'s rows over ``axes``, made monotone from above: each cell lowered to the fastest
+    measured cell at or above it on every axis. ``build_table``'s running maximum raises every cell to the slowest
+    below it, so one slow outlier (the H100 vLLM fp8 table times (m 17, n 2048, k 768) at 57 us, ten times its
+    neighbours) would become the floor of every larger shape; GPU timings err slow (interference, a kernel
+    heuristic's bad pick), rarely fast, so the envelope from above keeps the physics and drops the outliers."""
+    table = build_table(op, axes, frame[list(axes)].to_numpy(float), frame["time_s"].to_numpy(float), label,
+                        monotone=(False,) * len(axes), exponents_above=exponents_above)
+    grid = table.log_seconds
+    lowered = grid
+    for axis in range(grid.ndim):
+        flipped = np.flip(lowered, axis=axis)
+        lowered = np.flip(np.fmin.accumulate(np.where(np.isnan(flipped), np.inf, flipped), axis=axis), axis=axis)
+    lowered = np.where(np.isnan(grid), np.nan, lowered)
+    return replace(table, log_seconds=lowered,
+                   axes=tuple(replace(axis, monotone=True) for axis in table.axes))
+
+
+def _one_kernel(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the kernel with the most rows (ties: the first name)."""
+    if frame.empty:
+        return frame
+    counts = frame.groupby("name").size()
+    return frame[frame["name"] == counts.sort_values(ascending=False, kind="stable").index[0]]
+
+
+def _chosen(frame: pd.DataFrame, engine: str, version: str, dtype: str) -> pd.DataFrame:
+    mine = frame[(frame["engine"] == engine) & (frame["dtype"] == dtype)]
+    return _one_kernel(pick_version(mine, version))
+
+
+def _describe(frame: pd.DataFrame, what: str) -> str:
+    return f"{what} {frame['dtype'].iloc[0]} {frame['name'].iloc[0]} on {frame['stack'].iloc[0]} ({len(frame):,} rows)"
+
+
+def _gemm_table(store: Path, hardware: str, engine: str, version: str, mode: str) -> tuple[KernelTable | None, str]:
+    dtype = MODE_DTYPES.get(mode, mode)
+    frame = _chosen(rows(store, hardware, "gemm"), engine, version, dtype)
+    if frame.empty:
+        return None, ""
+    label = _describe(frame, "GEMM")
+    return _table("gemm", ("m", "n", "k"), frame, f"{hardware} {label}"), label
+
+
+def _moe_tables(store: Path, hardware: str, engine: str, version: str, mode: str,
+                model: ModelSpec) -> tuple[dict[tuple[int, int], KernelTable], str]:
+    """Routed-expert tables for the model's expert shape, by (moe_tp, moe_ep), over tokens."""
+    frame = rows(store, hardware, "moe")
+    if not model.is_moe or frame.empty:
+        return {}, ""
+    shape = (frame["hidden_size"] == model.hidden_size) & (frame["inter_size"] == model.expert_ffn_size) \
+        & (frame["topk"] == model.experts_per_token) & (frame["num_experts"] == model.num_experts)
+    frame = frame[shape]
+    for distribution in MOE_DISTRIBUTIONS:
+        chosen = _chosen(frame[frame["distribution"] == distribution], engine, version, MODE_DTYPES.get(mode, mode))
+        if not chosen.empty:
+            tables = {(int(tp), int(ep)): _table("moe", ("num_tokens",), part, f"{hardware} MoE tp{tp} ep{ep}")
+                      for (tp, ep), part in chosen.groupby(["moe_tp_size", "moe_ep_size"])}
+            return tables, f"{_describe(chosen, 'MoE')}, {distribution}"
+    return {}, ""
+
+
+def _attention_tables(store: Path, hardware: str, engine: str, version: str, model: ModelSpec, kv_dtype: str,
+                      decode: bool) -> tuple[dict[tuple[int, int], KernelTable], str]:
+    """Decode or prefill attention tables for the model's head dim and KV dtype (no window, no cached prefix), by
+    (heads, KV heads) per GPU: decode over (sequences, keys per sequence), prefill over (sequences, new tokens)."""
+    frame = rows(store, hardware, "attention")
+    if frame.empty:
+        return {}, ""
+    length = "kv_len" if decode else "seq_len"
+    frame = frame[(frame["pass"] == ("decode" if decode else "forward")) & (frame["head_dim"] == model.head_dim)
+                  & (frame["window"] == 0) & (frame["kv_dtype"] == kv_dtype)]
+    if not decode:
+        frame = frame[frame["prefix"] == 0]
+    mine = pick_version(frame[frame["engine"] == engine], version)
+    # The attention math runs in the KV dtype where the engine measured that (TRT-LLM's fp8 context FMHA), else bf16.
+    dtype = kv_dtype if (mine["dtype"] == kv_dtype).any() else "bf16"
+    chosen = _one_kernel(mine[mine["dtype"] == dtype])
+    if chosen.empty:
+        return {}, ""
+    tables = {(int(h), int(kv)): _table("attention", ("batch", length), part, f"{hardware} attention h{h} kv{kv}",
+                                        exponents_above=(1.0, 1.0 if decode else 2.0))
+              for (h, kv), part in chosen.groupby(["heads", "kv_heads"])}
+    return tables, _describe(chosen, "decode attention" if decode else "prefill attention")
+
+
+def _all_reduce_tables(store: Path, hardware: str, engine: str, version: str) -> tuple[tuple[KernelTable, ...], str]:
+    """The engine's custom all-reduce (CUDA-graph variant where measured), then NCCL's newest, inside a domain."""
+    frame = rows(store, hardware, "collective")
+    frame = frame[(frame["domain"] == "intra") & (frame["size_bytes"] > 0) & (frame["group_size"] > 1)]
+    custom = pick_version(frame[(frame["name"] == "custom_all_reduce") & (frame["engine"] == engine)], version)
+    graph = custom[custom["kernel"].str.contains("graph", case=False)]
+    custom = graph if not graph.empty else custom
+    nccl = frame[(frame["name"] == "all_reduce") & (frame["engine"] == "nccl") & frame["dtype"].isin(["bf16", "fp16"])]
+    nccl = pick_version(nccl, "")
+    tables, labels = [], []
+    for part, exponent, what in ((custom, None, "custom all-reduce"), (nccl, 1.0, "NCCL all-reduce")):
+        if part.empty:
+            continue
+        part = part[part["kernel"] == part["kernel"].iloc[0]]
+        tables.append(_table("all_reduce", ("size_bytes", "group_size"), part, f"{hardware} {what}",
+                             exponents_above=(exponent, None)))
+        labels.append(f"{what} {part['kernel'].iloc[0]} on {part['stack'].iloc[0]}")
+    return tuple(tables), ", ".join(labels)
+
+
+def serving_kernels(store: Path, hardware: str, *, engine: str, version: str, model: ModelSpec, dense_mode: str,
+                    attention_mode: str, moe_mode: str, kv_dtype: str) -> ServingKernels | None:
+    """The tables of one deployment's kernels on ``hardware`` (quantization modes as ``cost_models.serving`` names
+    them; ``kv_dtype`` bf16 or fp8), or None when the store holds none of them."""
+    dense, dense_label = _gemm_table(store, hardware, engine, version, dense_mode)
+    attention, attention_label = _gemm_table(store, hardware, engine, version, attention_mode)
+    head, head_label = _gemm_table(store, hardware, engine, version, "bf16")
+    moe, moe_label = _moe_tables(store, hardware, engine, version, moe_mode, model)
+    decode, decode_label = _attention_tables(store, hardware, engine, version, model, kv_dtype, True)
+    prefill, prefill_label = _attention_tables(store, hardware, engine, version, model, kv_dtype, False)
+    all_reduce, all_reduce_label = _all_reduce_tables(store, hardware, engine, version)
+    labels = {"dense GEMMs": dense_label, "attention projections": attention_label, "head and router": head_label,
+              "routed experts": moe_label, "decode attention": decode_label, "prefill attention": prefill_label,
+              "TP all-reduce": all_reduce_label}
+    if not any(labels.values()):
+        return None
+    found = "; ".join(f"{term}: {label}" for term, label in labels.items() if label)
+    label = f"aiconfigurator tables ({hardware}, {engine} {version} deployment) - {found}"
+    return ServingKernels(dense_gemm=dense, attention_gemm=attention, head_gemm=head, moe=moe,
+                          decode_attention=decode, prefill_attention=prefill, all_reduce=all_reduce, label=label)
+
+
+def covered_terms(kernels: ServingKernels) -> tuple[str, ...]:
+    """The terms ``kernels`` holds tables for (for reports)."""
+    held = {"dense GEMMs": kernels.dense_gemm, "attention projections": kernels.attention_gemm,
+            "head": kernels.head_gemm, "routed experts": kernels.moe, "decode attention": kernels.decode_attention,
+            "prefill attention": kernels.prefill_attention, "TP all-reduce": kernels.all_reduce}
+    return tuple(name for name, table in held.items() if table is not None and (not isinstance(table, (dict, tuple))
+                                                                                   or len(table) > 0))
+
