@@ -191,7 +191,7 @@ print(json.dumps({"schedule": p.pipeline_parallel_schedule, "overlap": p.pipelin
 
 
 def test_torchtitan_0_2_reads_dualpipev_without_the_expert_overlap_and_the_rowwise_recipe(tmp_path):
-    plan = make_export_plan("deepseek-v3", engine="torchtitan", pp=2, vpp=2, dp=8, ep=8, zero=0, precision="fp8",
+    plan = make_export_plan("deepseek-v3", engine="torchtitan", pp=2, vpp=2, dp=8, ep=8, zero=3, precision="fp8",
                             pp_schedule="dualpipev")
     plan = dataclasses.replace(plan, fp8_recipe="rowwise")
     toml = tmp_path / "torchtitan.toml"

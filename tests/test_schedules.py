@@ -172,7 +172,7 @@ def test_a_plan_file_naming_a_schedule_its_engine_lacks_is_refused():
 
 
 def test_the_0_2_toml_of_an_moe_dualpipev_plan_turns_off_the_expert_overlap_it_was_not_priced_with():
-    plan = make_export_plan("mixtral-8x7b", engine="torchtitan", pp=2, vpp=2, dp=8, ep=8, zero=0,
+    plan = make_export_plan("mixtral-8x7b", engine="torchtitan", pp=2, vpp=2, dp=8, ep=8, zero=3,
                             pp_schedule="dualpipev")
     toml = files_of(plan, "torchtitan", torchtitan_version="0.2",
                     torchtitan_model="deepseek_v3:16B")["torchtitan.toml"].text
