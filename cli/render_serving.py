@@ -88,8 +88,29 @@ def serving_plans(console: Console, doc: dict, problem: ServingProblem) -> None:
     console.print(f"searched {doc['search']['considered']:,} deployments, {doc['search']['feasible']:,} meet the "
                   f"targets; Pareto front: {len(doc['pareto'])} points (tokens/s/GPU vs tokens/s/user, in --json)")
     console.print(f"cost model: {doc['provenance']['cost_model']}")
+    for line in _tables_lines(doc):
+        console.print(line)
     console.print(f"queueing: {doc['provenance']['queueing']}")
 
+
+def _tables_lines(doc: dict) -> list[str]:
+    """``--cost-model measured``: which tables priced each shown plan's pools (engine, version, terms) and what share
+    of their steps, or that a pool was priced analytically; nothing for an analytical document."""
+    if "kernel_tables" not in doc["provenance"]:
+        return []
+    lines = [f"kernel tables from {doc['provenance']['kernel_tables']['store']} (other terms and shapes analytical):"]
+    for plan in doc["plans"]:
+        for pool in plan["kernel_tables"]:
+            where = f"#{plan['rank']} {pool['role']}: {pool['engine']} on {pool['gpu']}, KV {pool['kv_cache_dtype']}"
+            if not pool["versions"]:
+                lines.append(f"  {where}: none stored, analytical")
+                continue
+            shares = [f"{100 * pool[key]:.0f}% of the {what}" for key, what in
+                      (("decode_step_table_frac", "decode step"), ("prefill_table_frac", "prefill"))
+                      if pool[key] is not None]
+            lines.append(f"  {where}: {pool['engine']} {', '.join(pool['versions'])} tables priced "
+                         f"{' and '.join(shares)} ({', '.join(pool['terms'])})")
+    return lines
 
 def _why(console: Console, doc: dict, q: str) -> None:
     best = doc["plans"][0]

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
+from paraplan.cli.profile_cmd import StoreOpt
 from paraplan.cli.train_flags import HardwareFileOpt
 from paraplan.errors import InputError
 
@@ -66,6 +67,16 @@ def _prices(text: str | None) -> list[float] | None:
 
 def _names(text: str | None) -> list[str] | None:
     return None if text is None else [part.strip() for part in text.split(",")]
+
+
+def _engine_versions(text: str | None) -> dict[str, str] | None:
+    """--engine-version ENGINE=VERSION[,...] -> {engine: version}."""
+    if text is None:
+        return None
+    pairs = [part.strip().partition("=") for part in text.split(",")]
+    if any(not engine or not sep or not version for engine, sep, version in pairs):
+        raise InputError(f"--engine-version {text[:60]!r}: give ENGINE=VERSION, comma separated (e.g. vllm=0.24.0)")
+    return {engine.strip(): version.strip() for engine, _, version in pairs}
 
 
 def _fixed_axes(values: dict[str, str | None]) -> dict[str, tuple[int, ...]]:
@@ -129,6 +140,15 @@ SpecTokensOpt = Annotated[int | None, typer.Option(help="Draft tokens per step (
 AcceptanceOpt = Annotated[float | None, typer.Option(
     help="Per-token acceptance probability A in [0, 1): a step emits (1 - A^(N+1))/(1 - A) tokens.",
     rich_help_panel=_E)]
+_P = "Pricing"
+ServeCostModelOpt = Annotated[str, typer.Option(
+    "--cost-model", help="auto or analytical: the analytical serving model; measured: each engine's steps priced "
+    "from the --store's aiconfigurator kernel tables of that engine on the GPU (GEMMs, MoE, attention, TP all-reduce) "
+    "where they cover a term, analytical elsewhere (store: --store, $PARAPLAN_STORE or the default).",
+    rich_help_panel=_P)]
+EngineVersionOpt = Annotated[str | None, typer.Option(
+    help="With --cost-model measured: the engine versions whose tables price it, ENGINE=VERSION comma list (e.g. "
+    "vllm=0.24.0); default: the newest each engine has in the store.", rich_help_panel=_P)]
 TpOpt = Annotated[str | None, _axis_option("Attention tensor parallel per worker.")]
 PpOpt = Annotated[str | None, _axis_option("Pipeline stages per worker.")]
 EpOpt = Annotated[str | None, _axis_option("Expert parallel (MoE).")]
@@ -149,10 +169,12 @@ def serve(
     objective: ObjectiveOpt = "throughput", price_per_gpu_hour: PricePerGpuHourOpt = None, top: TopOpt = 5,
     json_path: JsonPathOpt = None, export: ExportOpt = None, out: OutOpt = None, force: ForceOpt = False,
     memory_fraction: MemoryFractionOpt = None, cuda_graphs: CudaGraphsOpt = True, speculative: SpeculativeOpt = None,
-    spec_tokens: SpecTokensOpt = None, acceptance: AcceptanceOpt = None,
+    spec_tokens: SpecTokensOpt = None, acceptance: AcceptanceOpt = None, cost_model: ServeCostModelOpt = "auto",
+    store: StoreOpt = None, engine_version: EngineVersionOpt = None,
 ) -> None:
     """Plan a serving deployment: engine, parallelism, batch and chunk limits, aggregated or disaggregated."""
     from paraplan.cli import render, render_serving
+    from paraplan.cli.train_cmd import show_notes
     from paraplan.serving_api import serve as serve_api
 
     render.prepare_json(json_path, force)
@@ -170,7 +192,9 @@ def serve(
             modes=None if mode == "both" else _names(mode), objective=objective,
             price_per_gpu_hour=_prices(price_per_gpu_hour), top=top, hardware=hardware,
             memory_fraction=memory_fraction, cuda_graphs=cuda_graphs, speculative=speculative,
-            spec_tokens=spec_tokens, acceptance=acceptance, **fixed)
+            spec_tokens=spec_tokens, acceptance=acceptance, cost_model=cost_model, store=store,
+            engine_versions=_engine_versions(engine_version), **fixed)
+    show_notes(result.notes)
     console = render.make_console()
     render_serving.serving_plans(console, result.document, result.problem)
     for serving_cluster in result.problem.clusters:  # one per GPU type; a user-file GPU says where it is from

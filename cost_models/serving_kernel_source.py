@@ -10,21 +10,28 @@ aiconfigurator's default routing (``power_law_1.01``: its SDK queries ``workload
 replays) where measured, then NCCL's newest all-reduce.
 
 Each (store, GPU, op kind) is read from SQLite once per process (an H100's GEMM rows: about 344,000) and filtered in
-memory. Nothing is cached on disk yet.
+memory. ``deployment_tables`` caches one deployment's built tables beside the store (``<store>.models/kernel_tables/
+<GPU>/serving-...``, keyed by a digest of the GPU's stored files, as ``kernel_source`` caches training tables), so a
+second ``paraplan serve`` loads them in milliseconds instead of reading the rows again (about 7 s per GPU).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from paraplan.cost_models.kernel_source import _cache_path, _load, _mark_none, _save
 from paraplan.cost_models.kernel_tables import KernelTable, build_table
 from paraplan.cost_models.serving_kernels import ServingKernels
+from paraplan.measurements.kernel_rows import store_version
 from paraplan.measurements.store import _read_sql
 from paraplan.model_specs.model_spec import ModelSpec
 
@@ -127,8 +134,10 @@ def _gemm_table(store: Path, hardware: str, engine: str, version: str, mode: str
 def _moe_tables(store: Path, hardware: str, engine: str, version: str, mode: str,
                 model: ModelSpec) -> tuple[dict[tuple[int, int], KernelTable], str]:
     """Routed-expert tables for the model's expert shape, by (moe_tp, moe_ep), over tokens."""
+    if not model.is_moe:  # a dense model reads no MoE rows (about 2 s of SQLite per GPU)
+        return {}, ""
     frame = rows(store, hardware, "moe")
-    if not model.is_moe or frame.empty:
+    if frame.empty:
         return {}, ""
     shape = (frame["hidden_size"] == model.hidden_size) & (frame["inter_size"] == model.expert_ffn_size) \
         & (frame["topk"] == model.experts_per_token) & (frame["num_experts"] == model.num_experts)
@@ -186,10 +195,9 @@ def _all_reduce_tables(store: Path, hardware: str, engine: str, version: str) ->
     return tuple(tables), ", ".join(labels)
 
 
-def serving_kernels(store: Path, hardware: str, *, engine: str, version: str, model: ModelSpec, dense_mode: str,
-                    attention_mode: str, moe_mode: str, kv_dtype: str) -> ServingKernels | None:
-    """The tables of one deployment's kernels on ``hardware`` (quantization modes as ``cost_models.serving`` names
-    them; ``kv_dtype`` bf16 or fp8), or None when the store holds none of them."""
+def _term_tables(store: Path, hardware: str, *, engine: str, version: str, model: ModelSpec, dense_mode: str,
+                 attention_mode: str, moe_mode: str, kv_dtype: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """(ServingKernels' table fields, the label of each term's tables: '' where the store holds none)."""
     dense, dense_label = _gemm_table(store, hardware, engine, version, dense_mode)
     attention, attention_label = _gemm_table(store, hardware, engine, version, attention_mode)
     head, head_label = _gemm_table(store, hardware, engine, version, "bf16")
@@ -200,12 +208,26 @@ def serving_kernels(store: Path, hardware: str, *, engine: str, version: str, mo
     labels = {"dense GEMMs": dense_label, "attention projections": attention_label, "head and router": head_label,
               "routed experts": moe_label, "decode attention": decode_label, "prefill attention": prefill_label,
               "TP all-reduce": all_reduce_label}
+    fields = {"dense_gemm": dense, "attention_gemm": attention, "head_gemm": head, "moe": moe,
+              "decode_attention": decode, "prefill_attention": prefill, "all_reduce": all_reduce}
+    return fields, labels
+
+
+def _kernels_label(hardware: str, engine: str, version: str, labels: dict[str, str]) -> str:
+    found = "; ".join(f"{term}: {label}" for term, label in labels.items() if label)
+    return f"aiconfigurator tables ({hardware}, {engine} {version} deployment) - {found}"
+
+
+def serving_kernels(store: Path, hardware: str, *, engine: str, version: str, model: ModelSpec, dense_mode: str,
+                    attention_mode: str, moe_mode: str, kv_dtype: str) -> ServingKernels | None:
+    """The tables of one deployment's kernels on ``hardware`` (quantization modes as ``cost_models.serving`` names
+    them; ``kv_dtype`` bf16 or fp8), or None when the store holds none of them."""
+    fields, labels = _term_tables(store, hardware, engine=engine, version=version, model=model,
+                                  dense_mode=dense_mode, attention_mode=attention_mode, moe_mode=moe_mode,
+                                  kv_dtype=kv_dtype)
     if not any(labels.values()):
         return None
-    found = "; ".join(f"{term}: {label}" for term, label in labels.items() if label)
-    label = f"aiconfigurator tables ({hardware}, {engine} {version} deployment) - {found}"
-    return ServingKernels(dense_gemm=dense, attention_gemm=attention, head_gemm=head, moe=moe,
-                          decode_attention=decode, prefill_attention=prefill, all_reduce=all_reduce, label=label)
+    return ServingKernels(**fields, label=_kernels_label(hardware, engine, version, labels))
 
 
 def covered_terms(kernels: ServingKernels) -> tuple[str, ...]:
@@ -216,3 +238,119 @@ def covered_terms(kernels: ServingKernels) -> tuple[str, ...]:
     return tuple(name for name, table in held.items() if table is not None and (not isinstance(table, (dict, tuple))
                                                                                    or len(table) > 0))
 
+
+
+def table_modes(model: ModelSpec, gemm_mode: str, moe_mode: str, attention_16bit: bool) -> tuple[str, str, str]:
+    """(dense, attention, routed-expert) table modes of a deployment quantized ``gemm_mode``/``moe_mode``, as
+    ``cost_models.serving.weight_precision`` prices them: an MoE checkpoint in nvfp4 keeps its dense layers in fp8,
+    and attention a checkpoint leaves unquantized (``attention_16bit``) runs 16-bit GEMMs."""
+    dense = "fp8" if model.is_moe and gemm_mode == "nvfp4" else gemm_mode
+    return dense, "bf16" if attention_16bit else dense, moe_mode
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeploymentTables:
+    """One deployment's tables with what each term was read from (for provenance)."""
+
+    kernels: ServingKernels
+    """The tables, as ``inference_step.step_time`` reads them from ``ClusterSpec.serving_kernels``."""
+    terms: tuple[tuple[str, str], ...]
+    """(term, the kernel, dtype, engine version and rows its table was built from) per term a table prices."""
+    engine: str
+    """The engine whose tables these are."""
+
+    @property
+    def versions(self) -> tuple[str, ...]:
+        """The engine's versions the tables were measured under (each op at its own: usually one)."""
+        found = {v for _, label in self.terms for v in re.findall(rf" on {re.escape(self.engine)} ([^\s,()]+)", label)}
+        return tuple(sorted(found, key=version_key))
+
+
+SERVING_TABLE_RULES_VERSION = 1
+"""Part of every cached deployment's key: raise it when the choice or the building of a serving table changes."""
+
+
+def _shape_key(model: ModelSpec) -> list[Any]:
+    """The model's numbers the tables are chosen by (attention head dim and kind; the routed experts' shape)."""
+    experts = [model.hidden_size, model.expert_ffn_size, model.experts_per_token, model.num_experts]
+    return [model.head_dim, model.is_mla, bool(model.indexer_params), model.is_moe,
+            *(experts if model.is_moe else [0] * len(experts))]
+
+
+def _flatten(fields: dict[str, Any]) -> dict[str, KernelTable]:
+    """ServingKernels' table fields as one flat dict (``moe/1/8``, ``decode_attention/8/1``, ``all_reduce/0``)."""
+    flat: dict[str, KernelTable] = {}
+    for name, value in fields.items():
+        if isinstance(value, dict):
+            flat.update({f"{name}/{a}/{b}": table for (a, b), table in value.items()})
+        elif isinstance(value, tuple):
+            flat.update({f"{name}/{i}": table for i, table in enumerate(value)})
+        elif value is not None:
+            flat[name] = value
+    return flat
+
+
+def _unflatten(flat: dict[str, KernelTable]) -> dict[str, Any]:
+    fields: dict[str, Any] = {"moe": {}, "decode_attention": {}, "prefill_attention": {}, "all_reduce": []}
+    for key, table in flat.items():
+        name, *index = key.split("/")
+        if len(index) == 2:
+            fields[name][(int(index[0]), int(index[1]))] = table
+        elif index:
+            fields[name].append(table)
+        else:
+            fields[name] = table
+    return {**fields, "all_reduce": tuple(fields["all_reduce"])}
+
+
+def _write_labels(path: Path, labels: dict[str, str]) -> None:
+    """The terms' labels beside the cached tables (best effort, as ``kernel_source._save``)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(labels))
+    except OSError:
+        return
+
+
+def _read_labels(path: Path) -> dict[str, str] | None:
+    try:
+        labels = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return labels if isinstance(labels, dict) else None
+
+
+def deployment_tables(store: Path, hardware: str, *, engine: str, version: str, model: ModelSpec, dense_mode: str,
+                      attention_mode: str, moe_mode: str, kv_dtype: str) -> DeploymentTables | None:
+    """``serving_kernels`` with its provenance, cached beside the store for this state of ``hardware``'s files (a
+    deployment without tables leaves a ``.none`` marker); ``version`` '' takes the newest stored per op."""
+    query = [SERVING_TABLE_RULES_VERSION, engine, version, dense_mode, attention_mode, moe_mode, kv_dtype,
+             *_shape_key(model)]
+    what = f"serving-{engine}-{hashlib.sha256(json.dumps(query).encode()).hexdigest()[:16]}"
+    path = _cache_path(store, hardware, what, store_version(store, hardware))
+    label_path = path.with_suffix(".json")
+    if path.with_suffix(".none").is_file():
+        return None
+    flat = _load(path) if path.is_file() else None
+    labels = _read_labels(label_path) if flat is not None else None
+    if flat is not None and labels is not None:
+        fields = _unflatten(flat)
+    else:
+        fields, labels = _term_tables(store, hardware, engine=engine, version=version, model=model,
+                                      dense_mode=dense_mode, attention_mode=attention_mode, moe_mode=moe_mode,
+                                      kv_dtype=kv_dtype)
+        if not any(labels.values()):
+            _mark_none(path.with_suffix(".none"))
+            return None
+        _write_labels(label_path, labels)  # first: the tables' file is what marks the entry complete
+        _save(path, _flatten(fields))
+    labels = {term: label for term, label in labels.items() if term not in _unpriced_terms(model)}
+    kernels = ServingKernels(**fields, label=_kernels_label(hardware, engine, version, labels))
+    return DeploymentTables(kernels=kernels, terms=tuple((t, lab) for t, lab in labels.items() if lab), engine=engine)
+
+
+def _unpriced_terms(model: ModelSpec) -> set[str]:
+    """Terms ``serving_kernels`` never prices for ``model`` whatever the store holds: MLA's low-rank projections and
+    a sparse-attention indexer's, and MLA or DSA attention cores, stay analytical (serving_kernels.py)."""
+    skip = {"attention projections"} if model.is_mla or model.indexer_params else set()
+    return skip | ({"decode attention", "prefill attention"} if model.is_mla or model.mixers.index_topk else set())

@@ -11,7 +11,7 @@ and its schema-checked JSON document. Bad input raises ``paraplan.InputError`` w
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +19,10 @@ from typing import TYPE_CHECKING, Any
 from paraplan.errors import InputError
 
 if TYPE_CHECKING:
-    from paraplan.hardware_profiles import Catalog
+    from paraplan.hardware_profiles import Catalog, ClusterSpec
+    from paraplan.model_specs.model_spec import ModelSpec
+    from paraplan.planner.serving.problem import MeasuredTables
+    from paraplan.planner.serving.space import ServingChoices
 
 SERVING_AXES = ("tp", "pp", "ep", "dp_attention", "batch", "chunk")
 
@@ -36,6 +39,8 @@ class ServeResult:
     document: dict[str, Any]
     problem: Any
     """The planner.serving.rank.ServingProblem that was searched."""
+    notes: tuple[str, ...] = ()
+    """What the caller should be told (an engine the store holds no tables for, priced analytically)."""
 
 
 def _as_list(value: Any) -> list:
@@ -121,6 +126,91 @@ def _draft_spec(name: str) -> tuple[str, Any]:
     return draft.hf_repo or draft.path or name, draft.spec
 
 
+def _pins(engine_versions: Mapping[str, str] | None, engines: Sequence[str]) -> dict[str, str]:
+    """The engine versions the user pinned, each for an engine the search considers."""
+    pins = dict(engine_versions or {})
+    for engine, version in pins.items():
+        if engine not in engines:
+            raise InputError(f"--engine-version {engine}={version}: {engine} is not searched (--engine "
+                             f"{','.join(engines)})")
+        if not isinstance(version, str) or not version.strip():
+            raise InputError(f"--engine-version {engine}: give a version, e.g. {engine}=0.24.0")
+    return pins
+
+
+def _store_of(store: str | Path | None) -> Path:
+    """``store`` or the default store; InputError where there is no such file."""
+    from paraplan.measurements.store_location import default_store_path
+
+    path = Path(store) if store is not None else default_store_path()
+    if not path.is_file():
+        raise InputError(f"--store {path}: no such profile store; make one with 'paraplan ingest aiconfigurator WHEEL "
+                         f"--hardware GPU --store {path}', or use --cost-model analytical")
+    return path
+
+
+def _gpu_tables(path: Path, cluster: ClusterSpec, model: ModelSpec, choices: ServingChoices, pins: dict[str, str]
+                ) -> tuple[list[tuple[tuple[str, str, str], Any]], tuple[str, ...]]:
+    """Each (engine, KV dtype) setup's tables on ``cluster``'s GPU and the notes on engines without any; InputError
+    where the GPU has none at all or a pinned version is not stored."""
+    from paraplan.cost_models.serving import weight_precision
+    from paraplan.cost_models.serving_kernel_source import deployment_tables, table_modes
+    from paraplan.planner.serving.problem import quant_modes
+
+    gpu, (gemm, experts) = cluster.gpu.name, quant_modes(model, choices.precision)
+    found, notes = [], []
+    for engine in choices.engines:
+        for kv in choices.kv_dtypes:
+            attention_16bit = weight_precision(model, gemm, experts, kv).attention_bytes == 2.0
+            dense, attention, moe = table_modes(model, gemm, experts, attention_16bit)
+            found.append(((gpu, engine, kv), deployment_tables(
+                path, gpu, engine=engine, version=pins.get(engine, ""), model=model, dense_mode=dense,
+                attention_mode=attention, moe_mode=moe, kv_dtype=kv)))
+        mine = [t for (_, e, _), t in found if e == engine and t is not None]
+        if not mine:
+            notes.append(f"the store {path} holds no {engine} tables for {gpu}: {engine} is priced analytically there")
+        elif engine in pins and not any(pins[engine] in t.versions for t in mine):
+            stored = ", ".join(sorted({v for t in mine for v in t.versions}))
+            raise InputError(f"--engine-version {engine}={pins[engine]}: the store {path} holds no {engine} "
+                             f"{pins[engine]} tables for {gpu} (it has {stored})")
+    if all(t is None for _, t in found):
+        raise InputError(f"the store {path} holds no aiconfigurator serving tables for {gpu}; ingest them ('paraplan "
+                         f"ingest aiconfigurator WHEEL --hardware {gpu} --store {path}') or use --cost-model "
+                         "analytical")
+    return found, tuple(notes)
+
+
+def measured_tables(cost_model: str, store: str | Path | None, engine_versions: Mapping[str, str] | None,
+                    model: ModelSpec, clusters: Sequence[ClusterSpec], choices: ServingChoices
+                    ) -> tuple[MeasuredTables | None, tuple[str, ...]]:
+    """The engine tables that price the search's setups (``measured``: each GPU must have some), and the notes.
+    ``auto`` and ``analytical`` price analytically: serving has no learned models, and measured tables are not
+    part of ``auto`` (as for training: cost_models/learned/provider.py)."""
+    from paraplan.cost_models.learned.provider import COST_MODELS
+
+    if cost_model not in COST_MODELS:
+        raise InputError(f"--cost-model expects {', '.join(COST_MODELS)}, got {cost_model!r}")
+    if cost_model == "learned":
+        raise InputError("--cost-model learned: serve has no learned models; use measured (engine kernel tables "
+                         "from --store) or analytical")
+    pins = _pins(engine_versions, choices.engines)
+    if cost_model != "measured":
+        if pins:
+            raise InputError("--engine-version picks the measured tables' version: add --cost-model measured")
+        return None, ((f"--store {store} is read only with --cost-model measured; {cost_model} prices serving "
+                       "analytically",) if store is not None else ())
+    from paraplan.planner.serving.problem import MeasuredTables
+
+    path = _store_of(store)
+    by_setup: list[tuple[tuple[str, str, str], Any]] = []
+    notes: list[str] = []
+    for cluster in clusters:
+        found, said = _gpu_tables(path, cluster, model, choices, pins)
+        by_setup += found
+        notes += said
+    return MeasuredTables(store=str(path), by_setup=tuple(by_setup)), tuple(notes)
+
+
 def serve(model: str, *, isl: int, osl: int, gpu: str | Sequence[str] | None = None,
           gpus: int | Sequence[int] | None = None, cluster: str | None = None, nodes: int | None = None,
           gpus_per_node: int | None = None, concurrency: int | None = None, rate: float | None = None,
@@ -130,13 +220,16 @@ def serve(model: str, *, isl: int, osl: int, gpu: str | Sequence[str] | None = N
           objective: str = "throughput", price_per_gpu_hour: float | Sequence[float] | None = None, top: int = 5,
           hardware: str | Path | None = None, memory_fraction: float | None = None, cuda_graphs: bool = True,
           speculative: str | None = None, spec_tokens: int | None = None, acceptance: float | None = None,
-          **fixed: int | Sequence[int]) -> ServeResult:
+          cost_model: str = "auto", store: str | Path | None = None,
+          engine_versions: Mapping[str, str] | None = None, **fixed: int | Sequence[int]) -> ServeResult:
     """The best ``top`` serving deployments of ``model`` (an axis in ``fixed``: tp, pp, ep, dp_attention, batch,
     chunk, an int or a list, constrains the search). ``hardware`` is a user hardware file whose GPUs and clusters
     join the built-in catalog (default ``$PARAPLAN_HARDWARE``, as for ``paraplan.plan``). Engine settings, priced
     and exported: ``memory_fraction`` (vLLM gpu_memory_utilization, SGLang mem_fraction_static, TRT-LLM
     free_gpu_memory_fraction, each under its own rule; default each engine's), ``cuda_graphs`` and
-    ``speculative`` (mtp, eagle[:MODEL] or draft:MODEL) with ``spec_tokens`` and ``acceptance``."""
+    ``speculative`` (mtp, eagle[:MODEL] or draft:MODEL) with ``spec_tokens`` and ``acceptance``. ``cost_model``
+    ``measured`` prices each engine's deployments from the ``store``'s aiconfigurator tables of that engine on the
+    GPU (the newest stored version, or ``engine_versions[engine]``) where they cover a term (``measured_tables``)."""
     from paraplan.cost_models.serving import ENGINES
     from paraplan.hardware_profiles.user_file import resolve_catalog
     from paraplan.model_specs.served import served_model
@@ -165,10 +258,11 @@ def serve(model: str, *, isl: int, osl: int, gpu: str | Sequence[str] | None = N
     clusters = serving_clusters(gpu, gpus, cluster, nodes, gpus_per_node, catalog)
     served = served_model(model)
     knobs = engine_knobs(served.spec, memory_fraction, cuda_graphs, speculative, spec_tokens, acceptance)
+    measured, notes = measured_tables(cost_model, store, engine_versions, served.spec, clusters, choices)
     problem = ServingProblem(model=served.spec, clusters=clusters, workload=workload,
                              choices=choices, prices_usd_per_gpu_hour=_prices(price_per_gpu_hour, len(clusters)),
-                             knobs=knobs)
+                             knobs=knobs, measured=measured)
     result = search_serving(problem, top)
     return ServeResult(plans=result.plans, pareto=result.pareto, considered=result.considered,
                        feasible=result.feasible, document=serving_document_of(served, problem, result),
-                       problem=problem)
+                       problem=problem, notes=notes)

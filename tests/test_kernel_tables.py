@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from paraplan.cli.app import app
 from paraplan.cost_models.compute import analytical_rates, gemm_time_s
-from paraplan.cost_models.kernel_pricing import gemm_coverage, table_gemm_seconds
+from paraplan.cost_models.kernel_pricing import distinct_queries, gemm_coverage, table_gemm_seconds
 from paraplan.cost_models.kernel_source import training_gemm_table
 from paraplan.cost_models.kernel_tables import build_table, lookup
 from paraplan.cost_models.learned.provider import compute_rates
@@ -256,3 +256,16 @@ def test_measured_collectives_price_groups_inside_one_node_from_the_newest_nccl(
     # 16 GPUs span two nodes, and an all-gather has no table: both analytical.
     for kind, n in (("all_reduce", 16), ("all_gather", 8)):
         assert collective_time_s(kind, 2.0**24, n, 1, cluster) == collective_time_s(kind, 2.0**24, n, 1, plain)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 4), st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5), st.integers(0, 5),
+                                             st.integers(0, 5)), min_size=1, max_size=60))
+def test_distinct_queries_is_numpys_unique_over_rows(width, rows):
+    # The lexsort grouping the table lookups use: the same distinct rows, in the same order, and the same inverse
+    # as np.unique(axis=0, return_inverse=True).
+    data = np.array(rows, dtype=float)[:, :width] * 0.5
+    distinct, inverse = distinct_queries([data[:, i] for i in range(width)])
+    expected, expected_inverse = np.unique(data, axis=0, return_inverse=True)
+    np.testing.assert_array_equal(distinct, expected)
+    np.testing.assert_array_equal(inverse, np.asarray(expected_inverse).ravel())

@@ -29,8 +29,9 @@ from paraplan.planner.serving.load import (
 )
 from paraplan.planner.serving.pool_shape import PoolRole, ServingPool, pool_json
 from paraplan.planner.serving.pools import ServingSetup, WorkerCosts, exact_admit_s, exact_decode_s
-from paraplan.planner.serving.problem import ServingProblem
+from paraplan.planner.serving.problem import MeasuredTables, ServingProblem
 from paraplan.planner.serving.space import DeploymentMode, ServingWorkload
+from paraplan.planner.serving.tables import MEASURED_PROVENANCE, measured_json, pool_tables_json
 from paraplan.version import __version__
 
 SERVING_SCHEMA_VERSION = 1
@@ -239,10 +240,20 @@ def serving_schema() -> dict[str, Any]:
 
 
 def serving_document(*, model: dict[str, Any], hardware: list[dict[str, Any]], workload: ServingWorkload,
-                     plans: list[ServingPlan], pareto: list[dict[str, Any]], search: dict[str, Any]
-                     ) -> dict[str, Any]:
-    """The whole ``serve --json`` document, checked against serving_plan.schema.json."""
+                     plans: list[ServingPlan], pareto: list[dict[str, Any]], search: dict[str, Any],
+                     measured: MeasuredTables | None = None) -> dict[str, Any]:
+    """The whole ``serve --json`` document, checked against serving_plan.schema.json (``measured``: the engine
+    tables that priced it, named in each plan and in the provenance)."""
     arrivals = workload.arrivals
+    plan_entries = [plan_to_json(p) for p in plans]
+    provenance: dict[str, Any] = {"cost_model": PROVENANCE, "queueing": QUEUEING}
+    if measured is not None:
+        for entry, plan in zip(plan_entries, plans):
+            entry["kernel_tables"] = [pool_tables_json(measured, pool.shape.role, pool.setup,
+                                                       _sub(pool.costs, pool.shard_index),
+                                                       plan.estimate["running_batch"]) for pool in plan.pools]
+        provenance = {"cost_model": MEASURED_PROVENANCE + PROVENANCE, "queueing": QUEUEING,
+                      "kernel_tables": measured_json(measured)}
     document = {
         "schema_version": SERVING_SCHEMA_VERSION, "kind": "serving", "paraplan_version": __version__,
         "model": model, "hardware": hardware,
@@ -253,8 +264,7 @@ def serving_document(*, model: dict[str, Any], hardware: list[dict[str, Any]], w
                      "arrival_cv2": None if arrivals is None else arrivals.cv2,
                      "ttft_target_s": workload.ttft_target_s, "tpot_target_s": workload.tpot_target_s,
                      "percentile": workload.percentile},
-        "plans": [plan_to_json(p) for p in plans], "pareto": pareto, "search": search,
-        "provenance": {"cost_model": PROVENANCE, "queueing": QUEUEING}}
+        "plans": plan_entries, "pareto": pareto, "search": search, "provenance": provenance}
     validate_own(document, serving_schema())
     return document
 
@@ -268,7 +278,7 @@ def serving_document_of(served: ServedModel, problem: ServingProblem, result: Se
     search = {"considered": result.considered, "feasible": result.feasible, "objective": choices.objective,
               "engines": list(choices.engines), "modes": list(choices.modes)}
     return serving_document(model=served.to_json(), hardware=hardware, workload=problem.workload, plans=result.plans,
-                            pareto=result.pareto, search=search)
+                            pareto=result.pareto, search=search, measured=problem.measured)
 
 
 PROVENANCE = ("analytical serving model (cost_models/inference_step.py, serving.py) on the training model's GPU "

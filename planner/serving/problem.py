@@ -3,7 +3,8 @@ setups (GPU type x engine x KV dtype) to price, what qualifies and how deploymen
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,8 +17,29 @@ from paraplan.planner.serving.pools import ServingSetup
 from paraplan.planner.serving.search import Candidates, PoolSide, qualifies
 from paraplan.planner.serving.space import ServingChoices, ServingWorkload
 
+if TYPE_CHECKING:
+    from paraplan.cost_models.serving_kernel_source import DeploymentTables
+
 _PRECISION_MODES = {"bf16": "bf16", "fp8": "fp8", "fp4": "nvfp4"}
 _CHECKPOINT_MODES = {"float8_e4m3fn": "fp8", "nvfp4": "nvfp4", "mxfp4": "mxfp4", "int4": "int4_wo"}
+
+
+SetupKey = tuple[str, str, str]
+"""(GPU name, engine, KV dtype): the deployments one set of measured engine tables prices."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MeasuredTables:
+    """``--cost-model measured``: the profile store's engine tables per GPU type, engine and KV dtype."""
+
+    store: str
+    """The profile store they were read from."""
+    by_setup: tuple[tuple[SetupKey, DeploymentTables | None], ...]
+    """Each setup's tables; None where the store holds none (its deployments are priced analytically)."""
+
+    def of(self, gpu: str, engine: str, kv_dtype: str) -> DeploymentTables | None:
+        """The tables of one setup (None: analytical)."""
+        return dict(self.by_setup).get((gpu, engine, kv_dtype))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -34,6 +56,17 @@ class ServingProblem:
     """Price per GPU-hour per cluster; () takes ``choices.price_usd_per_gpu_hour``, else the catalog's."""
     knobs: EngineKnobs = EngineKnobs()
     """The engine settings the user chose (memory fraction, CUDA graphs, speculative decoding)."""
+    measured: MeasuredTables | None = None
+    """Measured engine tables that price the terms they cover (``--cost-model measured``); None: analytical."""
+
+    def tables_of(self, cluster: ClusterSpec, engine: str, kv_dtype: str) -> DeploymentTables | None:
+        """The measured tables that price ``engine``'s deployments on ``cluster`` (None: analytical)."""
+        return None if self.measured is None else self.measured.of(cluster.gpu.name, engine, kv_dtype)
+
+    def priced_cluster(self, cluster: ClusterSpec, engine: str, kv_dtype: str) -> ClusterSpec:
+        """``cluster`` carrying the tables of ``engine`` and ``kv_dtype`` on it, where measured ones price them."""
+        tables = self.tables_of(cluster, engine, kv_dtype)
+        return cluster if tables is None else replace(cluster, serving_kernels=tables.kernels)
 
     def price(self, index: int) -> float | None:
         """The price of cluster ``index``: the user's, else the catalog's list price, else None."""
@@ -89,7 +122,8 @@ def quant_modes(model: ModelSpec, precision: str) -> tuple[str, str]:
 def setups(problem: ServingProblem) -> list[tuple[int, ServingSetup]]:
     """(cluster index, setup) per GPU type, engine and KV dtype."""
     gemm, experts = quant_modes(problem.model, problem.choices.precision)
-    return [(ci, ServingSetup(model=problem.model, cluster=cluster, engine=problem.knobs.apply(ENGINE_TRAITS[engine]),
+    return [(ci, ServingSetup(model=problem.model, cluster=problem.priced_cluster(cluster, engine, kv),
+                              engine=problem.knobs.apply(ENGINE_TRAITS[engine]),
                               precision=weight_precision(problem.model, gemm, experts, kv), quant_modes=(gemm, experts),
                               kv_dtype=kv, isl=problem.workload.isl, osl=problem.workload.osl))
             for ci, cluster in enumerate(problem.clusters)
