@@ -24,7 +24,7 @@ from paraplan.cost_models.compute import ComputeRates, analytical_rates, gemm_ti
 from paraplan.cost_models.device_memory import usable_capacity_bytes
 from paraplan.cost_models.dp_sync import DataParallelTraffic, dp_exposed_from, dp_traffic
 from paraplan.cost_models.fp8_recipes import with_fp8_recipe
-from paraplan.cost_models.layer import ACTIVATION_BYTES, LayerTimes, layer_times
+from paraplan.cost_models.layer import ACTIVATION_BYTES, LayerTimes, layer_times, unpaired_microbatches
 from paraplan.cost_models.memory import (
     LayerMemory,
     MemoryBreakdown,
@@ -397,9 +397,13 @@ def _estimate_rows(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: Co
 
     tp_total = m * pipeline.critical_layers * lt.tp_comm_s
     cp_total = m * pipeline.critical_layers * lt.cp_comm_s
-    ep_total = m * pipeline.critical_layers * lt.ep_comm_s
+    ep_paired = m * pipeline.critical_layers * lt.ep_comm_s
     offload_total = m * pipeline.offload_s  # offload needs pp = 1: the only stage is the slowest
-    compute_total = m * slowest - tp_total - cp_total - ep_total - offload_total
+    compute_total = m * slowest - tp_total - cp_total - ep_paired - offload_total
+    # The combined 1F1B schedule hides a micro-batch's expert all-to-alls under another's compute; the first rank's
+    # warm-up forwards and cool-down backwards have no partner and wait for all of theirs (layer.unpaired_microbatches).
+    ep_total = ep_paired + pipeline.critical_layers * unpaired_microbatches(t, m) * (lt.ep_comm_unpaired_s
+                                                                                    - lt.ep_comm_s)
     step = compute_total + tp_total + cp_total + ep_total + offload_total + pp_comm + bubble + dp_comm + optimizer
 
     num_gpus = t.tp * t.pp * t.dp * t.cp

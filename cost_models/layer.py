@@ -29,7 +29,7 @@ from paraplan.cost_models.compute import (
     unfused_attention_time_s,
 )
 from paraplan.cost_models.context_parallel import cp_comm_s, cp_comm_variants_s
-from paraplan.cost_models.moe import moe_block_times, routed_copies_per_rank
+from paraplan.cost_models.moe import MoETimes, moe_block_times, routed_copies_per_rank
 from paraplan.cost_models.table import ConfigTable, Workload
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.model_specs.model_spec import ModelSpec
@@ -63,6 +63,9 @@ class LayerTimes:
     weight_grad_s: np.ndarray
     """The part of ``backward_compute_s`` that computes weight gradients: one GEMM per forward GEMM, as long.
     Zero-bubble and DualPipe schedules run it apart from the input gradients (schedules.py)."""
+    ep_comm_unpaired_s: np.ndarray
+    """``ep_comm_s`` of a step whose forward or backward runs without a partner (the warm-up forwards and the
+    cool-down backwards of the combined 1F1B schedule, ``unpaired_microbatches``): all of the expert traffic."""
 
 
 def _attention_gemms_s(model: ModelSpec, tokens: Column, tp: IntColumn, rates: ComputeRates) -> np.ndarray:
@@ -111,16 +114,67 @@ def _module_recompute_s(model: ModelSpec, work: Workload, tokens: np.ndarray, t:
     return norms + _mla_up_projections_s(model, tokens, t.tp, rates) + act
 
 
-def _exposed_expert_comm_s(moe_comm_s: np.ndarray, layer_compute_s: np.ndarray, t: ConfigTable) -> np.ndarray:
-    """Dispatch/combine the step waits for: all of it, or with the combined 1F1B schedule what
-    outlasts the other micro-batch's compute of the same layer (forward of one under backward of
-    the other), plus the compute slowed while they share the GPU: the all-to-all kernels hold
-    COMM_SM_FRAC of the SMs. DeepSeek's DualPipe pairs the chunks of two micro-batches the same way
-    (schedules.py); torchtitan 0.3's DualPipeV runs them without the hooks that would. Full recompute replays
-    the forward's two all-to-alls."""
-    comm = moe_comm_s * np.where(t.recompute == 2, 1.5, 1.0)
-    overlapped = np.maximum(comm - layer_compute_s, 0.0) + COMM_SM_FRAC * np.minimum(comm, layer_compute_s)
-    return np.where((t.ep_overlap == 1) | (t.pp_schedule == PIPELINE_SCHEDULE_CODES["dualpipe"]), overlapped, comm)
+def _paired_expert_comm_s(moe: MoETimes, attention_forward_s: np.ndarray, attention_backward_s: np.ndarray,
+                          full_recompute: np.ndarray) -> np.ndarray:
+    """Seconds one MoE layer adds to a paired step (one micro-batch's forward run with another's backward).
+
+    Megatron's combined 1F1B (``TransformerLayerSchedulePlan.run`` in
+    megatron/core/models/common/model_chunk_schedule_plan.py) runs a layer's two passes as three slots of a
+    communication stream beside a compute stream,
+
+        comm:    combine_bwd | dispatch_fwd -> dispatch_bwd      | combine_fwd
+        compute: attn_fwd    | mlp_bwd -> mlp_bwd_dw -> mlp_fwd  | attn_bwd
+
+    and a slot ends when both streams have: the forward experts wait for their dispatch and the backward dispatch
+    for the experts' input gradients. ``attention_*`` is everything of the layer outside the ``mlp`` node (attention,
+    norms, router, permute). Full recompute replays the forward's two all-to-alls in backward. While a collective
+    runs, its kernels hold COMM_SM_FRAC of the SMs and the compute beside it runs that much slower."""
+    replay = np.where(full_recompute, 1.0, 0.0)
+    combine_bwd = moe.combine_backward_comm_s + replay * moe.combine_forward_comm_s
+    dispatch_bwd = moe.dispatch_backward_comm_s + replay * moe.dispatch_forward_comm_s
+    dispatch_fwd, combine_fwd = moe.dispatch_forward_comm_s, moe.combine_forward_comm_s
+    mlp_bwd, mlp_dw, mlp_fwd = moe.mlp_input_grad_s, moe.mlp_weight_grad_s, moe.mlp_forward_s
+    first = np.maximum(combine_bwd, attention_forward_s)
+    middle = np.maximum(np.maximum(mlp_bwd + mlp_dw, dispatch_fwd) + mlp_fwd,
+                        np.maximum(mlp_bwd, dispatch_fwd) + dispatch_bwd)
+    last = np.maximum(combine_fwd, attention_backward_s)
+    compute = attention_forward_s + mlp_bwd + mlp_dw + mlp_fwd + attention_backward_s
+    comm = combine_bwd + dispatch_fwd + dispatch_bwd + combine_fwd
+    exposed = np.maximum(first + middle + last - compute, 0.0)
+    return exposed + COMM_SM_FRAC * (comm - np.minimum(exposed, comm))
+
+
+def _exposed_expert_comm_s(moe: MoETimes, attention_forward_s: np.ndarray, attention_backward_s: np.ndarray,
+                           t: ConfigTable) -> np.ndarray:
+    """Dispatch/combine of one MoE layer the step waits for: all of it (full recompute replays the forward's two
+    all-to-alls), or with the combined 1F1B schedule (``ep_overlap``) what the other micro-batch's compute of the
+    same layer does not hide (``_paired_expert_comm_s``). DeepSeek's DualPipe pairs the chunks of two micro-batches
+    the same way (schedules.py); torchtitan 0.3's DualPipeV runs them without the hooks that would."""
+    paired = _paired_expert_comm_s(moe, attention_forward_s, attention_backward_s, t.recompute == 2)
+    return np.where((t.ep_overlap == 1) | (t.pp_schedule == PIPELINE_SCHEDULE_CODES["dualpipe"]), paired,
+                    _unpaired_expert_comm_s(moe, t))
+
+
+def _unpaired_expert_comm_s(moe: MoETimes, t: ConfigTable) -> np.ndarray:
+    """The expert traffic of one MoE layer with nothing to pair it with (full recompute replays the forward's)."""
+    return moe.expert_comm_s + np.where(t.recompute == 2, moe.dispatch_forward_comm_s + moe.combine_forward_comm_s,
+                                        0.0)
+
+
+def unpaired_microbatches(t: ConfigTable, num_microbatches: Column) -> np.ndarray:
+    """Micro-batches of the first pipeline rank whose forward and backward the combined 1F1B schedule (``ep_overlap``)
+    runs alone, so their expert all-to-alls are not hidden; 0 without ``ep_overlap``.
+
+    Megatron (megatron/core/pipeline_parallel/combined_1f1b.py): with pp = 1 the first forward runs alone and the
+    last backward alone ("Phases 0: 1st microbatch forward ... Phases 4: 4th microbatch backward"). Interleaved
+    (schedules.py), rank r runs (pp − r − 1)·2 + (vpp − 1)·pp warm-up forwards, one more with the expert overlap
+    ("add one more warmup microbatches for 1f1b overlaping"), and as many cool-down backwards, at most all m·vpp
+    chunks. The first rank's are on the step's critical path: its warm-up starts the step and its cool-down ends
+    it. In micro-batches: chunks / vpp."""
+    pp, vpp = np.asarray(t.pp, dtype=float), np.asarray(t.vpp, dtype=float)
+    m = np.asarray(num_microbatches, dtype=float)
+    warmup_chunks = np.where(pp == 1, 1.0, np.minimum(2.0 * (pp - 1.0) + (vpp - 1.0) * pp + 1.0, m * vpp))
+    return np.where(t.ep_overlap == 1, warmup_chunks / vpp, 0.0)
 
 
 def _elementwise_bytes_per_token(model: ModelSpec, tp: IntColumn, sp: IntColumn, precision: Precision) -> np.ndarray:
@@ -263,7 +317,8 @@ def layer_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: Compute
     dense_frac, moe_frac = model.num_dense_layers / model.num_layers, model.num_moe_layers / model.num_layers
     mlp, down_projection = _dense_mlp_gemms_s(model, tokens, t.tp, rates)
     moe = moe_block_times(model, work, t, rates, cluster) if model.is_moe else None
-    gemm = _attention_gemms_s(model, tokens, t.tp, rates) + dense_frac * mlp
+    attention_gemms = _attention_gemms_s(model, tokens, t.tp, rates)
+    gemm = attention_gemms + dense_frac * mlp
     attention, attention_bwd = _attention_core_s(model, work, tokens, t, rates)
     elementwise = memory_bound_time_s(
         tokens * _elementwise_bytes_per_token(model, t.tp, t.sp, work.precision), ELEMENTWISE_KERNELS_PER_LAYER,
@@ -274,6 +329,9 @@ def layer_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: Compute
                                                         EAGER_EXTRA_KERNELS_PER_LAYER, rates)
     forward = gemm + attention + elementwise + (moe_frac * moe.forward_compute_s if moe else 0.0)
     backward = 2.0 * (gemm + elementwise) + attention_bwd + (moe_frac * moe.backward_compute_s if moe else 0.0)
+    # An MoE layer's own passes (the layer mean above also averages in the dense layers' MLPs).
+    moe_layer_forward = attention_gemms + attention + elementwise + moe.forward_compute_s if moe else 0.0
+    moe_layer_backward = 2.0 * (attention_gemms + elementwise) + attention_bwd + moe.backward_compute_s if moe else 0.0
     full_recompute = forward - (dense_frac * down_projection if work.recompute_stops_early else 0.0)
     recompute = np.select([t.recompute == 2, t.recompute == 1, t.recompute == 3],
                           [full_recompute, attention, _module_recompute_s(model, work, tokens, t, rates)], 0.0)
@@ -284,7 +342,10 @@ def layer_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: Compute
         tp_comm_s=_exposed_tp_comm_s(_tp_comm_s(model, tokens, t, cluster, work.recompute_stops_early),
                                      gemm, t, work.async_tp),
         cp_comm_s=_cp_comm_s(model, work, tokens, t, cluster, attention, attention_bwd),
-        ep_comm_s=_exposed_expert_comm_s(moe_frac * moe.expert_comm_s, forward + backward + recompute, t)
+        ep_comm_s=moe_frac * _exposed_expert_comm_s(moe, moe_layer_forward - moe.mlp_forward_s,
+                                                    moe_layer_backward + recompute - moe.mlp_input_grad_s
+                                                    - moe.mlp_weight_grad_s, t)
         if moe else np.zeros(len(t)),
         weight_grad_s=gemm + (moe_frac * moe.gemm_s if moe else 0.0),
+        ep_comm_unpaired_s=moe_frac * _unpaired_expert_comm_s(moe, t) if moe else np.zeros(len(t)),
     )

@@ -63,10 +63,27 @@ class MoETimes:
     forward_compute_s: np.ndarray
     backward_compute_s: np.ndarray
     expert_comm_s: np.ndarray
-    """Dispatch and combine all-to-alls (and the etp gathers), forward and backward, not overlapped."""
+    """Dispatch and combine all-to-alls (and the etp gathers), forward and backward, not overlapped: the sum of
+    the four ``*_comm_s`` parts below."""
     gemm_s: np.ndarray
     """The weight-gradient GEMMs of backward (router, experts, shared expert): the part a zero-bubble or
     DualPipe schedule can defer (layer.LayerTimes.weight_grad_s)."""
+    mlp_forward_s: np.ndarray
+    """The part of ``forward_compute_s`` between dispatch and combine: the routed experts' grouped GEMMs and the
+    shared expert (Megatron's ``mlp`` node of a layer's schedule plan); the rest (router, permute) runs with the
+    attention node."""
+    mlp_input_grad_s: np.ndarray
+    """The input-gradient GEMMs of that part (backward)."""
+    mlp_weight_grad_s: np.ndarray
+    """The weight-gradient GEMMs of that part (backward)."""
+    dispatch_forward_comm_s: np.ndarray
+    """Forward dispatch (and the etp all-gather after it)."""
+    combine_forward_comm_s: np.ndarray
+    """Forward combine (and the etp reduce-scatter before it)."""
+    dispatch_backward_comm_s: np.ndarray
+    """Backward of the dispatch: the input gradients sent back to the tokens' ranks (and an etp reduce-scatter)."""
+    combine_backward_comm_s: np.ndarray
+    """Backward of the combine: the output gradients sent to the experts (and an etp all-gather)."""
 
 
 def routed_copies_per_rank(model: ModelSpec, work: Workload, t: ConfigTable) -> np.ndarray:
@@ -193,27 +210,30 @@ def fp8_dispatch(work: Workload) -> bool:
     return work.precision in ("fp8", "fp4") and work.kernel_stack == "transformer_engine"
 
 
+ExpertComm = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+"""(dispatch forward, combine forward, dispatch backward, combine backward) seconds."""
+
+
 def _expert_comm_s(model: ModelSpec, work: Workload, routed_tokens: np.ndarray, t: ConfigTable,
-                   cluster: ClusterSpec, imbalance: np.ndarray) -> np.ndarray:
-    """Dispatch and combine, forward and backward: four all-to-alls of the k copies of each routed
-    token over ep (members etp apart, Megatron's expert rank order etp-ep-edp-pp), plus an
-    all-gather and a reduce-scatter over etp around the expert GEMMs, each twice. With the ``deepep``
-    dispatcher each of the four moves a token once per remote domain, the forward dispatch in fp8 where
-    ``fp8_dispatch``."""
+                   cluster: ClusterSpec, imbalance: np.ndarray) -> ExpertComm:
+    """(dispatch forward, combine forward, dispatch backward, combine backward) seconds: each an all-to-all of the
+    k copies of each routed token over ep (members etp apart, Megatron's expert rank order etp-ep-edp-pp), with an
+    all-gather (dispatch forward, combine backward) or a reduce-scatter (combine forward, dispatch backward) over
+    etp around the expert GEMMs. With the ``deepep`` dispatcher each moves a token once per remote domain, the
+    forward dispatch in fp8 where ``fp8_dispatch``."""
     sent = model.experts_per_token * routed_tokens * model.hidden_size * HIDDEN_BYTES
     if work.dispatcher == "deepep":
         remote = expected_remote_domains(model, t.ep, t.etp, cluster)
         dispatch_bytes = FP8_DISPATCH_BYTES if fp8_dispatch(work) else HIDDEN_BYTES
-        one = [deduplicated_dispatch_time_s(routed_tokens * imbalance, model.hidden_size * size,
-                                            model.experts_per_token, remote, t.ep, t.etp, cluster)
-               for size in (dispatch_bytes, HIDDEN_BYTES)]
-        a2a_total = one[0] + 3.0 * one[1]
+        dispatch, other = (deduplicated_dispatch_time_s(routed_tokens * imbalance, model.hidden_size * size,
+                                                        model.experts_per_token, remote, t.ep, t.etp, cluster)
+                           for size in (dispatch_bytes, HIDDEN_BYTES))
     else:
-        a2a_total = 4.0 * all_to_all_time_s(sent * imbalance, t.ep, t.etp, cluster)
+        dispatch = other = all_to_all_time_s(sent * imbalance, t.ep, t.etp, cluster)
     etp_gathered = sent * t.etp * imbalance
-    etp = collective_time_s("all_gather", etp_gathered, t.etp, 1, cluster) \
-        + collective_time_s("reduce_scatter", etp_gathered, t.etp, 1, cluster)
-    return a2a_total + 2.0 * etp
+    gather = collective_time_s("all_gather", etp_gathered, t.etp, 1, cluster)
+    scatter = collective_time_s("reduce_scatter", etp_gathered, t.etp, 1, cluster)
+    return dispatch + gather, other + scatter, other + scatter, other + gather
 
 
 def moe_block_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: ComputeRates,
@@ -229,11 +249,16 @@ def moe_block_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: Com
     shared = _shared_expert_gemms_s(model, tokens, t.tp, rates)
     elementwise = _elementwise_s(model, routed_tokens, copies * imbalance, t, work.precision, rates)
     dense = router + shared  # dense GEMMs: backward runs each twice, as long as forward
+    comm = _expert_comm_s(model, work, routed_tokens, t, cluster, imbalance)
     return MoETimes(
         forward_compute_s=dense + experts + elementwise,
         backward_compute_s=2.0 * dense + experts_input_grad + experts_weight_grad + 2.0 * elementwise,
-        expert_comm_s=_expert_comm_s(model, work, routed_tokens, t, cluster, imbalance),
+        expert_comm_s=comm[0] + comm[1] + comm[2] + comm[3],
         gemm_s=dense + experts_weight_grad,
+        mlp_forward_s=experts + shared, mlp_input_grad_s=experts_input_grad + shared,
+        mlp_weight_grad_s=experts_weight_grad + shared,
+        dispatch_forward_comm_s=comm[0], combine_forward_comm_s=comm[1], dispatch_backward_comm_s=comm[2],
+        combine_backward_comm_s=comm[3],
     )
 
 

@@ -99,10 +99,17 @@ GUARDS = [
     # The 26.06+ rows run MXFP8: pricing it apart (the 8 same-layout pairs, fp8_recipes.py) lowers every MXFP8
     # prediction by about 2-4%, which brings DeepSeek-V3 (+10% -> +6%) and GPT-OSS closer and takes the Qwen3 rows,
     # already under-predicted (-10 to -21%), further below: the median moves from 0.124 to 0.143.
-    ("NeMo MoE, all containers", lambda r: _MOE(r) & (r.id != "nemo_bridge_0263"), 0.32, 2.20),
-    ("NeMo MoE, containers 26.06 and newer", lambda r: _MOE(r) & _CURRENT(r), 0.15, 1.15),
+    # Issue 32: 41 rows' expert overlap (and 5 DeepSeek-V3 B300 rows' vpp) corrected from Megatron-Bridge's perf
+    # configs at each container's release (the 26.06 configs turn the overlap on for Qwen3 and GPT-OSS), and the
+    # combined 1F1B schedule's unpaired warm-up/cool-down steps priced with their all-to-alls exposed: median 28.9% ->
+    # 24.8% (all), 14.6% -> 8.8% (26.06+), 13.5% -> 5.2% (DeepSeek-V3 and Qwen3 on GB200/GB300, 26.06+). Max, all
+    # containers: nemo_bridge_0218 (Qwen3-30B H100, 26.02, overlap on as its config sets it) at +240%, a row that
+    # measures half of the same layout in 26.02.01. Max, 26.06+: GPT-OSS 26.06.01 at +125-135%, the container whose
+    # GPT-OSS slowdown the source footnotes (cudnn-frontend issue 256).
+    ("NeMo MoE, all containers", lambda r: _MOE(r) & (r.id != "nemo_bridge_0263"), 0.27, 2.45),
+    ("NeMo MoE, containers 26.06 and newer", lambda r: _MOE(r) & _CURRENT(r), 0.10, 1.40),
     ("NeMo MoE DeepSeek-V3 and Qwen3 on GB200/GB300, 26.06 and newer",
-     lambda r: _MOE(r) & _CURRENT(r) & (r.model != "gpt-oss-120b") & r.gpu.isin(["gb200", "gb300"]), 0.145, 0.23),
+     lambda r: _MOE(r) & _CURRENT(r) & (r.model != "gpt-oss-120b") & r.gpu.isin(["gb200", "gb300"]), 0.07, 0.13),
 ]
 
 

@@ -129,11 +129,16 @@ def reference_job(row: pd.Series) -> TrainingJob:
                           for k in ("compile", "async_tp"))
     recipe = row.get("fp8_recipe")
     recipe = recipe.strip() if isinstance(recipe, str) and recipe.strip() else "tensorwise"
+    # An optional ``dispatcher`` column: how the source's recipe moved tokens (Megatron's flex dispatcher with the
+    # DeepEP backend is ``deepep``); without it the engine's default (Megatron: the NCCL all-to-all).
+    dispatcher = row.get("dispatcher")
+    dispatcher = dispatcher.strip() if isinstance(dispatcher, str) and dispatcher.strip() else "auto"
     # A 2024 torchtitan run compiled the transformer blocks, not the loss (components came later).
     return TrainingJob(model=load_model(row["model"]), seq_len=int(row["seq_len"]),
                        global_batch=int(row["global_batch"]), precision=row["precision"], fp8_recipe=recipe,
                        engine=row["engine"],
-                       attention=row["attention"], expert_imbalance=float(imbalance) if pd.notna(imbalance) else None,
+                       attention=row["attention"], dispatcher=dispatcher,
+                       expert_imbalance=float(imbalance) if pd.notna(imbalance) else None,
                        fused_kernels=str(row.get("kernels", "")) == "fused", compiled=compiled, async_tp=async_tp)
 
 
@@ -239,3 +244,58 @@ def summarize(predictions: list[Prediction]) -> dict[str, float]:
         "median_abs_error_frac": float(np.median(errors)) if len(errors) else float("nan"),
         "max_abs_error_frac": float(errors.max()) if len(errors) else float("nan"),
     }
+
+
+@dataclass(frozen=True, slots=True)
+class BreakdownRow:
+    """One reference run beside its prediction, with what the per-row breakdown groups and sorts by."""
+
+    run_id: str
+    model: str
+    gpu: str
+    container: str
+    """The release the source measured it with (a NeMo container such as '26.06.01'), or '' where unstated."""
+    layout: str
+    """The published knobs, e.g. 'tp1 pp4 vpp12 ep32 mbs2 ov1 mxfp8' (ov: expert all-to-all overlap)."""
+    measured_tokens_per_s_per_gpu: float
+    predicted_tokens_per_s_per_gpu: float
+    error_frac: float
+    """Signed relative error of predicted throughput (+ = predicted faster)."""
+
+
+def container_of(table: str) -> str:
+    """The release a row's ``table`` cell names ('performance-summary.md; 26.08 NeMo container; ...' -> '26.08')."""
+    for part in str(table).split(";"):
+        words = part.split()
+        if len(words) >= 2 and words[1] == "NeMo":
+            return words[0]
+    return ""
+
+
+def _layout_of(row: pd.Series) -> str:
+    knobs = " ".join(f"{k}{int(row[k])}" for k in ("tp", "pp", "vpp", "ep", "mbs") if pd.notna(row[k]))
+    overlap = f" ov{int(row['ep_overlap'])}" if pd.notna(row["ep_overlap"]) else ""
+    recipe = row.get("fp8_recipe")
+    precision = recipe if row["precision"] == "fp8" and isinstance(recipe, str) and recipe else row["precision"]
+    return f"{knobs}{overlap} {precision}"
+
+
+def breakdown(frame: pd.DataFrame, predictions: list[Prediction], group: str) -> list[BreakdownRow]:
+    """The rows of one summary group (``Prediction.group``), sorted by model, GPU and container."""
+    by_id = frame.set_index("id", drop=False)
+    rows = [BreakdownRow(p.run_id, str(by_id.loc[p.run_id, "model"]), str(by_id.loc[p.run_id, "gpu"]),
+                         container_of(by_id.loc[p.run_id, "table"]) if "table" in by_id.columns else "",
+                         _layout_of(by_id.loc[p.run_id]), p.measured_tokens_per_s_per_gpu,
+                         p.predicted_tokens_per_s_per_gpu, p.error_frac)
+            for p in predictions if p.group == group]
+    return sorted(rows, key=lambda r: (r.model, r.gpu, r.container, r.run_id))
+
+
+def grouped_errors(rows: list[BreakdownRow]) -> dict[tuple[str, str, str], tuple[int, float, float]]:
+    """(rows, median signed error, largest |error|) per (model, GPU, container), over the feasible rows."""
+    groups: dict[tuple[str, str, str], list[float]] = {}
+    for r in rows:
+        if np.isfinite(r.error_frac):
+            groups.setdefault((r.model, r.gpu, r.container), []).append(r.error_frac)
+    return {key: (len(errors), float(np.median(errors)), float(np.max(np.abs(errors))))
+            for key, errors in sorted(groups.items())}
