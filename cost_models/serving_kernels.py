@@ -140,18 +140,23 @@ def _attention_ok(model: ModelSpec) -> bool:
     return not (model.is_mla or model.mixers.index_topk)
 
 
+def _per_batch_s(table: dict[HeadsKey, KernelTable], model: ModelSpec, tp: Column, sequences: Column,
+                 per_sequence: Column) -> Priced:
+    """A table of whole batches (heads, batch, per-sequence length) at a mean of ``sequences`` sequences: a fractional
+    batch (the mean of a round robin) runs at the next whole one's time, scaled back to its share."""
+    seqs = np.asarray(sequences, dtype=float)
+    whole = np.maximum(np.ceil(seqs - 1e-9), 1.0)
+    seconds, covered = keyed_s(table, heads_per_gpu(model, tp), whole, per_sequence)
+    return seconds * seqs / whole, covered
+
+
 def decode_attention_s(kernels: ServingKernels, model: ModelSpec, tp: Column, sequences: Column,
                        keys: Column) -> Priced:
     """One full-attention layer's decode attention over ``sequences`` holding ``keys`` cached keys in all."""
     if not _attention_ok(model):
         return _none(tp, sequences, keys)
-    seqs = np.asarray(sequences, dtype=float)
-    per_sequence = np.asarray(keys, dtype=float) / np.maximum(seqs, 1e-9)
-    # Tables hold whole batches: a fractional batch (the mean of a round robin) runs at the next whole one's time,
-    # scaled back to its share.
-    whole = np.maximum(np.ceil(seqs - 1e-9), 1.0)
-    seconds, covered = keyed_s(kernels.decode_attention, heads_per_gpu(model, tp), whole, per_sequence)
-    return seconds * seqs / whole, covered
+    per_sequence = np.asarray(keys, dtype=float) / np.maximum(np.asarray(sequences, dtype=float), 1e-9)
+    return _per_batch_s(kernels.decode_attention, model, tp, sequences, per_sequence)
 
 
 def prefill_attention_s(kernels: ServingKernels, model: ModelSpec, tp: Column, sequences: Column,
@@ -160,11 +165,8 @@ def prefill_attention_s(kernels: ServingKernels, model: ModelSpec, tp: Column, s
     tokens/sequences long; a fraction of a prompt, a chunk's share, takes that share of a whole prompt's time)."""
     if not _attention_ok(model):
         return _none(tp, sequences, tokens)
-    seqs = np.asarray(sequences, dtype=float)
-    length = np.asarray(tokens, dtype=float) / np.maximum(seqs, 1e-9)
-    whole = np.maximum(np.ceil(seqs - 1e-9), 1.0)
-    seconds, covered = keyed_s(kernels.prefill_attention, heads_per_gpu(model, tp), whole, length)
-    return seconds * seqs / whole, covered
+    length = np.asarray(tokens, dtype=float) / np.maximum(np.asarray(sequences, dtype=float), 1e-9)
+    return _per_batch_s(kernels.prefill_attention, model, tp, sequences, length)
 
 
 def all_reduce_s(kernels: ServingKernels, size_bytes: Column, group: Column) -> Priced:
