@@ -143,10 +143,25 @@ def _saturation(m: Column, half_dim: float) -> np.ndarray:
     return floored / (floored + half_dim)
 
 
-def _roofline_s(flops: Column, weight_bytes: Column, tokens: Column, rates: ComputeRates) -> np.ndarray:
-    """max(FLOPs at the shape-saturated GEMM rate, weight bytes at achieved HBM bandwidth)."""
-    compute = np.asarray(flops, dtype=float) / (rates.gemm_flops_per_s * _saturation(tokens, rates.gemm_half_dim))
+def _roofline_s(flops: Column, weight_bytes: Column, tokens: Column, rates: ComputeRates,
+                bytes_per_weight: float) -> np.ndarray:
+    """max(FLOPs at the shape-saturated GEMM rate, weight bytes at achieved HBM bandwidth); the saturation's half
+    dimension as ``weight_only_half_dim`` gives it for ``bytes_per_weight``."""
+    half = weight_only_half_dim(rates, bytes_per_weight)
+    compute = np.asarray(flops, dtype=float) / (rates.gemm_flops_per_s * _saturation(tokens, half))
     return np.maximum(compute, np.asarray(weight_bytes, dtype=float) / rates.memory_bytes_per_s)
+
+
+def weight_only_half_dim(rates: ComputeRates, bytes_per_weight: float) -> float:
+    """The GEMM's half-saturation token count for weights stored in ``bytes_per_weight`` bytes. The calibrated half
+    dimension (efficiency.yaml) was fitted to GEMMs whose weights have the math dtype's width, where small-m
+    GEMMs are bound by their weight reads: a token count m reaches the ridge where 2·m FLOPs per weight equal
+    peak/bandwidth times the bytes per weight. fp8 and fp4 tensor-core GEMMs keep that ridge (half the bytes, twice
+    the peak). Weight-only quantization (4-bit weights dequantized into bf16 math: int4_wo anywhere, mxfp4 and
+    nvfp4 on Hopper) reads bytes_per_weight/2 of bf16's bytes at bf16's peak, so its ridge, and the half
+    dimension with it, sits at that fraction: 0.53/2 of bf16's for mxfp4 (gpt-oss's experts on H100/H200).
+    Never above the calibrated value."""
+    return rates.gemm_half_dim * min(1.0, bytes_per_weight / rates.gemm_element_bytes)
 
 
 def attention_params_per_gpu(model: ModelSpec, tp: Column) -> np.ndarray:
@@ -281,8 +296,8 @@ def _experts_s(model: ModelSpec, moe_tokens: Column, shard: Sharding, prec: Weig
     width = model.expert_ffn_size / shard.moe_tp
     expert_weights = model.mlp_matrices * model.hidden_size * width
     per_expert = copies_here / np.maximum(hit, 1e-9)
-    compute = 2.0 * copies_here * expert_weights / (rates.gemm_flops_per_s
-                                                    * _saturation(per_expert, rates.gemm_half_dim))
+    half = weight_only_half_dim(rates, prec.expert_bytes)
+    compute = 2.0 * copies_here * expert_weights / (rates.gemm_flops_per_s * _saturation(per_expert, half))
     return np.maximum(compute, hit * expert_weights * prec.expert_bytes / rates.memory_bytes_per_s)
 
 
@@ -393,12 +408,14 @@ def _analytical_terms(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecis
         else _prefill_attention_parts_s(model, shard, tokens, attention_flops, dense_rates)
     return _Terms(
         attention_proj_s=_roofline_s(2.0 * tokens * attn_params, attn_params * prec.attention_bytes, tokens,
-                                     dense_rates),
+                                     dense_rates, prec.attention_bytes),
         linear_proj_s=_roofline_s(2.0 * tokens * linear_params, linear_params * prec.attention_bytes, tokens,
-                                  dense_rates),
-        dense_mlp_s=_roofline_s(2.0 * tokens * dense_mlp, dense_mlp * prec.dense_bytes, tokens, dense_rates),
-        shared_s=_roofline_s(2.0 * tokens * moe_shared, moe_shared * prec.dense_bytes, tokens, dense_rates),
-        head_s=_roofline_s(2.0 * seqs * head, head * ACTIVATION_BYTES, seqs, dense_rates),
+                                  dense_rates, prec.attention_bytes),
+        dense_mlp_s=_roofline_s(2.0 * tokens * dense_mlp, dense_mlp * prec.dense_bytes, tokens, dense_rates,
+                                prec.dense_bytes),
+        shared_s=_roofline_s(2.0 * tokens * moe_shared, moe_shared * prec.dense_bytes, tokens, dense_rates,
+                             prec.dense_bytes),
+        head_s=_roofline_s(2.0 * seqs * head, head * ACTIVATION_BYTES, seqs, dense_rates, ACTIVATION_BYTES),
         experts_s=experts, full_attention_s=full, other_attention_s=rest,
         all_reduce_s=tp_all_reduce_s(model, tokens, shard, cluster))
 

@@ -8,7 +8,9 @@ attention-DP rank running B = min(concurrency, largest batch that fits) sequence
   steps, so every step admits k = B/osl prompts (attention-DP ranks prefill their own prompts in the same
   steps). Below one (k <= 1) a fraction k of the steps prefills one prompt; from one up a step's prompts run
   together as prefill chunks of at most the engine's max batched tokens (``mixed_prefill_s``), reading every
-  weight and hit expert once per chunk instead of once per prompt.
+  weight and hit expert once per chunk instead of once per prompt. Attention-DP ranks step together, so unless
+  the engine balances their admissions (TRT-LLM) a step lasts as long as the busiest rank's prefill
+  (``busiest_admission_frac``); SGLang's budget is the worker's, split over its DP ranks (``rank_batched_tokens``).
 - TTFT = the request's own prefill + half a step (it arrives mid-step) + the wait for a free slot when the
   concurrency exceeds what fits (a closed loop: (C − B)/B request lifetimes).
 - Disaggregated: TTFT from the prefill pool (its prefill, its queue at the pool's utilisation, the KV
@@ -135,6 +137,15 @@ class EngineTraits:
     """Decode steps replay CUDA graphs; False: launched eagerly (``EAGER_KERNEL_LAUNCH_S`` per kernel)."""
     speculation: Speculation | None = None
     """Speculative decoding, or None."""
+    batched_tokens_per_worker: bool = False
+    """``max_batched_tokens`` is the worker's, split over its attention-DP ranks (SGLang divides chunked_prefill_size
+    by dp_size under DP attention, server_args._handle_data_parallelism, "to avoid MoE kernel issues"); otherwise
+    it is each rank's (vLLM's DP engine cores and TRT-LLM's ranks each schedule their own); ``rank_batched_tokens``."""
+    balances_dp_admission: bool = False
+    """Attention-DP ranks admit new prompts in the same steps (TensorRT-LLM's AttentionDpConfig.enable_balance, which
+    NVIDIA's DeepSeek recipes turn on: context requests wait up to batching_wait_iters steps until every rank has
+    one), so a step's prefill is the ranks' mean; otherwise each rank schedules its own prefills (vLLM's DP engine
+    cores, SGLang's per-rank schedulers) and a step waits for the busiest rank (``mixed_admission_s``)."""
 
 
 # step_overhead_s and request_overhead_s: fitted by ``python bench/serving_accuracy.py`` (validation/serving_runs.py,
@@ -147,13 +158,14 @@ ENGINE_TRAITS: dict[str, EngineTraits] = {
                "max_num_batched_tokens 8192, max_num_seqs 1024"),
     "sglang": EngineTraits(
         name="sglang", memory_frac=0.85, budget="total", max_batched_tokens=8192, reserves_full_length=False,
-        max_running=4096, step_overhead_s=3.0e-3, request_overhead_s=250e-3,
+        max_running=4096, step_overhead_s=3.0e-3, request_overhead_s=250e-3, batched_tokens_per_worker=True,
         source="SGLang 0.5 server_args: mem_fraction_static from its reserved-memory heuristic (~0.85 on 80-280 GB "
-               "GPUs), chunked_prefill_size 8192"),
+               "GPUs), chunked_prefill_size 8192 (divided by dp_size under DP attention)"),
     "trtllm": EngineTraits(
         name="trtllm", memory_frac=0.9, budget="free", max_batched_tokens=8192, reserves_full_length=True,
-        max_running=2048, step_overhead_s=1.5e-3, request_overhead_s=120e-3,
-        source="TensorRT-LLM 1.x KvCacheConfig.free_gpu_memory_fraction 0.9; max_num_tokens 8192, max_batch_size 2048"),
+        max_running=2048, step_overhead_s=1.5e-3, request_overhead_s=120e-3, balances_dp_admission=True,
+        source="TensorRT-LLM 1.x KvCacheConfig.free_gpu_memory_fraction 0.9; max_num_tokens 8192, max_batch_size 2048; "
+               "attention_dp_config.enable_balance as in NVIDIA's DeepSeek-R1 serving recipes"),
 }
 """Engine defaults and the fitted overheads (validation/serving_runs.py refits them from zero on each fold)."""
 
@@ -389,20 +401,33 @@ def whole_admission_s(prompts: Column, isl: Column, max_batched_tokens: Column, 
 
 
 def mixed_admission_s(prompts_per_step: Column, isl: Column, max_batched_tokens: Column, chunk_s: ChunkPrice,
-                      alone_s: Column, step_overhead_s: float) -> np.ndarray:
+                      alone_s: Column, step_overhead_s: float, ranks: Column = 1.0) -> np.ndarray:
     """Mean seconds a decode step of an attention-DP rank spends on the k = ``prompts_per_step`` prompts it admits
     on average (arguments as :func:`whole_admission_s`). Requests finishing staggered (a steady state), a step
     admits floor(k) or floor(k) + 1 prompts, the latter in a fraction k − floor(k) of the steps, each step's
     prompts together; below one prompt a step, a fraction k of the steps prefills one prompt alone: k ×
-    ``alone_s``, as when every prompt was its own prefill."""
+    ``alone_s``, as when every prompt was its own prefill.
+
+    ``ranks`` attention-DP ranks step together (their MoE layers exchange tokens every layer), so a step lasts as
+    long as its busiest rank's admission: the ranks' ranks × (k − floor(k)) extra prompts a step land on distinct
+    ranks (requests are spread round-robin), and the busiest rank admits floor(k) + 1 in a fraction
+    min(1, ranks × (k − floor(k))) of the steps (``busiest_admission_frac``). One rank: the mean above."""
     k = np.asarray(prompts_per_step, dtype=float)
     k = np.broadcast_to(k, np.broadcast_shapes(k.shape, np.shape(isl), np.shape(max_batched_tokens),
-                                               np.shape(alone_s)))
+                                               np.shape(alone_s), np.shape(ranks)))
     fewer = np.floor(k)
     counts = np.stack([fewer, fewer + 1.0])  # both whole counts priced at once: [2, ...]
     whole = whole_admission_s(counts, isl, max_batched_tokens, chunk_s, alone_s, step_overhead_s)
-    more_frac = k - fewer
+    more_frac = busiest_admission_frac(k - fewer, ranks)
     return (1.0 - more_frac) * whole[0] + more_frac * whole[1]
+
+
+def busiest_admission_frac(more_frac: Column, ranks: Column) -> np.ndarray:
+    """Fraction of steps in which the busiest of ``ranks`` attention-DP ranks admits one prompt more than
+    floor(k), when each rank does so in a fraction ``more_frac`` of the steps: min(1, ranks × more_frac), the
+    ranks' extra prompts spread over distinct ranks and evenly over the steps (round-robin routing, staggered
+    finishes). 72 ranks each admitting a 1,024-token prompt every 18th step (k = 0.056) prefill in every step."""
+    return np.minimum(np.asarray(more_frac, dtype=float) * np.asarray(ranks, dtype=float), 1.0)
 
 
 def admitted_s(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec: WeightPrecision,
@@ -416,26 +441,64 @@ def admitted_s(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, pre
 
 
 def mixed_prefill_s(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec: WeightPrecision,
-                    shard: Sharding, isl: Column, prompts_per_step: Column) -> np.ndarray:
+                    shard: Sharding, isl: Column, prompts_per_step: Column, ranks: Column = 1.0,
+                    max_batched_tokens: Column | None = None) -> np.ndarray:
     """:func:`mixed_admission_s` priced directly: the mean seconds a decode step spends on the
-    ``prompts_per_step`` prompts it admits on average, at the engine's max batched tokens and step overhead."""
+    ``prompts_per_step`` prompts it admits on average, at the engine's max batched tokens and step overhead, the
+    step waiting for the busiest of ``ranks`` attention-DP ranks. ``max_batched_tokens``: a rank's budget where it
+    is not the engine's (``rank_batched_tokens``); prompts longer than it are prefilled in ceil(isl/M) chunk steps
+    of isl/chunks tokens, k·chunks of them a decode step, the busiest rank's count as for whole prompts."""
+    budget = engine.max_batched_tokens if max_batched_tokens is None else max_batched_tokens
     alone = prefill_s(model, cluster, prec, shard, isl) + engine.step_overhead_s
-    return mixed_admission_s(prompts_per_step, isl, engine.max_batched_tokens,
-                             lambda tokens: prefill_chunk_s(model, cluster, prec, shard, isl, tokens), alone,
-                             engine.step_overhead_s)
+    whole = mixed_admission_s(prompts_per_step, isl, budget,
+                              lambda tokens: prefill_chunk_s(model, cluster, prec, shard, isl, tokens), alone,
+                              engine.step_overhead_s, ranks)
+    if max_batched_tokens is None:
+        return whole
+    # Prompts longer than the budget arrive as ceil(isl/M) chunk steps each: k·chunks of them a decode step.
+    isl = np.asarray(isl, dtype=float)
+    chunks = np.ceil(isl / np.asarray(budget, dtype=float))
+    chunk = prefill_chunk_s(model, cluster, prec, shard, isl, isl / chunks) + engine.step_overhead_s
+    per_step = np.asarray(prompts_per_step, dtype=float) * chunks
+    busiest = np.floor(per_step) + busiest_admission_frac(per_step - np.floor(per_step), ranks)
+    return np.where(chunks > 1.0, busiest * chunk, whole)
+
+
+def rank_batched_tokens(engine: EngineTraits, shard: Sharding) -> np.ndarray:
+    """Tokens one attention-DP rank's step may carry at the engine's ``max_batched_tokens``: the worker's budget over
+    its dp ranks where the engine splits it (``EngineTraits.batched_tokens_per_worker``: SGLang's 8192 gives 113
+    tokens a rank at dp 72), else the budget itself."""
+    budget = float(engine.max_batched_tokens) + 0.0 * shard.dp
+    return np.maximum(np.floor(budget / shard.dp), 1.0) if engine.batched_tokens_per_worker else budget
+
+
+def chunked_prefill_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, shard: Sharding, isl: Column,
+                      max_batched_tokens: Column, step_overhead_s: float) -> np.ndarray:
+    """Seconds of one prompt's prefill alone in steps of at most ``max_batched_tokens`` tokens: ceil(isl/M) chunks,
+    each reading the weights and paying the step overhead once (``prefill_chunk_s``); within one chunk,
+    ``prefill_s`` plus one overhead."""
+    isl, budget = np.broadcast_arrays(np.asarray(isl, dtype=float), np.asarray(max_batched_tokens, dtype=float))
+    chunks = np.ceil(isl / budget)
+    rest = isl - (chunks - 1.0) * budget
+    full_s, rest_s = prefill_chunk_s(model, cluster, prec, shard, isl, np.stack([budget, rest]))
+    whole = prefill_s(model, cluster, prec, shard, isl) + step_overhead_s
+    return np.where(chunks <= 1.0, whole, (chunks - 1.0) * (full_s + step_overhead_s) + rest_s + step_overhead_s)
 
 
 def burst_ttft_s(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec: WeightPrecision, shard: Sharding,
-                 isl: Column, arrivals: Column) -> np.ndarray:
+                 isl: Column, arrivals: Column, max_batched_tokens: Column | None = None) -> np.ndarray:
     """Mean time to first token of ``arrivals`` prompts that reach an attention-DP rank at once: the engine
     prefills as many as fit its max batched tokens per step, step after step; the k-th step's prompts wait
-    k steps."""
+    k steps. ``max_batched_tokens``: a rank's budget where it is not the engine's (``rank_batched_tokens``); below
+    one prompt a step, each step carries that many tokens, and the j-th prompt's first token comes with the
+    step that ends it, (j + 1)·isl/M steps in: a mean of (steps + isl/M)/2 steps."""
     isl = np.asarray(isl, dtype=float)
-    per_step = np.maximum(np.floor(engine.max_batched_tokens / isl), 1.0)
+    budget = np.asarray(engine.max_batched_tokens if max_batched_tokens is None else max_batched_tokens, dtype=float)
+    per_step = np.where(budget >= isl, np.maximum(np.floor(budget / isl), 1.0), budget / isl)
     per_step = np.minimum(per_step, np.maximum(arrivals, 1.0))
     step = prefill_s(model, cluster, prec, shard, isl, per_step, all_ranks=True) + engine.step_overhead_s
-    steps = np.ceil(np.maximum(arrivals, 1.0) / per_step)
-    return step * (steps + 1.0) / 2.0
+    steps = np.ceil(np.maximum(arrivals, 1.0) / per_step - 1e-9)
+    return step * (steps + np.maximum(1.0 / per_step, 1.0)) / 2.0
 
 
 def decode_step_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, shard: Sharding, batch: Column,
@@ -556,20 +619,29 @@ class ServingLatency:
 
 
 def aggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec: WeightPrecision, shard: Sharding,
-               *, concurrency: Column, isl: Column, osl: Column, waves: float = BENCHMARK_WAVES) -> ServingLatency:
-    """Prefill and decode on the same GPUs (continuous batching), ``concurrency`` requests in flight per replica."""
+               *, concurrency: Column, isl: Column, osl: Column, waves: float = BENCHMARK_WAVES,
+               max_batched_tokens: Column | None = None) -> ServingLatency:
+    """Prefill and decode on the same GPUs (continuous batching), ``concurrency`` requests in flight per replica.
+    ``max_batched_tokens``: each rank's step budget where it is not the engine's (``rank_batched_tokens``); a
+    prompt longer than it takes one mixed step per chunk before its first token."""
     isl, osl = np.asarray(isl, dtype=float), np.asarray(osl, dtype=float)
     per_rank = np.asarray(concurrency, dtype=float) / shard.dp
     fits, starts = running_capacity(model, cluster, engine, prec, shard, held_tokens(engine, isl, osl))
     fits, starts, _ = np.broadcast_arrays(fits, starts, per_rank)  # one entry per deployment
     batch = np.maximum(np.minimum(np.minimum(per_rank, fits), engine.max_running), 1.0)
     step = engine_decode_s(model, cluster, engine, prec, shard, batch, isl + osl / 2.0)
-    prefill = prefill_s(model, cluster, prec, shard, isl) + engine.step_overhead_s
-    tpot = step + mixed_prefill_s(model, cluster, engine, prec, shard, isl, batch / osl)
+    if max_batched_tokens is None:
+        prefill, chunk_steps = prefill_s(model, cluster, prec, shard, isl) + engine.step_overhead_s, 0.0
+    else:
+        prefill = chunked_prefill_s(model, cluster, prec, shard, isl, max_batched_tokens, engine.step_overhead_s)
+        chunk_steps = np.maximum(np.ceil(isl / np.asarray(max_batched_tokens, dtype=float)) - 1.0, 0.0)
+    ranks = 1.0 if engine.balances_dp_admission else shard.dp  # whose admissions a step waits for
+    tpot = step + mixed_prefill_s(model, cluster, engine, prec, shard, isl, batch / osl, ranks=ranks,
+                                  max_batched_tokens=max_batched_tokens)
     lifetime = osl * tpot + prefill
     queued = np.maximum(per_rank - batch, 0.0) / batch * lifetime
-    steady = prefill + tpot / 2.0 + queued
-    burst = burst_ttft_s(model, cluster, engine, prec, shard, isl, batch) + queued
+    steady = prefill + chunk_steps * step + tpot / 2.0 + queued
+    burst = burst_ttft_s(model, cluster, engine, prec, shard, isl, batch, max_batched_tokens) + queued
     return ServingLatency(ttft_steady_s=steady, ttft_burst_s=burst, tpot_steady_s=tpot, tpot_burst_s=step,
                           running_batch=batch,
                           decode_step_s=step, prefill_s=prefill, max_sequences=fits, starts_at_defaults=starts,

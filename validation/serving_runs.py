@@ -34,6 +34,7 @@ from paraplan.cost_models.serving import (
     disaggregated,
     held_tokens,
     prefill_s,
+    rank_batched_tokens,
     running_capacity,
     weight_precision,
 )
@@ -177,7 +178,34 @@ def _sharding(rows: pd.DataFrame, prefix: str, model: ModelSpec) -> Sharding:
     moe_tp = _axis(rows, f"{prefix}moe_tp_size") if model.is_moe else tp * dp
     stated = rows[f"{prefix}moe_tp_size"].to_numpy(dtype=float)
     moe_tp = np.where(np.isfinite(stated) & (stated > 0), moe_tp, tp * dp / moe_ep)
+    if prefix == "":  # the disaggregated rows' pools as stated: read so, their TTFT is the closer (DeepSeek on NVL72)
+        tp, dp, moe_tp, moe_ep = _launchable(tp, dp, moe_tp, moe_ep, model)
     return Sharding.of(tp, dp, moe_tp, moe_ep, _axis(rows, f"{prefix}pp_size"))
+
+
+def _launchable(tp: np.ndarray, dp: np.ndarray, moe_tp: np.ndarray, moe_ep: np.ndarray,
+                model: ModelSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(tp, dp, moe_tp, moe_ep) an engine can launch for rows whose ``tp_size`` is not an attention TP degree. No
+    engine launches attention TP that does not divide the query heads (vLLM, SGLang and TensorRT-LLM all require
+    num_heads % tp == 0), yet some aggregated rows state one with attention DP 1:
+    - tp = attention TP x expert parallel (Qwen3.5-397B's 32 heads at tp 64, ep 8 on one 8-GPU H200): tp/ep
+      divides the heads, so attention TP is tp/ep and the experts are split ep ways (moe_tp 1) on the same GPUs;
+    - otherwise tp is the GPU count of a multi-node NVL72 deployment (DeepSeek-R1's 128 heads at tp 12-72, ep 1):
+      the wide expert-parallel layout the engines publish for it, attention DP on every GPU and the routed
+      experts over all of them."""
+    odd = (tp > 1.0) & (dp <= 1.0) & (np.mod(model.num_heads, tp) != 0)
+    if not odd.any():
+        return tp, dp, moe_tp, moe_ep
+    product = odd & (moe_ep > 1.0) & (np.mod(tp, moe_ep) == 0) & (np.mod(model.num_heads, tp / moe_ep) == 0)
+    wide = odd & ~product
+    gpus = tp
+    tp = np.where(product, tp / moe_ep, np.where(wide, 1.0, tp))
+    dp = np.where(wide, gpus, dp)
+    if model.is_moe:
+        moe_tp, moe_ep = np.where(odd, 1.0, moe_tp), np.where(wide, gpus, moe_ep)
+    else:
+        moe_tp = tp * dp
+    return tp, dp, moe_tp, moe_ep
 
 
 @lru_cache(maxsize=512)
@@ -212,8 +240,9 @@ def _predict_group(rows: pd.DataFrame, model: ModelSpec, cluster: ClusterSpec,
     isl, osl = rows["isl"].to_numpy(dtype=float), rows["osl"].to_numpy(dtype=float)
     concurrency = rows["concurrency"].to_numpy(dtype=float)
     if rows["mode"].iloc[0] == "agg":
-        out = aggregated(model, cluster, engine, prec, _sharding(rows, "", model), concurrency=concurrency,
-                         isl=isl, osl=osl)
+        shard = _sharding(rows, "", model)
+        out = aggregated(model, cluster, engine, prec, shard, concurrency=concurrency, isl=isl, osl=osl,
+                         max_batched_tokens=rank_batched_tokens(engine, shard))
     else:
         prefill, decode = _sharding(rows, "prefill_", model), _sharding(rows, "decode_", model)
         prefill_workers, decode_workers = _workers(rows, model, cluster, engine, prec, prefill, decode,
