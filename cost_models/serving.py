@@ -464,6 +464,12 @@ def mixed_prefill_s(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits
     return np.where(chunks > 1.0, busiest * chunk, whole)
 
 
+def admission_ranks(engine: EngineTraits, shard: Sharding) -> np.ndarray:
+    """Attention-DP ranks whose admissions one step waits for: every rank (``mixed_admission_s``), or one where the
+    engine balances them (``EngineTraits.balances_dp_admission``: TRT-LLM's attention_dp_config.enable_balance)."""
+    return np.asarray(1.0 + 0.0 * shard.dp if engine.balances_dp_admission else shard.dp, dtype=float)
+
+
 def rank_batched_tokens(engine: EngineTraits, shard: Sharding) -> np.ndarray:
     """Tokens one attention-DP rank's step may carry at the engine's ``max_batched_tokens``: the worker's budget over
     its dp ranks where the engine splits it (``EngineTraits.batched_tokens_per_worker``: SGLang's 8192 gives 113
@@ -635,7 +641,7 @@ def aggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, pre
     else:
         prefill = chunked_prefill_s(model, cluster, prec, shard, isl, max_batched_tokens, engine.step_overhead_s)
         chunk_steps = np.maximum(np.ceil(isl / np.asarray(max_batched_tokens, dtype=float)) - 1.0, 0.0)
-    ranks = 1.0 if engine.balances_dp_admission else shard.dp  # whose admissions a step waits for
+    ranks = admission_ranks(engine, shard)  # whose admissions a step waits for
     tpot = step + mixed_prefill_s(model, cluster, engine, prec, shard, isl, batch / osl, ranks=ranks,
                                   max_batched_tokens=max_batched_tokens)
     lifetime = osl * tpot + prefill

@@ -212,6 +212,25 @@ def test_admission_on_the_chunk_grid_equals_the_exact_price(llama8b):
         assert np.allclose(got, exact, rtol=1e-12, atol=0.0)
 
 
+@pytest.mark.parametrize("engine", ["vllm", "trtllm"])
+def test_search_admission_waits_for_the_busiest_attention_dp_rank(engine):
+    # 4 attention-DP ranks each admitting a prompt every 8th step (k = 1/8): on vLLM a step waits for whichever rank
+    # prefills, min(1, 4/8) = half the steps, not 1/8 of them; TRT-LLM balances the ranks and pays the mean. The
+    # search's admission (pools.admit_s) is the validated model's (serving.mixed_prefill_s with admission_ranks).
+    served = served_model("qwen3-30b-a3b")
+    setup = replace(_setup(served), engine=ENGINE_TRAITS[engine])
+    shard = Sharding.of(np.array([1.0]), dp=np.array([4.0]), moe_ep=np.array([4.0]))
+    costs = worker_costs(setup, shard, max_model_len=2048, chunks=(8192,))
+    k = np.array([0.125, 0.5, 2.5])
+    got = admit_s(costs, np.zeros(k.size, dtype=int), np.zeros(k.size, dtype=int), k)
+    exact = exact_admit_s(setup, shard, 8192, k)
+    assert np.allclose(got[:2], exact[:2], rtol=1e-12, atol=0.0)  # 0 or 1 prompt a step: no chunk interpolated
+    assert np.allclose(got[2:], exact[2:], rtol=5e-3, atol=0.0)  # 2 or 3 prompts: chunks between grid points
+    alone = float(costs.prefill_s[0])
+    expected = 0.5 * alone if engine == "vllm" else 0.125 * alone
+    assert float(got[0]) == pytest.approx(expected, rel=1e-12)
+
+
 @pytest.mark.parametrize("name", ["llama-3.1-8b", "qwen3-30b-a3b"])
 @pytest.mark.parametrize(("isl", "osl"), [(64, 2), (1000.5, 10), (3000, 100), (12_000, 50)])
 def test_admission_between_chunk_grid_points_within_half_a_percent(name, isl, osl):

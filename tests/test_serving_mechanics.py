@@ -113,8 +113,8 @@ def _closed(concurrency: float, osl: float) -> Load:
 
 def test_mixed_step_admission_by_hand():
     # k = B/osl prompts a step: below one, a fraction k of the steps admits one prompt (k·P); from one up, the
-    # prompts share one chunk priced by admit_of.
-    admit = lambda k: 0.05 + 0.01 * (k - 1.0)  # noqa: E731 - a chunk whose weights cost 0.05 s, 0.01 s a prompt more
+    # prompts share one chunk: admit_of prices every k (a chunk whose weights cost 0.05 s, 0.01 s a prompt more).
+    admit = lambda k: np.where(k < 1.0, 0.05 * k, 0.05 + 0.01 * (k - 1.0))  # noqa: E731
     assert admission_s(np.array([0.25, 1.0, 4.0]), 0.05, admit).tolist() == pytest.approx([0.0125, 0.05, 0.08])
     assert admission_s(4.0, 0.05, None) == pytest.approx(0.2)
     step = lambda b: 0.02 + 0.0 * b  # noqa: E731

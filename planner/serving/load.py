@@ -44,9 +44,10 @@ CONVERGED_REL = 1e-9
 StepOf = Callable[[np.ndarray], np.ndarray]
 """The decode step, seconds, as a function of the running batch per attention-DP rank (one entry a candidate)."""
 AdmitOf = Callable[[np.ndarray], np.ndarray]
-"""Seconds the mixed steps spend prefilling k >= 1 prompts admitted together, as ONE chunk of min(k·isl, max
-batched tokens) tokens per step beside the decode batch (``inference_step.admitted_prefill_s``) with the engine's
-step overhead per chunk step; at k = 1 one prompt's prefill (``prefill_s``)."""
+"""Mean seconds a mixed step spends prefilling the k prompts a rank admits on average (any k >= 0): floor(k) or
+ceil(k) prompts a step as chunks of at most the max batched tokens beside the decode batch
+(``inference_step.admitted_prefill_s``) with the engine's step overhead per chunk step, the step waiting for the
+busiest attention-DP rank (``serving.mixed_admission_s``); at k = 1 on one rank, one prompt's prefill."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -135,16 +136,13 @@ def _chunks(isl: float, chunk: Column) -> np.ndarray:
 
 
 def admission_s(prompts_per_step: Column, prefill_s: Column, admit_of: AdmitOf | None) -> np.ndarray:
-    """Mean seconds a decode step spends on the k = ``prompts_per_step`` prompts it admits on average. Requests
-    finishing staggered (a steady state) admit floor(k) or ceil(k) prompts a step when k >= 1, batched into one
-    chunk: ``admit_of(k)``; when k < 1 a fraction k of the steps admits one prompt: k·``prefill_s``. Without
-    ``admit_of`` every prompt is its own prefill, k·``prefill_s`` (cost_models.serving.aggregated prices
-    ``mixed_prefill_s``, which ``pools.admit_s`` and ``pools.exact_admit_s`` give as ``admit_of``)."""
+    """Mean seconds a decode step spends on the k = ``prompts_per_step`` prompts a rank admits on average:
+    ``admit_of(k)`` (cost_models.serving.aggregated prices ``mixed_prefill_s``, which ``pools.admit_s`` and
+    ``pools.exact_admit_s`` give): floor(k) or ceil(k) prompts a step batched into chunks, the step waiting for the
+    busiest attention-DP rank's admission (below one prompt a step on one rank: k·``prefill_s``). Without
+    ``admit_of`` every prompt is its own prefill, k·``prefill_s``."""
     k = np.asarray(prompts_per_step, dtype=float)
-    single = k * np.asarray(prefill_s, dtype=float)
-    if admit_of is None or not np.any(k > 1.0):  # no step admits more than one prompt: nothing to batch
-        return single
-    return np.where(k > 1.0, admit_of(np.maximum(k, 1.0)), single)
+    return k * np.asarray(prefill_s, dtype=float) if admit_of is None else admit_of(k)
 
 
 def solve_batch(rate_per_rank: Column, osl: float, step_of: StepOf, slots: Column, interference: Column = 0.0

@@ -19,6 +19,7 @@ from paraplan.arrays import Column
 from paraplan.cost_models.inference_step import Sharding, WeightPrecision
 from paraplan.cost_models.serving import (
     EngineTraits,
+    admission_ranks,
     engine_decode_s,
     engine_memory,
     kv_bytes_per_sequence,
@@ -104,6 +105,9 @@ class WorkerCosts:
     """Mean prompt tokens the chunks are cut from."""
     step_overhead_s: float
     """The engine's step overhead, which each chunk step takes."""
+    admission_ranks: np.ndarray
+    """Attention-DP ranks whose admissions a step waits for [S]: the worker's dp, or 1 where the engine balances them
+    (``serving.admission_ranks``)."""
     kv_transfer_s: np.ndarray
     """One prompt's KV cache from this worker to a decode worker [S]."""
     fits: np.ndarray
@@ -165,6 +169,7 @@ def worker_costs(setup: ServingSetup, shard: Sharding, *, max_model_len: int, ch
     return WorkerCosts(shard=shard, chunks=chunks, prefill_s=np.broadcast_to(prefill, (s,)).astype(float),
                        decode_grid_s=decode, chunk_tokens=tokens, chunk_grid_s=_chunks_s(setup, shard, tokens),
                        isl=isl, step_overhead_s=setup.engine.step_overhead_s,
+                       admission_ranks=np.broadcast_to(admission_ranks(setup.engine, shard), (s,)).astype(float),
                        kv_transfer_s=np.broadcast_to(transfer, (s,)).astype(float),
                        fits=np.stack([c[0] for c in caps], axis=1), memory_frac=np.stack([c[1] for c in caps], axis=1))
 
@@ -201,10 +206,12 @@ def admit_s(costs: WorkerCosts, index: np.ndarray, chunk: np.ndarray, prompts: C
     chunk column ``chunk``, its chunks interpolated on the chunk grid."""
     budget = np.asarray(costs.chunks, dtype=float)[np.asarray(chunk)]
     return mixed_admission_s(prompts, costs.isl, budget, lambda tokens: _chunk_s(costs, index, tokens),
-                             costs.prefill_s[np.asarray(index)], costs.step_overhead_s)
+                             costs.prefill_s[np.asarray(index)], costs.step_overhead_s,
+                             costs.admission_ranks[np.asarray(index)])
 
 
 def exact_admit_s(setup: ServingSetup, shard: Sharding, chunk: int, prompts: np.ndarray) -> np.ndarray:
     """The admission of ``prompts`` prompts a step priced directly at ``chunk`` max batched tokens (the plans shown)."""
     engine = replace(setup.engine, max_batched_tokens=chunk)
-    return mixed_prefill_s(setup.model, setup.cluster, engine, setup.precision, shard, setup.isl, prompts)
+    return mixed_prefill_s(setup.model, setup.cluster, engine, setup.precision, shard, setup.isl, prompts,
+                           admission_ranks(setup.engine, shard))
