@@ -19,6 +19,17 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}"
 
 
+def _slices_table(slices: list[dict]) -> Table:
+    """Median |error| per engine, mode and dense/MoE, in sample and with each model left out."""
+    table = Table(title="by slice: median |error| %, in sample and with each model left out")
+    for column in ("slice", "rows", "TPOT", "TPOT model out", "TTFT", "TTFT model out"):
+        table.add_column(column, justify="left" if column == "slice" else "right", no_wrap=True)
+    for s in slices:
+        table.add_row(s["slice"], str(s["rows"]), _pct(s["tpot_median_err"]), _pct(s["tpot_median_err_model_out"]),
+                      _pct(s["ttft_median_err"]), _pct(s["ttft_median_err_model_out"]))
+    return table
+
+
 def serving_validation(console: Console, document: dict) -> None:
     """Rows, coverage and median / p90 |error| of TPOT and TTFT per group, then held-out figures and reasons."""
     table = Table(title="serving: predicted vs measured TPOT and TTFT (|error| %)")
@@ -29,6 +40,8 @@ def serving_validation(console: Console, document: dict) -> None:
                       _pct(g["tpot_median_err"]), _pct(g["tpot_p90_err"]), _pct(g["ttft_median_err"]),
                       _pct(g["ttft_p90_err"]))
     console.print(table)
+    if document.get("slices"):
+        console.print(_slices_table(document["slices"]))
     for label, scores in document["held_out"].items():
         console.print(f"held out, {label}: TPOT median {_pct(scores['tpot_median_err'])} %, "
                       f"TTFT median {_pct(scores['ttft_median_err'])} %")

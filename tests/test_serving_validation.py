@@ -88,11 +88,31 @@ def test_table_has_one_row_per_engine_gpu_mode(report):
 def test_accuracy_does_not_regress(report):
     """Bounds at the accuracy reached when this was written (docs/serving.md), so a change that loses accuracy fails."""
     overall = report.table[report.table["backend"] == "all"].iloc[0]
-    assert overall["tpot_median_err"] <= 0.21
-    assert overall["ttft_median_err"] <= 0.43
-    for tpot, ttft in report.held_out.values():
-        assert np.isfinite(tpot) and tpot <= 0.24
-        assert np.isfinite(ttft) and ttft <= 0.48
+    assert overall["tpot_median_err"] <= 0.20  # 19.0% (issue 32's mechanisms, docs/serving.md)
+    assert overall["ttft_median_err"] <= 0.40  # 38.4%
+    for tpot, ttft in report.held_out.values():  # by model 20.4 / 43.7%, by GPU 18.9 / 39.7%
+        assert np.isfinite(tpot) and tpot <= 0.22
+        assert np.isfinite(ttft) and ttft <= 0.46
+
+
+def test_slices_partition_the_rows_and_name_the_issue_32_breakdowns(report):
+    slices = {s["slice"]: s for s in report.slices}
+    rows = {label: s["rows"] for label, s in slices.items()}
+    assert rows["vllm"] + rows["sglang"] + rows["trtllm"] == 5221
+    assert rows["aggregated"] + rows["disaggregated, worker counts stated"] \
+        + rows["disaggregated, worker counts not stated"] == 5221
+    assert rows["dense models"] + rows["MoE models"] == 5221
+    assert rows["aggregated"] == 3619 and rows["disaggregated, worker counts stated"] == 274
+    for s in report.slices:
+        assert 0.0 < s["tpot_median_err"] < 1.0 and 0.0 < s["ttft_median_err_model_out"] < 1.0
+
+
+@pytest.mark.xfail(strict=True, reason="issue 32: disaggregated rows that state their worker counts, TPOT median "
+                                       "<= 15%; 15.7% since TRT-LLM's fitted step overhead moved 1.5 -> 1.0 ms (a "
+                                       "near tie of the fit: 13.7% at 1.5 ms)")
+def test_issue_32_disaggregated_rows_with_worker_counts(report):
+    stated = next(s for s in report.slices if s["slice"] == "disaggregated, worker counts stated")
+    assert stated["tpot_median_err"] <= 0.15
 
 
 def test_llama70b_fp8_h200_trtllm_tpot_across_tensor_parallel_sizes(shipped):

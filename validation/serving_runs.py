@@ -498,6 +498,36 @@ def summarise(predicted: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame.from_records(records)
 
 
+def moe_rows(rows: pd.DataFrame, folder: Path) -> np.ndarray:
+    """Per row: whether its model (its config.json in ``folder``) is a mixture of experts."""
+    flags = {}
+    for repo in rows["model_path"].unique():
+        path = _config_path(folder, repo)
+        flags[repo] = bool(path.is_file() and load_model(str(path)).is_moe)
+    return rows["model_path"].map(flags).to_numpy(dtype=bool)
+
+
+def slice_masks(rows: pd.DataFrame, moe: np.ndarray) -> dict[str, np.ndarray]:
+    """The slices issue 32 states targets for: each engine, aggregated rows, disaggregated rows with and without
+    their worker counts, dense and MoE models."""
+    disagg = (rows["mode"] == "disagg").to_numpy()
+    stated = disagg & rows["prefill_num_workers"].notna().to_numpy() & rows["decode_num_workers"].notna().to_numpy()
+    engines = {str(e): (rows["backend"] == e).to_numpy() for e in sorted(rows["backend"].unique())}
+    return {**engines, "aggregated": ~disagg, "disaggregated, worker counts stated": stated,
+            "disaggregated, worker counts not stated": disagg & ~stated, "dense models": ~moe, "MoE models": moe}
+
+
+def slice_summary(predicted: pd.DataFrame, held: pd.DataFrame, moe: np.ndarray) -> list[dict[str, Any]]:
+    """Per slice (``slice_masks``): rows and median |error| of TPOT and TTFT in sample and with each model left out
+    (``held``: :func:`held_out` by model_path, the same rows in the same order)."""
+    ttft, tpot = relative_errors(predicted)
+    held_ttft, held_tpot = relative_errors(held)
+    return [{"slice": label, "rows": int(mask.sum()), "tpot_median_err": _stats(tpot[mask])[0],
+             "ttft_median_err": _stats(ttft[mask])[0], "tpot_median_err_model_out": _stats(held_tpot[mask])[0],
+             "ttft_median_err_model_out": _stats(held_ttft[mask])[0]}
+            for label, mask in slice_masks(predicted, moe).items()]
+
+
 def uncovered_reasons(predicted: pd.DataFrame) -> pd.Series:
     """How many rows are not covered, per reason."""
     return predicted.loc[predicted["reason"] != "", "reason"].value_counts()
@@ -524,6 +554,9 @@ class ServingValidation:
     """Per scheme (leave one model out, leave one GPU out): median |error| of (TPOT, TTFT) over all covered rows."""
     uncovered: dict[str, int]
     """Rows not covered, per reason."""
+    slices: list[dict[str, Any]]
+    """Per engine, mode (disaggregated split by whether the row states its worker counts) and dense/MoE: rows and
+    median |error| of TPOT and TTFT, in sample and with each model left out (``slice_summary``)."""
     source: str
     """Where the rows come from: their ``source`` and ``licence`` columns, else the file read."""
 
@@ -543,14 +576,17 @@ def validate_serving(path: str | Path | None = None) -> ServingValidation:
         rows = load_measurements(folder)
         grid = overhead_grid(rows, folder)
         source = _rows_source(rows, folder)
+        moe = moe_rows(grid.rows, folder)
     constants = fit_constants(grid, np.ones(len(grid.rows), dtype=bool))
     predicted = apply_constants(grid, constants)
-    scores = {}
+    scores, held = {}, {}
     for label, column in (("leave one model out", "model_path"), ("leave one GPU out", "system")):
-        ttft, tpot = relative_errors(held_out(grid, column))
+        held[column] = held_out(grid, column)
+        ttft, tpot = relative_errors(held[column])
         scores[label] = (_stats(tpot)[0], _stats(ttft)[0])
     return ServingValidation(constants=constants, table=summarise(predicted), held_out=scores,
-                             uncovered=uncovered_reasons(predicted).to_dict(), source=source)
+                             uncovered=uncovered_reasons(predicted).to_dict(),
+                             slices=slice_summary(predicted, held["model_path"], moe), source=source)
 
 
 def _plain(value: float) -> float | None:
@@ -572,4 +608,6 @@ def validation_document(report: ServingValidation) -> dict[str, Any]:
             "constants": {"step_overhead_s": c.step_overhead_s, "request_overhead_s": c.request_overhead_s,
                           "benchmark_waves": _plain(c.waves), "fitted_rows": c.fitted_rows},
             "uncovered": report.uncovered,
+            "slices": [{key: (_plain(value) if isinstance(value, float) else value) for key, value in row.items()}
+                       for row in report.slices],
             "source": report.source}
