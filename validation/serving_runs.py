@@ -38,7 +38,7 @@ from paraplan.cost_models.serving import (
     running_capacity,
     weight_precision,
 )
-from paraplan.cost_models.serving_kernel_source import serving_kernels
+from paraplan.cost_models.serving_kernel_source import serving_kernels, table_modes
 from paraplan.cost_models.serving_kernels import ServingKernels
 from paraplan.errors import InputError
 from paraplan.files import decode_user_text, one_line, read_user_bytes
@@ -215,10 +215,9 @@ def _deployment_kernels(store: Path, hardware: str, engine: str, version: str, m
     overhead); the quantization of each term as ``weight_precision`` resolves it."""
     kv_dtype = _kv_dtype(engine, gemm_mode)
     prec = weight_precision(model, gemm_mode, moe_mode, kv_dtype)
-    dense_mode = "fp8" if model.is_moe and gemm_mode == "nvfp4" else gemm_mode
-    return serving_kernels(store, hardware, engine=engine, version=version, model=model, dense_mode=dense_mode,
-                           attention_mode="bf16" if prec.attention_bytes == 2.0 else dense_mode, moe_mode=moe_mode,
-                           kv_dtype=kv_dtype)
+    dense, attention, experts = table_modes(model, gemm_mode, moe_mode, prec.attention_bytes == 2.0)
+    return serving_kernels(store, hardware, engine=engine, version=version, model=model, dense_mode=dense,
+                           attention_mode=attention, moe_mode=experts, kv_dtype=kv_dtype)
 
 
 def _with_kernels(cluster: ClusterSpec, store: Path | None, rows: pd.DataFrame, model: ModelSpec, gemm_mode: str,
