@@ -31,6 +31,7 @@ import pandas as pd
 from paraplan.cost_models.kernel_source import _cache_path, _load, _mark_none, _save
 from paraplan.cost_models.kernel_tables import KernelTable, build_table
 from paraplan.cost_models.serving_kernels import ServingKernels
+from paraplan.measurements.ingest.aiconfigurator_tables import MLA_SHAPE
 from paraplan.measurements.kernel_rows import store_version
 from paraplan.measurements.store import _read_sql
 from paraplan.model_specs.model_spec import ModelSpec
@@ -42,7 +43,7 @@ MOE_DISTRIBUTIONS = ("power_law_1.01", "balanced")
 COLUMNS = {
     "gemm": ("m", "n", "k"),
     "attention": ("pass", "batch", "seq_len", "prefix", "kv_len", "heads", "kv_heads", "head_dim", "window",
-                  "kv_dtype"),
+                  "kv_dtype", "mla", *MLA_SHAPE),
     "moe": ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size",
             "distribution"),
     "collective": ("size_bytes", "group_size", "domain", "kernel"),
@@ -151,16 +152,31 @@ def _moe_tables(store: Path, hardware: str, engine: str, version: str, mode: str
     return {}, ""
 
 
+def _mla_rows(frame: pd.DataFrame, model: ModelSpec) -> pd.Series:
+    """Which attention rows a model's attention kernel is: MLA rows of its latent shape for an MLA model (keyed by
+    (heads, 1): every query head of a GPU attends to the one latent KV head), else the standard rows of its head dim
+    without a window."""
+    mla = frame["mla"] == 1
+    if not model.is_mla:
+        return ~mla & (frame["head_dim"] == model.head_dim) & (frame["window"] == 0)
+    shape = {"kv_lora_rank": model.kv_lora_rank, "qk_nope_head_dim": model.qk_nope_head_dim,
+             "qk_rope_head_dim": model.qk_rope_head_dim, "v_head_dim": model.v_head_dim}
+    return mla & np.logical_and.reduce([frame[key] == value for key, value in shape.items()])
+
+
 def _attention_tables(store: Path, hardware: str, engine: str, version: str, model: ModelSpec, kv_dtype: str,
                       decode: bool) -> tuple[dict[tuple[int, int], KernelTable], str]:
-    """Decode or prefill attention tables for the model's head dim and KV dtype (no window, no cached prefix), by
-    (heads, KV heads) per GPU: decode over (sequences, keys per sequence), prefill over (sequences, new tokens)."""
+    """Decode or prefill attention tables for the model's attention kernel (``_mla_rows``) and KV dtype (no cached
+    prefix), by (heads, KV heads) per GPU: decode over (sequences, keys per sequence), prefill over (sequences, new
+    tokens)."""
     frame = rows(store, hardware, "attention")
     if frame.empty:
         return {}, ""
     length = "kv_len" if decode else "seq_len"
-    frame = frame[(frame["pass"] == ("decode" if decode else "forward")) & (frame["head_dim"] == model.head_dim)
-                  & (frame["window"] == 0) & (frame["kv_dtype"] == kv_dtype)]
+    frame = frame[(frame["pass"] == ("decode" if decode else "forward")) & _mla_rows(frame, model)
+                  & (frame["kv_dtype"] == kv_dtype)]
+    if model.is_mla:
+        frame = frame.assign(kv_heads=1)
     if not decode:
         frame = frame[frame["prefix"] == 0]
     mine = pick_version(frame[frame["engine"] == engine], version)
@@ -172,7 +188,8 @@ def _attention_tables(store: Path, hardware: str, engine: str, version: str, mod
     tables = {(int(h), int(kv)): _table("attention", ("batch", length), part, f"{hardware} attention h{h} kv{kv}",
                                         exponents_above=(1.0, 1.0 if decode else 2.0))
               for (h, kv), part in chosen.groupby(["heads", "kv_heads"])}
-    return tables, _describe(chosen, "decode attention" if decode else "prefill attention")
+    what = ("MLA " if model.is_mla else "") + ("decode attention" if decode else "prefill attention")
+    return tables, _describe(chosen, what)
 
 
 def _all_reduce_tables(store: Path, hardware: str, engine: str, version: str) -> tuple[tuple[KernelTable, ...], str]:
@@ -266,15 +283,16 @@ class DeploymentTables:
         return tuple(sorted(found, key=version_key))
 
 
-SERVING_TABLE_RULES_VERSION = 1
+SERVING_TABLE_RULES_VERSION = 2
 """Part of every cached deployment's key: raise it when the choice or the building of a serving table changes."""
 
 
 def _shape_key(model: ModelSpec) -> list[Any]:
     """The model's numbers the tables are chosen by (attention head dim and kind; the routed experts' shape)."""
     experts = [model.hidden_size, model.expert_ffn_size, model.experts_per_token, model.num_experts]
+    latent = [model.kv_lora_rank, model.qk_nope_head_dim, model.qk_rope_head_dim, model.v_head_dim]
     return [model.head_dim, model.is_mla, bool(model.indexer_params), model.is_moe,
-            *(experts if model.is_moe else [0] * len(experts))]
+            *(experts if model.is_moe else [0] * len(experts)), *(latent if model.is_mla else [])]
 
 
 def _flatten(fields: dict[str, Any]) -> dict[str, KernelTable]:
@@ -351,6 +369,6 @@ def deployment_tables(store: Path, hardware: str, *, engine: str, version: str, 
 
 def _unpriced_terms(model: ModelSpec) -> set[str]:
     """Terms ``serving_kernels`` never prices for ``model`` whatever the store holds: MLA's low-rank projections and
-    a sparse-attention indexer's, and MLA or DSA attention cores, stay analytical (serving_kernels.py)."""
+    a sparse-attention indexer's, and DSA attention cores, stay analytical (serving_kernels.py)."""
     skip = {"attention projections"} if model.is_mla or model.indexer_params else set()
-    return skip | ({"decode attention", "prefill attention"} if model.is_mla or model.mixers.index_topk else set())
+    return skip | ({"decode attention", "prefill attention"} if model.mixers.index_topk else set())

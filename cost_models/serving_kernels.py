@@ -3,9 +3,9 @@
 A :class:`ServingKernels` holds the tables one deployment's kernels were measured in (NVIDIA aiconfigurator's per-op
 database for one GPU, engine, engine version and quantization; ``cost_models.serving_kernel_source`` picks them from
 the profile store). ``ClusterSpec.serving_kernels`` carries it and ``inference_step.step_time`` reads it: each term a
-table covers (a weight GEMM's shape, a layer's routed experts, the attention core of full-attention layers, the TP
-all-reduce) takes the table's seconds, every other term keeps the analytical roofline. Each function here returns
-(seconds, covered) per query, seconds NaN where not covered; nothing falls back silently.
+table covers (a weight GEMM's shape, a layer's routed experts, the attention core of full-attention layers, MLA's
+included, the TP all-reduce) takes the table's seconds, every other term keeps the analytical roofline. Each function
+here returns (seconds, covered) per query, seconds NaN where not covered; nothing falls back silently.
 
 Shapes are per GPU, as the engines' collectors measured them: a GEMM of m tokens by a linear layer's [n, k] shard,
 attention over the heads and KV heads one attention-TP rank holds, the MoE layer of one rank under moe_tp x moe_ep
@@ -42,7 +42,8 @@ class ServingKernels:
     moe: dict[ShardKey, KernelTable] = field(default_factory=dict)
     """One MoE layer's routed experts for the model's expert shape, by (moe_tp, moe_ep), over tokens entering it."""
     decode_attention: dict[HeadsKey, KernelTable] = field(default_factory=dict)
-    """Decode attention for the model's head dim and KV dtype, no window, over (sequences, keys per sequence)."""
+    """Decode attention for the model's head dim and KV dtype, no window (an MLA model: the MLA kernel of its latent
+    shape, keyed (heads, 1)), over (sequences, keys per sequence)."""
     prefill_attention: dict[HeadsKey, KernelTable] = field(default_factory=dict)
     """Causal prefill attention, no cached prefix, over (sequences, new tokens per sequence)."""
     all_reduce: tuple[KernelTable, ...] = ()
@@ -130,14 +131,19 @@ def experts_s(kernels: ServingKernels, moe_tokens: Column, moe_tp: Column, moe_e
 
 
 def heads_per_gpu(model: ModelSpec, tp: Column) -> tuple[np.ndarray, np.ndarray]:
-    """(query heads, KV heads) one attention-TP rank holds (KV heads replicated once tp exceeds them)."""
+    """(query heads, KV heads) one attention-TP rank holds (KV heads replicated once tp exceeds them); under MLA the
+    one latent KV head every rank holds whole, as aiconfigurator's MLA tables are keyed."""
     tp = np.asarray(tp, dtype=float)
+    if model.is_mla:
+        return model.num_heads / tp, np.ones_like(tp)
     return model.num_heads / tp, np.maximum(model.num_kv_heads / tp, 1.0)
 
 
 def _attention_ok(model: ModelSpec) -> bool:
-    """Tables price the full-attention layers of standard multi-head or grouped-query attention."""
-    return not (model.is_mla or model.mixers.index_topk)
+    """Tables price the full-attention layers of multi-head, grouped-query or multi-head latent attention (whose
+    tables ``serving_kernel_source`` picks from MLA rows of the model's latent shape), not a sparse-attention
+    indexer's top-k attention."""
+    return not model.mixers.index_topk
 
 
 def _per_batch_s(table: dict[HeadsKey, KernelTable], model: ModelSpec, tp: Column, sequences: Column,

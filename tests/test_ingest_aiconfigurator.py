@@ -178,7 +178,7 @@ def database(tmp_path: Path) -> Path:
     table(tmp_path, "h100_sxm/gemm/vllm/0.24.0/gemm_perf", gemm_rows())
     table(tmp_path, "a100_sxm/comm/nccl/2.27.3/nccl_perf", [nccl_row()])
     table(tmp_path, "b60/gemm/vllm/0.20.0/gemm_perf", gemm_rows())
-    table(tmp_path, "h100_sxm/mla/trtllm/1.3.0rc20/context_mla_perf", [{"latency": 1.0}])
+    table(tmp_path, "h100_sxm/mla_bmm/trtllm/1.3.0rc20/mla_bmm_perf", [{"latency": 1.0}])
     (tmp_path / "systems/data/h100_sxm/gemm/vllm/0.24.0/collection_meta.yaml").write_text("schema_version: 1\n")
     return tmp_path / "systems" / "data"
 
@@ -188,7 +188,7 @@ def test_gpu_names_and_notes(tmp_path, pyarrow):
     assert source.kind == "aiconfigurator" and source.num_files == 2
     assert sorted(f.hardware for f in source.files()) == ["a100-sxm-80gb", "h100-sxm"]
     assert any("b60" in note and "no GPU in paraplan's catalog" in note for note in source.notes)
-    assert any("h100_sxm/mla" in note and "context_mla_perf" in note for note in source.notes)
+    assert any("h100_sxm/mla_bmm" in note and "mla_bmm_perf" in note for note in source.notes)
 
 
 def test_hardware_selects_and_op_filters(tmp_path, pyarrow):
@@ -206,7 +206,7 @@ def test_cli_ingest_notes_spelling_and_idempotence(tmp_path, pyarrow):
     first = runner.invoke(app, ["ingest", "aiconfigurator", str(data), "--store", str(store)])
     assert first.exit_code == 0, first.output
     assert "h100-sxm" in first.output and "a100-sxm-80gb" in first.output
-    assert "context_mla_perf" in first.stderr and "b60" in first.stderr
+    assert "mla_bmm_perf" in first.stderr and "b60" in first.stderr
     assert count_rows(store) == len(gemm_rows()) + 1
     again = runner.invoke(app, ["ingest", "--kind", "aiconfigurator", str(data), "--store", str(store)])
     assert again.exit_code == 0 and again.output.count("already stored") == 2

@@ -6,9 +6,9 @@ A PATH is the wheel (read as a zip, never extracted), a ``systems/data`` folder,
 folder below it) or one parquet table in that layout. Each table is one file of the store (keyed by the SHA-256 of
 its bytes): :class:`TableRows`, the column form ``ingest`` writes without an object per row, whose ``parsed_file`` is
 the same rows as a :class:`ParsedFile` of Measurements. The ``<system>`` folder names the GPU (``SYSTEMS``); the
-rows' ``framework`` and ``version`` columns name the stack. Tables paraplan does not read yet (MLA, Mamba, GDN, KDA,
-encoder, DeepEP, ...) and systems the catalog lacks are left out, each folder with a note. The per-folder
-``collection_meta.yaml`` is not read: the rows carry what it says.
+rows' ``framework`` and ``version`` columns name the stack. Tables paraplan does not read yet (MLA's BMMs, module and
+wide-EP tables, Mamba, GDN, KDA, encoder, DeepEP, ...) and systems the catalog lacks are left out, each folder with a
+note. The per-folder ``collection_meta.yaml`` is not read: the rows carry what it says.
 
 What each table's columns mean and the records they become: measurements/ingest/aiconfigurator_tables.py.
 """

@@ -12,6 +12,11 @@ The records (``time_s``: the row's ``latency`` in seconds; ``line``: the 1-based
 - ``generation_attention_perf``: kind ``attention``, name the kernel; ``pass`` ``decode``, ``batch``, ``kv_len``
   (keys one decode step attends to per sequence), ``heads``, ``kv_heads``, ``head_dim``, ``window``, ``dtype``,
   ``kv_dtype``, ``stack``.
+- ``context_mla_perf`` and ``generation_mla_perf`` (multi-head latent attention's core, DeepSeek-V3's shape): kind
+  ``attention`` with ``mla`` 1, name the kernel; as the two tables above but without ``kv_heads``, ``head_dim`` and
+  ``window`` (``pass`` ``forward`` with ``causal``, ``seq_len`` and ``prefix``, or ``decode`` with ``kv_len``;
+  ``batch``, ``heads``, ``dtype``, ``kv_dtype``, ``stack``), and the latent shape the collectors fix:
+  ``kv_lora_rank`` 512, ``qk_nope_head_dim`` 128, ``qk_rope_head_dim`` 64, ``v_head_dim`` 128.
 - ``nccl_perf`` and ``custom_allreduce_perf``: kind ``collective``, name paraplan's collective (``all_reduce``,
   ``all_gather``, ``reduce_scatter``, ``all_to_all``) or ``custom_all_reduce``; ``size_bytes`` (the whole buffer),
   ``group_size``, ``domain`` (``intra`` within one NVLink domain, else ``inter``), ``dtype``, ``kernel`` (the
@@ -35,6 +40,14 @@ commit 095f58a; the 0.12.0 wheel ships the loader compiled from aic-core's Rust,
   ``step = input_len`` (collect_attn.py lines 103-108 and 332-334; TensorRT-LLM's collector caches ``input_len``
   tokens and decodes one, collector/trtllm/collect_attn.py lines 297-324 and 414-420), and the loader keys the row
   by ``isl + step`` (attention.rs line 14, "kv_seq_tokens = isl + step", and line 639).
+- MLA attention (``context_mla_perf``, ``generation_mla_perf``): ``num_heads`` are the query heads ONE GPU runs (the
+  collectors time ``num_heads // tp_size`` local heads of a 64- or 128-head model and write that local count,
+  collector/sglang/collect_mla.py ``run_mla`` and collector/trtllm/collect_mla.py, so ``tp_size`` is not read), all
+  sharing one latent KV head; ``isl`` and ``step`` as in the attention tables above (the context kernel runs ``isl``
+  new tokens, ``step`` 0; the decode kernel one token after ``step`` cached ones). Both collectors build
+  DeepSeek-V3's MLA: ``KV_LORA_RANK`` 512, ``QK_NOPE_HEAD_DIM`` 128, ``QK_ROPE_HEAD_DIM`` 64, values of 128 before
+  absorption (collect_mla.py module constants); ``mla_dtype`` is the attention math's dtype. The projections around
+  the kernel (``mla_bmm_perf``, the module tables) are not these rows.
 - NCCL ``message_size``: ELEMENTS of ``nccl_dtype``: nccl-tests' byte size divided by 2 for ``half`` and 1 for
   ``int8`` (collector/network/collect_nccl.py lines 48 and 107); nccl-tests' size is the whole buffer (the gathered
   output for all-gather). Its ``version`` column is the NCCL version that ran (lines 45-46 and 112) and its
@@ -62,6 +75,7 @@ from paraplan.measurements.ingest.records import Measurement
 READ_KINDS = ("gemm", "attention", "collective", "moe")
 """The measurement kinds the tables paraplan reads become (``--op``)."""
 TABLES = {"gemm_perf": "gemm", "context_attention_perf": "attention", "generation_attention_perf": "attention",
+          "context_mla_perf": "attention", "generation_mla_perf": "attention",
           "nccl_perf": "collective", "custom_allreduce_perf": "collective", "moe_perf": "moe"}
 """The tables paraplan reads -> the measurement kind their rows become."""
 MAX_DIM = 1 << 24
@@ -86,10 +100,16 @@ COLLECTIVE_NAMES = {"all_reduce": "all_reduce", "all_gather": "all_gather", "red
 """aiconfigurator's ``op_name`` of an NCCL row -> paraplan's collective name (cost_models/collectives.py)."""
 _ATTENTION = ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "attn_dtype", "kv_cache_dtype",
               "latency")
+_MLA = ("batch_size", "isl", "num_heads", "mla_dtype", "kv_cache_dtype", "latency")
+MLA_SHAPE = {"kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128}
+"""The latent shape aiconfigurator's MLA collectors time (DeepSeek-V3's; collector/sglang/collect_mla.py and
+collector/trtllm/collect_mla.py constants), kept on every MLA row so a model of another shape matches none."""
 _REQUIRED = {
     "gemm_perf": ("gemm_dtype", "m", "n", "k", "latency"),
     "context_attention_perf": _ATTENTION,
     "generation_attention_perf": (*_ATTENTION, "step"),
+    "context_mla_perf": _MLA,
+    "generation_mla_perf": (*_MLA, "step"),
     "nccl_perf": ("op_name", "nccl_dtype", "num_gpus", "message_size", "latency"),
     "custom_allreduce_perf": ("allreduce_dtype", "num_gpus", "message_size", "latency"),
     "moe_perf": ("moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
@@ -322,6 +342,24 @@ def _generation_attention(t: _Columns) -> dict[str, Param]:
     return {"pass": "decode", "kv_len": t.whole("isl", 1, MAX_DIM) + t.whole("step", 0, MAX_DIM), **_attention(t)}
 
 
+def _mla(t: _Columns) -> dict[str, Param]:
+    """The shape both MLA tables share: local query heads over one latent KV head (module docstring)."""
+    t.whole("beam_width", 1, 1, default=1)
+    return {"mla": 1, **MLA_SHAPE, "batch": t.whole("batch_size", 1, MAX_DIM),
+            "heads": t.whole("num_heads", 1, MAX_DIM), "dtype": t.dtype("mla_dtype"),
+            "kv_dtype": t.dtype("kv_cache_dtype"), "stack": t.stack()}
+
+
+def _context_mla(t: _Columns) -> dict[str, Param]:
+    return {"pass": "forward", "causal": 1, "seq_len": t.whole("isl", 1, MAX_DIM),
+            "prefix": t.whole("step", 0, MAX_DIM, default=0), **_mla(t)}
+
+
+def _generation_mla(t: _Columns) -> dict[str, Param]:
+    # One new token after `step` cached ones, as generation attention (collect_mla.py: isl 1, step input_len).
+    return {"pass": "decode", "kv_len": t.whole("isl", 1, MAX_DIM) + t.whole("step", 0, MAX_DIM), **_mla(t)}
+
+
 def _element_bytes(name: str) -> int:
     paraplan_name = DTYPES.get(name.lower(), name.lower())
     if paraplan_name not in ELEMENT_BYTES:
@@ -371,7 +409,8 @@ def _params_and_names(table: str, t: _Columns, domain_gpus: int) -> tuple[dict[s
         params = _collective(t, "allreduce_dtype", domain_gpus, False)
         return params, Texts(np.zeros(t.rows, dtype=np.int64), ["custom_all_reduce"])
     build = {"gemm_perf": _gemm, "context_attention_perf": _context_attention,
-             "generation_attention_perf": _generation_attention, "moe_perf": _moe}[table]
+             "generation_attention_perf": _generation_attention, "context_mla_perf": _context_mla,
+             "generation_mla_perf": _generation_mla, "moe_perf": _moe}[table]
     return build(t), t.names()
 
 
