@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -90,3 +92,19 @@ def assert_bad_input(result, *needles: str) -> str:
     for needle in needles:
         assert needle in lines[0], lines[0]
     return lines[0]
+
+
+def aiconfigurator_wheel() -> Path:
+    """The aiconfigurator-core 0.12.0 wheel $PARAPLAN_AICONFIGURATOR_WHEEL names, with pyarrow to read its tables;
+    the test skips without them, and fails instead under PARAPLAN_REQUIRE_AICONFIGURATOR=1 (CI)."""
+    named = os.environ.get("PARAPLAN_AICONFIGURATOR_WHEEL", "")
+    if importlib.util.find_spec("pyarrow") is None:
+        why = "pyarrow is not installed (pip install 'paraplan[aiconfigurator]')"
+    elif not named or not Path(named).is_file():
+        why = (f"PARAPLAN_AICONFIGURATOR_WHEEL names no file ({named!r}); set it to aiconfigurator_core-0.12.0-*.whl "
+               "(pip download --no-deps aiconfigurator-core==0.12.0)")
+    else:
+        return Path(named)
+    if os.environ.get("PARAPLAN_REQUIRE_AICONFIGURATOR") == "1":
+        pytest.fail(f"PARAPLAN_REQUIRE_AICONFIGURATOR=1 but {why}")
+    pytest.skip(why)

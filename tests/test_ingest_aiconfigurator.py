@@ -18,7 +18,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import assert_bad_input
+from conftest import aiconfigurator_wheel, assert_bad_input
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -342,15 +342,7 @@ def test_op_is_for_databases_only(tmp_path):
 # -- the real wheel -----------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def real_wheel() -> Path:
-    named = os.environ.get("PARAPLAN_AICONFIGURATOR_WHEEL")
-    if not named or not Path(named).is_file() or not HAVE_PYARROW:
-        why = ("pyarrow is not installed" if not HAVE_PYARROW else
-               f"PARAPLAN_AICONFIGURATOR_WHEEL names no file ({named!r}); set it to aiconfigurator_core-0.12.0-*.whl "
-               "(pip download --no-deps aiconfigurator-core==0.12.0)")
-        if REQUIRED:
-            pytest.fail(f"PARAPLAN_REQUIRE_AICONFIGURATOR=1 but {why}")
-        pytest.skip(why)
-    return Path(named)
+    return aiconfigurator_wheel()
 
 
 def member_rows(wheel_path: Path, member: str) -> int:

@@ -9,11 +9,11 @@ torchtitan steps paraplan measured (data/measured/torchtitan_memory_h100.csv).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import aiconfigurator_wheel
 from typer.testing import CliRunner
 
 from paraplan.cli.app import app
@@ -21,15 +21,7 @@ from paraplan.validation.memory_probe import load_probe_rows, predict_probe_step
 
 
 def _wheel() -> Path:
-    named = os.environ.get("PARAPLAN_AICONFIGURATOR_WHEEL", "")
-    if not named or not Path(named).is_file():
-        why = (f"PARAPLAN_AICONFIGURATOR_WHEEL names no file ({named!r}): "
-               "pip download --no-deps aiconfigurator-core==0.12.0")
-        if os.environ.get("PARAPLAN_REQUIRE_AICONFIGURATOR") == "1":
-            pytest.fail(f"PARAPLAN_REQUIRE_AICONFIGURATOR=1 but {why}")
-        pytest.skip(why)
-    pytest.importorskip("pyarrow", reason="reading aiconfigurator's parquet tables needs pyarrow")
-    return Path(named)
+    return aiconfigurator_wheel()
 
 
 @pytest.fixture(scope="module")

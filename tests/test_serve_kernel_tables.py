@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import assert_bad_input
+from conftest import aiconfigurator_wheel, assert_bad_input
 from typer.testing import CliRunner
 
 from paraplan.cli.app import app
@@ -212,25 +212,14 @@ def test_a_pinned_version_prices_as_the_newest_when_it_is_the_one_stored(tmp_pat
 
 
 # -- the real wheel -----------------------------------------------------------------------------------------------
-REQUIRED = os.environ.get("PARAPLAN_REQUIRE_AICONFIGURATOR") == "1"
 
 
 @pytest.fixture(scope="module")
 def h100_store(tmp_path_factory) -> Path:
     """aiconfigurator 0.12's H100 tables (GEMM, attention, collectives, MoE) ingested into a fresh store (~8 s)."""
-    named = os.environ.get("PARAPLAN_AICONFIGURATOR_WHEEL")
-    try:
-        import pyarrow  # noqa: F401
-    except ModuleNotFoundError:
-        named = None
-    if not named or not Path(named).is_file():
-        why = (f"PARAPLAN_AICONFIGURATOR_WHEEL names no file ({named!r}) or pyarrow is missing; set it to "
-               "aiconfigurator_core-0.12.0-*.whl (pip download --no-deps aiconfigurator-core==0.12.0)")
-        if REQUIRED:
-            pytest.fail(f"PARAPLAN_REQUIRE_AICONFIGURATOR=1 but {why}")
-        pytest.skip(why)
+    named = aiconfigurator_wheel()
     store = tmp_path_factory.mktemp("aic") / "store.sqlite"
-    result = invoke("ingest", "aiconfigurator", named, "--hardware", "h100-sxm", "--op",
+    result = invoke("ingest", "aiconfigurator", str(named), "--hardware", "h100-sxm", "--op",
                     "gemm,attention,collective,moe", "--store", str(store))
     assert result.exit_code == 0, result.output
     return store

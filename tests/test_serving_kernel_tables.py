@@ -5,12 +5,11 @@ engine's own kernels beat the roofline (the real aiconfigurator wheel, skipped w
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import make_model
+from conftest import aiconfigurator_wheel, make_model
 
 from paraplan.cost_models.inference_step import GRAPH_KERNEL_OVERHEAD_S, KERNELS_PER_LAYER, Sharding, step_time
 from paraplan.cost_models.kernel_tables import build_table
@@ -149,7 +148,6 @@ def test_version_choice():
 
 
 # -- the real wheel -----------------------------------------------------------------------------------------------
-REQUIRED = os.environ.get("PARAPLAN_REQUIRE_AICONFIGURATOR") == "1"
 TPOT_MARGIN = 0.05
 """The tables must beat the roofline's TPOT median on H200 vLLM aggregated rows by 5 points (measured with
 aiconfigurator-core 0.12.0, constants fitted on these 336 rows: 25.0 % analytical, 12.4 % with the tables)."""
@@ -157,22 +155,12 @@ aiconfigurator-core 0.12.0, constants fitted on these 336 rows: 25.0 % analytica
 
 @pytest.fixture(scope="module")
 def h200_store(tmp_path_factory) -> Path:
-    named = os.environ.get("PARAPLAN_AICONFIGURATOR_WHEEL")
-    try:
-        import pyarrow  # noqa: F401
-    except ModuleNotFoundError:
-        named = None
-    if not named or not Path(named).is_file():
-        why = (f"PARAPLAN_AICONFIGURATOR_WHEEL names no file ({named!r}) or pyarrow is missing; set it to "
-               "aiconfigurator_core-0.12.0-*.whl (pip download --no-deps aiconfigurator-core==0.12.0)")
-        if REQUIRED:
-            pytest.fail(f"PARAPLAN_REQUIRE_AICONFIGURATOR=1 but {why}")
-        pytest.skip(why)
+    named = aiconfigurator_wheel()
     from paraplan.measurements.ingest import open_path
     from paraplan.measurements.store import ingest_all
 
     store = tmp_path_factory.mktemp("aic") / "store.sqlite"
-    source = open_path(Path(named), kind="aiconfigurator", hardware="h200-sxm",
+    source = open_path(named, kind="aiconfigurator", hardware="h200-sxm",
                        ops=("gemm", "attention", "collective", "moe"))
     ingest_all(source.files(), store)
     return store

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import aiconfigurator_wheel
 
 from paraplan.cost_models import serving_kernels as sk
 from paraplan.cost_models.inference_step import (
@@ -28,7 +28,6 @@ from paraplan.cost_models.serving_kernels import ServingKernels
 from paraplan.hardware_profiles import load_cluster
 from paraplan.model_specs.hf_config import load_model
 
-REQUIRED = os.environ.get("PARAPLAN_REQUIRE_AICONFIGURATOR") == "1"
 DEEPSEEK = load_model("deepseek-v3")
 """61 layers of MLA (128 heads, kv_lora_rank 512, qk_nope 128, qk_rope 64, v 128): the collectors' own shape."""
 LAYERS = DEEPSEEK.num_layers
@@ -173,22 +172,12 @@ def test_ingest_reads_mla_tables_as_marked_attention_rows(tmp_path):
 # -- the real wheel ---------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def h200_attention_store(tmp_path_factory) -> Path:
-    named = os.environ.get("PARAPLAN_AICONFIGURATOR_WHEEL")
-    try:
-        import pyarrow  # noqa: F401
-    except ModuleNotFoundError:
-        named = None
-    if not named or not Path(named).is_file():
-        why = (f"PARAPLAN_AICONFIGURATOR_WHEEL names no file ({named!r}) or pyarrow is missing; set it to "
-               "aiconfigurator_core-0.12.0-*.whl (pip download --no-deps aiconfigurator-core==0.12.0)")
-        if REQUIRED:
-            pytest.fail(f"PARAPLAN_REQUIRE_AICONFIGURATOR=1 but {why}")
-        pytest.skip(why)
+    named = aiconfigurator_wheel()
     from paraplan.measurements.ingest import open_path
     from paraplan.measurements.store import ingest_all
 
     store = tmp_path_factory.mktemp("aic-mla") / "store.sqlite"
-    ingest_all(open_path(Path(named), kind="aiconfigurator", hardware="h200-sxm", ops=("attention",)).files(), store)
+    ingest_all(open_path(named, kind="aiconfigurator", hardware="h200-sxm", ops=("attention",)).files(), store)
     return store
 
 
