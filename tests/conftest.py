@@ -83,6 +83,20 @@ def dgx_h100() -> ClusterSpec:
     return load_cluster("dgx-h100", num_nodes=2)
 
 
+@pytest.fixture(scope="module")
+def h100x16() -> ClusterSpec:
+    """Two DGX H100 nodes taken as 16 GPUs."""
+    return load_cluster("dgx-h100", num_gpus=16)
+
+
+@pytest.fixture(scope="module")
+def mixtral() -> ModelSpec:
+    """Mixtral 8x7B: 8 experts, top-2."""
+    from paraplan.model_specs.hf_config import load_model
+
+    return load_model("mixtral-8x7b")
+
+
 def assert_bad_input(result, *needles: str) -> str:
     """Exit 2, exactly one 'error: ...' line on stderr mentioning every needle, no traceback."""
     assert result.exit_code == 2, result.output

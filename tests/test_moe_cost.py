@@ -18,22 +18,11 @@ from paraplan.cost_models.layer import COMM_SM_FRAC, layer_times
 from paraplan.cost_models.memory import layer_activation_bytes_per_token, stored_layer_bytes
 from paraplan.cost_models.moe import expert_imbalance, moe_activation_bytes_per_token, moe_block_times
 from paraplan.cost_models.stages import stage_layout
-from paraplan.hardware_profiles import load_cluster
 from paraplan.measurements.routing import RoutingStats
 from paraplan.model_specs.hf_config import load_model
 from paraplan.planner.job import TrainingJob
 
 SEQ = 4096
-
-
-@pytest.fixture(scope="module")
-def mixtral():
-    return load_model("mixtral-8x7b")
-
-
-@pytest.fixture(scope="module")
-def h100x16():
-    return load_cluster("dgx-h100", num_gpus=16)
 
 
 def _work(model, imbalance=1.0, **kw):

@@ -12,8 +12,6 @@ from paraplan.cost_models.collectives import all_to_all_time_s, collective_time_
 from paraplan.cost_models.compute import analytical_rates
 from paraplan.cost_models.layer import COMM_SM_FRAC, _paired_expert_comm_s, layer_times, unpaired_microbatches
 from paraplan.cost_models.moe import MoETimes, moe_block_times
-from paraplan.hardware_profiles import load_cluster
-from paraplan.model_specs.hf_config import load_model
 from paraplan.planner.job import TrainingJob
 from paraplan.validation.reference import Prediction, breakdown, container_of, grouped_errors
 
@@ -56,16 +54,6 @@ def test_the_forward_experts_wait_for_their_dispatch():
     # A dispatch longer than the backward mlp: slot 2 = max(max(1 + 1, 5) + 1, max(1, 5) + 5) = 10 against 3 s of
     # compute; slots 1 and 3 hide their 5 s combines under 5 s of attention each. Exposed 7 s.
     assert _paired(_moe((1.0, 1.0, 1.0), 5.0), 5.0, 5.0) == pytest.approx(7.0 + COMM_SM_FRAC * 13.0, rel=1e-12)
-
-
-@pytest.fixture(scope="module")
-def mixtral():
-    return load_model("mixtral-8x7b")
-
-
-@pytest.fixture(scope="module")
-def h100x16():
-    return load_cluster("dgx-h100", num_gpus=16)
 
 
 def _work(model, **kw):

@@ -25,11 +25,6 @@ def llama8b():
     return load_model("llama-3.1-8b")
 
 
-@pytest.fixture(scope="module")
-def h100x16():
-    return load_cluster("dgx-h100", num_gpus=16)
-
-
 def _job(model, engine="megatron", seq_len=SEQ, global_batch=GBS, **kw):
     return TrainingJob(model=model, seq_len=seq_len, global_batch=global_batch, engine=engine, **kw)
 

@@ -13,7 +13,7 @@ import pytest
 from paraplan.cost_models.device_memory import usable_capacity_bytes
 from paraplan.cost_models.estimate import ROWS_PER_BLOCK, estimate
 from paraplan.cost_models.table import ConfigTable
-from paraplan.hardware_profiles import load_cluster, quick_cluster
+from paraplan.hardware_profiles import quick_cluster
 from paraplan.model_specs.hf_config import load_model
 from paraplan.planner import search as search_module
 from paraplan.planner.engines import engine_rules
@@ -27,11 +27,6 @@ P2P, GATHER = 0, 2
 @pytest.fixture(scope="module")
 def llama8b():
     return load_model("llama-3.1-8b")
-
-
-@pytest.fixture(scope="module")
-def h100x16():
-    return load_cluster("dgx-h100", num_gpus=16)
 
 
 def _arrays(record, prefix=""):
