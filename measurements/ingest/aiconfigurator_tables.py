@@ -331,15 +331,24 @@ def _attention(t: _Columns) -> dict[str, Param]:
             "kv_dtype": t.dtype("kv_cache_dtype"), "stack": t.stack()}
 
 
-def _context_attention(t: _Columns) -> dict[str, Param]:
+def _context_pass(t: _Columns) -> dict[str, Param]:
     # isl new tokens after `step` cached ones (0 in every collector): see the module docstring.
     return {"pass": "forward", "causal": 1, "seq_len": t.whole("isl", 1, MAX_DIM),
-            "prefix": t.whole("step", 0, MAX_DIM, default=0), **_attention(t)}
+            "prefix": t.whole("step", 0, MAX_DIM, default=0)}
+
+
+def _decode_pass(t: _Columns) -> dict[str, Param]:
+    # A decode step attends to isl + step keys (attention.rs line 639; collect_attn.py lines 103-108 and 332-334;
+    # MLA: collect_mla.py, isl 1 new token after step input_len cached ones).
+    return {"pass": "decode", "kv_len": t.whole("isl", 1, MAX_DIM) + t.whole("step", 0, MAX_DIM)}
+
+
+def _context_attention(t: _Columns) -> dict[str, Param]:
+    return {**_context_pass(t), **_attention(t)}
 
 
 def _generation_attention(t: _Columns) -> dict[str, Param]:
-    # A decode step attends to isl + step keys (attention.rs line 639; collect_attn.py lines 103-108 and 332-334).
-    return {"pass": "decode", "kv_len": t.whole("isl", 1, MAX_DIM) + t.whole("step", 0, MAX_DIM), **_attention(t)}
+    return {**_decode_pass(t), **_attention(t)}
 
 
 def _mla(t: _Columns) -> dict[str, Param]:
@@ -351,13 +360,11 @@ def _mla(t: _Columns) -> dict[str, Param]:
 
 
 def _context_mla(t: _Columns) -> dict[str, Param]:
-    return {"pass": "forward", "causal": 1, "seq_len": t.whole("isl", 1, MAX_DIM),
-            "prefix": t.whole("step", 0, MAX_DIM, default=0), **_mla(t)}
+    return {**_context_pass(t), **_mla(t)}
 
 
 def _generation_mla(t: _Columns) -> dict[str, Param]:
-    # One new token after `step` cached ones, as generation attention (collect_mla.py: isl 1, step input_len).
-    return {"pass": "decode", "kv_len": t.whole("isl", 1, MAX_DIM) + t.whole("step", 0, MAX_DIM), **_mla(t)}
+    return {**_decode_pass(t), **_mla(t)}
 
 
 def _element_bytes(name: str) -> int:
