@@ -3,7 +3,8 @@
     python bench/kernel_tables_accuracy.py --store STORE [--gpu h100-sxm ...]
 
 STORE is a profile store holding kernel tables (``paraplan ingest --kind aiconfigurator WHEEL``, or the training
-suite of ``paraplan profile``). For every reference run on a GPU the store has a 16-bit GEMM table for, and every
+suite of ``paraplan profile``); paraplan's shipped H100 and H200 tables price what it lacks (a path to no file: only
+those). For every reference run on a GPU the store has a 16-bit GEMM table for, and every
 row of paraplan's own H100 probe (data/measured/torchtitan_memory_h100.csv), it prints the analytical
 prediction's error beside the prediction priced with the tables (``--cost-model measured`` on that store). Nothing is
 fitted here: both columns are out of sample for the tables; the analytical column is in sample for the reference
@@ -18,8 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from paraplan.cost_models.kernel_source import training_gemm_table
-from paraplan.cost_models.learned.provider import compute_rates
+from paraplan.cost_models.learned.provider import compute_rates, has_gemm_table
 from paraplan.planner.search import search
 from paraplan.validation.memory_probe import load_probe_rows, predict_probe_step_s
 from paraplan.validation.reference import (
@@ -74,7 +74,7 @@ def main() -> None:
           f"max {frame['analytical'].abs().max():.1%}, tables median {frame['tables'].abs().median():.1%} "
           f"max {frame['tables'].abs().max():.1%}")
     runs = load_reference_runs()
-    gpus = args.gpu or sorted(g for g in runs["gpu"].unique() if training_gemm_table(args.store, g, "bf16"))
+    gpus = args.gpu or sorted(g for g in runs["gpu"].unique() if has_gemm_table(args.store, g, "bf16"))
     runs = runs[runs["gpu"].isin(gpus) & runs["precision"].isin(["bf16", "fp16"])]
     ref = pd.DataFrame([{"group": r["source"], "analytical": _reference_error(r, "analytical", args.store),
                          "tables": _reference_error(r, "measured", args.store)} for _, r in runs.iterrows()])

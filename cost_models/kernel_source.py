@@ -28,7 +28,7 @@ TORCH_LINEAR_KERNELS = ("torch.nn.functional.linear", "sglang_torch_linear")
 """aiconfigurator GEMM kernels that are PyTorch's own linear layer (cuBLAS), as a training step calls it."""
 SIXTEEN_BIT = ("bf16", "fp16")
 GEMM_AXES = ("m", "n", "k")
-TABLE_RULES_VERSION = 2
+TABLE_RULES_VERSION = 3
 """Part of every cache name: raise it when the choice or the building of a table changes, so old caches go unread."""
 
 

@@ -8,8 +8,11 @@ multilinearly in (log2 shape, log seconds), which is exact on grid points and fo
 Physics the table keeps:
 
 - **Monotone.** More work never takes less time: along every axis whose ``monotone`` flag is set, each cell is
-  raised to the largest measured value below it (a running maximum). Measurement noise and a kernel heuristic's
-  worse choice at one shape otherwise make a bigger GEMM look faster than a smaller one. Multilinear
+  lowered to the smallest measured value above it (a running minimum from the largest shape down). A smaller
+  kernel could always run as the larger one on zero-padded operands, so the larger shape's time bounds it; and
+  timing noise is one-sided: a clock dip or a neighbour's interference makes a point slow, never fast (rows 391-395
+  of paraplan's H100 GEMM suite ran at 9-21 TFLOP/s for a few seconds, beside 550 at the shapes around them).
+  Raising dips to the running maximum instead would spread one slow glitch to every larger shape. Multilinear
   interpolation of a grid monotone in each axis is monotone in each axis.
 - **Scaling past the largest measured size.** Above an axis's largest grid line a kernel is saturated and its
   time grows as a power of that axis: GEMM time is linear in m, n and k; causal attention over s new tokens
@@ -72,7 +75,7 @@ def build_table(op: str, axis_names: tuple[str, ...], shapes: np.ndarray, second
     grid = _cell_medians(index, np.log(seconds), tuple(len(p) for p in points))
     for d, flag in enumerate(monotone):
         if flag:
-            grid = _running_max(grid, d)
+            grid = _running_min_from_above(grid, d)
     axes = tuple(TableAxis(name, p, flag, exponent)
                  for name, p, flag, exponent in zip(axis_names, points, monotone, exponents_above, strict=True))
     return KernelTable(op=op, axes=axes, log_seconds=grid, label=label, num_rows=len(seconds))
@@ -91,10 +94,10 @@ def _cell_medians(index: tuple[np.ndarray, ...], values: np.ndarray, shape: tupl
     return grid.reshape(shape)
 
 
-def _running_max(grid: np.ndarray, axis: int) -> np.ndarray:
-    """Each measured cell raised to the largest measured cell below it along ``axis``; unmeasured stay NaN."""
-    raised = np.fmax.accumulate(grid, axis=axis)
-    return np.where(np.isnan(grid), np.nan, raised)
+def _running_min_from_above(grid: np.ndarray, axis: int) -> np.ndarray:
+    """Each measured cell lowered to the smallest measured cell above it along ``axis``; unmeasured stay NaN."""
+    lowered = np.flip(np.fmin.accumulate(np.flip(grid, axis=axis), axis=axis), axis=axis)
+    return np.where(np.isnan(grid), np.nan, lowered)
 
 
 def lookup(table: KernelTable, shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

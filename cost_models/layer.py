@@ -92,6 +92,26 @@ def _dense_mlp_gemms_s(model: ModelSpec, tokens: Column, tp: IntColumn,
     return gemm_time_s(tokens, f * (model.mlp_matrices - 1) / tp, h, rates) + down, down
 
 
+def _alternate_matmuls_s(model: ModelSpec, tokens: Column, tp: IntColumn, rates: ComputeRates) -> np.ndarray:
+    """Forward seconds of the matmuls torchtitan's op-level selective checkpointing reruns in backward: its policy
+    saves every aten.mm output but every second one, counted per layer (memory.alternate_matmul_bytes_per_token),
+    and the attention kernel's output, so the backward reruns the second, fourth and sixth matmuls of wq, wk, wv,
+    wo, w1, w3, w2 (the key and output projections and the up projection w3; w2 where the MLP has two matrices)
+    and the memory-bound ops, not the attention core. MLA layers rerun about half their projections (every other
+    of a different sequence); MoE layers' experts run grouped matmuls the count does not see, priced as saved as
+    the memory model keeps them."""
+    h, f = model.hidden_size, model.ffn_size
+    dense_frac = model.num_dense_layers / model.num_layers
+    second_mlp = gemm_time_s(tokens, f / tp, h, rates) if model.mlp_matrices == 3 else gemm_time_s(tokens, h, f / tp,
+                                                                                                      rates)
+    if model.is_mla:
+        attention = 0.5 * _attention_gemms_s(model, tokens, tp, rates)
+    else:
+        attention = gemm_time_s(tokens, model.kv_width / tp, h, rates) + gemm_time_s(tokens, h, model.q_width / tp,
+                                                                                     rates)
+    return attention + dense_frac * second_mlp
+
+
 def _mla_up_projections_s(model: ModelSpec, tokens: Column, tp: IntColumn, rates: ComputeRates) -> np.ndarray:
     """Forward seconds of MLA's query and key/value up projections (latents to per-head Q, K, V)."""
     if not model.is_mla:
@@ -333,8 +353,10 @@ def layer_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: Compute
     moe_layer_forward = attention_gemms + attention + elementwise + moe.forward_compute_s if moe else 0.0
     moe_layer_backward = 2.0 * (attention_gemms + elementwise) + attention_bwd + moe.backward_compute_s if moe else 0.0
     full_recompute = forward - (dense_frac * down_projection if work.recompute_stops_early else 0.0)
+    selective = attention if work.selective_saves == "attention_core" else \
+        _alternate_matmuls_s(model, tokens, t.tp, rates) + elementwise
     recompute = np.select([t.recompute == 2, t.recompute == 1, t.recompute == 3],
-                          [full_recompute, attention, _module_recompute_s(model, work, tokens, t, rates)], 0.0)
+                          [full_recompute, selective, _module_recompute_s(model, work, tokens, t, rates)], 0.0)
     return LayerTimes(
         forward_compute_s=forward,
         backward_compute_s=backward,

@@ -12,6 +12,7 @@ the training suite (``profile_suite``), so paraplan works without it.
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -257,9 +258,18 @@ def stack_name(torch: ModuleType) -> str:
 def _driver_version() -> str:
     try:
         with open("/proc/driver/nvidia/version", encoding="utf-8") as handle:
-            return handle.readline().split("Kernel Module")[-1].split()[0]
-    except (OSError, IndexError):
+            return driver_version_of(handle.readline())
+    except OSError:
         return "unknown"
+
+
+def driver_version_of(line: str) -> str:
+    """The driver version in the first line of ``/proc/driver/nvidia/version``, the first dotted number after
+    "Kernel Module": ``NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15  ...`` and the open module's
+    ``NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  ...`` (whose word after "Kernel
+    Module" is "for") both give the number; ``unknown`` when there is none."""
+    found = re.search(r"\b\d+\.\d+(?:\.\d+)?\b", line.split("Kernel Module")[-1])
+    return found.group(0) if found else "unknown"
 
 
 def run_profile(settings: ProfileSettings, progress: Callable[[str], None] | None = None) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from paraplan.cost_models.kernel_source import training_gemm_table
 from paraplan.cost_models.kernel_tables import build_table, lookup
 from paraplan.cost_models.learned.provider import compute_rates
 from paraplan.hardware_profiles import load_gpu
+from paraplan.measurements import builtin_kernels
 from paraplan.measurements.ingest.records import Measurement, ParsedFile
 from paraplan.measurements.store import ingest_parsed
 
@@ -57,10 +58,24 @@ def test_an_axis_without_an_exponent_covers_nothing_above_its_largest_line() -> 
     assert seconds[0] == pytest.approx(8.0 * 4.0)  # s² above the largest sequence: twice as long, 4x the time
 
 
-def test_a_dip_in_measured_time_is_raised_to_the_running_maximum_and_duplicates_take_the_median() -> None:
-    shapes = np.array([[1.0], [2.0], [4.0], [4.0], [4.0]])
-    table = build_table("copy", ("bytes",), shapes, np.array([1.0, 0.5, 3.0, 2.0, 10.0]), "x")
-    np.testing.assert_allclose(np.exp(table.log_seconds), [1.0, 1.0, 3.0])  # 0.5 raised to 1.0; median(2, 3, 10)
+def test_a_spike_in_measured_time_is_lowered_to_the_larger_shapes_and_duplicates_take_the_median() -> None:
+    shapes = np.array([[1.0], [2.0], [4.0], [4.0], [4.0], [8.0]])
+    table = build_table("copy", ("bytes",), shapes, np.array([1.0, 5.0, 3.0, 2.0, 10.0, 4.0]), "x")
+    # 5.0 (a glitch) lowered to median(2, 3, 10) = 3.0 above it; 1.0 and 4.0 kept.
+    np.testing.assert_allclose(np.exp(table.log_seconds), [1.0, 3.0, 3.0, 4.0])
+
+
+def test_one_slow_glitch_does_not_spread_to_larger_shapes() -> None:
+    """The H100 suite's (2048, 1024, 4096) GEMM ran at 35 TFLOP/s during a few seconds' glitch; the shapes above it
+    keep their own times (a running maximum raised (8192, 4096, 4096) from 415 to 490 us)."""
+    shapes = np.array(list(itertools.product(GRID, GRID, GRID)), dtype=float)
+    seconds = 2 * shapes.prod(axis=1) / RATE
+    glitch = np.all(shapes == [1024.0, 1024.0, 1024.0], axis=1)
+    seconds[glitch] *= 20.0
+    table = build_table("gemm", ("m", "n", "k"), shapes, seconds, label="glitch")
+    priced, _ = lookup(table, np.array([[2048.0, 4096.0, 4096.0], [1024.0, 1024.0, 1024.0]]))
+    assert priced[0] == pytest.approx(2 * 2048 * 4096 * 4096 / RATE, rel=1e-12)
+    assert priced[1] == pytest.approx(2 * 4096 * 1024 * 1024 / RATE, rel=1e-12)  # the next larger measured shape
 
 
 def test_a_query_touching_an_unmeasured_cell_is_not_covered_and_one_away_from_it_is() -> None:
@@ -133,9 +148,12 @@ def test_measured_rates_price_gemms_from_the_table_and_say_so(tmp_path: Path) ->
     rates = compute_rates("measured", gpu, "bf16", "flash", "pytorch", store)
     assert "measured bf16 GEMM table (h100-sxm" in rates.source
     assert float(gemm_time_s(1024.0, 2048.0, 512.0, rates)) == pytest.approx(2 * 1024 * 2048 * 512 / RATE, rel=1e-12)
+    # The store has no attention table: paraplan's shipped H100 suite prices attention (measured/kernels/README.md).
+    assert "attention: measured causal SDPA table (h100-sxm, backend default on pytorch 2.11.0+cu130)" in rates.source
+    assert rates.attention_table_fn is not None
     plain = compute_rates("auto", gpu, "bf16", "flash", "pytorch", store)
     assert plain.gemm_time_fn is None  # auto does not take the tables yet (COST_MODELS docstring says why)
-    assert dataclasses.replace(rates, gemm_time_fn=None, source=plain.source) == plain
+    assert dataclasses.replace(rates, gemm_time_fn=None, attention_table_fn=None, source=plain.source) == plain
 
 
 def test_measured_cost_model_without_a_table_is_one_line_exit_2(tmp_path: Path) -> None:
@@ -221,7 +239,9 @@ def test_validate_kernel_tables_without_a_store_is_one_line_and_a_store_without_
     assert len(missing.output.strip().splitlines()) == 1
     store = tmp_path / "store.sqlite"
     ingest_parsed(_gemm_file("b", "CutlassFP8ScaledMMLinearKernel", "fp8", 0.5), store)  # no 16-bit table
-    empty = runner.invoke(app, ["validate", "--kernel-tables", str(store)])
+    with pytest.MonkeyPatch.context() as patch:  # without paraplan's shipped tables too
+        patch.setattr(builtin_kernels, "shipped_files", lambda: [])
+        empty = runner.invoke(app, ["validate", "--kernel-tables", str(store)])
     assert empty.exit_code == 0 and "nothing to compare" in empty.output
 
 

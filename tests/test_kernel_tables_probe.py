@@ -1,9 +1,11 @@
-"""paraplan's own H100 probe priced with aiconfigurator's measured H100 GEMM tables (issue 31's first target).
+"""paraplan's own H100 probe priced with aiconfigurator's measured H100 GEMM tables.
 
 Runs against the real aiconfigurator-core 0.12.0 wheel, which CI downloads (.ci/run) and names in
 PARAPLAN_AICONFIGURATOR_WHEEL; without it these tests skip, and under PARAPLAN_REQUIRE_AICONFIGURATOR=1 they fail.
-Nothing here is fitted to the probe: the tables are isolated-kernel timings NVIDIA measured, the probe is
-torchtitan steps paraplan measured (data/measured/torchtitan_memory_h100.csv).
+The store holds only aiconfigurator's GEMMs, so attention comes from paraplan's shipped H100 suite (the measured
+cost model's fallback). Nothing here is fitted to the probe: the tables are isolated-kernel timings, the probe is
+torchtitan steps paraplan measured (data/measured/torchtitan_memory_h100.csv). tests/test_probe_step_time.py
+prices the probe from the shipped tables alone (issue 31's first target).
 """
 
 from __future__ import annotations
@@ -39,23 +41,14 @@ def probe_errors(tmp_path_factory: pytest.TempPathFactory) -> tuple[np.ndarray, 
     return analytical / measured - 1.0, tables / measured - 1.0
 
 
-def test_measured_gemm_tables_halve_the_probe_error(probe_errors: tuple[np.ndarray, np.ndarray]) -> None:
+def test_measured_gemm_tables_cut_the_probe_error_tenfold(probe_errors: tuple[np.ndarray, np.ndarray]) -> None:
     analytical, tables = probe_errors
     assert len(tables) == 14
-    # bench/kernel_tables_accuracy.py: analytical median 36.6% (max 54.2%), tables 17.9% (max 31.5%).
-    assert np.median(np.abs(analytical)) == pytest.approx(0.366, abs=0.01)
-    assert np.median(np.abs(tables)) == pytest.approx(0.179, abs=0.01)
+    # bench/kernel_tables_accuracy.py --store STORE: analytical median 39.0% (max 55.1%), tables 4.0% (max 14.9%).
+    assert np.median(np.abs(analytical)) == pytest.approx(0.390, abs=0.01)
+    assert np.median(np.abs(tables)) == pytest.approx(0.040, abs=0.01)
+    assert np.max(np.abs(tables)) == pytest.approx(0.149, abs=0.01)
     assert np.all(np.abs(tables) < np.abs(analytical))  # every step closer
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 31 target (median <= 10%, none beyond 25%): measured GEMMs give 17.9% (max 31.5%); what remains is "
-    "attention at 8,192 tokens (llama3-1b rows +18-31%, the 2,048-token rows within 9%): the H100 flash fraction "
-    "0.18 was fitted to MosaicML's Triton kernels, and no table of PyTorch SDPA forward and backward on H100 "
-    "exists until 'paraplan profile' runs its training suite on one"))
-def test_probe_step_time_target(probe_errors: tuple[np.ndarray, np.ndarray]) -> None:
-    _, tables = probe_errors
-    assert np.median(np.abs(tables)) <= 0.10 and np.max(np.abs(tables)) <= 0.25
 
 
 def test_validate_reports_each_source_with_the_tables_and_without(tmp_path: Path) -> None:
@@ -68,9 +61,10 @@ def test_validate_reports_each_source_with_the_tables_and_without(tmp_path: Path
     assert result.exit_code == 0, result.output
     summary = json.loads(out.read_text())["kernel_tables"]["summary"]
     mosaic = summary["MosaicML llm-foundry MPT training benchmarks"]
-    # docs/profiling.md: the fitted fractions are in sample for these 70 runs; isolated kernels price them too fast.
+    # docs/profiling.md: the fitted fractions are in sample for these 70 runs; isolated kernels of today's stack price
+    # them too fast: what the fractions fold in (stragglers, framework gaps, an older stack) is no kernel's time.
     assert mosaic["rows"] == 70
     assert mosaic["analytical_median"] == pytest.approx(0.035, abs=0.005)
-    assert mosaic["tables_median"] == pytest.approx(0.286, abs=0.01)
+    assert mosaic["tables_median"] == pytest.approx(0.483, abs=0.01)
     probe = summary["paraplan H100 probe (torchtitan 0.2.2, PyTorch 2.11, 1 GPU; step time)"]
-    assert probe["rows"] == 14 and probe["tables_median"] == pytest.approx(0.179, abs=0.01)
+    assert probe["rows"] == 14 and probe["tables_median"] == pytest.approx(0.040, abs=0.01)

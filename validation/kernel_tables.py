@@ -19,8 +19,7 @@ import numpy as np
 import pandas as pd
 
 from paraplan.cost_models.compute import ComputeRates
-from paraplan.cost_models.kernel_source import training_gemm_table
-from paraplan.cost_models.learned.provider import compute_rates, learned_cluster
+from paraplan.cost_models.learned.provider import compute_rates, has_gemm_table, learned_cluster
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.planner.job import TrainingJob
 from paraplan.validation import serving_runs as sr
@@ -51,11 +50,12 @@ def _measured_rates(store: Path) -> Callable[[TrainingJob, ClusterSpec], Compute
 
 
 def reference_rows(store: Path, analytical: dict[str, Prediction] | None = None) -> list[TableRow]:
-    """The 16-bit reference runs on GPUs the store has a GEMM table for, under both models (``analytical``: the
-    runs' analytical predictions by id where the caller already made them, as ``validate`` has)."""
+    """The 16-bit reference runs on GPUs the store (or paraplan's shipped tables) has a GEMM table for, under both
+    models (``analytical``: the runs' analytical predictions by id where the caller already made them, as
+    ``validate`` has)."""
     runs = load_reference_runs()
     runs = runs[runs["precision"].isin(["bf16", "fp16"])]
-    covered = {gpu for gpu in runs["gpu"].unique() if training_gemm_table(store, gpu, "bf16") is not None}
+    covered = {gpu for gpu in runs["gpu"].unique() if has_gemm_table(store, gpu, "bf16")}
     rows = []
     for _, run in runs[runs["gpu"].isin(covered)].iterrows():
         plain = (analytical or {}).get(run["id"]) or predict_row(run)
@@ -65,8 +65,9 @@ def reference_rows(store: Path, analytical: dict[str, Prediction] | None = None)
 
 
 def probe_rows(store: Path) -> list[TableRow]:
-    """The own H100 probe steps under both models (none when the store has no H100 table)."""
-    if training_gemm_table(store, PROBE_GPU, "bf16") is None:
+    """The own H100 probe steps under both models (none when neither the store nor the shipped tables have an H100
+    table)."""
+    if not has_gemm_table(store, PROBE_GPU, "bf16"):
         return []
     probe = load_probe_rows()
     probe = probe[probe["error"] != "oom"]

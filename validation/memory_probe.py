@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from paraplan.choices import Recompute
-from paraplan.cost_models.estimate import estimate
+from paraplan.cost_models.estimate import EstimateTable, estimate
 from paraplan.hardware_profiles import quick_cluster
 from paraplan.hardware_profiles.units import BYTES_PER_GIB
 from paraplan.model_specs.model_spec import ModelSpec
@@ -95,9 +95,10 @@ def predict_probe_row(row: pd.Series) -> ProbePrediction:
         predicted_params=model.total_params())
 
 
-def predict_probe_step_s(row: pd.Series, cost_model: str = "analytical", store: Path | None = None) -> float:
-    """Paraplan's step time (s) for one probe row, priced by ``cost_model`` (with the profile ``store``'s data for
-    ``learned``, ``auto`` and ``measured``), at the row's configuration as ``predict_probe_row`` builds it."""
+def probe_estimate(row: pd.Series, cost_model: str = "analytical", store: Path | None = None) -> EstimateTable:
+    """Paraplan's estimate for one probe row, priced by ``cost_model`` (with the profile ``store``'s data for
+    ``learned``, ``auto`` and ``measured``; ``measured`` falls back to paraplan's shipped tables), at the row's
+    configuration as ``predict_probe_row`` builds it."""
     from paraplan.cost_models.learned.provider import compute_rates  # the store's readers: only when pricing steps
 
     model, compiled, batch = probe_model(row["shape"]), str(row["compile"]).lower() == "true", int(row["batch"])
@@ -108,7 +109,24 @@ def predict_probe_step_s(row: pd.Series, cost_model: str = "analytical", store: 
     cluster, work = quick_cluster(PROBE_GPU, 1), job.workload()
     rates = compute_rates(cost_model, cluster.gpu, work.precision, work.attention, work.kernel_stack,
                           store if store is not None else Path("absent-store.sqlite"))
-    return float(estimate(model, cluster, work, configs_to_table([config]), rates).step_time_s[0])
+    return estimate(model, cluster, work, configs_to_table([config]), rates)
+
+
+def predict_probe_step_s(row: pd.Series, cost_model: str = "analytical", store: Path | None = None) -> float:
+    """Paraplan's step time (s) for one probe row (``probe_estimate``)."""
+    return float(probe_estimate(row, cost_model, store).step_time_s[0])
+
+
+SPLIT_COLUMNS = ("step_s", "fwd_s", "bwd_s", "clip_s", "opt_s")
+"""Seconds of the whole step and of its parts (empty where the configuration ran out of memory)."""
+
+
+def load_step_split_rows() -> pd.DataFrame:
+    """The probe run again on 2026-11-27 (same GPU, stack and grid) with each step split by CUDA events into the
+    forward with the loss (fwd_s), the backward (bwd_s), gradient clipping (clip_s) and the optimizer step (opt_s)."""
+    text = resources.files("paraplan.data").joinpath("measured/torchtitan_step_split_h100.csv").read_text()
+    frame = pd.read_csv(StringIO(text), keep_default_na=False, na_values={"params": [""]})
+    return frame.assign(**{column: pd.to_numeric(frame[column], errors="coerce") for column in SPLIT_COLUMNS})
 
 
 def predict_probe_all(frame: pd.DataFrame | None = None) -> list[ProbePrediction]:

@@ -184,18 +184,39 @@ def _learned_attention(store: Path, hardware: str) -> tuple[AttentionTimeFn, str
     return attention_predictor(estimator, attention_rates(hardware)), label
 
 
+def kernel_stores(store: Path) -> tuple[Path, ...]:
+    """Where measured kernel tables are looked for, in order: the user's store, then paraplan's shipped tables
+    (measurements/builtin_kernels.py), when they can be built."""
+    from paraplan.measurements.builtin_kernels import builtin_store
+
+    builtin = builtin_store()
+    return (store,) if builtin is None else (store, builtin)
+
+
+def has_gemm_table(store: Path, hardware: str, precision: str) -> bool:
+    """Whether ``--cost-model measured`` finds a GEMM table for ``hardware`` and ``precision`` (in ``store`` or the
+    shipped tables)."""
+    from paraplan.cost_models.kernel_source import training_gemm_table
+
+    return any(training_gemm_table(s, hardware, precision) is not None for s in kernel_stores(store))
+
+
 def _measured_rates(base: ComputeRates, gpu: GPUSpec, precision: str, store: Path) -> ComputeRates:
-    """``base`` with its GEMMs priced by the store's measured kernel table of ``gpu`` and, where paraplan's training
-    suite measured the job's attention kernel, its attention too (kernel_source.py); analytical outside the tables'
-    shapes. InputError when the store has no GEMM table for this GPU and precision."""
+    """``base`` with its GEMMs priced by a measured kernel table of ``gpu`` and, where paraplan's training suite
+    measured the job's attention kernel, its attention too (kernel_source.py); analytical outside the tables'
+    shapes. Each table comes from the user's ``store`` where it has one, else from paraplan's shipped tables.
+    InputError when neither has a GEMM table for this GPU and precision."""
     from paraplan.cost_models.kernel_pricing import table_attention_fn, table_gemm_fn  # the store's readers: only
     from paraplan.cost_models.kernel_source import training_attention_tables, training_gemm_table  # for this model
 
-    table = training_gemm_table(store, gpu.name, precision)
+    stores = kernel_stores(store)
+    table = next((t for t in (training_gemm_table(s, gpu.name, precision) for s in stores) if t is not None), None)
     if table is None:
-        raise InputError(f"no measured {precision} GEMM table for {gpu.name} in {store}; ingest one ('paraplan "
-                         "ingest --kind aiconfigurator WHEEL' or a 'paraplan profile' suite) or use --cost-model auto")
-    attention = training_attention_tables(store, gpu.name, base.attention_kernel)
+        raise InputError(f"no measured {precision} GEMM table for {gpu.name} in {store} or paraplan's shipped "
+                         "tables; ingest one ('paraplan ingest --kind aiconfigurator WHEEL' or a 'paraplan profile' "
+                         "suite) or use --cost-model auto")
+    attention = next((t for t in (training_attention_tables(s, gpu.name, base.attention_kernel) for s in stores)
+                      if t), {})
     labels = [f"GEMMs: {table.label}, analytical outside its shapes"]
     if attention:
         table_name = next(iter(attention.values()))[0].label.split(", head dim")[0]
