@@ -43,7 +43,7 @@ from paraplan.cost_models.schedules import (
     schedule_bubble_s,
 )
 from paraplan.cost_models.stages import stage_layout
-from paraplan.cost_models.table import ConfigTable, Workload, distinct_rows, take_rows
+from paraplan.cost_models.table import ConfigTable, DistinctIndex, Workload, distinct_rows, take_rows
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.model_specs.model_spec import ModelSpec
 
@@ -279,23 +279,24 @@ def row_blocks(size: int, rows_per_block: int = ROWS_PER_BLOCK) -> list[slice]:
 
 
 def shared_terms(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTable,
-                 rates: ComputeRates | None = None) -> SharedTerms:
-    """The :class:`SharedTerms` of ``t`` (int64 columns or narrower ones)."""
+                 rates: ComputeRates | None = None, distinct: DistinctIndex | None = None) -> SharedTerms:
+    """The :class:`SharedTerms` of ``t`` (int64 columns or narrower ones); ``distinct`` finds the rows' distinct
+    combinations (table.distinct_rows)."""
     rates = _with_recipe(rates, cluster, work) if rates is not None else default_rates(cluster, work)
     if len(t) <= FEW_ROWS:  # nothing worth sharing: every term on every row, as the shared path gives it
         rows = widened(t)
         return SharedTerms(model=model, cluster=cluster, work=work, rates=rates,
                            layers=layer_terms(model, work, rows, rates, cluster), layer_of_row=None,
                            stages=stage_terms(model, cluster, work, rows, rates), stage_of_row=None)
-    layer_rows, layer_of_row = distinct_rows(t, LAYER_AXES)
-    stage_rows, stage_of_row = distinct_rows(t, STAGE_AXES)
+    layer_rows, layer_of_row = distinct_rows(t, LAYER_AXES, distinct)
+    stage_rows, stage_of_row = distinct_rows(t, STAGE_AXES, distinct)
     return SharedTerms(model=model, cluster=cluster, work=work, rates=rates,
                        layers=layer_terms(model, work, widened(layer_rows), rates, cluster), layer_of_row=layer_of_row,
                        stages=stage_terms(model, cluster, work, widened(stage_rows), rates), stage_of_row=stage_of_row)
 
 
-def block_memory(shared: SharedTerms, t: ConfigTable, rows: slice) -> BlockMemory:
-    """The rows ``rows`` of ``t`` (the table ``shared`` was priced from) and their memory."""
+def block_memory(shared: SharedTerms, t: ConfigTable, rows: slice | np.ndarray) -> BlockMemory:
+    """The rows ``rows`` of ``t`` (the table ``shared`` was priced from; a slice or row indices) and their memory."""
     block = widened(t.take(rows))
     # Gathers by an intp index run twice as fast as by distinct_index's int32 codes: convert once per block.
     layer_index = rows if shared.layer_of_row is None else shared.layer_of_row[rows].astype(np.intp)

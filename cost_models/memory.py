@@ -267,6 +267,19 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
     return _breakdown_at_worst(work, t, layer, shares, grads_held, per_layer, first, last, middle)
 
 
+def required_and_host_bytes(model: ModelSpec, work: Workload, t: ConfigTable, num_microbatches: Column,
+                            ranks: RankWork, layer: LayerMemory,
+                            shares: StateShares) -> tuple[np.ndarray, np.ndarray]:
+    """(``required_bytes``, ``host_bytes``) of :func:`memory_breakdown` with these arguments, the same numbers
+    without the rest of the breakdown: what a fit decision reads, for a search that itemises only the rows it
+    keeps."""
+    grads_held = _grads_held_frac(work, t, num_microbatches)
+    first, last, middle = _stage_peaks(model, work, t, ranks.layout, num_microbatches, layer.per_layer_bytes, ranks,
+                                       layer, shares, grads_held)
+    return (_worst_rank(work, t, layer, shares, grads_held, first, last, middle).required_bytes,
+            layer.per_layer_bytes * t.offload)
+
+
 @dataclass(frozen=True, slots=True)
 class StagePeak:
     """One pipeline rank at the peak of its activations, per row, on one GPU."""
@@ -402,10 +415,29 @@ def _pick(at_first: np.ndarray, at_last: np.ndarray, first: Column | bool, last:
     return np.where(at_first, first, np.where(at_last, last, middle))
 
 
-def _breakdown_at_worst(work: Workload, t: ConfigTable, layer: LayerMemory, shares: StateShares,
-                        grads_held: np.ndarray, per_layer: np.ndarray, first: StagePeak, last: StagePeak,
-                        middle: StagePeak) -> MemoryBreakdown:
-    """The :class:`MemoryBreakdown` of the rank whose live tensors peak highest, with the allocator's reserve."""
+@dataclass(frozen=True, slots=True)
+class _WorstRank:
+    """The rank whose live tensors peak highest, per row, and what its peak holds and requires."""
+
+    worst: np.ndarray
+    """0 = first stage, 1 = last stage, 2 = the busiest middle rank."""
+    at_first: np.ndarray
+    at_last: np.ndarray
+    params: np.ndarray
+    expert_params: np.ndarray
+    activation_peak_bytes: np.ndarray
+    """The largest live tensors of the three ranks at their activation peaks."""
+    allocated_bytes: np.ndarray
+    """Live tensors at the peak: the activation peak, or the optimizer step's where that holds more."""
+    reserved_bytes: np.ndarray
+    holds_loss: np.ndarray
+    required_bytes: np.ndarray
+    """MemoryBreakdown.required_bytes."""
+
+
+def _worst_rank(work: Workload, t: ConfigTable, layer: LayerMemory, shares: StateShares, grads_held: np.ndarray,
+                first: StagePeak, last: StagePeak, middle: StagePeak) -> _WorstRank:
+    """The :class:`_WorstRank` of every row: which rank peaks highest, and its allocator's reserve."""
     pp1 = t.pp == 1
     # Worst stage: 0 first, 1 last, 2 the busiest middle rank (ties go to the earlier label).
     worst = np.argmax(np.stack([first.allocated_bytes, np.where(pp1, 0.0, last.allocated_bytes),
@@ -428,15 +460,28 @@ def _breakdown_at_worst(work: Workload, t: ConfigTable, layer: LayerMemory, shar
     outside = shares.non_torch_bytes
     holds_loss = _pick(at_first, at_last, first.runs_loss, last.runs_loss, False)
     largest = np.where(holds_loss, layer.largest_logits_bytes, layer.largest_layer_tensor_bytes)
+    return _WorstRank(worst=worst, at_first=at_first, at_last=at_last, params=params, expert_params=experts,
+                      activation_peak_bytes=activation_peak, allocated_bytes=allocated, reserved_bytes=reserved,
+                      holds_loss=holds_loss,
+                      required_bytes=np.minimum(reserved + outside, allocated + largest + outside))
+
+
+def _breakdown_at_worst(work: Workload, t: ConfigTable, layer: LayerMemory, shares: StateShares,
+                        grads_held: np.ndarray, per_layer: np.ndarray, first: StagePeak, last: StagePeak,
+                        middle: StagePeak) -> MemoryBreakdown:
+    """The :class:`MemoryBreakdown` of the rank whose live tensors peak highest, with the allocator's reserve."""
+    rank = _worst_rank(work, t, layer, shares, grads_held, first, last, middle)
+    at_first, at_last, params, experts = rank.at_first, rank.at_last, rank.params, rank.expert_params
+    allocated, reserved, outside = rank.allocated_bytes, rank.reserved_bytes, shares.non_torch_bytes
     expert_fracs = shares.expert_weights_frac, shares.expert_grads_frac, shares.expert_optimizer_frac
     return MemoryBreakdown(
         weights_bytes=params * shares.weights_frac + experts * shares.expert_weights_frac,
-        grads_bytes=np.where(allocated > activation_peak, 1.0, grads_held)
+        grads_bytes=np.where(allocated > rank.activation_peak_bytes, 1.0, grads_held)
         * (params * shares.grads_frac + experts * shares.expert_grads_frac),
         optimizer_bytes=params * shares.optimizer_frac + experts * shares.expert_optimizer_frac,
         activations_bytes=_pick(at_first, at_last, first.activations_bytes, last.activations_bytes,
                                 middle.activations_bytes),
-        logits_bytes=np.where(holds_loss, layer.loss_bytes, 0.0),
+        logits_bytes=np.where(rank.holds_loss, layer.loss_bytes, 0.0),
         transient_bytes=_pick(at_first, at_last, first.transient_bytes, last.transient_bytes,
                               middle.transient_bytes),
         host_bytes=per_layer * t.offload,
@@ -444,7 +489,7 @@ def _breakdown_at_worst(work: Workload, t: ConfigTable, layer: LayerMemory, shar
         first_allocated_bytes=first.allocated_bytes,
         last_allocated_bytes=last.allocated_bytes,
         first_activations_bytes=first.activations_bytes,
-        last_activations_bytes=np.where(pp1, first.activations_bytes, last.activations_bytes),
+        last_activations_bytes=np.where(t.pp == 1, first.activations_bytes, last.activations_bytes),
         middle_allocated_bytes=middle.allocated_bytes,
         middle_activations_bytes=np.where(t.pp >= 3, middle.activations_bytes, 0.0),
         middle_states_bytes=middle.params * (shares.weights_frac + shares.grads_frac + shares.optimizer_frac)
@@ -453,8 +498,8 @@ def _breakdown_at_worst(work: Workload, t: ConfigTable, layer: LayerMemory, shar
         non_torch_bytes=outside,
         reserve_bytes=reserved - allocated + outside,
         peak_bytes=reserved + outside,
-        required_bytes=np.minimum(reserved + outside, allocated + largest + outside),
-        worst_stage=worst.astype(np.int64),
+        required_bytes=rank.required_bytes,
+        worst_stage=rank.worst.astype(np.int64),
     )
 
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -32,8 +33,8 @@ from paraplan.cost_models.estimate import (
 from paraplan.cost_models.fp8_recipes import recipe_error
 from paraplan.cost_models.layer import cp_comm_variants_per_layer_s
 from paraplan.cost_models.learned.step_calibration import apply_step_factor
-from paraplan.cost_models.memory import MemoryBreakdown
-from paraplan.cost_models.table import ConfigTable, distinct_index, take_rows
+from paraplan.cost_models.screening import LayerBoundTerms, layer_bound_terms, screen_rows, step_lower_bound_s
+from paraplan.cost_models.table import ConfigTable, DistinctIndex, distinct_index, distinct_index_by_parent, take_rows
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.hardware_profiles.units import BYTES_PER_GIB
@@ -122,8 +123,7 @@ def _fastest_cp_comm(job: TrainingJob, cluster: ClusterSpec, space: SearchSpace,
     rates = rates or default_rates(cluster, work)
     several = np.flatnonzero(allowed & (allowed - 1))
     # The variants' times read only CP_VARIANT_AXES: decide once per distinct combination and allowed mask.
-    distinct, of_row = distinct_index([getattr(table, axis)[several] for axis in CP_VARIANT_AXES]
-                                      + [allowed[several]])
+    distinct, of_row = _distinct_finder(space, table, several)(CP_VARIANT_AXES + ("cp_comm_allowed",))
     representative = several[distinct]
     times = cp_comm_variants_per_layer_s(job.model, work, widened(table.take(representative)), rates, cluster)
     codes = np.asarray(sorted(times))
@@ -144,6 +144,25 @@ def _fastest_cp_comm(job: TrainingJob, cluster: ClusterSpec, space: SearchSpace,
     rows_per_distinct = np.bincount(of_row, minlength=len(distinct))
     rejected[DOMINATED_CP_REASON] = int(np.sum(rows_per_distinct * permitted.sum(axis=0)) - len(several))
     return dataclasses.replace(table, cp_comm=cp_comm), fallback, rejected
+
+
+def _distinct_finder(space: SearchSpace, table: ConfigTable, rows: np.ndarray | None = None) -> DistinctIndex:
+    """How to number the distinct combinations of some axes (table's columns, cp_comm_allowed from ``space``) over
+    ``rows`` of ``table`` (None: every row): what a shape decides is numbered once per shape where ``space`` has
+    its shapes (table.distinct_index_by_parent)."""
+    def column(axis: str) -> np.ndarray:
+        values = space.cp_comm_allowed if axis == "cp_comm_allowed" else getattr(table, axis)
+        assert values is not None  # cp_comm_allowed is asked for only where the CP variants were collapsed
+        return values if rows is None else values[rows]
+
+    def find(axes: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+        if space.shapes is None or space.shape_of_row is None:
+            return distinct_index([column(axis) for axis in axes])
+        on_shape = [axis for axis in axes if axis in space.shapes]
+        shape_of_row = space.shape_of_row if rows is None else space.shape_of_row[rows]
+        return distinct_index_by_parent(shape_of_row, [space.shapes[axis] for axis in on_shape],
+                                        [column(axis) for axis in axes if axis not in on_shape])
+    return find
 
 
 def _estimate(job: TrainingJob, cluster: ClusterSpec, table: ConfigTable, rates: ComputeRates | None) -> EstimateTable:
@@ -176,6 +195,8 @@ def _rank(key: np.ndarray, table: ConfigTable, rows: np.ndarray) -> np.ndarray:
 
 _Record = TypeVar("_Record", bound="DataclassInstance")
 """An estimate table or one of the dataclasses of per-row arrays it holds."""
+_Block = TypeVar("_Block")
+"""What pricing one block of rows gives."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,11 +221,11 @@ class _Fit:
     """Whether it fits in the GPU's memory and its offloaded activations in host memory."""
 
 
-def _fit(memory: MemoryBreakdown, limits: _Limits) -> _Fit:
-    """Which rows of ``memory`` fit within ``limits``."""
-    gpu = memory.required_bytes <= limits.gpu_bytes
-    return _Fit(required_bytes=memory.required_bytes, gpu=gpu,
-                fits=gpu & np.broadcast_to(memory.host_bytes <= limits.host_bytes, gpu.shape))
+def _fit(required_bytes: np.ndarray, host_bytes: np.ndarray, limits: _Limits) -> _Fit:
+    """Which rows, requiring ``required_bytes`` on the GPU and ``host_bytes`` of host memory, fit within ``limits``."""
+    gpu = required_bytes <= limits.gpu_bytes
+    return _Fit(required_bytes=required_bytes, gpu=gpu, fits=gpu & np.broadcast_to(host_bytes <= limits.host_bytes,
+                                                                                  gpu.shape))
 
 
 @dataclass(slots=True)
@@ -265,8 +286,6 @@ def _within_best(keys: np.ndarray, keep: int) -> np.ndarray:
 class _EveryRow:
     """Collects the estimates of every row: a search without ``keep``."""
 
-    every_row = True
-
     def __init__(self, size: int) -> None:
         self.size = size
         self.fits = np.zeros(size, dtype=bool)
@@ -298,8 +317,6 @@ class _BestRows:
     """Keeps, of the rows priced so far, those that fit and may still rank among the best ``keep``: a search with
     ``keep``. Their estimates are the ones their blocks priced, so the kept numbers are the full search's."""
 
-    every_row = False
-
     def __init__(self, keep: int, objective: Objective) -> None:
         self.keep, self.objective = keep, objective
         self.rows = np.zeros(0, dtype=np.int64)
@@ -321,6 +338,12 @@ class _BestRows:
         stay = _within_best(keys, self.keep)
         self.rows, self.keys, self.estimates = ids[stay], keys[stay], take_rows(est, np.flatnonzero(stay))
 
+    def keep_th(self) -> float:
+        """The keep-th smallest key kept (inf while fewer rows are kept; NaN where fewer are numbers): a row whose
+        key is larger can no longer rank."""
+        return float(np.partition(self.keys, self.keep - 1)[self.keep - 1]) if len(self.keys) >= self.keep \
+            else math.inf
+
     def ranked(self, table: ConfigTable, objective: Objective) -> tuple[ConfigTable, EstimateTable, np.ndarray]:
         """The kept rows best first (int64 columns), their estimates and ranks 0, 1, ...: ranked as the full
         search ranks them, since its tie-break by position follows the row order restored here."""
@@ -338,20 +361,42 @@ class _PricedBlock:
     fit: _Fit
     refit: np.ndarray
     """Per row: an all-gather row that does not fit, to price again with its fallback CP variant."""
-    timed: np.ndarray | None
-    """Positions in the block of the rows ``estimates`` holds (None: every row)."""
     estimates: EstimateTable
 
 
-def _price_block(shared: SharedTerms, table: ConfigTable, fallback: np.ndarray, limits: _Limits, every_row: bool,
-                 factor: float, rows: slice) -> _PricedBlock:
-    """Price the rows ``rows`` of ``table``: all of them, or (not ``every_row``) only those that fit are timed."""
+def _price_block(shared: SharedTerms, table: ConfigTable, fallback: np.ndarray, limits: _Limits, factor: float,
+                 rows: slice) -> _PricedBlock:
+    """Price every row of ``rows`` of ``table``."""
     block = block_memory(shared, table, rows)
-    fit = _fit(block.memory, limits)
-    refit = (fallback[rows] >= 0) & (block.memory.required_bytes > limits.gpu_bytes)
-    timed = None if every_row else np.flatnonzero(fit.fits & ~refit)
-    return _PricedBlock(rows=rows, fit=fit, refit=refit, timed=timed,
-                        estimates=apply_step_factor(block_estimates(shared, block, timed), factor))
+    return _PricedBlock(rows=rows, fit=_fit(block.memory.required_bytes, block.memory.host_bytes, limits),
+                        refit=(fallback[rows] >= 0) & (block.memory.required_bytes > limits.gpu_bytes),
+                        estimates=apply_step_factor(block_estimates(shared, block), factor))
+
+
+@dataclass(frozen=True, slots=True)
+class _ScreenedBlock:
+    """One block of rows with the fit decided and nothing timed yet."""
+
+    rows: slice
+    fit: _Fit
+    refit: np.ndarray
+    """Per row: an all-gather row that does not fit, to price again with its fallback CP variant."""
+    candidates: np.ndarray
+    """The rows of the table (not positions in the block) that fit with their own CP variant: those to time."""
+    lower_bound_s: np.ndarray
+    """Per candidate: a lower bound on its step seconds, step-time factor applied (NaN: none; -inf: no pruning)."""
+
+
+def _screen_block(shared: SharedTerms, bounds: LayerBoundTerms | None, table: ConfigTable, fallback: np.ndarray,
+                  limits: _Limits, factor: float, rows: slice) -> _ScreenedBlock:
+    """Decide which rows of ``rows`` fit and bound the step time of those to time (``bounds`` None: no bound)."""
+    screened = screen_rows(shared, table, rows)
+    fit = _fit(screened.required_bytes, screened.host_bytes, limits)
+    refit = (fallback[rows] >= 0) & (screened.required_bytes > limits.gpu_bytes)
+    chosen = np.flatnonzero(fit.fits & ~refit)
+    lower = np.full(len(chosen), -np.inf) if bounds is None else \
+        step_lower_bound_s(shared, bounds, screened, chosen) * factor
+    return _ScreenedBlock(rows=rows, fit=fit, refit=refit, candidates=rows.start + chosen, lower_bound_s=lower)
 
 
 def _pricing_threads() -> int:
@@ -360,41 +405,95 @@ def _pricing_threads() -> int:
     return max(1, min(PRICING_THREADS, cores))
 
 
-def _priced_in_order(shared: SharedTerms, table: ConfigTable, fallback: np.ndarray, limits: _Limits, every_row: bool,
-                     factor: float, blocks: list[slice]) -> Iterator[_PricedBlock]:
-    """Each block priced, in block order. Several blocks are priced at once on threads (memory holds as many
+def _priced_in_order(price: Callable[[slice], _Block], blocks: list[slice]) -> Iterator[_Block]:
+    """``price`` of each block, in block order. Several blocks are priced at once on threads (memory holds as many
     blocks as there are threads, never the table: the next block is submitted once the caller has taken one in);
     every block's numbers are its own elementwise arithmetic, so they do not depend on the threads."""
     threads = min(_pricing_threads(), len(blocks))
     if threads == 1:
-        yield from (_price_block(shared, table, fallback, limits, every_row, factor, rows) for rows in blocks)
+        yield from map(price, blocks)
         return
     with ThreadPoolExecutor(threads, thread_name_prefix="paraplan-price") as pool:
-        pending = [pool.submit(_price_block, shared, table, fallback, limits, every_row, factor, rows)
-                   for rows in blocks[:threads]]
+        pending = [pool.submit(price, rows) for rows in blocks[:threads]]
         for rows in blocks[threads:]:
             yield pending.pop(0).result()  # the caller takes this block in while the others are priced
-            pending.append(pool.submit(_price_block, shared, table, fallback, limits, every_row, factor, rows))
+            pending.append(pool.submit(price, rows))
         for future in pending:
             yield future.result()
 
 
-def _price_blocks(shared: SharedTerms, table: ConfigTable, fallback: np.ndarray, limits: _Limits,
-                  sink: _EveryRow | _BestRows, tally: _Tally, rows_per_block: int, factor: float) -> np.ndarray:
-    """Price ``table`` ``rows_per_block`` rows at a time into ``sink`` (a sink that keeps the best has only the
-    fitting rows timed); return the rows to price again with their fallback CP variant: the all-gather rows that
-    do not fit."""
+def _price_every_row(shared: SharedTerms, table: ConfigTable, fallback: np.ndarray, limits: _Limits, sink: _EveryRow,
+                     tally: _Tally, rows_per_block: int, factor: float) -> np.ndarray:
+    """Price every row of ``table``, ``rows_per_block`` at a time, into ``sink``; return the rows to price again with
+    their fallback CP variant: the all-gather rows that do not fit."""
     again = []
-    for priced in _priced_in_order(shared, table, fallback, limits, sink.every_row, factor,
-                                   row_blocks(len(table), rows_per_block)):
+    price = functools.partial(_price_block, shared, table, fallback, limits, factor)
+    for priced in _priced_in_order(price, row_blocks(len(table), rows_per_block)):
         tally.add(priced.fit, final=~priced.refit)
-        if priced.timed is None:
-            sink.add(priced.rows, priced.estimates, priced.fit.fits)
-        else:
-            sink.add(priced.rows.start + priced.timed, priced.estimates, np.ones(len(priced.timed), dtype=bool))
+        sink.add(priced.rows, priced.estimates, priced.fit.fits)
         again.append(priced.rows.start + np.flatnonzero(priced.refit))
         del priced  # freed before the next block is awaited, so memory holds the blocks in flight and no more
     return np.concatenate(again)
+
+
+def _price_best_rows(shared: SharedTerms, table: ConfigTable, fallback: np.ndarray, limits: _Limits,
+                     sink: _BestRows, tally: _Tally, rows_per_block: int, factor: float) -> np.ndarray:
+    """Decide the fit of every row of ``table``, ``rows_per_block`` at a time, then time only the rows that fit and
+    may rank among the sink's best (:func:`_time_best`); return the rows to price again with their fallback CP
+    variant. Ranking by memory, or with a step-time factor that is not positive, bounds nothing: every fitting row
+    is timed."""
+    bounds = layer_bound_terms(shared) if sink.objective != "memory" and factor > 0 else None
+    screen = functools.partial(_screen_block, shared, bounds, table, fallback, limits, factor)
+    again, candidates, lower = [], [], []
+    for screened in _priced_in_order(screen, row_blocks(len(table), rows_per_block)):
+        tally.add(screened.fit, final=~screened.refit)
+        candidates.append(screened.candidates)
+        lower.append(screened.lower_bound_s)
+        again.append(screened.rows.start + np.flatnonzero(screened.refit))
+        del screened
+    _time_best(shared, table, sink, np.concatenate(candidates), np.concatenate(lower), rows_per_block, factor)
+    return np.concatenate(again)
+
+
+FIRST_TIMED_ROWS = 4096
+"""Candidates a search that keeps its best rows times first, those with the smallest step-time bounds: the keep-th
+best step among them is the bound every other candidate must not pass to be timed."""
+# A bound "passes" a step by more than the rounding of two sums of the same terms in different orders.
+BOUND_SLACK_FRAC = 1e-9
+BOUND_SLACK_S = 1e-9
+
+
+def _may_rank(lower_bound_s: np.ndarray, keep_th_s: float) -> np.ndarray:
+    """Per row, whether a step of at least ``lower_bound_s`` may still be no worse than ``keep_th_s`` (a NaN bound
+    or keep-th: yes)."""
+    return ~(lower_bound_s - np.abs(lower_bound_s) * BOUND_SLACK_FRAC - BOUND_SLACK_S > keep_th_s)
+
+
+def _time_best(shared: SharedTerms, table: ConfigTable, sink: _BestRows, rows: np.ndarray, lower_bound_s: np.ndarray,
+               rows_per_block: int, factor: float) -> None:
+    """Time the candidates ``rows`` (step bounds ``lower_bound_s``) that may rank among the sink's best: the
+    FIRST_TIMED_ROWS with the smallest bounds, then every other whose bound does not pass the keep-th best step
+    found. Every row left out has a step above that keep-th, so the kept rows are those timing every row keeps."""
+    first = np.ones(len(rows), dtype=bool)
+    if len(rows) > FIRST_TIMED_ROWS:
+        first = lower_bound_s <= np.partition(lower_bound_s, FIRST_TIMED_ROWS - 1)[FIRST_TIMED_ROWS - 1]
+    bounded = _time_rows(shared, table, sink, rows[first], lower_bound_s[first], rows_per_block, factor)
+    # A timed step below its bound would mean the bound is none for this cost model: then every row is timed.
+    rest = ~first & (_may_rank(lower_bound_s, sink.keep_th()) if bounded else True)
+    _time_rows(shared, table, sink, rows[rest], lower_bound_s[rest], rows_per_block, factor)
+
+
+def _time_rows(shared: SharedTerms, table: ConfigTable, sink: _BestRows, rows: np.ndarray, lower_bound_s: np.ndarray,
+               rows_per_block: int, factor: float) -> bool:
+    """Price the rows ``rows`` of ``table`` into ``sink``, ``rows_per_block`` at a time; whether no row's step came
+    out below its bound ``lower_bound_s``."""
+    bounded = True
+    for block in row_blocks(len(rows), rows_per_block):
+        est = apply_step_factor(block_estimates(shared, block_memory(shared, table, rows[block])), factor)
+        bounded &= not np.any(est.step_time_s < lower_bound_s[block] - np.abs(lower_bound_s[block])
+                              * BOUND_SLACK_FRAC - BOUND_SLACK_S)
+        sink.add(rows[block], est, np.ones(len(est.step_time_s), dtype=bool))
+    return bounded
 
 
 def search(job: TrainingJob, cluster: ClusterSpec, fixed: dict[str, list[int]] | None = None,
@@ -416,15 +515,19 @@ def search(job: TrainingJob, cluster: ClusterSpec, fixed: dict[str, list[int]] |
                      host_bytes=cluster.host_memory_per_gpu)
     sink: _EveryRow | _BestRows = _EveryRow(len(table)) if keep is None else _BestRows(keep, objective)
     tally = _Tally()
-    refit = _price_blocks(shared_terms(job.model, cluster, job.workload(), table, rates), table, fallback, limits,
-                          sink, tally, rows_per_block, rates.step_time_factor if rates is not None else 1.0)
+    shared = shared_terms(job.model, cluster, job.workload(), table, rates, _distinct_finder(space, table))
+    factor = rates.step_time_factor if rates is not None else 1.0
+    if isinstance(sink, _EveryRow):
+        refit = _price_every_row(shared, table, fallback, limits, sink, tally, rows_per_block, factor)
+    else:
+        refit = _price_best_rows(shared, table, fallback, limits, sink, tally, rows_per_block, factor)
     # An all-gather row that does not fit falls back to its next fastest variant, whose memory is smaller.
     if len(refit):
         cp_comm = table.cp_comm.copy()
         cp_comm[refit] = fallback[refit]
         table = dataclasses.replace(table, cp_comm=cp_comm)
         est = _estimate(job, cluster, table.take(refit), rates)
-        fit = _fit(est.memory, limits)
+        fit = _fit(est.memory.required_bytes, est.memory.host_bytes, limits)
         tally.add(fit)
         sink.add(refit, est, fit.fits)
     for reason, failed in ((MEMORY_REASON, tally.over_gpu), (HOST_MEMORY_REASON, tally.over_host)):
