@@ -18,6 +18,14 @@ Hence
 
 DualPipe schedules' bubble scales a ratio that may be negative (schedules.dual_bubble_ratio): their rows, and any row
 whose P is negative or not a number, get NaN, no bound.
+
+The memory floor, bytes. MemoryBreakdown.required_bytes is min(reserved + outside, allocated + largest + outside)
+≥ allocated + outside: the allocator reserves at least what is allocated (memory.reserved_bytes scales it by
+1 + fragmentation, late gradients only add) and the largest tensor is ≥ 0. The allocated peak is at least each rank's
+live tensors at its activation peak (the first rank's, and the last's, which is the first's where pp = 1), and
+those are at least the rank's weights and optimizer states (gradients, activations, transient buffers and logits are
+≥ 0). Weights, optimizer states and the CUDA context and NCCL buffers (``outside``) depend on the stage axes alone, so
+the floor is one number per distinct stage combination.
 """
 
 from __future__ import annotations
@@ -47,9 +55,9 @@ class ScreenedRows:
     """MemoryBreakdown.host_bytes of each row."""
 
 
-def screen_rows(shared: SharedTerms, t: ConfigTable, rows: slice) -> ScreenedRows:
-    """The rows ``rows`` of ``t`` (the table ``shared`` was priced from) and their memory requirement, gathered and
-    computed as estimate.block_memory does, so the numbers are the breakdown's."""
+def screen_rows(shared: SharedTerms, t: ConfigTable, rows: slice | np.ndarray) -> ScreenedRows:
+    """The rows ``rows`` of ``t`` (the table ``shared`` was priced from; a slice or row indices) and their memory
+    requirement, gathered and computed as estimate.block_memory does, so the numbers are the breakdown's."""
     block = widened(t.take(rows))
     layer_index = rows if shared.layer_of_row is None else shared.layer_of_row[rows].astype(np.intp)
     stage_index = rows if shared.stage_of_row is None else shared.stage_of_row[rows].astype(np.intp)
@@ -60,6 +68,18 @@ def screen_rows(shared: SharedTerms, t: ConfigTable, rows: slice) -> ScreenedRow
                                              take_rows(shared.stages.shares, stage_index))
     return ScreenedRows(table=block, layer_index=layer_index, stage_index=stage_index, required_bytes=required,
                         host_bytes=host)
+
+
+def stage_memory_floor_bytes(shared: SharedTerms) -> np.ndarray:
+    """Per distinct stage combination of ``shared``: a floor under the memory any of its rows requires (module
+    docstring)."""
+    shares, layout = shared.stages.shares, shared.stages.ranks.layout
+
+    def states(params: np.ndarray, expert_params: np.ndarray) -> np.ndarray:
+        return params * (shares.weights_frac + shares.optimizer_frac) \
+            + expert_params * (shares.expert_weights_frac + shares.expert_optimizer_frac)
+    return shares.non_torch_bytes + np.maximum(states(layout.first_params, layout.first_expert_params),
+                                               states(layout.last_params, layout.last_expert_params))
 
 
 @dataclass(frozen=True, slots=True)

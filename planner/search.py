@@ -33,7 +33,13 @@ from paraplan.cost_models.estimate import (
 from paraplan.cost_models.fp8_recipes import recipe_error
 from paraplan.cost_models.layer import cp_comm_variants_per_layer_s
 from paraplan.cost_models.learned.step_calibration import apply_step_factor
-from paraplan.cost_models.screening import LayerBoundTerms, layer_bound_terms, screen_rows, step_lower_bound_s
+from paraplan.cost_models.screening import (
+    LayerBoundTerms,
+    layer_bound_terms,
+    screen_rows,
+    stage_memory_floor_bytes,
+    step_lower_bound_s,
+)
 from paraplan.cost_models.table import ConfigTable, DistinctIndex, distinct_index, distinct_index_by_parent, take_rows
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
@@ -387,16 +393,38 @@ class _ScreenedBlock:
     """Per candidate: a lower bound on its step seconds, step-time factor applied (NaN: none; -inf: no pruning)."""
 
 
-def _screen_block(shared: SharedTerms, bounds: LayerBoundTerms | None, table: ConfigTable, fallback: np.ndarray,
-                  limits: _Limits, factor: float, rows: slice) -> _ScreenedBlock:
-    """Decide which rows of ``rows`` fit and bound the step time of those to time (``bounds`` None: no bound)."""
-    screened = screen_rows(shared, table, rows)
-    fit = _fit(screened.required_bytes, screened.host_bytes, limits)
-    refit = (fallback[rows] >= 0) & (screened.required_bytes > limits.gpu_bytes)
-    chosen = np.flatnonzero(fit.fits & ~refit)
+def _screen_block(shared: SharedTerms, bounds: LayerBoundTerms | None, over: np.ndarray | None, table: ConfigTable,
+                  fallback: np.ndarray, limits: _Limits, factor: float, rows: slice) -> _ScreenedBlock:
+    """Decide which rows of ``rows`` fit and bound the step time of those to time (``bounds`` None: no bound). A row
+    whose stage combination is ``over`` (its memory floor passes the GPU's limit) does not fit: its memory is not
+    worked out, and it counts as requiring infinitely many bytes."""
+    stages = rows if shared.stage_of_row is None else shared.stage_of_row[rows]
+    worked = np.arange(rows.stop - rows.start) if over is None else np.flatnonzero(~over[stages])
+    screened = screen_rows(shared, table, rows.start + worked)
+    required = np.full(rows.stop - rows.start, np.inf)
+    required[worked] = screened.required_bytes
+    host = np.zeros(rows.stop - rows.start)
+    host[worked] = screened.host_bytes
+    fit = _fit(required, host, limits)
+    refit = (fallback[rows] >= 0) & (required > limits.gpu_bytes)
+    chosen = np.flatnonzero((fit.fits & ~refit)[worked])  # positions in ``screened``
     lower = np.full(len(chosen), -np.inf) if bounds is None else \
         step_lower_bound_s(shared, bounds, screened, chosen) * factor
-    return _ScreenedBlock(rows=rows, fit=fit, refit=refit, candidates=rows.start + chosen, lower_bound_s=lower)
+    return _ScreenedBlock(rows=rows, fit=fit, refit=refit, candidates=rows.start + worked[chosen],
+                          lower_bound_s=lower)
+
+
+def _exact_smallest_bytes(shared: SharedTerms, table: ConfigTable, fallback: np.ndarray, limits: _Limits,
+                          rows_per_block: int) -> float:
+    """The least memory a row of ``table`` requires, over the rows a tally counts (not the all-gather rows priced
+    again): what _Tally.smallest_bytes is when every row's memory is worked out."""
+    smallest = math.inf
+    for rows in row_blocks(len(table), rows_per_block):
+        required = screen_rows(shared, table, rows).required_bytes
+        counted = required[~((fallback[rows] >= 0) & (required > limits.gpu_bytes))]
+        if counted.size:
+            smallest = float(np.minimum(smallest, counted.min()))
+    return smallest
 
 
 def _pricing_threads() -> int:
@@ -443,7 +471,9 @@ def _price_best_rows(shared: SharedTerms, table: ConfigTable, fallback: np.ndarr
     variant. Ranking by memory, or with a step-time factor that is not positive, bounds nothing: every fitting row
     is timed."""
     bounds = layer_bound_terms(shared) if sink.objective != "memory" and factor > 0 else None
-    screen = functools.partial(_screen_block, shared, bounds, table, fallback, limits, factor)
+    over = stage_memory_floor_bytes(shared) * (1 - BOUND_SLACK_FRAC) > limits.gpu_bytes \
+        if np.ndim(limits.gpu_bytes) == 0 else None
+    screen = functools.partial(_screen_block, shared, bounds, over, table, fallback, limits, factor)
     again, candidates, lower = [], [], []
     for screened in _priced_in_order(screen, row_blocks(len(table), rows_per_block)):
         tally.add(screened.fit, final=~screened.refit)
@@ -451,6 +481,9 @@ def _price_best_rows(shared: SharedTerms, table: ConfigTable, fallback: np.ndarr
         lower.append(screened.lower_bound_s)
         again.append(screened.rows.start + np.flatnonzero(screened.refit))
         del screened
+    if over is not None and np.any(over) and not tally.smallest_bytes <= limits.gpu_bytes:
+        # Nothing fits: the least memory may be a row the floor ruled out, so work every row's out.
+        tally.smallest_bytes = _exact_smallest_bytes(shared, table, fallback, limits, rows_per_block)
     _time_best(shared, table, sink, np.concatenate(candidates), np.concatenate(lower), rows_per_block, factor)
     return np.concatenate(again)
 

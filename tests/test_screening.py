@@ -8,7 +8,12 @@ import numpy as np
 import pytest
 
 from paraplan.cost_models.estimate import estimate, shared_terms
-from paraplan.cost_models.screening import layer_bound_terms, screen_rows, step_lower_bound_s
+from paraplan.cost_models.screening import (
+    layer_bound_terms,
+    screen_rows,
+    stage_memory_floor_bytes,
+    step_lower_bound_s,
+)
 from paraplan.hardware_profiles import quick_cluster
 from paraplan.model_specs.hf_config import load_model
 from paraplan.planner import search as search_module
@@ -37,7 +42,7 @@ def _space(name):
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_screened_memory_is_the_breakdowns_and_the_bound_never_passes_the_step(name):
+def test_screened_memory_is_the_breakdowns_and_the_bounds_never_pass_the_numbers(name):
     job, cluster, table = _space(name)
     work = job.workload()
     full = estimate(job.model, cluster, work, table)
@@ -45,6 +50,10 @@ def test_screened_memory_is_the_breakdowns_and_the_bound_never_passes_the_step(n
     screened = screen_rows(shared, table, slice(0, len(table)))
     np.testing.assert_array_equal(screened.required_bytes, full.memory.required_bytes)
     np.testing.assert_array_equal(np.broadcast_to(screened.host_bytes, (len(table),)), full.memory.host_bytes)
+    floor = stage_memory_floor_bytes(shared)[np.arange(len(table)) if shared.stage_of_row is None
+                                             else shared.stage_of_row]
+    assert np.all(floor <= full.memory.required_bytes * (1 + 1e-12))
+    assert np.median(floor / full.memory.required_bytes) > 0.25  # not vacuous
     bound = step_lower_bound_s(shared, layer_bound_terms(shared), screened, np.arange(len(table)))
     bounded = ~np.isnan(bound)
     assert np.all(bound[bounded] <= full.step_time_s[bounded] * (1 + 1e-12))

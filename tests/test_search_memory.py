@@ -223,6 +223,9 @@ def test_a_search_that_keeps_rows_still_explains_why_nothing_fits(h100x16):
     job = TrainingJob(model=load_model("llama-3.1-405b"), seq_len=8192, global_batch=64)
     kept = search(job, quick_cluster("h100-sxm", 8), keep=3)
     assert len(kept.ranked) == 0 and kept.evaluated > 0 and kept.fitting == 0
+    # Rows whose weights and optimizer states alone pass the capacity are never priced, yet the least memory any
+    # row needs is the full search's (what explain_no_fit reports).
+    assert kept.smallest_memory_bytes == search(job, quick_cluster("h100-sxm", 8)).smallest_memory_bytes
     assert explain_no_fit(kept, quick_cluster("h100-sxm", 8)).startswith("no configuration fits")
     with pytest.raises(ValueError, match="keep"):
         search(job, quick_cluster("h100-sxm", 8), keep=0)
