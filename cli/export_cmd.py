@@ -1,4 +1,5 @@
-"""``paraplan export`` and the ``--export`` of ``paraplan plan``: parse, call the exporters, report."""
+"""``paraplan export`` and the ``--export`` of ``paraplan plan``: parse, call the exporters (loaded when a command
+exports, not at start-up), report."""
 
 from __future__ import annotations
 
@@ -9,9 +10,7 @@ import typer
 
 from paraplan.choices import Engine
 from paraplan.errors import InputError
-from paraplan.exporters.formats import DEFAULT_IMAGE, FORMATS, ExportOptions, export_files, output_names
-from paraplan.exporters.plan_input import is_serving_document, plan_from_document, read_plan_document, select_plan
-from paraplan.exporters.writer import check_destination, write_files
+from paraplan.exporters.defaults import DEFAULT_IMAGE, FORMATS
 
 _EXPORT = "Export"
 FormatOpt = Annotated[str, typer.Option("--format", "-f", help=f"One of {', '.join(FORMATS)}; for a serving plan "
@@ -42,6 +41,10 @@ def export(
 ) -> None:
     """Write launch configs of one plan: Megatron-LM, DeepSpeed, torchtitan, SLURM, Kubernetes or JSON; of a serving
     plan ('paraplan serve --json'): vLLM, SGLang, TensorRT-LLM, Kubernetes or JSON."""
+    from paraplan.exporters.formats import ExportOptions, export_files
+    from paraplan.exporters.plan_input import is_serving_document, plan_from_document, read_plan_document, select_plan
+    from paraplan.exporters.writer import write_files
+
     document = read_plan_document(plan_file)
     if is_serving_document(document):  # 'paraplan serve --json': vLLM, SGLang, TensorRT-LLM, k8s, json, all
         from paraplan.exporters.serving import export_serving, serving_plan_index
@@ -69,12 +72,19 @@ def export_requested(fmt: str | None, out: Path | None) -> bool:
 def check_plan_export(fmt: str | None, out: Path | None, engine: Engine, force: bool) -> None:
     """Before a search: --export and -o come together, the format suits the engine, the folder takes its files."""
     if export_requested(fmt, out):
+        from paraplan.exporters.formats import ExportOptions, output_names
+        from paraplan.exporters.writer import check_destination
+
         assert fmt is not None and out is not None  # export_requested is True only when both are given
         check_destination(out, output_names(fmt, engine, ExportOptions()), force)
 
 
 def export_plan_document(document: dict, fmt: str, out: Path, force: bool) -> None:
     """Export the top plan of a search (its JSON document) with default options."""
+    from paraplan.exporters.formats import ExportOptions, export_files
+    from paraplan.exporters.plan_input import plan_from_document
+    from paraplan.exporters.writer import write_files
+
     report(write_files(out, export_files(plan_from_document(document), fmt, ExportOptions()), force))
 
 

@@ -3,32 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from paraplan.cli import render
 from paraplan.errors import InputError
-from paraplan.exporters.plan_input import read_plan_file
-from paraplan.hardware_profiles import Catalog
-from paraplan.hardware_profiles.topology_file import load_topology
 from paraplan.hardware_profiles.units import BYTES_PER_GB
 from paraplan.hardware_profiles.user_file import HARDWARE_ENV, resolve_catalog
-from paraplan.planner.placement.apply import partition_plan, place_plan
-from paraplan.planner.placement.expert_input import (
-    DEFAULT_TOKENS_PER_LAYER,
-    check_layers,
-    expert_map_document,
-    moe_shape_of_plan,
-    routing_input,
-    with_expert_placement,
-)
-from paraplan.planner.placement.expert_placement import ExpertInstance, ExpertPlacement, make_instance, place_experts
-from paraplan.planner.placement.plan_costs import precision_error
-from paraplan.planner.placement.solver import SolverConfig
 from paraplan.planner.plan import SCHEMA_VERSION
+
+if TYPE_CHECKING:  # annotations only: placement loads when these commands run, not at every command's start-up
+    from paraplan.hardware_profiles import Catalog
+    from paraplan.planner.placement.expert_placement import ExpertInstance, ExpertPlacement
+    from paraplan.planner.placement.solver import SolverConfig
 
 _PLACE = "Placement"
 TimeLimitOpt = Annotated[float, typer.Option(
@@ -43,6 +32,8 @@ ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite an existing -
 
 def solver_config(time_limit: float) -> SolverConfig:
     """The solver settings of a command; InputError for a non-positive limit."""
+    from paraplan.planner.placement.solver import SolverConfig
+
     if not time_limit > 0:
         raise InputError(f"--time-limit expects positive seconds, got {time_limit}")
     return SolverConfig(time_limit_s=time_limit)
@@ -64,6 +55,17 @@ def experts(
                                                   "(exports then carry it in expert_map.json).")] = None,
 ) -> None:
     """Place the experts of each MoE layer on EP ranks: busiest rank first, then inter-layer traffic."""
+    from paraplan.exporters.plan_input import read_plan_file
+    from paraplan.planner.placement.expert_input import (
+        DEFAULT_TOKENS_PER_LAYER,
+        check_layers,
+        expert_map_document,
+        moe_shape_of_plan,
+        routing_input,
+        with_expert_placement,
+    )
+    from paraplan.planner.placement.expert_placement import make_instance
+
     tokens: float = DEFAULT_TOKENS_PER_LAYER
     document: dict[str, Any] | None = None
     if plan_out is not None and plan is None:
@@ -96,6 +98,10 @@ def experts(
 
 def _place_with_progress(instance: ExpertInstance, config: SolverConfig, description: str) -> ExpertPlacement:
     """Place the experts with a bar of the layers done on stderr (on a terminal; nothing when it is captured)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from paraplan.planner.placement.expert_placement import place_experts
+
     console = render.make_console(stderr=True)
     if not console.is_terminal:
         return place_experts(instance, config)
@@ -160,6 +166,10 @@ def place(
                            "--cluster comes from one.", rich_help_panel=_PLACE)] = None,
 ) -> None:
     """Choose which host runs each node of a plan so the predicted step time is lowest."""
+    from paraplan.exporters.plan_input import read_plan_file
+    from paraplan.hardware_profiles.topology_file import load_topology
+    from paraplan.planner.placement.apply import partition_plan, place_plan
+
     document = read_plan_file(plan_file, rank).document
     catalog = resolve_catalog(hardware)
     check_plan_gpu(document, catalog, plan_file)
@@ -203,6 +213,8 @@ def place(
 def check_plan_gpu(document: dict, catalog: Catalog, plan_file: Path) -> None:
     """A plan made with a user GPU can be placed only with that GPU's numbers: say where to get them; and its
     GPU must run its precision (a plan file edited by hand may ask for fp4 on a Hopper)."""
+    from paraplan.planner.placement.plan_costs import precision_error
+
     gpu = document["cluster"]["gpu"]
     origin = document["provenance"].get("hardware", {}).get("origin")
     if gpu not in catalog.gpus and origin not in (None, "built-in"):

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from paraplan.choices import ENGINES
 from paraplan.errors import InputError
 from paraplan.exporters.deepspeed import DS_CONFIG, HOSTFILE, deepspeed_launcher_script, deepspeed_program, hostfile
+from paraplan.exporters.defaults import DEFAULT_IMAGE, FORMATS
 from paraplan.exporters.json_files import expert_map_file, plan_file, rank_map_file
 from paraplan.exporters.launchers import plan_header, pytorchjob, slurm_script, torchrun_script
 from paraplan.exporters.megatron import megatron_program
@@ -21,8 +22,6 @@ from paraplan.exporters.plan_input import ExportPlan
 from paraplan.exporters.program import OutputFile, Program, already_built
 from paraplan.exporters.torchtitan import TOML_NAME, TORCHTITAN_VERSIONS, parse_torchtitan_version, torchtitan_program
 
-FORMATS = (*ENGINES, "slurm", "k8s", "json", "all")
-DEFAULT_IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3"
 _JOB_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a Kubernetes DNS-1123 label
 
 

@@ -127,46 +127,44 @@ def _fastest_cp_comm(job: TrainingJob, cluster: ClusterSpec, space: SearchSpace,
         return table, no_fallback, rejected
     work = job.workload()
     rates = rates or default_rates(cluster, work)
-    several = np.flatnonzero(allowed & (allowed - 1))
-    # The variants' times read only CP_VARIANT_AXES: decide once per distinct combination and allowed mask.
-    distinct, of_row = _distinct_finder(space, table, several)(CP_VARIANT_AXES + ("cp_comm_allowed",))
-    representative = several[distinct]
+    # The variants' times read only CP_VARIANT_AXES: decide once per distinct combination and allowed mask (over
+    # every row: most have several variants, and masks over the whole table cost less than their row indices).
+    representative, of_row = _distinct_finder(space, table)(CP_VARIANT_AXES + ("cp_comm_allowed",))
     times = cp_comm_variants_per_layer_s(job.model, work, widened(table.take(representative)), rates, cluster)
     codes = np.asarray(sorted(times))
     gathers = codes == ALL_GATHER
-    permitted = np.stack([(allowed[representative] >> code & 1).astype(bool) for code in codes])
+    masks = allowed[representative]
+    permitted = np.stack([(masks >> code & 1).astype(bool) for code in codes])
     if objective == "memory":
-        key = np.stack([np.full(len(distinct), 1.0 if g else 0.0) for g in gathers])
+        key = np.stack([np.full(len(representative), 1.0 if g else 0.0) for g in gathers])
     else:
         key = np.stack([times[code] for code in codes])
     cost = np.where(permitted, key, np.inf)
     chosen = codes[np.argmin(cost, axis=0)]
     others = np.where(gathers[:, None], np.inf, cost)
     next_best = np.where((chosen == ALL_GATHER) & np.isfinite(others.min(axis=0)), codes[np.argmin(others, axis=0)], -1)
-    cp_comm = table.cp_comm.copy()
-    cp_comm[several] = chosen[of_row]
-    fallback = no_fallback.copy()
-    fallback[several] = next_best[of_row]
-    rows_per_distinct = np.bincount(of_row, minlength=len(distinct))
-    rejected[DOMINATED_CP_REASON] = int(np.sum(rows_per_distinct * permitted.sum(axis=0)) - len(several))
+    several = (allowed & (allowed - 1)) != 0  # rows with a choice; the others keep their one variant
+    cp_comm = np.where(several, chosen.astype(table.cp_comm.dtype)[of_row], table.cp_comm)
+    fallback = np.where(several, next_best.astype(np.int8)[of_row], no_fallback)
+    rows_per_distinct = np.bincount(of_row, minlength=len(representative)) * ((masks & (masks - 1)) != 0)
+    rejected[DOMINATED_CP_REASON] = int(np.sum(rows_per_distinct * permitted.sum(axis=0)) - np.sum(rows_per_distinct))
     return dataclasses.replace(table, cp_comm=cp_comm), fallback, rejected
 
 
-def _distinct_finder(space: SearchSpace, table: ConfigTable, rows: np.ndarray | None = None) -> DistinctIndex:
+def _distinct_finder(space: SearchSpace, table: ConfigTable) -> DistinctIndex:
     """How to number the distinct combinations of some axes (table's columns, cp_comm_allowed from ``space``) over
-    ``rows`` of ``table`` (None: every row): what a shape decides is numbered once per shape where ``space`` has
-    its shapes (table.distinct_index_by_parent)."""
+    the rows of ``table``: what a shape decides is numbered once per shape where ``space`` has its shapes
+    (table.distinct_index_by_parent)."""
     def column(axis: str) -> np.ndarray:
         values = space.cp_comm_allowed if axis == "cp_comm_allowed" else getattr(table, axis)
         assert values is not None  # cp_comm_allowed is asked for only where the CP variants were collapsed
-        return values if rows is None else values[rows]
+        return values
 
     def find(axes: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
         if space.shapes is None or space.shape_of_row is None:
             return distinct_index([column(axis) for axis in axes])
         on_shape = [axis for axis in axes if axis in space.shapes]
-        shape_of_row = space.shape_of_row if rows is None else space.shape_of_row[rows]
-        return distinct_index_by_parent(shape_of_row, [space.shapes[axis] for axis in on_shape],
+        return distinct_index_by_parent(space.shape_of_row, [space.shapes[axis] for axis in on_shape],
                                         [column(axis) for axis in axes if axis not in on_shape])
     return find
 
