@@ -7,6 +7,7 @@ code 2; any other exception is a bug and propagates (exit code 1).
 import dataclasses
 import difflib
 import functools
+import importlib
 import math
 import traceback
 from collections.abc import Callable
@@ -14,19 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
-from paraplan.cli import (
-    calibrate_cmd,
-    catalog_json,
-    export_cmd,
-    place_cmd,
-    profile_cmd,
-    render,
-    report_cmd,
-    serve_cmd,
-    sweep_cmd,
-    train_cmd,
-)
+from paraplan.cli import catalog_json, profile_cmd, render
 from paraplan.cli.train_flags import ForceOpt, HardwareFileOpt, JsonOpt, ModelArg, flag_of
 from paraplan.errors import INTERNAL_ERROR_EXIT_CODE, REPORT_REQUEST, InputError, InternalError, ParameterError
 from paraplan.hardware_profiles.device_names import looks_like_device_name
@@ -39,7 +30,45 @@ if TYPE_CHECKING:
 
     from paraplan.validation.reference import Prediction
 
-app = typer.Typer(no_args_is_help=True, pretty_exceptions_show_locals=False,
+# The commands built only when they run (or help lists them), in help's order, before those defined below: a command
+# then loads its own module and typer builds its parameters alone, not every command's at each start-up.
+LAZY_COMMANDS: dict[str, tuple[str, str]] = {
+    "export": ("paraplan.cli.export_cmd", "export"), "report": ("paraplan.cli.report_cmd", "report"),
+    "sweep": ("paraplan.cli.sweep_cmd", "sweep"), "serve": ("paraplan.cli.serve_cmd", "serve"),
+    "experts": ("paraplan.cli.place_cmd", "experts"), "place": ("paraplan.cli.place_cmd", "place"),
+    "plan": ("paraplan.cli.train_cmd", "plan"), "evaluate": ("paraplan.cli.train_cmd", "evaluate"),
+    "ingest": ("paraplan.cli.profile_cmd", "ingest"), "calibrate": ("paraplan.cli.calibrate_cmd", "calibrate"),
+    "learn": ("paraplan.cli.profile_cmd", "learn"), "profile": ("paraplan.cli.profile_cmd", "profile"),
+}
+
+
+class _Commands(TyperGroup):
+    """paraplan's command group: LAZY_COMMANDS join it as they are looked up."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return [*LAZY_COMMANDS, *super().list_commands(ctx)]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name in LAZY_COMMANDS and cmd_name not in self.commands:
+            self.add_command(_lazy_command(cmd_name), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        if args and args[0] not in LAZY_COMMANDS and args[0] not in self.commands:
+            for name in LAZY_COMMANDS:  # an unknown name: typer suggests the close ones among the commands it holds
+                self.get_command(ctx, name)
+        return super().resolve_command(ctx, args)
+
+
+def _lazy_command(name: str) -> Any:
+    """The typer command of LAZY_COMMANDS[name], built from its module."""
+    module, function = LAZY_COMMANDS[name]
+    single = typer.Typer(add_completion=False)
+    single.command(name)(user_errors(getattr(importlib.import_module(module), function)))
+    return typer.main.get_command(single)
+
+
+app = typer.Typer(cls=_Commands, no_args_is_help=True, pretty_exceptions_show_locals=False,
                   help="Plan distributed training of transformers: search parallel layouts, predict step time, "
                        "MFU and memory.")
 models_app = typer.Typer(no_args_is_help=True, help="Model presets: list them or show one in detail.")
@@ -90,20 +119,6 @@ def user_errors(command: Callable) -> Callable:
 
 
 # -- commands ---------------------------------------------------------------------------------
-app.command("export")(user_errors(export_cmd.export))
-app.command("report")(user_errors(report_cmd.report))
-app.command("sweep")(user_errors(sweep_cmd.sweep))
-app.command("serve")(user_errors(serve_cmd.serve))
-app.command("experts")(user_errors(place_cmd.experts))
-app.command("place")(user_errors(place_cmd.place))
-
-
-app.command("plan")(user_errors(train_cmd.plan))
-app.command("evaluate")(user_errors(train_cmd.evaluate))
-app.command("ingest")(user_errors(profile_cmd.ingest))
-app.command("calibrate")(user_errors(calibrate_cmd.calibrate))
-app.command("learn")(user_errors(profile_cmd.learn))
-app.command("profile")(user_errors(profile_cmd.profile))
 profiles_app.command("list")(user_errors(profile_cmd.profiles_list))
 profiles_app.command("show")(user_errors(profile_cmd.profiles_show))
 

@@ -336,12 +336,11 @@ def _activation_bytes(t: ConfigTable, layout: StageLayout, per_layer: np.ndarray
     bytes (``per_layer`` each) times the micro-batches in flight, the first rank's with the embedding output and
     without its offloaded layers. Offload runs with pp = 1 only, so one micro-batch is in flight and the first
     stage is the model."""
-    first_in_flight = in_flight_microbatches(t.pp_schedule, t.pp, num_microbatches,
-                                             in_flight_chunks(t.pp, t.vpp, num_microbatches, last_rank=False) / t.vpp)
-    last_in_flight = in_flight_microbatches(t.pp_schedule, t.pp, num_microbatches,
-                                            in_flight_chunks(t.pp, t.vpp, num_microbatches, last_rank=True) / t.vpp)
-    middle_in_flight = in_flight_microbatches(t.pp_schedule, t.pp, num_microbatches,
-                                              in_flight_chunks_at(t.pp, t.vpp, num_microbatches, 1) / t.vpp)
+    # In floats once for the three ranks (in_flight_chunks_at computes in floats; the integers convert exactly).
+    pp, vpp, m = (np.asarray(column, dtype=float) for column in (t.pp, t.vpp, num_microbatches))
+    first_in_flight = in_flight_microbatches(t.pp_schedule, pp, m, in_flight_chunks(pp, vpp, m, last_rank=False) / vpp)
+    last_in_flight = in_flight_microbatches(t.pp_schedule, pp, m, in_flight_chunks(pp, vpp, m, last_rank=True) / vpp)
+    middle_in_flight = in_flight_microbatches(t.pp_schedule, pp, m, in_flight_chunks_at(pp, vpp, m, 1) / vpp)
     first = (per_layer * (layout.first_layers - t.offload) + embedding_output_bytes) * first_in_flight
     return first, per_layer * layout.last_layers * last_in_flight, per_layer * layout.middle_layers * middle_in_flight
 
