@@ -18,6 +18,7 @@ import typer
 from typer.core import TyperGroup
 
 from paraplan.cli import catalog_json, profile_cmd, render
+from paraplan.cli.allocator import keep_freed_memory
 from paraplan.cli.train_flags import ForceOpt, HardwareFileOpt, JsonOpt, ModelArg, flag_of
 from paraplan.errors import INTERNAL_ERROR_EXIT_CODE, REPORT_REQUEST, InputError, InternalError, ParameterError
 from paraplan.hardware_profiles.device_names import looks_like_device_name
@@ -379,4 +380,5 @@ def _finite(value: float) -> float | None:
 
 def main() -> None:
     """Console-script entry point."""
+    keep_freed_memory()
     app()
