@@ -242,6 +242,8 @@ class SharedTerms:
     layer_of_row: np.ndarray | None
     stages: StageTerms
     stage_of_row: np.ndarray | None
+    stage_table: ConfigTable
+    """The rows ``stages`` was priced on (int64 columns): one per distinct combination, or every row."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,12 +289,14 @@ def shared_terms(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: Conf
         rows = widened(t)
         return SharedTerms(model=model, cluster=cluster, work=work, rates=rates,
                            layers=layer_terms(model, work, rows, rates, cluster), layer_of_row=None,
-                           stages=stage_terms(model, cluster, work, rows, rates), stage_of_row=None)
+                           stages=stage_terms(model, cluster, work, rows, rates), stage_of_row=None, stage_table=rows)
     layer_rows, layer_of_row = distinct_rows(t, LAYER_AXES, distinct)
     stage_rows, stage_of_row = distinct_rows(t, STAGE_AXES, distinct)
+    stage_rows = widened(stage_rows)
     return SharedTerms(model=model, cluster=cluster, work=work, rates=rates,
                        layers=layer_terms(model, work, widened(layer_rows), rates, cluster), layer_of_row=layer_of_row,
-                       stages=stage_terms(model, cluster, work, widened(stage_rows), rates), stage_of_row=stage_of_row)
+                       stages=stage_terms(model, cluster, work, stage_rows, rates), stage_of_row=stage_of_row,
+                       stage_table=stage_rows)
 
 
 def block_memory(shared: SharedTerms, t: ConfigTable, rows: slice | np.ndarray) -> BlockMemory:

@@ -261,37 +261,96 @@ def memory_breakdown(model: ModelSpec, work: Workload, t: ConfigTable, layout: S
     layer = layer_memory(model, work, t) if layer is None else layer
     shares = state_shares(model, work, t) if shares is None else shares
     per_layer = layer.per_layer_bytes if per_layer is None else per_layer
-    grads_held = _grads_held_frac(work, t, num_microbatches)
-    first, last, middle = _stage_peaks(model, work, t, layout, num_microbatches, per_layer, ranks, layer, shares,
-                                       grads_held)
-    return _breakdown_at_worst(work, t, layer, shares, grads_held, per_layer, first, last, middle)
+    grads_held = grads_held_frac(work, t, num_microbatches)
+    holdings = rank_holdings(model, work, t, layout, num_microbatches, ranks, shares, grads_held)
+    first, last, middle = _stage_peaks(t, num_microbatches, per_layer, layer, holdings)
+    rank = _worst_rank(work, t, layer, shares.non_torch_bytes, grads_held, holdings, first, last, middle)
+    return _breakdown_at_worst(t, layout, _middle_rank_params(model, t, layout, ranks), layer, shares, grads_held,
+                               per_layer, rank, first, last, middle)
 
 
-def required_and_host_bytes(model: ModelSpec, work: Workload, t: ConfigTable, num_microbatches: Column,
-                            ranks: RankWork, layer: LayerMemory,
-                            shares: StateShares) -> tuple[np.ndarray, np.ndarray]:
-    """(``required_bytes``, ``host_bytes``) of :func:`memory_breakdown` with these arguments, the same numbers
-    without the rest of the breakdown: what a fit decision reads, for a search that itemises only the rows it
-    keeps."""
-    grads_held = _grads_held_frac(work, t, num_microbatches)
-    first, last, middle = _stage_peaks(model, work, t, ranks.layout, num_microbatches, layer.per_layer_bytes, ranks,
-                                       layer, shares, grads_held)
-    return (_worst_rank(work, t, layer, shares, grads_held, first, last, middle).required_bytes,
+def required_and_host_bytes(work: Workload, t: ConfigTable, num_microbatches: Column, layer: LayerMemory,
+                            holdings: RankHoldings, non_torch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(``required_bytes``, ``host_bytes``) of :func:`memory_breakdown` of rows whose layer terms are ``layer``,
+    whose pipeline ranks hold ``holdings`` (:func:`rank_holdings`) and whose CUDA context and NCCL buffers take
+    ``non_torch``: the same numbers without the rest of the breakdown, what a fit decision reads
+    (cost_models/screening.py)."""
+    grads_held = grads_held_frac(work, t, num_microbatches)
+    first, last, middle = _stage_peaks(t, num_microbatches, layer.per_layer_bytes, layer, holdings)
+    return (_worst_rank(work, t, layer, non_torch, grads_held, holdings, first, last, middle).required_bytes,
             layer.per_layer_bytes * t.offload)
+
+
+@dataclass(frozen=True, slots=True)
+class RankHolding:
+    """What one pipeline rank holds besides activations, logits and the working set, bytes on one GPU per row."""
+
+    states_bytes: np.ndarray
+    """Weights, gradients (where they exist at the activation peak) and optimizer states (:func:`_states_bytes`)."""
+    step_bytes: np.ndarray
+    """Weights, every gradient and optimizer states: what the optimizer step holds."""
+    buffers_bytes: np.ndarray
+    """Weights gathered a layer at a time, the stage kept gathered and FSDP2's gathered root: the transient bytes
+    less the working set."""
+    late_grads_bytes: np.ndarray
+    """Every gradient of the rank: what gradients created after the activation peak take (:func:`_worst_rank`)."""
+    layers: np.ndarray
+    """Decoder layers whose activations the rank keeps per micro-batch in flight (StageLayout's)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RankHoldings:
+    """What the first, the last and the busiest middle pipeline rank hold besides activations, logits and the
+    working set, per row: decided by the stage axes (tp, pp, dp, cp, ep, etp, vpp, pp_schedule, zero), by whether
+    gradients exist at the peak (grads_held_frac) and by whether the stage stays gathered
+    (_stage_gathered_bytes_per_param), which only an engine that frees gradients or keeps pipelined FSDP stages
+    unsharded decides per micro-batch count (:func:`holdings_by_stage`)."""
+
+    first: RankHolding
+    last: RankHolding
+    middle: RankHolding
+    loss_on_first: np.ndarray
+    """The first rank runs the output layer and the loss."""
+    loss_on_last: np.ndarray | bool
+    """The last rank runs them."""
+
+
+def holdings_by_stage(work: Workload) -> bool:
+    """Whether :func:`rank_holdings` reads nothing but the stage axes for ``work``: its engine holds every gradient
+    at the activation peak and gathers its stages whatever the micro-batch count."""
+    return not (work.frees_grads_between_steps or work.pipeline_fsdp_unsharded)
+
+
+def rank_holdings(model: ModelSpec, work: Workload, t: ConfigTable, layout: StageLayout, num_microbatches: Column,
+                  ranks: RankWork | None, shares: StateShares, grads_held: Column) -> RankHoldings:
+    """The :class:`RankHoldings` of the rows of ``t`` (``grads_held``: :func:`grads_held_frac`; ``ranks`` None =
+    1F1B's placement)."""
+    stage_gathered = _stage_gathered_bytes_per_param(work, t, num_microbatches)
+    middle_params, middle_experts = _middle_rank_params(model, t, layout, ranks)
+    loss_on_first, loss_on_last = _loss_ranks(t, ranks)
+
+    def holding(params: np.ndarray, expert_params: np.ndarray, root_params: Column, layers: np.ndarray) -> RankHolding:
+        return RankHolding(
+            states_bytes=_states_bytes(shares, params, expert_params, grads_held),
+            step_bytes=_states_bytes(shares, params, expert_params, grads=1.0),
+            buffers_bytes=shares.gathered_bytes + stage_gathered * params + shares.root_gathered_frac * root_params,
+            late_grads_bytes=params * shares.grads_frac + expert_params * shares.expert_grads_frac, layers=layers)
+    first_root = model.embedding_params() + np.where(t.pp == 1, model.output_params(), 0.0)
+    return RankHoldings(
+        first=holding(layout.first_params, layout.first_expert_params, first_root, layout.first_layers),
+        last=holding(layout.last_params, layout.last_expert_params, model.output_params(), layout.last_layers),
+        middle=holding(middle_params, middle_experts, 0.0, layout.middle_layers), loss_on_first=loss_on_first,
+        loss_on_last=loss_on_last)
 
 
 @dataclass(frozen=True, slots=True)
 class StagePeak:
     """One pipeline rank at the peak of its activations, per row, on one GPU."""
 
-    params: np.ndarray
-    """Parameters outside the routed experts (already divided by tp)."""
-    expert_params: np.ndarray
-    """Routed-expert parameters (already divided by ep·etp)."""
     activations_bytes: np.ndarray
     """Saved activations of the micro-batches in flight (:func:`_activation_bytes`)."""
     transient_bytes: np.ndarray
-    """Gathered weights and working set (:func:`_transient_bytes`)."""
+    """Gathered weights and working set (RankHolding.buffers_bytes and LayerMemory.working_set_bytes)."""
     runs_loss: np.ndarray | bool
     """The rank runs the output layer and the loss, so it also holds the logits."""
     allocated_bytes: np.ndarray
@@ -299,38 +358,30 @@ class StagePeak:
     loss (the last rank: the first rank's where pp = 1; the middle rank: 0 where pp < 3)."""
 
 
-def _stage_peaks(model: ModelSpec, work: Workload, t: ConfigTable, layout: StageLayout, num_microbatches: Column,
-                 per_layer: np.ndarray, ranks: RankWork | None, layer: LayerMemory, shares: StateShares,
-                 grads_held: np.ndarray) -> tuple[StagePeak, StagePeak, StagePeak]:
+def _stage_peaks(t: ConfigTable, num_microbatches: Column, per_layer: np.ndarray, layer: LayerMemory,
+                 holdings: RankHoldings) -> tuple[StagePeak, StagePeak, StagePeak]:
     """The :class:`StagePeak` of the first rank, the last rank and the busiest middle rank."""
-    pp1 = t.pp == 1
-    first_acts, last_acts, middle_acts = _activation_bytes(t, layout, per_layer, layer.embedding_output_bytes,
+    first_acts, last_acts, middle_acts = _activation_bytes(t, holdings, per_layer, layer.embedding_output_bytes,
                                                            num_microbatches)
-    loss_on_first, loss_on_last = _loss_ranks(t, ranks)
     loss = layer.loss_bytes
-    stage_gathered = _stage_gathered_bytes_per_param(work, t, num_microbatches)
-    middle_params, middle_experts = _middle_rank_params(model, t, layout, ranks)
-    first_root = model.embedding_params() + np.where(pp1, model.output_params(), 0.0)
-    first_transient = _transient_bytes(layer, shares, stage_gathered, layout.first_params, first_root)
-    last_transient = _transient_bytes(layer, shares, stage_gathered, layout.last_params, model.output_params())
-    middle_transient = _transient_bytes(layer, shares, stage_gathered, middle_params, 0.0)
-    first_total = _states_bytes(shares, layout.first_params, layout.first_expert_params, grads_held) + first_acts \
-        + first_transient + np.where(loss_on_first, loss, 0.0)
-    last_total = np.where(pp1, first_total,
-                          _states_bytes(shares, layout.last_params, layout.last_expert_params, grads_held)
-                          + last_acts + last_transient + np.where(loss_on_last, loss, 0.0))
-    middle_total = np.where(t.pp >= 3, _states_bytes(shares, middle_params, middle_experts, grads_held)
-                            + middle_acts + middle_transient, 0.0)
-    return (StagePeak(params=layout.first_params, expert_params=layout.first_expert_params,
-                      activations_bytes=first_acts, transient_bytes=first_transient, runs_loss=loss_on_first,
-                      allocated_bytes=first_total),
-            StagePeak(params=layout.last_params, expert_params=layout.last_expert_params, activations_bytes=last_acts,
-                      transient_bytes=last_transient, runs_loss=loss_on_last, allocated_bytes=last_total),
-            StagePeak(params=middle_params, expert_params=middle_experts, activations_bytes=middle_acts,
-                      transient_bytes=middle_transient, runs_loss=False, allocated_bytes=middle_total))
+    first, last, middle = holdings.first, holdings.last, holdings.middle
+    first_transient = first.buffers_bytes + layer.working_set_bytes
+    last_transient = last.buffers_bytes + layer.working_set_bytes
+    middle_transient = middle.buffers_bytes + layer.working_set_bytes
+    first_total = first.states_bytes + first_acts + first_transient + np.where(holdings.loss_on_first, loss, 0.0)
+    last_total = np.where(t.pp == 1, first_total, last.states_bytes + last_acts + last_transient
+                          + np.where(holdings.loss_on_last, loss, 0.0))
+    middle_total = np.where(t.pp >= 3, middle.states_bytes + middle_acts + middle_transient, 0.0)
+    return (StagePeak(activations_bytes=first_acts, transient_bytes=first_transient,
+                      runs_loss=holdings.loss_on_first, allocated_bytes=first_total),
+            StagePeak(activations_bytes=last_acts, transient_bytes=last_transient, runs_loss=holdings.loss_on_last,
+                      allocated_bytes=last_total),
+            StagePeak(activations_bytes=middle_acts, transient_bytes=middle_transient, runs_loss=False,
+                      allocated_bytes=middle_total))
 
 
-def _activation_bytes(t: ConfigTable, layout: StageLayout, per_layer: np.ndarray, embedding_output_bytes: np.ndarray,
+def _activation_bytes(t: ConfigTable, holdings: RankHoldings, per_layer: np.ndarray,
+                      embedding_output_bytes: np.ndarray,
                       num_microbatches: Column) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(first, last, busiest middle) rank's saved activations at its peak, bytes on one GPU: the layers' stored
     bytes (``per_layer`` each) times the micro-batches in flight, the first rank's with the embedding output and
@@ -341,8 +392,9 @@ def _activation_bytes(t: ConfigTable, layout: StageLayout, per_layer: np.ndarray
     first_in_flight = in_flight_microbatches(t.pp_schedule, pp, m, in_flight_chunks(pp, vpp, m, last_rank=False) / vpp)
     last_in_flight = in_flight_microbatches(t.pp_schedule, pp, m, in_flight_chunks(pp, vpp, m, last_rank=True) / vpp)
     middle_in_flight = in_flight_microbatches(t.pp_schedule, pp, m, in_flight_chunks_at(pp, vpp, m, 1) / vpp)
-    first = (per_layer * (layout.first_layers - t.offload) + embedding_output_bytes) * first_in_flight
-    return first, per_layer * layout.last_layers * last_in_flight, per_layer * layout.middle_layers * middle_in_flight
+    first = (per_layer * (holdings.first.layers - t.offload) + embedding_output_bytes) * first_in_flight
+    return (first, per_layer * holdings.last.layers * last_in_flight,
+            per_layer * holdings.middle.layers * middle_in_flight)
 
 
 def _loss_ranks(t: ConfigTable, ranks: RankWork | None) -> tuple[np.ndarray, np.ndarray | bool]:
@@ -353,7 +405,7 @@ def _loss_ranks(t: ConfigTable, ranks: RankWork | None) -> tuple[np.ndarray, np.
     return loss_on_first, loss_on_last
 
 
-def _grads_held_frac(work: Workload, t: ConfigTable, num_microbatches: Column) -> np.ndarray:
+def grads_held_frac(work: Workload, t: ConfigTable, num_microbatches: Column) -> np.ndarray:
     """1 where gradients exist at the activation peak, else 0. Gradients freed after every step exist at the
     first micro-batch's activation peak only when an earlier micro-batch's backward has run (accumulation or a
     pipeline schedule)."""
@@ -392,21 +444,6 @@ def _states_bytes(shares: StateShares, params: np.ndarray, expert_params: np.nda
                                             + shares.expert_optimizer_frac)
 
 
-def _late_grads_bytes(shares: StateShares, grads_held: np.ndarray, params: np.ndarray,
-                      expert_params: np.ndarray) -> np.ndarray:
-    """Gradients created after the activation peak (absent at it), bytes on one GPU."""
-    return (1.0 - grads_held) * (params * shares.grads_frac + expert_params * shares.expert_grads_frac)
-
-
-def _transient_bytes(layer: LayerMemory, shares: StateShares, stage_gathered: np.ndarray, params: np.ndarray,
-                     root_params: Column) -> np.ndarray:
-    """Buffers live only while a layer runs, bytes on one GPU: the layer-at-a-time gathered weights, the stage
-    kept gathered (``stage_gathered`` bytes per parameter), FSDP2's gathered root (``root_params`` embedding and
-    output parameters) and the working set."""
-    return shares.gathered_bytes + stage_gathered * params + shares.root_gathered_frac * root_params \
-        + layer.working_set_bytes
-
-
 def _pick(at_first: np.ndarray, at_last: np.ndarray, first: Column | bool, last: Column | bool,
           middle: Column | bool) -> np.ndarray:
     """Per row, ``first`` where ``at_first``, else ``last`` where ``at_last``, else ``middle`` (np.where, not
@@ -422,8 +459,6 @@ class _WorstRank:
     """0 = first stage, 1 = last stage, 2 = the busiest middle rank."""
     at_first: np.ndarray
     at_last: np.ndarray
-    params: np.ndarray
-    expert_params: np.ndarray
     activation_peak_bytes: np.ndarray
     """The largest live tensors of the three ranks at their activation peaks."""
     allocated_bytes: np.ndarray
@@ -434,43 +469,42 @@ class _WorstRank:
     """MemoryBreakdown.required_bytes."""
 
 
-def _worst_rank(work: Workload, t: ConfigTable, layer: LayerMemory, shares: StateShares, grads_held: np.ndarray,
-                first: StagePeak, last: StagePeak, middle: StagePeak) -> _WorstRank:
+def _worst_rank(work: Workload, t: ConfigTable, layer: LayerMemory, non_torch: np.ndarray, grads_held: Column,
+                holdings: RankHoldings, first: StagePeak, last: StagePeak, middle: StagePeak) -> _WorstRank:
     """The :class:`_WorstRank` of every row: which rank peaks highest, and its allocator's reserve."""
-    pp1 = t.pp == 1
     # Worst stage: 0 first, 1 last, 2 the busiest middle rank (ties go to the earlier label).
-    worst = np.argmax(np.stack([first.allocated_bytes, np.where(pp1, 0.0, last.allocated_bytes),
+    worst = np.argmax(np.stack([first.allocated_bytes, np.where(t.pp == 1, 0.0, last.allocated_bytes),
                                 middle.allocated_bytes]), axis=0)
     at_first, at_last = worst == 0, worst == 1
-    params = _pick(at_first, at_last, first.params, last.params, middle.params)
-    experts = _pick(at_first, at_last, first.expert_params, last.expert_params, middle.expert_params)
     activation_peak = np.maximum(np.maximum(first.allocated_bytes, last.allocated_bytes), middle.allocated_bytes)
     # The optimizer step holds every state at once, gradients included, and no activations: it is the
     # peak where gradients are freed between steps and activations are small.
-    step_peak = _states_bytes(shares, params, experts, grads=1.0)
+    step_peak = _pick(at_first, at_last, holdings.first.step_bytes, holdings.last.step_bytes,
+                      holdings.middle.step_bytes)
     allocated = np.maximum(activation_peak, step_peak)
     # Gradients created after the activation peak find the allocator's cached blocks cut to activation
     # sizes and take new segments: reserved holds them on top of the activation peak's blocks (the H100
     # probe, bench/gpu_memory_probe.py: max_reserved exceeds the fragmented activation peak by about the
     # gradient bytes; torchtitan's 8 -> 128 rank rows fall by 16 B per parameter, not 12).
-    reserved = np.maximum(reserved_bytes(activation_peak, work.allocator)
-                          + _late_grads_bytes(shares, grads_held, params, experts),
+    late_grads = (1.0 - grads_held) * _pick(at_first, at_last, holdings.first.late_grads_bytes,
+                                            holdings.last.late_grads_bytes, holdings.middle.late_grads_bytes)
+    reserved = np.maximum(reserved_bytes(activation_peak, work.allocator) + late_grads,
                           reserved_bytes(step_peak, work.allocator))
-    outside = shares.non_torch_bytes
     holds_loss = _pick(at_first, at_last, first.runs_loss, last.runs_loss, False)
     largest = np.where(holds_loss, layer.largest_logits_bytes, layer.largest_layer_tensor_bytes)
-    return _WorstRank(worst=worst, at_first=at_first, at_last=at_last, params=params, expert_params=experts,
-                      activation_peak_bytes=activation_peak, allocated_bytes=allocated, reserved_bytes=reserved,
-                      holds_loss=holds_loss,
-                      required_bytes=np.minimum(reserved + outside, allocated + largest + outside))
+    return _WorstRank(worst=worst, at_first=at_first, at_last=at_last, activation_peak_bytes=activation_peak,
+                      allocated_bytes=allocated, reserved_bytes=reserved, holds_loss=holds_loss,
+                      required_bytes=np.minimum(reserved + non_torch, allocated + largest + non_torch))
 
 
-def _breakdown_at_worst(work: Workload, t: ConfigTable, layer: LayerMemory, shares: StateShares,
-                        grads_held: np.ndarray, per_layer: np.ndarray, first: StagePeak, last: StagePeak,
-                        middle: StagePeak) -> MemoryBreakdown:
-    """The :class:`MemoryBreakdown` of the rank whose live tensors peak highest, with the allocator's reserve."""
-    rank = _worst_rank(work, t, layer, shares, grads_held, first, last, middle)
-    at_first, at_last, params, experts = rank.at_first, rank.at_last, rank.params, rank.expert_params
+def _breakdown_at_worst(t: ConfigTable, layout: StageLayout, middle_params: tuple[np.ndarray, np.ndarray],
+                        layer: LayerMemory, shares: StateShares, grads_held: Column, per_layer: np.ndarray,
+                        rank: _WorstRank, first: StagePeak, last: StagePeak, middle: StagePeak) -> MemoryBreakdown:
+    """The :class:`MemoryBreakdown` of ``rank``, the rank whose live tensors peak highest (``middle_params``: the
+    busiest middle rank's parameters and routed-expert parameters, :func:`_middle_rank_params`)."""
+    at_first, at_last = rank.at_first, rank.at_last
+    params = _pick(at_first, at_last, layout.first_params, layout.last_params, middle_params[0])
+    experts = _pick(at_first, at_last, layout.first_expert_params, layout.last_expert_params, middle_params[1])
     allocated, reserved, outside = rank.allocated_bytes, rank.reserved_bytes, shares.non_torch_bytes
     expert_fracs = shares.expert_weights_frac, shares.expert_grads_frac, shares.expert_optimizer_frac
     return MemoryBreakdown(
@@ -491,8 +525,8 @@ def _breakdown_at_worst(work: Workload, t: ConfigTable, layer: LayerMemory, shar
         last_activations_bytes=np.where(t.pp == 1, first.activations_bytes, last.activations_bytes),
         middle_allocated_bytes=middle.allocated_bytes,
         middle_activations_bytes=np.where(t.pp >= 3, middle.activations_bytes, 0.0),
-        middle_states_bytes=middle.params * (shares.weights_frac + shares.grads_frac + shares.optimizer_frac)
-        + middle.expert_params * sum(expert_fracs),
+        middle_states_bytes=middle_params[0] * (shares.weights_frac + shares.grads_frac + shares.optimizer_frac)
+        + middle_params[1] * sum(expert_fracs),
         reserved_bytes=reserved,
         non_torch_bytes=outside,
         reserve_bytes=reserved - allocated + outside,

@@ -35,7 +35,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from paraplan.cost_models.estimate import SharedTerms, widened
-from paraplan.cost_models.memory import required_and_host_bytes
+from paraplan.cost_models.memory import (
+    RankHoldings,
+    grads_held_frac,
+    holdings_by_stage,
+    rank_holdings,
+    required_and_host_bytes,
+)
 from paraplan.cost_models.table import ConfigTable, take_rows
 
 
@@ -55,17 +61,38 @@ class ScreenedRows:
     """MemoryBreakdown.host_bytes of each row."""
 
 
-def screen_rows(shared: SharedTerms, t: ConfigTable, rows: slice | np.ndarray) -> ScreenedRows:
+def stage_holdings(shared: SharedTerms) -> RankHoldings | None:
+    """What each pipeline rank of each distinct stage combination of ``shared`` holds besides activations, logits and
+    the working set (memory.rank_holdings), where the stage axes alone decide it (memory.holdings_by_stage); None
+    where a row's micro-batch count does too. Gathered per row, these are the numbers the rows' own columns give."""
+    if not holdings_by_stage(shared.work):
+        return None
+    stages, t = shared.stages, shared.stage_table
+    num_microbatches = shared.work.global_batch / (t.dp * t.mbs)  # the representative rows': read by nothing here
+    return rank_holdings(shared.model, shared.work, t, stages.ranks.layout, num_microbatches, stages.ranks,
+                         stages.shares, grads_held_frac(shared.work, t, num_microbatches))
+
+
+def screen_rows(shared: SharedTerms, t: ConfigTable, rows: slice | np.ndarray,
+                holdings: RankHoldings | None = None) -> ScreenedRows:
     """The rows ``rows`` of ``t`` (the table ``shared`` was priced from; a slice or row indices) and their memory
-    requirement, gathered and computed as estimate.block_memory does, so the numbers are the breakdown's."""
+    requirement, gathered and computed as estimate.block_memory does, so the numbers are the breakdown's.
+    ``holdings``: :func:`stage_holdings` of ``shared``, gathered instead of worked out row by row (None: row by
+    row)."""
     block = widened(t.take(rows))
     layer_index = rows if shared.layer_of_row is None else shared.layer_of_row[rows].astype(np.intp)
     stage_index = rows if shared.stage_of_row is None else shared.stage_of_row[rows].astype(np.intp)
     num_microbatches = shared.work.global_batch / (block.dp * block.mbs)
-    required, host = required_and_host_bytes(shared.model, shared.work, block, num_microbatches,
-                                             take_rows(shared.stages.ranks, stage_index),
-                                             take_rows(shared.layers.memory, layer_index),
-                                             take_rows(shared.stages.shares, stage_index))
+    stages = shared.stages
+    if holdings is None:
+        ranks, shares = take_rows(stages.ranks, stage_index), take_rows(stages.shares, stage_index)
+        held = rank_holdings(shared.model, shared.work, block, ranks.layout, num_microbatches, ranks, shares,
+                             grads_held_frac(shared.work, block, num_microbatches))
+    else:
+        held = take_rows(holdings, stage_index)
+    required, host = required_and_host_bytes(shared.work, block, num_microbatches,
+                                             take_rows(shared.layers.memory, layer_index), held,
+                                             stages.shares.non_torch_bytes[stage_index])
     return ScreenedRows(table=block, layer_index=layer_index, stage_index=stage_index, required_bytes=required,
                         host_bytes=host)
 

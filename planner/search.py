@@ -33,10 +33,12 @@ from paraplan.cost_models.estimate import (
 from paraplan.cost_models.fp8_recipes import recipe_error
 from paraplan.cost_models.layer import cp_comm_variants_per_layer_s
 from paraplan.cost_models.learned.step_calibration import apply_step_factor
+from paraplan.cost_models.memory import RankHoldings
 from paraplan.cost_models.screening import (
     LayerBoundTerms,
     layer_bound_terms,
     screen_rows,
+    stage_holdings,
     stage_memory_floor_bytes,
     step_lower_bound_s,
 )
@@ -391,14 +393,28 @@ class _ScreenedBlock:
     """Per candidate: a lower bound on its step seconds, step-time factor applied (NaN: none; -inf: no pruning)."""
 
 
-def _screen_block(shared: SharedTerms, bounds: LayerBoundTerms | None, over: np.ndarray | None, table: ConfigTable,
-                  fallback: np.ndarray, limits: _Limits, factor: float, rows: slice) -> _ScreenedBlock:
-    """Decide which rows of ``rows`` fit and bound the step time of those to time (``bounds`` None: no bound). A row
-    whose stage combination is ``over`` (its memory floor passes the GPU's limit) does not fit: its memory is not
-    worked out, and it counts as requiring infinitely many bytes."""
+@dataclass(frozen=True, slots=True)
+class _Screening:
+    """What screening a table's blocks shares: SharedTerms and what is worked out once from them."""
+
+    shared: SharedTerms
+    holdings: RankHoldings | None
+    """screening.stage_holdings."""
+    bounds: LayerBoundTerms | None
+    """The step-time bound's per-layer terms (None: no bound)."""
+    over: np.ndarray | None
+    """Per distinct stage combination: its memory floor passes the GPU's limit (None: no floor)."""
+
+
+def _screen_block(screening: _Screening, table: ConfigTable, fallback: np.ndarray, limits: _Limits, factor: float,
+                  rows: slice) -> _ScreenedBlock:
+    """Decide which rows of ``rows`` fit and bound the step time of those to time. A row whose stage combination is
+    ``over`` (its memory floor passes the GPU's limit) does not fit: its memory is not worked out, and it counts as
+    requiring infinitely many bytes."""
+    shared, bounds, over = screening.shared, screening.bounds, screening.over
     stages = rows if shared.stage_of_row is None else shared.stage_of_row[rows]
     worked = np.arange(rows.stop - rows.start) if over is None else np.flatnonzero(~over[stages])
-    screened = screen_rows(shared, table, rows.start + worked)
+    screened = screen_rows(shared, table, rows.start + worked, screening.holdings)
     required = np.full(rows.stop - rows.start, np.inf)
     required[worked] = screened.required_bytes
     host = np.zeros(rows.stop - rows.start)
@@ -412,13 +428,13 @@ def _screen_block(shared: SharedTerms, bounds: LayerBoundTerms | None, over: np.
                           lower_bound_s=lower)
 
 
-def _exact_smallest_bytes(shared: SharedTerms, table: ConfigTable, fallback: np.ndarray, limits: _Limits,
+def _exact_smallest_bytes(screening: _Screening, table: ConfigTable, fallback: np.ndarray, limits: _Limits,
                           rows_per_block: int) -> float:
     """The least memory a row of ``table`` requires, over the rows a tally counts (not the all-gather rows priced
     again): what _Tally.smallest_bytes is when every row's memory is worked out."""
     smallest = math.inf
     for rows in row_blocks(len(table), rows_per_block):
-        required = screen_rows(shared, table, rows).required_bytes
+        required = screen_rows(screening.shared, table, rows, screening.holdings).required_bytes
         counted = required[~((fallback[rows] >= 0) & (required > limits.gpu_bytes))]
         if counted.size:
             smallest = float(np.minimum(smallest, counted.min()))
@@ -468,10 +484,11 @@ def _price_best_rows(shared: SharedTerms, table: ConfigTable, fallback: np.ndarr
     may rank among the sink's best (:func:`_time_best`); return the rows to price again with their fallback CP
     variant. Ranking by memory, or with a step-time factor that is not positive, bounds nothing: every fitting row
     is timed."""
-    bounds = layer_bound_terms(shared) if sink.objective != "memory" and factor > 0 else None
     over = stage_memory_floor_bytes(shared) * (1 - BOUND_SLACK_FRAC) > limits.gpu_bytes \
         if np.ndim(limits.gpu_bytes) == 0 else None
-    screen = functools.partial(_screen_block, shared, bounds, over, table, fallback, limits, factor)
+    screening = _Screening(shared=shared, holdings=stage_holdings(shared), over=over,
+                           bounds=layer_bound_terms(shared) if sink.objective != "memory" and factor > 0 else None)
+    screen = functools.partial(_screen_block, screening, table, fallback, limits, factor)
     again, candidates, lower = [], [], []
     for screened in _priced_in_order(screen, row_blocks(len(table), rows_per_block)):
         tally.add(screened.fit, final=~screened.refit)
@@ -481,7 +498,7 @@ def _price_best_rows(shared: SharedTerms, table: ConfigTable, fallback: np.ndarr
         del screened
     if over is not None and np.any(over) and not tally.smallest_bytes <= limits.gpu_bytes:
         # Nothing fits: the least memory may be a row the floor ruled out, so work every row's out.
-        tally.smallest_bytes = _exact_smallest_bytes(shared, table, fallback, limits, rows_per_block)
+        tally.smallest_bytes = _exact_smallest_bytes(screening, table, fallback, limits, rows_per_block)
     _time_best(shared, table, sink, np.concatenate(candidates), np.concatenate(lower), rows_per_block, factor)
     return np.concatenate(again)
 
