@@ -288,24 +288,36 @@ def _first_reason(reasons: list[Reason], shape: int | tuple[int, ...]) -> np.nda
     return code
 
 
-def _count(counts: dict[str, int], reasons: list[Reason], code: np.ndarray, weight: IntColumn) -> None:
-    """Add to each reason the candidates whose first failing reason it is: ``weight`` per row (a number, or
-    per-row numbers broadcastable to ``code``)."""
-    failed = code >= 0
-    first = code[failed]
-    hits: np.ndarray | list[int]
-    if np.ndim(weight) == 0:
-        hits = np.bincount(first, minlength=len(reasons)) * int(weight)
+def _count(counts: dict[str, int], reasons: list[Reason], code: np.ndarray, weight: int,
+           variants: IntColumn = 1) -> None:
+    """Add to each reason the candidates whose first failing reason it is: ``weight`` times ``variants`` per row
+    (``variants``: a number, or small per-row counts broadcastable to ``code``, the CP variants a row stands for)."""
+    narrow = np.int16 if len(reasons) < np.iinfo(np.int16).max // 8 else np.int64
+    if np.ndim(variants) == 0:
+        by_reason = _small_counts(code.astype(narrow) + 1, len(reasons) + 1)[1:] * int(variants)
     else:
-        weights = np.broadcast_to(weight, code.shape)[failed]
-        # Integer sums in float64 are exact below 2**53; beyond that count reason by reason in integers.
-        if len(weights) * int(weights.max(initial=0)) < 2**53:
-            hits = np.rint(np.bincount(first, weights=weights, minlength=len(reasons))).astype(np.int64)
-        else:
-            hits = [int(np.sum(weights[first == index], dtype=np.int64)) for index in range(len(reasons))]
+        # The reason and the variant count as one small integer per candidate: one integer count, no float weights.
+        top = int(np.max(variants, initial=0)) + 1
+        key = (code.astype(narrow) + 1) * top + np.asarray(variants).astype(narrow)
+        by_variant = _small_counts(key, (len(reasons) + 1) * top).reshape(len(reasons) + 1, top)
+        by_reason = by_variant[1:] @ np.arange(top, dtype=np.int64)  # row counts times their variant counts: exact
     for index, (_, label) in enumerate(reasons):
-        if hits[index]:
-            counts[label] = counts.get(label, 0) + int(hits[index])
+        if by_reason[index]:
+            counts[label] = counts.get(label, 0) + int(by_reason[index]) * int(weight)  # Python ints: no overflow
+
+
+# _small_counts counts this many values at a time: np.bincount converts its input to intp first, a copy that then
+# stays in cache instead of one the size of the whole grid.
+_COUNT_BLOCK = 1 << 16
+
+
+def _small_counts(key: np.ndarray, size: int) -> np.ndarray:
+    """How many of ``key``'s values (non-negative integers below ``size``) equal 0, 1, ..., size - 1."""
+    flat = key.ravel()
+    total = np.zeros(size, dtype=np.int64)
+    for start in range(0, len(flat), _COUNT_BLOCK):
+        total += np.bincount(flat[start:start + _COUNT_BLOCK], minlength=size)
+    return total
 
 
 # The number of set bits of every CP-variant bitmask (int64: the counts multiply candidate weights).
@@ -400,7 +412,7 @@ def _expand_valid(columns: _Rows, axis: str, values: list[int], rules: list[Rule
     reasons = [(check(grid), label) for _, check, label in rules]
     code = _first_reason(reasons, (len(choices), size))
     variants = _variant_counts(columns)
-    _count(counts, reasons, code, weight * (variants[None, :] if isinstance(variants, np.ndarray) else variants))
+    _count(counts, reasons, code, weight, variants[None, :] if isinstance(variants, np.ndarray) else variants)
     kept = np.flatnonzero((code == -1).T)  # (rows, values) order: each row's values together
     stored = _narrowed(choices)  # the rules above saw int64; the expanded column keeps its values narrower
     if len(choices) == 1 and len(kept) == size:  # nothing to expand or drop
