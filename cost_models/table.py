@@ -161,11 +161,15 @@ def distinct_index(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(a row holding each distinct combination of equal-length integer ``columns``, each row's combination
     index), in linear time: the columns' codes combine in mixed radix (in groups small enough for a presence
     table, whose dense codes then combine the same way) and a presence table numbers the combinations."""
+    columns = [np.asarray(column) for column in columns]
+    return _distinct_index(columns, [_coder(column) for column in columns])
+
+
+def _distinct_index(columns: list[np.ndarray], coders: list[_Coder]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`distinct_index` of ``columns`` coded by ``coders``."""
     size = len(columns[0]) if columns else 0
     if size == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    columns = [np.asarray(column) for column in columns]
-    coders = [_coder(column) for column in columns]
     groups: list[list[int]] = [[]]
     combinations = 1
     for position, (radix, _, _) in enumerate(coders):
@@ -180,7 +184,9 @@ def distinct_index(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         group_count, codes = _distinct_codes(key)
         count, index = _distinct_codes(index.astype(np.int64) * group_count + codes)
     representative = np.empty(count, dtype=np.int64)
-    representative[index] = np.arange(size, dtype=np.int64)
+    for start in range(0, size, _KEY_BLOCK_ROWS):  # the last row of each combination, as one assignment would write
+        rows = slice(start, start + _KEY_BLOCK_ROWS)
+        representative[index[rows]] = np.arange(start, min(start + _KEY_BLOCK_ROWS, size), dtype=np.int64)
     return representative, index
 
 
@@ -191,8 +197,11 @@ def distinct_index_by_parent(parent_of_row: np.ndarray, parent_columns: list[np.
     combinations are numbered once on the parent table, so each row reads one code instead of each such column."""
     if not parent_columns:
         return distinct_index(row_columns)
-    _, parent_code = distinct_index(parent_columns)
-    return distinct_index([parent_code[parent_of_row], *row_columns])
+    parent_rows, parent_code = distinct_index(parent_columns)
+    row_columns = [np.asarray(column) for column in row_columns]
+    # The parent codes are dense ranks, 0 to the count - 1: their own codes.
+    return _distinct_index([parent_code[parent_of_row], *row_columns],
+                           [(len(parent_rows), None, None), *(_coder(column) for column in row_columns)])
 
 
 DistinctIndex = Callable[[tuple[str, ...]], tuple[np.ndarray, np.ndarray]]
