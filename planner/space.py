@@ -320,15 +320,15 @@ def _small_counts(key: np.ndarray, size: int) -> np.ndarray:
     return total
 
 
-# The number of set bits of every CP-variant bitmask (int64: the counts multiply candidate weights).
-_VARIANTS_IN_MASK = np.array([bin(mask).count("1") for mask in range(1 << len(CP_COMM_CODES))], dtype=np.int64)
+# The number of set bits of every CP-variant bitmask (small counts: _count multiplies them into Python integers).
+_VARIANTS_IN_MASK = np.array([bin(mask).count("1") for mask in range(1 << len(CP_COMM_CODES))], dtype=np.int8)
 
 
 def _variant_counts(columns: Columns) -> IntColumn:
     """How many CP variants each row stands for: the bits of its mask when collapsed, else 1."""
-    if "cp_comm_allowed" not in columns:
+    if "cp_variants" not in columns:
         return 1
-    return _VARIANTS_IN_MASK[columns["cp_comm_allowed"].astype(np.intp)]
+    return columns["cp_variants"]
 
 
 def _narrowed(column: np.ndarray) -> np.ndarray:
@@ -452,6 +452,7 @@ def _collapse_cp_comm(shapes: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     collapsed = {name: column[first] for name, column in shapes.items()}
     collapsed["cp_comm"] = np.log2(mask & -mask).astype(np.int64)  # placeholder: the lowest valid code
     collapsed["cp_comm_allowed"] = mask
+    collapsed["cp_variants"] = _VARIANTS_IN_MASK[mask]  # per shape, so each expansion gathers the counts, no more
     return collapsed
 
 
