@@ -1,4 +1,4 @@
-"""Speed and memory of the full search on the issue's three cases (2-core machine figures in the README):
+"""Speed and memory of the full search on the issue's three cases (2-core machine figures in docs/speed.md):
 
 - Llama-3.1-405B on 16,384 H100 SXM, sequence 8192, global batch 2048 (dense, every axis free);
 - DeepSeek-V3 on 2,048 H800 SXM, sequence 4096, global batch 15,360, fp8 (ep, etp, EP overlap free);

@@ -11,6 +11,7 @@ from paraplan.cost_models.estimate import estimate, shared_terms
 from paraplan.cost_models.screening import (
     layer_bound_terms,
     screen_rows,
+    stage_holdings,
     stage_memory_floor_bytes,
     step_lower_bound_s,
 )
@@ -50,6 +51,11 @@ def test_screened_memory_is_the_breakdowns_and_the_bounds_never_pass_the_numbers
     screened = screen_rows(shared, table, slice(0, len(table)))
     np.testing.assert_array_equal(screened.required_bytes, full.memory.required_bytes)
     np.testing.assert_array_equal(np.broadcast_to(screened.host_bytes, (len(table),)), full.memory.host_bytes)
+    holdings = stage_holdings(shared)  # what the ranks hold, per stage combination (not torchtitan's: per row)
+    assert (holdings is None) == (job.engine == "torchtitan")
+    if holdings is not None:
+        by_stage = screen_rows(shared, table, np.arange(len(table)), holdings)
+        np.testing.assert_array_equal(by_stage.required_bytes, full.memory.required_bytes)
     floor = stage_memory_floor_bytes(shared)[np.arange(len(table)) if shared.stage_of_row is None
                                              else shared.stage_of_row]
     assert np.all(floor <= full.memory.required_bytes * (1 + 1e-12))
