@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import settings
 
+from paraplan.cost_models.kernel_tables import KernelTable, build_table
 from paraplan.cost_models.table import ConfigTable
 from paraplan.hardware_profiles import ClusterSpec, load_cluster
 from paraplan.model_specs.model_spec import ModelSpec
@@ -122,3 +123,13 @@ def aiconfigurator_wheel() -> Path:
     if os.environ.get("PARAPLAN_REQUIRE_AICONFIGURATOR") == "1":
         pytest.fail(f"PARAPLAN_REQUIRE_AICONFIGURATOR=1 but {why}")
     pytest.skip(why)
+
+
+def one_cell_attention_table(seconds: float, *, decode: bool) -> KernelTable:
+    """A synthetic serving attention table of one measured cell: decode at 4 sequences of 100 keys each, prefill at one
+    64-token prompt (time linear in sequences and quadratic in tokens above it)."""
+    if decode:
+        return build_table("attention", ("batch", "kv_len"), np.array([[4.0, 100.0]]), np.array([seconds]),
+                           "synthetic")
+    return build_table("attention", ("batch", "seq_len"), np.array([[1.0, 64.0]]), np.array([seconds]), "synthetic",
+                       exponents_above=(1.0, 2.0))

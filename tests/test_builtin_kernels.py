@@ -65,7 +65,7 @@ def test_measured_prices_h100_and_h200_without_a_user_store(cache: Path) -> None
         assert f"measured bf16 GEMM table ({gpu_name}, matmul on pytorch 2.11.0+cu130" in rates.source
         assert f"attention: measured causal SDPA table ({gpu_name}, backend default" in rates.source
         # An 8192-cube bf16 GEMM through F.linear: 692 TFLOP/s on the H100, 667 on the H200 (the suite's calibration,
-        # a square matmul on freshly warmed clocks, saw 796-801 on both: long GEMM runs at 700 W hold lower clocks).
+        # a square matmul timed for 2 ms, saw 796-801 on both; the suite's longer runs measured less).
         seconds = float(gemm_time_s(8192.0, 8192.0, 8192.0, rates))
         assert 2 * 8192**3 / seconds == pytest.approx({"h100-sxm": 6.92e14, "h200-sxm": 6.67e14}[gpu_name], rel=0.01)
         plain = analytical_rates(gpu, "bf16", "flash", "pytorch")
@@ -102,7 +102,7 @@ def test_the_h100_table_prices_what_the_suite_measured(cache: Path) -> None:
             if m["kind"] == "gemm" and m["params"].get("pass") == "forward"]
     point = next(m for m in rows if (m["params"]["m"], m["params"]["n"], m["params"]["k"]) == (8192, 4096, 4096))
     rates = compute_rates("measured", load_gpu("h100-sxm"), "bf16", "flash", "pytorch", NO_STORE)
-    # The table is monotone (each cell raised to the slowest smaller shape), so a grid point is at least its median.
+    # The table is monotone (each cell lowered to the fastest larger shape), so a grid point is at most its median.
     priced = float(gemm_time_s(8192.0, 4096.0, 4096.0, rates))
-    assert priced >= point["time_s"] * (1 - 1e-9) and priced == pytest.approx(point["time_s"], rel=0.05)
+    assert priced <= point["time_s"] * (1 + 1e-9) and priced == pytest.approx(point["time_s"], rel=0.05)
     assert np.isfinite(priced)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import aiconfigurator_wheel, make_model
+from conftest import aiconfigurator_wheel, make_model, one_cell_attention_table
 
 from paraplan.cost_models.inference_step import GRAPH_KERNEL_OVERHEAD_S, KERNELS_PER_LAYER, Sharding, step_time
 from paraplan.cost_models.kernel_tables import build_table
@@ -93,8 +93,7 @@ def test_uncovered_shapes_keep_the_roofline(h100):
 def test_decode_attention_table(h100):
     """Decode attention per full layer from the (heads, KV heads) = (8, 8) table at 4 sequences of 100 keys (a
     whole batch): both layers take its 9 us."""
-    table = build_table("attention", ("batch", "kv_len"), np.array([[4.0, 100.0]]), np.array([9e-6]), "synthetic")
-    kernels = ServingKernels(decode_attention={(8, 8): table})
+    kernels = ServingKernels(decode_attention={(8, 8): one_cell_attention_table(9e-6, decode=True)})
     priced = decode(dataclasses.replace(h100, serving_kernels=kernels), Sharding.of(1), batch=4.0)
     assert float(priced.attention_s) == pytest.approx(LAYERS * 9e-6, rel=1e-12)
     assert float(priced.table_s) == pytest.approx(LAYERS * 9e-6, rel=1e-12)
@@ -104,8 +103,7 @@ def test_prefill_attention_table_keeps_eager_launches(h100):
     """A 64-token prompt: each full layer's causal attention is the (8, 8) table's 11 us at (1 sequence, 64 tokens);
     an eager prefill still launches every kernel from the host, so the overhead is the roofline's."""
     model = tiny_model()
-    table = build_table("attention", ("batch", "seq_len"), np.array([[1.0, 64.0]]), np.array([11e-6]), "synthetic",
-                        exponents_above=(1.0, 2.0))
+    table = one_cell_attention_table(11e-6, decode=False)
     priced_cluster = dataclasses.replace(h100, serving_kernels=ServingKernels(prefill_attention={(8, 8): table}))
     steps = [step_time(model, cluster, BF16, Sharding.of(1), tokens_per_rank=64.0, sequences_per_rank=1.0,
                        attended_keys=(0.0, 0.0), attention_flops=(1e9, 1e9), decode=False)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import aiconfigurator_wheel
+from conftest import aiconfigurator_wheel, one_cell_attention_table
 
 from paraplan.cost_models import serving_kernels as sk
 from paraplan.cost_models.inference_step import (
@@ -21,7 +21,6 @@ from paraplan.cost_models.inference_step import (
     Sharding,
     step_time,
 )
-from paraplan.cost_models.kernel_tables import build_table
 from paraplan.cost_models.serving import weight_precision
 from paraplan.cost_models.serving_kernel_source import serving_kernels
 from paraplan.cost_models.serving_kernels import ServingKernels
@@ -44,11 +43,6 @@ def decode(cluster, tp: float, batch: float = 4.0, context: float = 100.0):
                      attended_keys=(batch * context, 0.0), attention_flops=(0.0, 0.0), decode=True)
 
 
-def mla_decode_table(seconds: float):
-    """One cell: 4 sequences of 100 keys each."""
-    return build_table("attention", ("batch", "kv_len"), np.array([[4.0, 100.0]]), np.array([seconds]), "synthetic")
-
-
 def test_deepseek_is_in_the_collectors_shape():
     assert DEEPSEEK.is_mla and (DEEPSEEK.num_heads, DEEPSEEK.kv_lora_rank, DEEPSEEK.qk_nope_head_dim,
                                 DEEPSEEK.qk_rope_head_dim, DEEPSEEK.v_head_dim) == (128, 512, 128, 64, 128)
@@ -59,7 +53,7 @@ def test_hand_derived_mla_decode_step(h200):
     """tp 8: each GPU runs 128/8 = 16 query heads over the one latent head, the (16, 1) table. 4 sequences of 100 keys
     take its 9 us in each of the 61 layers: attention 61 x 9 us = 549 us; the 61 attention kernels the table stands
     for leave the graph's per-kernel gaps; every other term is the roofline's, to the bit."""
-    kernels = ServingKernels(decode_attention={(16, 1): mla_decode_table(9e-6)})
+    kernels = ServingKernels(decode_attention={(16, 1): one_cell_attention_table(9e-6, decode=True)})
     plain = decode(h200, 8)
     priced = decode(dataclasses.replace(h200, serving_kernels=kernels), 8)
     assert float(priced.attention_s) == pytest.approx(LAYERS * 9e-6, rel=1e-12)
@@ -75,8 +69,7 @@ def test_hand_derived_mla_decode_step(h200):
 def test_hand_derived_mla_prefill_step(h200):
     """One 64-token prompt at tp 8: the context table's (16, 1) cell at (1 sequence, 64 tokens) is 11 us per layer;
     an eager prefill keeps its host launches, so only the attention term moves."""
-    table = build_table("attention", ("batch", "seq_len"), np.array([[1.0, 64.0]]), np.array([11e-6]), "synthetic",
-                        exponents_above=(1.0, 2.0))
+    table = one_cell_attention_table(11e-6, decode=False)
     priced_cluster = dataclasses.replace(h200, serving_kernels=ServingKernels(prefill_attention={(16, 1): table}))
     steps = [step_time(DEEPSEEK, cluster, PREC, Sharding.of(8), tokens_per_rank=64.0, sequences_per_rank=1.0,
                        attended_keys=(0.0, 0.0), attention_flops=(1e9, 0.0), decode=False)
@@ -90,7 +83,7 @@ def test_hand_derived_mla_prefill_step(h200):
 def test_uncovered_shapes_keep_the_roofline(h200):
     """At tp 4 a GPU runs 32 heads, which the (16, 1) table does not hold; at tp 8, 3 sequences lie below its one
     cell; a sparse-attention (top-k indexer) model reads no attention table at all."""
-    kernels = ServingKernels(decode_attention={(16, 1): mla_decode_table(9e-6)})
+    kernels = ServingKernels(decode_attention={(16, 1): one_cell_attention_table(9e-6, decode=True)})
     priced_cluster = dataclasses.replace(h200, serving_kernels=kernels)
     for tp, batch in ((4, 4.0), (8, 3.0)):
         plain, priced = decode(h200, tp, batch), decode(priced_cluster, tp, batch)
