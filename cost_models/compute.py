@@ -29,6 +29,11 @@ AttentionTimeFn = Callable[[Column], tuple[np.ndarray, np.ndarray]]
 AttentionTableFn = Callable[[np.ndarray, int, int], tuple[np.ndarray, np.ndarray, np.ndarray]]
 """Measured causal self-attention by shape: (sequences x heads per GPU, sequence length, head dim) ->
 (forward seconds, backward seconds, covered); a measured kernel table's predictor (kernel_pricing.py)."""
+MemoryTimeFn = Callable[[Column, Column], np.ndarray]
+"""Seconds of memory-bound kernels (bytes moved, kernels), broadcast like :func:`memory_bound_time_s`: a measured
+HBM bandwidth curve by bytes per kernel (kernel_pricing.py), the roofline outside it."""
+ParameterTableFn = Callable[[Column], tuple[np.ndarray, np.ndarray]]
+"""Measured seconds of the fused optimizer step over ``parameters`` (its own bytes only), and covered."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +65,12 @@ class ComputeRates:
     attention_table_fn: AttentionTableFn | None = None
     """A measured table of causal attention by shape; where it covers a layer's attention it prices it, ahead of
     ``attention_time_fn`` and the flash rate (layer.py)."""
+    memory_time_fn: MemoryTimeFn | None = None
+    """A measured HBM bandwidth curve; when set, ``memory_bound_time_s`` defers to it (it falls back to the roofline
+    of ``memory_bytes_per_s`` itself)."""
+    optimizer_table_fn: ParameterTableFn | None = None
+    """A measured fused optimizer step by parameter count; where it covers a stage's update it prices it
+    (estimate.optimizer_step_s)."""
     step_time_factor: float = 1.0
     """Learned step-level calibration (measured / predicted step of full runs), applied to the finished estimate."""
     fp8_recipe: str | None = None
@@ -147,4 +158,6 @@ def unfused_attention_time_s(score_elements: Column, seq_len: int, head_dim: int
 
 def memory_bound_time_s(num_bytes: Column, num_kernels: Column, rates: ComputeRates) -> np.ndarray:
     """Seconds for element-wise kernels moving ``num_bytes`` through HBM."""
+    if rates.memory_time_fn is not None:
+        return rates.memory_time_fn(num_bytes, num_kernels)
     return np.asarray(num_bytes, dtype=float) / rates.memory_bytes_per_s + num_kernels * rates.kernel_overhead_s

@@ -35,6 +35,7 @@ from paraplan.cost_models.memory import (
     state_shares,
     trimmed_to_capacity,
 )
+from paraplan.cost_models.recipes import StateRecipe
 from paraplan.cost_models.schedules import (
     RankWork,
     dual_bubble_ratio,
@@ -63,6 +64,16 @@ ADAM_BYTES_PER_PARAM = 30.0
 CLIP_BYTES_PER_PARAM = 12.0
 OPTIMIZER_BYTES_PER_PARAM = ADAM_BYTES_PER_PARAM + CLIP_BYTES_PER_PARAM
 OPTIMIZER_KERNELS = 8  # multi-tensor-apply launches for clip-norm, Adam and the bf16 copy
+# What a measured fused AdamW step moves (torch.optim.AdamW(fused=True): fp32 weight, gradient and both moments read,
+# weight and moments written; measurements/profile_grids.ADAMW_BYTES_PER_PARAMETER). Where its table prices the
+# update, clipping (CLIP_BYTES_PER_PARAM) runs at the step's measured bandwidth: torch.nn.utils.clip_grad_norm_ is
+# torch._foreach_norm and torch._foreach_mul_, multi-tensor-apply kernels over the same tensors as the fused step
+# (on the probe, data/measured/torchtitan_step_split_h100.csv: 1.50e9 parameters clipped in 7.0 ms, AdamW in 16.6 ms,
+# 12/28 of it 7.1 ms). So does the 16-bit copy of the weights where the engine's recipe keeps one apart from the
+# fp32 masters (Megatron, DeepSpeed: 2 B written); FSDP2 (torchtitan) holds fp32 weights and casts them in its
+# all-gather, so its step writes none.
+FUSED_ADAMW_BYTES_PER_PARAM = 28.0
+FP32_BYTES = 4.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,10 +232,23 @@ def stage_terms(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: Confi
                              model.routed_params_per_layer_mean() / (t.ep * t.etp), stage_layers,
                              model.layer_param_tensors(), model.layer_vector_tensors(), group=edp, stride=t.ep * t.etp)
         updated = updated + expert_params / np.where(t.zero >= 1, edp, 1)
-    optimizer = memory_bound_time_s(updated * OPTIMIZER_BYTES_PER_PARAM, OPTIMIZER_KERNELS, rates)
+    optimizer = optimizer_step_s(updated, rates, work.recipe)
     return StageTerms(ranks=ranks, dense_traffic=dense, expert_traffic=experts,
                       optimizer_s=np.array(np.broadcast_to(optimizer, (len(t),)), dtype=float),
                       shares=state_shares(model, work, t))
+
+
+def optimizer_step_s(updated: Column, rates: ComputeRates, recipe: StateRecipe) -> np.ndarray:
+    """Seconds of gradient clipping and the Adam step over ``updated`` parameters on one GPU: OPTIMIZER_BYTES_PER_PARAM
+    through HBM, or, where a measured fused AdamW table covers the count (``rates.optimizer_table_fn``), its time
+    scaled from its 28 bytes a parameter to the clipping's 12 and ``recipe``'s 16-bit weight copy (if it keeps one)."""
+    analytical = memory_bound_time_s(updated * OPTIMIZER_BYTES_PER_PARAM, OPTIMIZER_KERNELS, rates)
+    if rates.optimizer_table_fn is None:
+        return analytical
+    adamw, covered = rates.optimizer_table_fn(updated)
+    copy_bytes = recipe.weight_bytes if recipe.weight_bytes < FP32_BYTES else 0.0
+    measured = adamw * (FUSED_ADAMW_BYTES_PER_PARAM + CLIP_BYTES_PER_PARAM + copy_bytes) / FUSED_ADAMW_BYTES_PER_PARAM
+    return np.where(covered, measured, analytical)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,14 @@ from collections.abc import Callable
 import numpy as np
 
 from paraplan.arrays import Column
-from paraplan.cost_models.compute import AttentionTableFn, ComputeRates, GemmTimeFn, gemm_time_s
+from paraplan.cost_models.compute import (
+    AttentionTableFn,
+    ComputeRates,
+    GemmTimeFn,
+    MemoryTimeFn,
+    ParameterTableFn,
+    gemm_time_s,
+)
 from paraplan.cost_models.kernel_tables import KernelTable, lookup
 
 
@@ -116,5 +123,62 @@ def table_collective_fn(tables: dict[str, KernelTable]) -> Callable[[str, Column
         seconds, covered = lookup(tables[kind], np.column_stack([size.ravel(), n.ravel()]))
         inside = (n > 1) & (k >= n) & covered.reshape(size.shape)
         return inside, np.where(inside, seconds.reshape(size.shape), 0.0)
+
+    return predict
+
+
+def curve_seconds(table: KernelTable, values: Column) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds, covered) of a one-axis table at ``values``: ``lookup``'s interpolation (linear in log2 value and log
+    seconds), as one ``np.interp`` over the grid instead of a sort of the queries; past the largest grid line time
+    grows as the axis's ``exponent_above`` (None: not covered), below the smallest it is not covered."""
+    (axis,) = table.axes
+    values = np.asarray(values, dtype=float)
+    logs = np.log2(np.where(values > 0, values, 1.0))
+    log_s = np.interp(logs, axis.log2_points, table.log_seconds)
+    above = logs > axis.log2_points[-1]
+    if axis.exponent_above is not None:
+        log_s = log_s + np.where(above, axis.exponent_above * (logs - axis.log2_points[-1]) * np.log(2.0), 0.0)
+    covered = (values > 0) & (logs >= axis.log2_points[0]) & (~above | (axis.exponent_above is not None))
+    return np.where(covered, np.exp(log_s), np.nan), covered
+
+
+def table_memory_seconds(table: KernelTable, analytical: ComputeRates, num_bytes: Column,
+                         num_kernels: Column) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds, priced by the table) of ``num_kernels`` memory-bound kernels moving ``num_bytes`` between them, each
+    priced at its share of the bytes by the measured curve of one kernel's seconds by bytes (launch included), or by
+    ``analytical``'s roofline (bytes / bandwidth + one launch) outside the measured bytes. Time never falls as bytes
+    grow: below the curve the roofline is capped at the curve's smallest time, above it raised to the largest."""
+    size, kernels = np.broadcast_arrays(np.asarray(num_bytes, dtype=float), np.asarray(num_kernels, dtype=float))
+    per_kernel = size / np.where(kernels > 0, kernels, 1.0)
+    measured, covered = curve_seconds(table, per_kernel)
+    roofline = per_kernel / analytical.memory_bytes_per_s + analytical.kernel_overhead_s
+    lowest, highest = np.exp(table.log_seconds[0]), np.exp(table.log_seconds[-1])
+    below = per_kernel < 2.0 ** table.axes[0].log2_points[0]
+    fallback = np.where(below, np.minimum(roofline, lowest), np.maximum(roofline, highest))
+    seconds = kernels * np.where(covered, measured, fallback)
+    covered = covered & (kernels > 0)
+    return np.where(kernels > 0, seconds, size / analytical.memory_bytes_per_s), covered
+
+
+def table_memory_fn(table: KernelTable, analytical: ComputeRates) -> MemoryTimeFn:
+    """A ``memory_time_fn``: memory-bound kernels priced by a measured bandwidth curve, the roofline outside it."""
+    def predict(num_bytes: Column, num_kernels: Column) -> np.ndarray:
+        return table_memory_seconds(table, analytical, num_bytes, num_kernels)[0]
+
+    return predict
+
+
+def memory_coverage(table: KernelTable, analytical: ComputeRates, num_bytes: np.ndarray,
+                    num_kernels: np.ndarray) -> float:
+    """Share (0-1) of the time of memory-bound kernel sets (``num_bytes`` over ``num_kernels``) the curve priced."""
+    seconds, covered = table_memory_seconds(table, analytical, num_bytes, num_kernels)
+    total = float(seconds.sum())
+    return float(seconds[covered].sum()) / total if total > 0 else 0.0
+
+
+def table_parameter_fn(table: KernelTable) -> ParameterTableFn:
+    """An ``optimizer_table_fn``: the measured step's seconds by parameter count, and covered."""
+    def predict(parameters: Column) -> tuple[np.ndarray, np.ndarray]:
+        return curve_seconds(table, parameters)
 
     return predict

@@ -31,14 +31,15 @@ def _ran(frame: pd.DataFrame) -> pd.DataFrame:
 
 def test_probe_step_time_target() -> None:
     """Issue 31: median <= 10%, no row beyond 25%. bench/kernel_tables_accuracy.py --store none.sqlite prints the
-    rows: analytical (fitted fractions) median 39.0%, max 55.1%; shipped tables 9.7%, max 14.7%."""
+    rows: analytical (fitted fractions) median 39.0%, max 55.1%; shipped tables 9.3%, max 14.0% (9.7%, 14.7% before
+    memory-bound kernels and the optimizer step read their tables)."""
     rows = _ran(load_probe_rows())
     errors = np.array([predict_probe_step_s(r, "measured", NO_STORE) / float(r["step_s"]) - 1.0
                        for _, r in rows.iterrows()])
     assert len(errors) == 14
     assert np.median(np.abs(errors)) <= 0.10 and np.max(np.abs(errors)) <= 0.25
-    assert np.median(np.abs(errors)) == pytest.approx(0.097, abs=0.01)
-    assert np.max(np.abs(errors)) == pytest.approx(0.147, abs=0.01)
+    assert np.median(np.abs(errors)) == pytest.approx(0.093, abs=0.01)
+    assert np.max(np.abs(errors)) == pytest.approx(0.140, abs=0.01)
 
 
 def test_the_rerun_repeats_the_shipped_step_times() -> None:
@@ -54,16 +55,18 @@ def test_the_rerun_repeats_the_shipped_step_times() -> None:
 
 
 def test_the_parts_of_each_step() -> None:
-    """The optimizer term (fused AdamW 30 B and gradient clipping 12 B per parameter, estimate.py) against the
-    measured clip_s + opt_s: within 2% on the 1B and 3B models; the 8B slice, whose embedding and output layers
-    are a third of its parameters, 12.5% short. The forward plus backward against compute_s: median within 12%."""
+    """The optimizer term against the measured clip_s + opt_s. Priced from the shipped fused AdamW table (estimate.
+    optimizer_step_s: the measured 28-byte step scaled to clipping's 12 bytes; FSDP2 writes no 16-bit copy): 0.2-2.3%
+    short on the 1B and 3B models, the 8B slice, whose embedding and output layers are a third of its parameters,
+    13.1% short. The analytical 42 bytes a parameter at 0.8 of HBM gave -1.6..+0.5% and -12.5%
+    (test_step_parts.py prices it by hand). The forward plus backward against compute_s: median within 12%."""
     rows = _ran(load_step_split_rows())
     parts = [(probe_estimate(r, "measured", NO_STORE), r) for _, r in rows.iterrows()]
     optimizer = np.array([float(e.optimizer_s[0]) / (r["opt_s"] + r["clip_s"]) - 1.0 for e, r in parts])
     compute = np.array([float(e.compute_s[0]) / (r["fwd_s"] + r["bwd_s"]) - 1.0 for e, r in parts])
     small = (rows["shape"] != "llama3-8b-8l").to_numpy()
-    assert np.max(np.abs(optimizer[small])) < 0.02
-    assert optimizer[~small][0] == pytest.approx(-0.125, abs=0.01)
+    assert np.max(np.abs(optimizer[small])) < 0.025 and np.all(optimizer < 0.0)
+    assert optimizer[~small][0] == pytest.approx(-0.131, abs=0.01)
     assert np.median(np.abs(compute)) < 0.12 and np.max(np.abs(compute)) < 0.20
     # The step is its compute and its optimizer alone on one GPU (no communication, no bubble).
     assert all(float(e.step_time_s[0]) == pytest.approx(float(e.compute_s[0] + e.optimizer_s[0]), rel=1e-9)

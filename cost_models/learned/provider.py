@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -201,11 +202,32 @@ def has_gemm_table(store: Path, hardware: str, precision: str) -> bool:
     return any(training_gemm_table(s, hardware, precision) is not None for s in kernel_stores(store))
 
 
+def _memory_tables(base: ComputeRates, hardware: str, stores: tuple[Path, ...]) -> tuple[dict[str, Any], list[str]]:
+    """The ``ComputeRates`` fields that price memory-bound kernels and the optimizer step from measured tables of
+    ``hardware`` (the first store holding each), and their provenance labels."""
+    from paraplan.cost_models.kernel_pricing import table_memory_fn, table_parameter_fn
+    from paraplan.cost_models.kernel_source_memory import elementwise_table, optimizer_table
+
+    fields: dict[str, Any] = {}
+    labels = []
+    curve = next((t for t in (elementwise_table(s, hardware) for s in stores) if t is not None), None)
+    if curve is not None:
+        fields["memory_time_fn"] = table_memory_fn(curve, base)
+        labels.append(f"element-wise: {curve.label} at each kernel's share of the bytes, roofline outside them")
+    adamw = next((t for t in (optimizer_table(s, hardware) for s in stores) if t is not None), None)
+    if adamw is not None:
+        fields["optimizer_table_fn"] = table_parameter_fn(adamw)
+        labels.append(f"optimizer step: {adamw.label}, linear past the largest; clipping and any 16-bit weight copy "
+                      "at its bandwidth")
+    return fields, labels
+
+
 def _measured_rates(base: ComputeRates, gpu: GPUSpec, precision: str, store: Path) -> ComputeRates:
     """``base`` with its GEMMs priced by a measured kernel table of ``gpu`` and, where paraplan's training suite
-    measured the job's attention kernel, its attention too (kernel_source.py); analytical outside the tables'
-    shapes. Each table comes from the user's ``store`` where it has one, else from paraplan's shipped tables.
-    InputError when neither has a GEMM table for this GPU and precision."""
+    measured them, its attention kernel, memory-bound kernels and optimizer step too (kernel_source.py,
+    kernel_source_memory.py); analytical outside the tables' shapes. Each table comes from the user's ``store`` where
+    it has one, else from paraplan's shipped tables. InputError when neither has a GEMM table for this GPU and
+    precision."""
     from paraplan.cost_models.kernel_pricing import table_attention_fn, table_gemm_fn  # the store's readers: only
     from paraplan.cost_models.kernel_source import training_attention_tables, training_gemm_table  # for this model
 
@@ -222,10 +244,13 @@ def _measured_rates(base: ComputeRates, gpu: GPUSpec, precision: str, store: Pat
         table_name = next(iter(attention.values()))[0].label.split(", head dim")[0]
         labels.append(f"attention: {table_name} for head dims {', '.join(str(d) for d in attention)}, analytical "
                       "outside it")
-    rest = "element-wise and communication" if attention else "attention, element-wise and communication"
+    fields, memory_labels = _memory_tables(base, gpu.name, stores)
+    rest = [name for name, priced in (("attention", attention), ("element-wise", "memory_time_fn" in fields),
+                                      ("optimizer step", "optimizer_table_fn" in fields)) if not priced]
     return dataclasses.replace(base, gemm_time_fn=table_gemm_fn(table, base),
-                               attention_table_fn=table_attention_fn(attention) if attention else None,
-                               source="; ".join([*labels, f"{rest}: {base.source}"]))
+                               attention_table_fn=table_attention_fn(attention) if attention else None, **fields,
+                               source="; ".join([*labels, *memory_labels,
+                                                 f"{', '.join([*rest, 'communication'])}: {base.source}"]))
 
 
 def op_rates(cost_model: str, gpu: GPUSpec, precision: str, attention_kernel: str, kernel_stack: str,
