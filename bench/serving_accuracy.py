@@ -26,7 +26,7 @@ def main() -> None:
         print(f"  {label}: TPOT {tpot:.1%}, TTFT {ttft:.1%}")
     c = report.constants
     print(f"\nfitted on {c.fitted_rows} rows: step overhead (ms) "
-          + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in c.step_overhead_s.items())
+          + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in c.step_overhead_s.items())
           + "; request overhead (ms) " + ", ".join(f"{k} {v * 1e3:.0f}" for k, v in c.request_overhead_s.items())
           + f"; benchmark waves {c.waves:g}")
     print("\nnot covered:")

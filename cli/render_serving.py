@@ -47,7 +47,7 @@ def serving_validation(console: Console, document: dict) -> None:
                       f"TTFT median {_pct(scores['ttft_median_err'])} %")
     c = document["constants"]
     console.print(f"fitted on {c['fitted_rows']} rows: step overhead ms "
-                  + ", ".join(f"{k} {1e3 * v:.1f}" for k, v in c["step_overhead_s"].items())
+                  + ", ".join(f"{k} {1e3 * v:.2f}" for k, v in c["step_overhead_s"].items())
                   + "; request overhead ms "
                   + ", ".join(f"{k} {1e3 * v:.0f}" for k, v in c["request_overhead_s"].items())
                   + f"; benchmark waves {c['benchmark_waves']}")

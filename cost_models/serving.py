@@ -148,8 +148,10 @@ class EngineTraits:
     cores, SGLang's per-rank schedulers) and a step waits for the busiest rank (``mixed_admission_s``)."""
 
 
-# step_overhead_s and request_overhead_s: fitted by ``python bench/serving_accuracy.py`` (validation/serving_runs.py,
-# median |log error| over the 4,762 covered measured rows; held-out figures in docs/serving.md).
+# step_overhead_s and request_overhead_s: an earlier fit of ``python bench/serving_accuracy.py``
+# (validation/serving_runs.py, median |log error| over the 4,762 rows then covered). The validation refits them on
+# every run (now the step overhead by mean |log error| of TPOT over the 5,221 rows: vLLM 2.75, SGLang 3.75, TRT-LLM
+# 1.0 ms; request 30 / 250 / 120 ms); `paraplan serve` keeps these (docs/serving.md, "Fitted constants").
 ENGINE_TRAITS: dict[str, EngineTraits] = {
     "vllm": EngineTraits(
         name="vllm", memory_frac=0.9, budget="profiled", max_batched_tokens=8192, reserves_full_length=False,
