@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from paraplan.cost_models.learned.provider import compute_rates, has_gemm_table
+from paraplan.hardware_profiles.run_factor import gpu_at_scale
 from paraplan.planner.search import search
 from paraplan.validation.memory_probe import load_probe_rows, predict_probe_step_s
 from paraplan.validation.reference import (
@@ -35,7 +36,8 @@ def _reference_error(row: pd.Series, cost_model: str, store: Path) -> float:
     """Signed throughput error of one reference run (+ = predicted faster)."""
     job, cluster = reference_job(row), _cluster(row)
     work = job.workload()
-    rates = compute_rates(cost_model, cluster.gpu, work.precision, work.attention, work.kernel_stack, store)
+    gpu = gpu_at_scale(cluster.gpu, cluster.num_gpus)
+    rates = compute_rates(cost_model, gpu, work.precision, work.attention, work.kernel_stack, store)
     result = search(job, cluster, _fixed_knobs(row), rates=rates)
     if len(result.ranked) == 0:
         return float("nan")

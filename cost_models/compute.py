@@ -14,7 +14,8 @@ import numpy as np
 
 from paraplan.arrays import Column
 from paraplan.hardware_profiles import GPUSpec
-from paraplan.hardware_profiles.specs import ATTENTION_KERNELS, FLASH_FAMILY_KERNELS
+from paraplan.hardware_profiles.run_factor import scale_note
+from paraplan.hardware_profiles.specs import ATTENTION_KERNELS, DEFAULTED, FLASH_FAMILY_KERNELS
 
 # Fused (flash) attention backward executes 2.5x the forward FLOPs: five matmuls against two,
 # because it recomputes QKᵀ (Dao 2023, FlashAttention-2, section 3.1.2).
@@ -99,8 +100,15 @@ def analytical_rates(gpu: GPUSpec, gemm_dtype: str, attention_kernel: str = "fus
         memory_bytes_per_s=gpu.hbm_bytes_per_s * eff.hbm_frac,
         kernel_overhead_s=eff.kernel_overhead_s,
         source=f"analytical roofline ({gpu.name}, efficiency.yaml, {kernel_stack} GEMMs, {attention_kernel} attention: "
-               f"{gpu.calibration(gemm_dtype, attention_kernel, kernel_stack).detail()})",
+               f"{_calibration_detail(gpu, gemm_dtype, attention_kernel, kernel_stack)})",
     )
+
+
+def _calibration_detail(gpu: GPUSpec, gemm_dtype: str, attention_kernel: str, kernel_stack: str) -> str:
+    """Whether the fractions read were fitted, and which share of the distributed-run factor they carry."""
+    calibration = gpu.calibration(gemm_dtype, attention_kernel, kernel_stack)
+    note = scale_note(gpu.efficiency, DEFAULTED in (calibration.gemm, calibration.attention))
+    return calibration.detail() + (f"; {note}" if note else "")
 
 
 def _saturation(dim: Column, half_dim: float) -> np.ndarray:

@@ -46,6 +46,7 @@ from paraplan.cost_models.schedules import (
 from paraplan.cost_models.stages import stage_layout
 from paraplan.cost_models.table import ConfigTable, DistinctIndex, Workload, distinct_rows, take_rows
 from paraplan.hardware_profiles import ClusterSpec
+from paraplan.hardware_profiles.run_factor import gpu_at_scale
 from paraplan.model_specs.model_spec import ModelSpec
 
 if TYPE_CHECKING:
@@ -151,8 +152,8 @@ def _pick(condition: np.ndarray, when_true: Column, when_false: Column) -> np.nd
 def default_rates(cluster: ClusterSpec, work: Workload) -> ComputeRates:
     """The analytical rates of the job's GEMM dtype, fp8 recipe, attention kernel and kernel stack on the
     cluster's GPU."""
-    return _with_recipe(analytical_rates(cluster.gpu, work.precision, work.attention, work.kernel_stack), cluster,
-                        work)
+    gpu = gpu_at_scale(cluster.gpu, cluster.num_gpus)
+    return _with_recipe(analytical_rates(gpu, work.precision, work.attention, work.kernel_stack), cluster, work)
 
 
 def _with_recipe(rates: ComputeRates, cluster: ClusterSpec, work: Workload) -> ComputeRates:

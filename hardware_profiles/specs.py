@@ -64,6 +64,9 @@ class EfficiencySpec:
     """Where each GEMM and attention fraction comes from, keyed by its efficiency.yaml path (``gemm_peak_frac.bf16``,
     ``stack_gemm_peak_frac.pytorch.fp8``, ``attention_peak_frac.flash``): FITTED, ASSUMED, DEFAULTED or BORROWED
     and a GPU; a key not listed is DEFAULTED. Not part of equality: GPUs reading the same constants compare equal."""
+    run_gpus: int | None = None
+    """The GPU count of the job these fractions were scaled for (run_factor.efficiency_at_scale); None as
+    efficiency.yaml states them (fitted to runs on 8 or more GPUs)."""
 
     def origin(self, path: str) -> str:
         """Where the fraction at efficiency.yaml ``path`` comes from (FITTED, ASSUMED, DEFAULTED, BORROWED...)."""

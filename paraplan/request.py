@@ -27,6 +27,7 @@ from paraplan.choices import (
 from paraplan.cost_models.compute import ComputeRates
 from paraplan.errors import InputError, ParameterError
 from paraplan.hardware_profiles import Catalog, ClusterSpec, cluster_from_file, load_cluster, quick_cluster
+from paraplan.hardware_profiles.run_factor import gpu_at_scale
 from paraplan.hardware_profiles.topology_file import is_topology_file
 from paraplan.hardware_profiles.units import BYTES_PER_GB, SECONDS_PER_HOUR
 from paraplan.model_specs.model_spec import AttentionFlops, ModelSpec
@@ -349,7 +350,8 @@ def cost_inputs(request: PlanRequest, job: TrainingJob,
 
     store = request.store if request.store is not None else default_store_path()
     work = job.workload()
-    rates = compute_rates(request.cost_model, cluster.gpu, work.precision, work.attention, work.kernel_stack, store)
+    gpu = gpu_at_scale(cluster.gpu, cluster.num_gpus)
+    rates = compute_rates(request.cost_model, gpu, work.precision, work.attention, work.kernel_stack, store)
     learned = learned_cluster(request.cost_model, cluster, store)  # its collectives learned; the GPU is the same
     kernel = _sinks_note(job.model, work.attention)
     if request.stack_profile is None:

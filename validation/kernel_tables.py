@@ -21,6 +21,7 @@ import pandas as pd
 from paraplan.cost_models.compute import ComputeRates
 from paraplan.cost_models.learned.provider import compute_rates, has_gemm_table, learned_cluster
 from paraplan.hardware_profiles import ClusterSpec
+from paraplan.hardware_profiles.run_factor import gpu_at_scale
 from paraplan.planner.job import TrainingJob
 from paraplan.validation import serving_runs as sr
 from paraplan.validation.memory_probe import PROBE_GPU, load_probe_rows, predict_probe_step_s
@@ -45,7 +46,8 @@ def _measured_rates(store: Path) -> Callable[[TrainingJob, ClusterSpec], Compute
     """The measured cost model's rates for a reference run's job and cluster."""
     def rates_for(job: TrainingJob, cluster: ClusterSpec) -> ComputeRates:
         work = job.workload()
-        return compute_rates("measured", cluster.gpu, work.precision, work.attention, work.kernel_stack, store)
+        gpu = gpu_at_scale(cluster.gpu, cluster.num_gpus)
+        return compute_rates("measured", gpu, work.precision, work.attention, work.kernel_stack, store)
     return rates_for
 
 

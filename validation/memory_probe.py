@@ -25,6 +25,7 @@ import pandas as pd
 from paraplan.choices import Recompute
 from paraplan.cost_models.estimate import EstimateTable, estimate
 from paraplan.hardware_profiles import quick_cluster
+from paraplan.hardware_profiles.run_factor import gpu_at_scale
 from paraplan.hardware_profiles.units import BYTES_PER_GIB
 from paraplan.model_specs.model_spec import ModelSpec
 from paraplan.planner.job import ParallelConfig, TrainingJob, configs_to_table
@@ -107,7 +108,7 @@ def probe_estimate(row: pd.Series, cost_model: str = "analytical", store: Path |
     config = ParallelConfig(tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=batch, zero=3, recompute=PROBE_RECOMPUTE[row["ac"]],
                             sp=False, cp_comm="allgather")
     cluster, work = quick_cluster(PROBE_GPU, 1), job.workload()
-    rates = compute_rates(cost_model, cluster.gpu, work.precision, work.attention, work.kernel_stack,
+    rates = compute_rates(cost_model, gpu_at_scale(cluster.gpu, 1), work.precision, work.attention, work.kernel_stack,
                           store if store is not None else Path("absent-store.sqlite"))
     return estimate(model, cluster, work, configs_to_table([config]), rates)
 
