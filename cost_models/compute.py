@@ -35,6 +35,8 @@ MemoryTimeFn = Callable[[Column, Column], np.ndarray]
 HBM bandwidth curve by bytes per kernel (kernel_pricing.py), the roofline outside it."""
 ParameterTableFn = Callable[[Column], tuple[np.ndarray, np.ndarray]]
 """Measured seconds of the fused optimizer step over ``parameters`` (its own bytes only), and covered."""
+GroupedGemmTableFn = Callable[[Column, Column, Column, Column], tuple[np.ndarray, np.ndarray]]
+"""Measured seconds of grouped GEMMs (rows per group, groups, n, k), and covered (kernel_pricing.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +74,9 @@ class ComputeRates:
     optimizer_table_fn: ParameterTableFn | None = None
     """A measured fused optimizer step by parameter count; where it covers a stage's update it prices it
     (estimate.optimizer_step_s)."""
+    grouped_gemm_table_fn: GroupedGemmTableFn | None = None
+    """A measured grouped GEMM (routed experts' forward and input gradients) by tokens per expert, experts and
+    widths; where it covers a shape it prices it (moe.grouped_gemm_time_s)."""
     step_time_factor: float = 1.0
     """Learned step-level calibration (measured / predicted step of full runs), applied to the finished estimate."""
     fp8_recipe: str | None = None

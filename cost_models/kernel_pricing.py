@@ -19,6 +19,7 @@ from paraplan.cost_models.compute import (
     AttentionTableFn,
     ComputeRates,
     GemmTimeFn,
+    GroupedGemmTableFn,
     MemoryTimeFn,
     ParameterTableFn,
     gemm_time_s,
@@ -180,5 +181,14 @@ def table_parameter_fn(table: KernelTable) -> ParameterTableFn:
     """An ``optimizer_table_fn``: the measured step's seconds by parameter count, and covered."""
     def predict(parameters: Column) -> tuple[np.ndarray, np.ndarray]:
         return curve_seconds(table, parameters)
+
+    return predict
+
+
+def table_grouped_gemm_fn(table: KernelTable) -> GroupedGemmTableFn:
+    """A ``grouped_gemm_table_fn``: measured seconds of grouped GEMMs (rows per group, groups, n, k) from a table over
+    (tokens per expert, experts, n, k), each distinct shape looked up once, and covered."""
+    def predict(rows_per_group: Column, groups: Column, n: Column, k: Column) -> tuple[np.ndarray, np.ndarray]:
+        return table_seconds(table, rows_per_group, groups, n, k)
 
     return predict

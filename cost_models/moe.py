@@ -120,9 +120,11 @@ def _padded(dim: Column, tile: Column) -> np.ndarray:
     return np.ceil(np.asarray(dim, dtype=float) / tile) * tile
 
 
-def grouped_gemm_time_s(rows_per_group: Column, groups: Column, n: Column, k: Column,
-                        rates: ComputeRates) -> np.ndarray:
+def grouped_gemm_time_s(rows_per_group: Column, groups: Column, n: Column, k: Column, rates: ComputeRates,
+                        measured: bool = True) -> np.ndarray:
     """Seconds of one grouped GEMM: ``groups`` GEMMs [rows_per_group, n, k], each with its own weight, in one launch.
+    Where ``rates`` carry a measured grouped-GEMM table that covers the shape (and ``measured``: the layout the table
+    timed, tokens as the rows), the table prices it; elsewhere the model below.
 
     The kernel walks the output tiles of every group as one persistent grid, so it runs like one dense GEMM
     over the stacked rows, except that each group's rows are padded to the row tile (the last tile of a
@@ -137,7 +139,11 @@ def grouped_gemm_time_s(rows_per_group: Column, groups: Column, n: Column, k: Co
     compute = gemm_time_s(executed_rows, _padded(n, GROUPED_TILE_COLS), _padded(k, k_tile), rates)
     weights = np.asarray(groups, dtype=float) * np.asarray(k, dtype=float) * n
     memory = (rates.gemm_element_bytes * (rows * k + weights) + HIDDEN_BYTES * rows * n) / rates.memory_bytes_per_s
-    return np.maximum(compute, memory + rates.kernel_overhead_s)
+    modelled = np.maximum(compute, memory + rates.kernel_overhead_s)
+    if rates.grouped_gemm_table_fn is None or not measured:
+        return modelled
+    seconds, covered = rates.grouped_gemm_table_fn(rows_per_group, groups, n, k)
+    return np.where(covered, seconds, modelled)
 
 
 def _grouped_expert_gemms_s(model: ModelSpec, copies: np.ndarray, t: ConfigTable,
@@ -148,7 +154,8 @@ def _grouped_expert_gemms_s(model: ModelSpec, copies: np.ndarray, t: ConfigTable
     Forward [m, g·f, h] and [m, h, f]; input gradients [m, h, g·f] and [m, f, h]; weight gradients
     [h, g·f, m] and [f, h, m]: there the tokens per expert are the reduction, so few tokens per expert
     make a short main loop (the K saturation of the GEMM curve) where forward and input gradients lose
-    only their padded rows.
+    only their padded rows. A measured ``torch._grouped_mm`` table (tokens as the rows) prices the forward and
+    input-gradient GEMMs it covers; the weight gradients, a reduction over the tokens, it never timed.
     """
     h, f = model.hidden_size, model.expert_ffn_size / t.etp
     up_width = (model.mlp_matrices - 1) * f
@@ -158,8 +165,8 @@ def _grouped_expert_gemms_s(model: ModelSpec, copies: np.ndarray, t: ConfigTable
         + grouped_gemm_time_s(m, local_experts, h, f, rates)
     input_grad = grouped_gemm_time_s(m, local_experts, h, up_width, rates) \
         + grouped_gemm_time_s(m, local_experts, f, h, rates)
-    weight_grad = grouped_gemm_time_s(h, local_experts, up_width, m, rates) \
-        + grouped_gemm_time_s(f, local_experts, h, m, rates)
+    weight_grad = grouped_gemm_time_s(h, local_experts, up_width, m, rates, measured=False) \
+        + grouped_gemm_time_s(f, local_experts, h, m, rates, measured=False)
     return forward, input_grad, weight_grad
 
 

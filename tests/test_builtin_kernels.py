@@ -70,7 +70,8 @@ def test_measured_prices_h100_and_h200_without_a_user_store(cache: Path) -> None
         assert 2 * 8192**3 / seconds == pytest.approx({"h100-sxm": 6.92e14, "h200-sxm": 6.67e14}[gpu_name], rel=0.01)
         plain = analytical_rates(gpu, "bf16", "flash", "pytorch")
         assert dataclasses.replace(rates, gemm_time_fn=None, attention_table_fn=None, memory_time_fn=None,
-                                   optimizer_table_fn=None, source=plain.source) == plain
+                                   optimizer_table_fn=None, grouped_gemm_table_fn=None,
+                                   source=plain.source) == plain
 
 
 def test_a_gpu_nothing_measured_is_one_line_naming_both_places(cache: Path) -> None:

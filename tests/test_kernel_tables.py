@@ -154,7 +154,7 @@ def test_measured_rates_price_gemms_from_the_table_and_say_so(tmp_path: Path) ->
     plain = compute_rates("auto", gpu, "bf16", "flash", "pytorch", store)
     assert plain.gemm_time_fn is None  # auto does not take the tables yet (COST_MODELS docstring says why)
     assert dataclasses.replace(rates, gemm_time_fn=None, attention_table_fn=None, memory_time_fn=None,
-                               optimizer_table_fn=None, source=plain.source) == plain
+                               optimizer_table_fn=None, grouped_gemm_table_fn=None, source=plain.source) == plain
 
 
 def test_measured_cost_model_without_a_table_is_one_line_exit_2(tmp_path: Path) -> None:

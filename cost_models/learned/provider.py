@@ -1,7 +1,8 @@
 """The planner's choice of cost model: analytical, learned, learned where one exists (auto), or measured kernels.
 
-``measured`` prices GEMMs from a measured kernel table of the GPU (cost_models/kernel_source.py), analytical outside
-its shapes and for every other term.
+``measured`` prices GEMMs from a measured kernel table of the GPU (cost_models/kernel_source.py) and, where the
+training suite measured them, attention, memory-bound kernels, the optimizer step and routed experts' grouped GEMMs
+(kernel_source_memory.py, kernel_source_grouped.py); analytical outside their shapes and for every other term.
 
 Learned models plug into :class:`ComputeRates`: a GEMM model as ``gemm_time_fn`` (``gemm_time_s``
 defers to it), a flash-attention model as ``attention_time_fn``, the step calibration as
@@ -202,10 +203,12 @@ def has_gemm_table(store: Path, hardware: str, precision: str) -> bool:
     return any(training_gemm_table(s, hardware, precision) is not None for s in kernel_stores(store))
 
 
-def _memory_tables(base: ComputeRates, hardware: str, stores: tuple[Path, ...]) -> tuple[dict[str, Any], list[str]]:
-    """The ``ComputeRates`` fields that price memory-bound kernels and the optimizer step from measured tables of
-    ``hardware`` (the first store holding each), and their provenance labels."""
-    from paraplan.cost_models.kernel_pricing import table_memory_fn, table_parameter_fn
+def _suite_tables(base: ComputeRates, hardware: str, precision: str,
+                  stores: tuple[Path, ...]) -> tuple[dict[str, Any], list[str]]:
+    """The ``ComputeRates`` fields that price memory-bound kernels, the optimizer step and routed experts' grouped
+    GEMMs from measured tables of ``hardware`` (the first store holding each), and their provenance labels."""
+    from paraplan.cost_models.kernel_pricing import table_grouped_gemm_fn, table_memory_fn, table_parameter_fn
+    from paraplan.cost_models.kernel_source_grouped import grouped_gemm_table
     from paraplan.cost_models.kernel_source_memory import elementwise_table, optimizer_table
 
     fields: dict[str, Any] = {}
@@ -219,13 +222,18 @@ def _memory_tables(base: ComputeRates, hardware: str, stores: tuple[Path, ...]) 
         fields["optimizer_table_fn"] = table_parameter_fn(adamw)
         labels.append(f"optimizer step: {adamw.label}, linear past the largest; clipping and any 16-bit weight copy "
                       "at its bandwidth")
+    grouped = next((t for t in (grouped_gemm_table(s, hardware, precision) for s in stores) if t is not None), None)
+    if grouped is not None:
+        fields["grouped_gemm_table_fn"] = table_grouped_gemm_fn(grouped)
+        labels.append(f"routed experts' forward and input-gradient grouped GEMMs: {grouped.label}, the GEMM model "
+                      "outside it and for weight gradients")
     return fields, labels
 
 
 def _measured_rates(base: ComputeRates, gpu: GPUSpec, precision: str, store: Path) -> ComputeRates:
     """``base`` with its GEMMs priced by a measured kernel table of ``gpu`` and, where paraplan's training suite
-    measured them, its attention kernel, memory-bound kernels and optimizer step too (kernel_source.py,
-    kernel_source_memory.py); analytical outside the tables' shapes. Each table comes from the user's ``store`` where
+    measured them, its attention kernel, memory-bound kernels, optimizer step and grouped expert GEMMs too
+    (kernel_source*.py); analytical outside the tables' shapes. Each table comes from the user's ``store`` where
     it has one, else from paraplan's shipped tables. InputError when neither has a GEMM table for this GPU and
     precision."""
     from paraplan.cost_models.kernel_pricing import table_attention_fn, table_gemm_fn  # the store's readers: only
@@ -244,12 +252,12 @@ def _measured_rates(base: ComputeRates, gpu: GPUSpec, precision: str, store: Pat
         table_name = next(iter(attention.values()))[0].label.split(", head dim")[0]
         labels.append(f"attention: {table_name} for head dims {', '.join(str(d) for d in attention)}, analytical "
                       "outside it")
-    fields, memory_labels = _memory_tables(base, gpu.name, stores)
+    fields, suite_labels = _suite_tables(base, gpu.name, precision, stores)
     rest = [name for name, priced in (("attention", attention), ("element-wise", "memory_time_fn" in fields),
                                       ("optimizer step", "optimizer_table_fn" in fields)) if not priced]
     return dataclasses.replace(base, gemm_time_fn=table_gemm_fn(table, base),
                                attention_table_fn=table_attention_fn(attention) if attention else None, **fields,
-                               source="; ".join([*labels, *memory_labels,
+                               source="; ".join([*labels, *suite_labels,
                                                  f"{', '.join([*rest, 'communication'])}: {base.source}"]))
 
 
