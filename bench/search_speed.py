@@ -28,7 +28,7 @@ from paraplan.choices import CP_COMM_NAMES
 from paraplan.cost_models.estimate import estimate
 from paraplan.hardware_profiles import quick_cluster
 from paraplan.model_specs.hf_config import load_model
-from paraplan.planner import search as search_module
+from paraplan.planner import search_blocks
 from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.search import search
@@ -143,12 +143,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="searches (and processes) per case; best/median")
     parser.add_argument("--keep", type=int, default=5, help="rows the bounded search keeps")
     parser.add_argument("--no-process", action="store_true", help="skip the whole-command measurement")
-    parser.add_argument("--threads", type=int, default=search_module.PRICING_THREADS,
-                        help="most threads that price blocks (planner.search.PRICING_THREADS; 1: one thread), in this "
-                             "process (the child processes and the paraplan command use the default)")
+    parser.add_argument("--threads", type=int, default=search_blocks.PRICING_THREADS,
+                        help="most threads that price blocks (planner.search_blocks.PRICING_THREADS; 1: one thread), "
+                             "in this process (the child processes and the paraplan command use the default)")
     parser.add_argument("--child", nargs=2, metavar=("CASE", "KEEP"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    search_module.PRICING_THREADS = args.threads
+    search_blocks.PRICING_THREADS = args.threads
     if args.child:
         return child(int(args.child[0]), args.child[1])
     job, cluster = _job("llama-3.1-8b", "h100-sxm", 16, 4096, 64, "bf16")

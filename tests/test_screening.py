@@ -17,7 +17,7 @@ from paraplan.cost_models.screening import (
 )
 from paraplan.hardware_profiles import quick_cluster
 from paraplan.model_specs.hf_config import load_model
-from paraplan.planner import search as search_module
+from paraplan.planner import search_blocks
 from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.search import search
@@ -73,12 +73,12 @@ def test_a_search_keeping_its_best_rows_times_few_of_the_fitting_ones(monkeypatc
     job = TrainingJob(model=load_model("mixtral-8x7b"), seq_len=4096, global_batch=256)
     cluster = quick_cluster("h100-sxm", 64)
     timed = []
-    price = search_module.block_estimates
+    price = search_blocks.block_estimates
 
     def counted(shared, block, subset=None):
         timed.append(len(block.table))
         return price(shared, block, subset)
-    monkeypatch.setattr(search_module, "block_estimates", counted)
+    monkeypatch.setattr(search_blocks, "block_estimates", counted)
     kept = search(job, cluster, keep=5)
     assert kept.fitting > 100_000
     assert sum(timed) < 0.1 * kept.fitting

@@ -15,7 +15,7 @@ from paraplan.cost_models.estimate import ROWS_PER_BLOCK, estimate
 from paraplan.cost_models.table import ConfigTable
 from paraplan.hardware_profiles import quick_cluster
 from paraplan.model_specs.hf_config import load_model
-from paraplan.planner import search as search_module
+from paraplan.planner import search_blocks
 from paraplan.planner.engines import engine_rules
 from paraplan.planner.job import TrainingJob
 from paraplan.planner.search import TIE_BREAK, _rank, explain_no_fit, search
@@ -145,9 +145,9 @@ def test_keep_holds_the_block_not_the_table(monkeypatch):
     job = TrainingJob(model=load_model("llama-3.1-70b"), seq_len=8192, global_batch=256)
     cluster = quick_cluster("h100-sxm", 64)
     full, full_peak = _traced_peak_bytes(job, cluster)
-    monkeypatch.setattr(search_module, "_pricing_threads", lambda: 1)
+    monkeypatch.setattr(search_blocks, "_pricing_threads", lambda: 1)
     kept, kept_peak = _traced_peak_bytes(job, cluster, keep=5, rows_per_block=4096)
-    monkeypatch.setattr(search_module, "_pricing_threads", lambda: 2)
+    monkeypatch.setattr(search_blocks, "_pricing_threads", lambda: 2)
     _, two_threads_peak = _traced_peak_bytes(job, cluster, keep=5, rows_per_block=4096)
     assert len(full.table) > 8 * 4096 and len(kept.table) == 5
     assert kept_peak < full_peak / 4
@@ -162,7 +162,7 @@ def test_threads_price_the_same_numbers_in_the_same_order(monkeypatch, keep):
     cluster = quick_cluster("h100-sxm", 64)
     results = []
     for threads in (1, 4):
-        monkeypatch.setattr(search_module, "_pricing_threads", lambda threads=threads: threads)
+        monkeypatch.setattr(search_blocks, "_pricing_threads", lambda threads=threads: threads)
         results.append(search(job, cluster, keep=keep, rows_per_block=1000))
     one, four = results
     assert one.fitting == four.fitting and one.smallest_memory_bytes == four.smallest_memory_bytes
