@@ -73,10 +73,13 @@ def table_gemm_seconds(table: KernelTable, analytical: ComputeRates, m: Column, 
     return seconds[inverse].reshape(shape), covered[inverse].reshape(shape)
 
 
-def table_gemm_fn(table: KernelTable, analytical: ComputeRates) -> GemmTimeFn:
-    """A ``gemm_time_fn``: the table's seconds where it covers the shape, ``analytical``'s elsewhere."""
+def table_gemm_fn(table: KernelTable, analytical: ComputeRates, run_factor: float = 1.0) -> GemmTimeFn:
+    """A ``gemm_time_fn``: the table's seconds divided by ``run_factor`` (the distributed-run factor a job on many
+    GPUs pays on measured kernels: hardware_profiles/run_factor.py) where it covers the shape, ``analytical``'s
+    (whose fractions already carry it) elsewhere."""
     def predict(m: Column, n: Column, k: Column) -> np.ndarray:
-        return table_gemm_seconds(table, analytical, m, n, k)[0]
+        seconds, covered = table_gemm_seconds(table, analytical, m, n, k)
+        return seconds if run_factor == 1.0 else np.where(covered, seconds / run_factor, seconds)
 
     return predict
 
@@ -91,9 +94,11 @@ def gemm_coverage(table: KernelTable, analytical: ComputeRates, shapes: np.ndarr
     return float(weights[covered].sum()) / total if total > 0 else 0.0
 
 
-def table_attention_fn(tables: dict[int, tuple[KernelTable, KernelTable]]) -> AttentionTableFn:
+def table_attention_fn(tables: dict[int, tuple[KernelTable, KernelTable]],
+                       run_factor: float = 1.0) -> AttentionTableFn:
     """An ``attention_table_fn``: measured (forward, backward) seconds of causal self-attention from tables per head
-    dim, each over (sequence length, sequences x heads); covered only where both passes are."""
+    dim, each over (sequence length, sequences x heads), divided by ``run_factor``; covered only where both passes
+    are."""
     def predict(sequences_heads: np.ndarray, seq_len: int, head_dim: int) -> tuple[np.ndarray, np.ndarray,
                                                                                      np.ndarray]:
         shape = np.shape(sequences_heads)
@@ -105,7 +110,8 @@ def table_attention_fn(tables: dict[int, tuple[KernelTable, KernelTable]]) -> At
         forward, forward_covered = lookup(pair[0], queries)
         backward, backward_covered = lookup(pair[1], queries)
         covered = forward_covered & backward_covered
-        return (forward[inverse].reshape(shape), backward[inverse].reshape(shape), covered[inverse].reshape(shape))
+        return (forward[inverse].reshape(shape) / run_factor, backward[inverse].reshape(shape) / run_factor,
+                covered[inverse].reshape(shape))
 
     return predict
 
@@ -185,10 +191,12 @@ def table_parameter_fn(table: KernelTable) -> ParameterTableFn:
     return predict
 
 
-def table_grouped_gemm_fn(table: KernelTable) -> GroupedGemmTableFn:
+def table_grouped_gemm_fn(table: KernelTable, run_factor: float = 1.0) -> GroupedGemmTableFn:
     """A ``grouped_gemm_table_fn``: measured seconds of grouped GEMMs (rows per group, groups, n, k) from a table over
-    (tokens per expert, experts, n, k), each distinct shape looked up once, and covered."""
+    (tokens per expert, experts, n, k), each distinct shape looked up once, divided by ``run_factor``, and
+    covered."""
     def predict(rows_per_group: Column, groups: Column, n: Column, k: Column) -> tuple[np.ndarray, np.ndarray]:
-        return table_seconds(table, rows_per_group, groups, n, k)
+        seconds, covered = table_seconds(table, rows_per_group, groups, n, k)
+        return seconds / run_factor, covered
 
     return predict

@@ -19,12 +19,14 @@ kernel speed: Llama-3.1-70B on 64 H200 (seq 8192, global batch 128) at 72.0% MFU
 A job pays its run factor by the share of a data-parallel ring's traffic each GPU carries against the 8-GPU
 runs the factor was first fitted on: ``share(n) = min(1, ((n - 1) / n) / (7 / 8))``, 0 on one GPU (no collective
 at all) and 1 from 8 GPUs on, so every published run (all on 8 or more GPUs) is priced exactly as fitted. Between
-2 and 7 GPUs nothing was measured; the ring share is the stated assumption. On one H100 (PyTorch 2.11,
-torchtitan; data/measured/torchtitan_memory_h100.csv) the kernel fractions put the 14 finished probe runs' step
-time within median 6.8% (max 13.5%), where H100's fitted fractions were 39.0% (max 55.1%) too slow
-(``python bench/kernel_tables_accuracy.py --store none.sqlite`` prints the analytical column). On the 38 NeMo MoE
-reference runs that read a defaulted fraction (B300; bf16 on B200, GB200, GB300), which no fit ever saw, the
-transferred factor moves every one closer to its measurement: median |error| 48.2% -> 38.8% (18 rows other than
+2 and 7 GPUs nothing was measured; the ring share is the stated assumption. ``--cost-model measured`` divides its
+table-priced GEMM and attention times by the same factor at the same share (``run_factors``: provider.py).
+
+On one H100 (PyTorch 2.11, torchtitan; data/measured/torchtitan_memory_h100.csv) the kernel fractions put the 14
+finished probe runs' step time within median 6.8% (max 13.5%), where H100's fitted fractions were 39.0% (max 55.1%)
+too slow (``python bench/kernel_tables_accuracy.py --store none.sqlite`` prints the analytical column). On the 38
+NeMo MoE reference runs that read a defaulted fraction (B300; bf16 on B200, GB200, GB300), which no fit ever saw,
+the transferred factor moves every one closer to its measurement: median |error| 48.2% -> 38.8% (18 rows other than
 GPT-OSS: 21.6% -> 12.1%; ``paraplan validate``).
 """
 
@@ -122,31 +124,36 @@ def efficiency_at_scale(spec: EfficiencySpec, num_gpus: int, defaults: Efficienc
     factors = _catalog_factors() if factors is None else factors
     share = scale_share(num_gpus)
     scaled: dict[str, float] = {}
+    applied: dict[str, float] = {}
     for path, value in _paths(spec).items():
         default = kernel_default(path, defaults)
         kernel = value if spec.origin(path) == DEFAULTED else max(default, value)
-        scaled[path] = kernel * factor_for(spec, path, value, defaults, factors) ** share
+        applied[path] = factor_for(spec, path, value, defaults, factors) ** share
+        scaled[path] = kernel * applied[path]
     gemm = {d: scaled[f"gemm_peak_frac.{d}"] for d in spec.gemm_peak_frac}
     stacks = {s: {d: scaled[f"stack_gemm_peak_frac.{s}.{d}"] for d in table}
               for s, table in spec.stack_gemm_peak_frac.items()}
     attention = {k: scaled[f"attention_peak_frac.{k}"] for k in spec.attention_peak_frac}
     return replace(spec, gemm_peak_frac=gemm, stack_gemm_peak_frac=stacks, attention_peak_frac=attention,
-                   run_gpus=int(num_gpus))
+                   run_gpus=int(num_gpus), run_factors=applied)
 
 
 def job_factors(gpu: GPUSpec, precision: str, attention_kernel: str, kernel_stack: str) -> tuple[float, float]:
-    """The full run factors (8 GPUs or more) of the GEMM fraction and the attention fraction a job reads on ``gpu``
-    (efficiency.yaml's paths as ``analytical_rates`` picks them; unfused attention reads the bf16 GEMM's)."""
+    """The run factors of the GEMM fraction and the attention fraction a job reads on ``gpu`` (efficiency.yaml's
+    paths as ``analytical_rates`` picks them; unfused attention reads the bf16 GEMM's): the share a scaled GPU
+    (``gpu_at_scale``) carries, else the full factors (8 GPUs or more)."""
     from paraplan.hardware_profiles import catalog
 
-    spec, defaults, factors = gpu.efficiency, catalog.default_efficiency(), _catalog_factors()
+    spec = gpu.efficiency
     if precision in spec.stack_gemm_peak_frac.get(kernel_stack, {}):
         gemm_path = f"stack_gemm_peak_frac.{kernel_stack}.{precision}"
     else:
         gemm_path = f"gemm_peak_frac.{precision if precision in spec.gemm_peak_frac else 'bf16'}"
     attention_path = (f"attention_peak_frac.{attention_kernel}" if attention_kernel in spec.attention_peak_frac
                       else "gemm_peak_frac.bf16")
-    paths = _paths(spec)
+    if spec.run_gpus is not None:
+        return spec.run_factors[gemm_path], spec.run_factors[attention_path]
+    defaults, factors, paths = catalog.default_efficiency(), _catalog_factors(), _paths(spec)
     return (factor_for(spec, gemm_path, paths[gemm_path], defaults, factors),
             factor_for(spec, attention_path, paths[attention_path], defaults, factors))
 

@@ -67,6 +67,9 @@ class EfficiencySpec:
     run_gpus: int | None = None
     """The GPU count of the job these fractions were scaled for (run_factor.efficiency_at_scale); None as
     efficiency.yaml states them (fitted to runs on 8 or more GPUs)."""
+    run_factors: dict[str, float] = field(default_factory=dict, compare=False)
+    """Per efficiency.yaml path, the distributed-run factor (raised to the job's share) the scaled fractions carry:
+    what a measured kernel time is divided by for that job (cost_models/learned/provider.py)."""
 
     def origin(self, path: str) -> str:
         """Where the fraction at efficiency.yaml ``path`` comes from (FITTED, ASSUMED, DEFAULTED, BORROWED...)."""

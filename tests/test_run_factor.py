@@ -153,3 +153,37 @@ def test_the_one_gpu_probe_at_kernel_fractions() -> None:
     errors = np.array([predict_probe_step_s(r) / float(r["step_s"]) - 1.0 for _, r in rows.iterrows()])
     assert len(errors) == 14
     assert np.median(np.abs(errors)) <= 0.08 and np.max(np.abs(errors)) <= 0.15
+
+
+def test_measured_kernels_pay_the_run_factor_of_a_distributed_job(tmp_path, monkeypatch) -> None:
+    """``--cost-model measured`` on the shipped H100 tables: a covered GEMM on 8 GPUs takes its one-GPU measured
+    time / (0.58 / 0.78), flash attention / (0.18 / 0.35); on 2 GPUs the factors to the power 4/7; a shape the
+    table does not cover stays on the analytical roofline, whose fractions already carry the factor."""
+    from pathlib import Path
+
+    from paraplan.cost_models.compute import gemm_time_s
+    from paraplan.cost_models.learned.provider import compute_rates
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    h100 = load_gpu("h100-sxm")
+
+    def rates(gpus: int):
+        return compute_rates("measured", gpu_at_scale(h100, gpus), "bf16", "flash", "pytorch", Path("none.sqlite"))
+
+    one, two, eight = rates(1), rates(2), rates(8)
+    covered = float(gemm_time_s(8192.0, 4096.0, 4096.0, one))
+    assert float(gemm_time_s(8192.0, 4096.0, 4096.0, eight)) == pytest.approx(covered / (0.58 / 0.78))
+    assert float(gemm_time_s(8192.0, 4096.0, 4096.0, two)) == pytest.approx(covered / (0.58 / 0.78) ** (4 / 7))
+    heads = np.array([32.0])
+    forward_one, backward_one, hit = one.attention_table_fn(heads, 4096, 128)
+    forward_eight, backward_eight, _ = eight.attention_table_fn(heads, 4096, 128)
+    assert bool(hit[0])
+    assert float(forward_eight[0]) == pytest.approx(float(forward_one[0]) / (0.18 / 0.35))
+    assert float(backward_eight[0]) == pytest.approx(float(backward_one[0]) / (0.18 / 0.35))
+    # 1 x 1 x 1: below the table's smallest shape, so each is the roofline at its own (scaled) fractions.
+    for gpus, measured in ((1, one), (8, eight)):
+        roofline = analytical_rates(gpu_at_scale(h100, gpus), "bf16", "flash", "pytorch")
+        assert float(gemm_time_s(1.0, 1.0, 1.0, measured)) == pytest.approx(float(gemm_time_s(1.0, 1.0, 1.0,
+                                                                                              roofline)))
+    assert "distributed-run factor 0.744 and 0.514 (8 GPUs)" in eight.source
+    assert "distributed-run" not in one.source.split("analytical roofline")[0]

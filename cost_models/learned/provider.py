@@ -47,6 +47,7 @@ from paraplan.cost_models.learned.fit import predict_residual
 from paraplan.cost_models.learned.step_calibration import STEP_FEATURES, step_factor
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec, GPUSpec
+from paraplan.hardware_profiles.run_factor import job_factors
 from paraplan.hardware_profiles.specs import FLASH_FAMILY_KERNELS
 
 COST_MODELS = ("analytical", "learned", "auto", "measured")
@@ -203,8 +204,8 @@ def has_gemm_table(store: Path, hardware: str, precision: str) -> bool:
     return any(training_gemm_table(s, hardware, precision) is not None for s in kernel_stores(store))
 
 
-def _suite_tables(base: ComputeRates, hardware: str, precision: str,
-                  stores: tuple[Path, ...]) -> tuple[dict[str, Any], list[str]]:
+def _suite_tables(base: ComputeRates, hardware: str, precision: str, stores: tuple[Path, ...],
+                  gemm_run_factor: float = 1.0) -> tuple[dict[str, Any], list[str]]:
     """The ``ComputeRates`` fields that price memory-bound kernels, the optimizer step and routed experts' grouped
     GEMMs from measured tables of ``hardware`` (the first store holding each), and their provenance labels."""
     from paraplan.cost_models.kernel_pricing import table_grouped_gemm_fn, table_memory_fn, table_parameter_fn
@@ -224,18 +225,20 @@ def _suite_tables(base: ComputeRates, hardware: str, precision: str,
                       "at its bandwidth")
     grouped = next((t for t in (grouped_gemm_table(s, hardware, precision) for s in stores) if t is not None), None)
     if grouped is not None:
-        fields["grouped_gemm_table_fn"] = table_grouped_gemm_fn(grouped)
+        fields["grouped_gemm_table_fn"] = table_grouped_gemm_fn(grouped, gemm_run_factor)
         labels.append(f"routed experts' forward and input-gradient grouped GEMMs: {grouped.label}, the GEMM model "
                       "outside it and for weight gradients")
     return fields, labels
 
 
-def _measured_rates(base: ComputeRates, gpu: GPUSpec, precision: str, store: Path) -> ComputeRates:
+def _measured_rates(base: ComputeRates, gpu: GPUSpec, precision: str, store: Path,
+                    kernel_stack: str = "transformer_engine") -> ComputeRates:
     """``base`` with its GEMMs priced by a measured kernel table of ``gpu`` and, where paraplan's training suite
     measured them, its attention kernel, memory-bound kernels, optimizer step and grouped expert GEMMs too
     (kernel_source*.py); analytical outside the tables' shapes. Each table comes from the user's ``store`` where
-    it has one, else from paraplan's shipped tables. InputError when neither has a GEMM table for this GPU and
-    precision."""
+    it has one, else from paraplan's shipped tables. Table-priced GEMMs and attention are divided by the
+    distributed-run factor ``gpu`` carries for its job (hardware_profiles/run_factor.py: none on one GPU). InputError
+    when neither has a GEMM table for this GPU and precision."""
     from paraplan.cost_models.kernel_pricing import table_attention_fn, table_gemm_fn  # the store's readers: only
     from paraplan.cost_models.kernel_source import training_attention_tables, training_gemm_table  # for this model
 
@@ -252,11 +255,17 @@ def _measured_rates(base: ComputeRates, gpu: GPUSpec, precision: str, store: Pat
         table_name = next(iter(attention.values()))[0].label.split(", head dim")[0]
         labels.append(f"attention: {table_name} for head dims {', '.join(str(d) for d in attention)}, analytical "
                       "outside it")
-    fields, suite_labels = _suite_tables(base, gpu.name, precision, stores)
+    gemm_factor, attention_factor = (1.0, 1.0) if gpu.efficiency.run_gpus is None else job_factors(
+        gpu, precision, base.attention_kernel, kernel_stack)  # a GPU not scaled to a job (gpu_at_scale): none
+    if (gemm_factor, attention_factor) != (1.0, 1.0):
+        labels.append(f"measured GEMM and attention times / distributed-run factor {gemm_factor:.3f} and "
+                      f"{attention_factor:.3f} ({gpu.efficiency.run_gpus} GPUs)")
+    fields, suite_labels = _suite_tables(base, gpu.name, precision, stores, gemm_factor)
     rest = [name for name, priced in (("attention", attention), ("element-wise", "memory_time_fn" in fields),
                                       ("optimizer step", "optimizer_table_fn" in fields)) if not priced]
-    return dataclasses.replace(base, gemm_time_fn=table_gemm_fn(table, base),
-                               attention_table_fn=table_attention_fn(attention) if attention else None, **fields,
+    return dataclasses.replace(base, gemm_time_fn=table_gemm_fn(table, base, gemm_factor),
+                               attention_table_fn=table_attention_fn(attention, attention_factor) if attention
+                               else None, **fields,
                                source="; ".join([*labels, *suite_labels,
                                                  f"{', '.join([*rest, 'communication'])}: {base.source}"]))
 
@@ -269,7 +278,7 @@ def op_rates(cost_model: str, gpu: GPUSpec, precision: str, attention_kernel: st
         raise InputError(f"--cost-model expects {', '.join(COST_MODELS)}, got {cost_model!r}")
     base = _analytical(gpu, precision, attention_kernel, kernel_stack)
     if cost_model == "measured":
-        return _measured_rates(base, gpu, precision, store)
+        return _measured_rates(base, gpu, precision, store, kernel_stack)
     has_gemm = learned_gemm_exists(store, gpu.name, precision)
     if cost_model == "learned" and not has_gemm:
         raise InputError(f"no learned {precision} GEMM model for {gpu.name} beside {store}; run 'paraplan ingest' "
