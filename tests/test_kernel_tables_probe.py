@@ -41,14 +41,17 @@ def probe_errors(tmp_path_factory: pytest.TempPathFactory) -> tuple[np.ndarray, 
     return analytical / measured - 1.0, tables / measured - 1.0
 
 
-def test_measured_gemm_tables_cut_the_probe_error_tenfold(probe_errors: tuple[np.ndarray, np.ndarray]) -> None:
+def test_measured_gemm_tables_halve_the_probe_error(probe_errors: tuple[np.ndarray, np.ndarray]) -> None:
     analytical, tables = probe_errors
     assert len(tables) == 14
-    # bench/kernel_tables_accuracy.py --store STORE: analytical median 39.0% (max 55.1%), tables 4.0% (max 14.9%).
-    assert np.median(np.abs(analytical)) == pytest.approx(0.390, abs=0.01)
-    assert np.median(np.abs(tables)) == pytest.approx(0.040, abs=0.01)
-    assert np.max(np.abs(tables)) == pytest.approx(0.149, abs=0.01)
-    assert np.all(np.abs(tables) < np.abs(analytical))  # every step closer
+    # bench/kernel_tables_accuracy.py --store STORE: analytical median 6.8% (max 13.5%; one GPU reads the kernel
+    # fractions, hardware_profiles/run_factor.py: it was 39.0% at the fitted ones), tables 3.8% (max 15.0%): the
+    # 3B and 8B-slice steps come out 12-15% fast on aiconfigurator's GEMMs, the rest closer than the roofline.
+    assert np.median(np.abs(analytical)) == pytest.approx(0.068, abs=0.01)
+    assert np.median(np.abs(tables)) == pytest.approx(0.038, abs=0.01)
+    assert np.max(np.abs(tables)) == pytest.approx(0.150, abs=0.01)
+    assert np.median(np.abs(tables)) < np.median(np.abs(analytical))
+    assert np.sum(np.abs(tables) < np.abs(analytical)) == 10
 
 
 def test_validate_reports_each_source_with_the_tables_and_without(tmp_path: Path) -> None:
@@ -61,10 +64,11 @@ def test_validate_reports_each_source_with_the_tables_and_without(tmp_path: Path
     assert result.exit_code == 0, result.output
     summary = json.loads(out.read_text())["kernel_tables"]["summary"]
     mosaic = summary["MosaicML llm-foundry MPT training benchmarks"]
-    # docs/profiling.md: the fitted fractions are in sample for these 70 runs; isolated kernels of today's stack price
-    # them too fast: what the fractions fold in (stragglers, framework gaps, an older stack) is no kernel's time.
+    # docs/profiling.md: the fitted fractions are in sample for these 70 runs; isolated kernels of today's stack,
+    # divided by the distributed-run factor split off those fractions (hardware_profiles/run_factor.py), price them
+    # 9.1% off (48.3% too fast before the factor: what a distributed run of 2023 lost around its kernels).
     assert mosaic["rows"] == 70
     assert mosaic["analytical_median"] == pytest.approx(0.035, abs=0.005)
-    assert mosaic["tables_median"] == pytest.approx(0.483, abs=0.01)
+    assert mosaic["tables_median"] == pytest.approx(0.091, abs=0.01)
     probe = summary["paraplan H100 probe (torchtitan 0.2.2, PyTorch 2.11, 1 GPU; step time)"]
-    assert probe["rows"] == 14 and probe["tables_median"] == pytest.approx(0.040, abs=0.01)
+    assert probe["rows"] == 14 and probe["tables_median"] == pytest.approx(0.038, abs=0.01)
