@@ -4,7 +4,8 @@ A training job's 16-bit GEMMs are cuBLAS(Lt) calls under every engine paraplan p
 under torchtitan and DeepSpeed, Transformer Engine's ``te.Linear`` under Megatron-LM), so a table measured
 through PyTorch's linear layer on the same GPU prices them: paraplan's own training suite (stack ``pytorch ...``)
 first, else aiconfigurator's plain-PyTorch GEMM tables (``torch.nn.functional.linear`` under vLLM,
-``sglang_torch_linear`` under SGLang), pooled. Low-precision GEMMs differ per recipe (per-tensor,
+``sglang_torch_linear`` under SGLang; ``vllm_default`` and ``sglang`` in older collectors' 16-bit rows), the
+newest version of each engine, pooled. Low-precision GEMMs differ per recipe (per-tensor,
 block-scaled, MX): they stay analytical until a table measured with the job's recipe exists.
 
 Building a table reads only its group's rows (SQLite filters them); the built grid is cached in
@@ -26,23 +27,41 @@ from paraplan.measurements.kernel_rows import KernelGroup, group_rows, kernel_gr
 
 TORCH_LINEAR_KERNELS = ("torch.nn.functional.linear", "sglang_torch_linear")
 """aiconfigurator GEMM kernels that are PyTorch's own linear layer (cuBLAS), as a training step calls it."""
+LEGACY_TORCH_LINEAR_KERNELS = ("sglang", "vllm_default")
+"""aiconfigurator's older collectors named their GEMM rows by engine alone, every dtype alike; their 16-bit rows are
+PyTorch's linear layer too: SGLang up to 0.5.10 ran ``F.linear(a, b, None)`` on 16-bit tensors (collector/sglang/
+collect_gemm.py, ``kernel_source="sglang"``; the 0.12.0 wheel's A100 and H100 sglang 0.5.10 and 0.5.6.post2 tables),
+vLLM up to 0.14.0 an unquantized ``RowParallelLinear`` (``kernel_source="vllm_default"``), whose unquantized method
+calls ``torch.nn.functional.linear`` (the 0.24.0 collector labels the same path so). The A100 tables have only
+these. (vLLM 0.14.0's and SGLang's pre-0.5.10 rows were timed on fp16 tensors and relabelled ``bfloat16`` when
+aiconfigurator renamed its 16-bit type in April 2026: the same tensor-core rate on A100 and H100.)"""
 SIXTEEN_BIT = ("bf16", "fp16")
 GEMM_AXES = ("m", "n", "k")
-TABLE_RULES_VERSION = 3
+TABLE_RULES_VERSION = 4
 """Part of every cache name: raise it when the choice or the building of a table changes, so old caches go unread."""
 
 
 def _training_gemm_groups(groups: list[KernelGroup], dtype: str) -> list[KernelGroup]:
-    """The groups that price a training job's ``dtype`` GEMMs: paraplan's own suite if the store has it, else every
-    plain-PyTorch linear table (the same cuBLAS kernel measured under several engines: pooled, each grid cell then
-    takes the median of all their rows); the job's own 16-bit type where measured, else the other."""
+    """The groups that price a training job's ``dtype`` GEMMs: paraplan's own suite if the store has it, else the
+    plain-PyTorch linear tables of the newest version of each serving engine (the same cuBLAS kernel measured under
+    several engines: pooled, each grid cell then takes the median of all their rows; an engine's newer release
+    supersedes its older one, as the newest NCCL does); the job's own 16-bit type where measured, else the other."""
     if dtype not in SIXTEEN_BIT:
         return []
     usable = [g for g in groups if g.dtype in SIXTEEN_BIT and g.name != "grouped_mm"
-              and (g.stack.startswith("pytorch") or g.name in TORCH_LINEAR_KERNELS)]
-    chosen = [g for g in usable if g.stack.startswith("pytorch")] or usable
+              and (g.stack.startswith("pytorch") or g.name in TORCH_LINEAR_KERNELS + LEGACY_TORCH_LINEAR_KERNELS)]
+    chosen = [g for g in usable if g.stack.startswith("pytorch")] or _newest_per_engine(usable)
     same_type = [g for g in chosen if g.dtype == dtype]
     return sorted(same_type or chosen, key=lambda g: (g.stack, g.name, g.dtype))
+
+
+def _newest_per_engine(groups: list[KernelGroup]) -> list[KernelGroup]:
+    """The groups measured under the newest version of each engine (``sglang 0.5.14`` over ``sglang 0.5.6.post2``)."""
+    newest: dict[str, tuple[int, ...]] = {}
+    for group in groups:
+        engine = group.stack.split()[0]
+        newest[engine] = max(newest.get(engine, ()), _version_key(group.stack))
+    return [g for g in groups if _version_key(g.stack) == newest[g.stack.split()[0]]]
 
 
 def _cache_path(store: Path, hardware: str, what: str, version: str) -> Path:

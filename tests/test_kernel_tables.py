@@ -141,6 +141,25 @@ def test_training_takes_pytorch_linear_16bit_gemms_and_new_data_replaces_the_cac
     assert seconds[0] == pytest.approx(2.0 * 2 * 1024**3 / RATE, rel=1e-12)
 
 
+def test_older_collectors_16bit_rows_are_pytorch_linear_and_each_engines_newest_version_prices(tmp_path: Path) -> None:
+    """aiconfigurator's A100 tables name their 16-bit F.linear rows by engine alone (``sglang`` on SGLang 0.5.10,
+    ``vllm_default`` on vLLM 0.14.0): they price training GEMMs, pooled by the cell median; an engine's older
+    release (SGLang 0.5.6.post2) and the same kernel name's fp8 rows do not."""
+    store = tmp_path / "store.sqlite"
+    ingest_parsed(_gemm_file("a", "sglang", "bf16", 1.0, stack="sglang 0.5.10"), store)
+    ingest_parsed(_gemm_file("b", "vllm_default", "bf16", 4.0, stack="vllm 0.14.0"), store)
+    ingest_parsed(_gemm_file("c", "sglang", "bf16", 100.0, stack="sglang 0.5.6.post2"), store)
+    ingest_parsed(_gemm_file("d", "sglang", "fp8", 0.01, stack="sglang 0.5.10"), store)
+    table = training_gemm_table(store, "h100-sxm", "bf16")
+    assert table is not None
+    assert "sglang on sglang 0.5.10" in table.label and "vllm_default on vllm 0.14.0" in table.label
+    assert "0.5.6.post2" not in table.label
+    # Two rows a cell, 1x and 4x the power law: the median of their log-seconds is the power law times 2.
+    seconds, covered = lookup(table, np.array([[1024.0, 1024.0, 1024.0], [512.0, 2048.0, 4096.0]]))
+    assert covered.all()
+    np.testing.assert_allclose(seconds, [2.0 * 2 * 1024**3 / RATE, 2.0 * 2 * 512 * 2048 * 4096 / RATE], rtol=1e-12)
+
+
 def test_measured_rates_price_gemms_from_the_table_and_say_so(tmp_path: Path) -> None:
     store = tmp_path / "store.sqlite"
     ingest_parsed(_gemm_file("a", "torch.nn.functional.linear", "bf16", 1.0), store)
