@@ -76,14 +76,23 @@ def replace_frac(traits, frac: float):
     return replace(traits, memory_frac=frac)
 
 
+VLLM_STEP_S, SGLANG_STEP_S, TRTLLM_STEP_S = 2.75e-3, 3.75e-3, 1.0e-3
+"""The engines' fitted per-step overheads (ENGINE_TRAITS: validate --serving's fit on all rows)."""
+
+
+def test_the_step_overheads_are_the_fitted_ones():
+    assert [ENGINE_TRAITS[e].step_overhead_s for e in ("vllm", "sglang", "trtllm")] == [
+        VLLM_STEP_S, SGLANG_STEP_S, TRTLLM_STEP_S]
+
+
 # --- CUDA graphs off -----------------------------------------------------------------------------------------------
 
 def test_eager_decode_pays_each_kernels_host_launch(h100):  # noqa: F811
     model = small_model()  # 2 layers x 12 kernels: host launches 24 x 22 us = 528 us > the 88.6 us GPU step
     graphs = engine_decode_s(model, h100, ENGINE_TRAITS["vllm"], BF16, Sharding.of(1), 1, 1000)
     eager = engine_decode_s(model, h100, _traits("vllm", cuda_graphs=False), BF16, Sharding.of(1), 1, 1000)
-    assert graphs == pytest.approx(88.56e-6 + 3.0e-3, rel=1e-3)
-    assert eager == pytest.approx(2 * 12 * 22e-6 + 3.0e-3, rel=1e-12)
+    assert graphs == pytest.approx(88.56e-6 + VLLM_STEP_S, rel=1e-3)
+    assert eager == pytest.approx(2 * 12 * 22e-6 + VLLM_STEP_S, rel=1e-12)
     # A step whose GPU work outlasts the launches (4,096 sequences of 100k tokens) costs the same either way.
     big = [engine_decode_s(model, h100, t, BF16, Sharding.of(1), 4096, 100_000)
            for t in (ENGINE_TRAITS["vllm"], _traits("vllm", cuda_graphs=False))]
@@ -92,12 +101,12 @@ def test_eager_decode_pays_each_kernels_host_launch(h100):  # noqa: F811
 
 def test_eager_floor_of_a_70b_model_matches_the_issue(h100):  # noqa: F811
     # Issue 32: an older engine at TP 2-8 showed a ~25-30 ms per-step floor. 80 layers x 12 kernels x 22 us =
-    # 21.1 ms of launches, above the ~6.6 ms GPU step at tp 8, plus vLLM's 3 ms step overhead: 24.1 ms.
+    # 21.1 ms of launches, above the ~6.6 ms GPU step at tp 8, plus vLLM's 2.75 ms step overhead: 23.9 ms.
     llama70b = small_model(num_layers=80, hidden_size=8192, num_heads=64, num_kv_heads=8, ffn_size=28672,
                            vocab_size=128256)
     eager = engine_decode_s(llama70b, h100, _traits("vllm", cuda_graphs=False), BF16, Sharding.of(8), 1, 2048)
     assert EAGER_KERNEL_LAUNCH_S == 22e-6
-    assert eager == pytest.approx(80 * 12 * 22e-6 + 3.0e-3, rel=1e-12)
+    assert eager == pytest.approx(80 * 12 * 22e-6 + VLLM_STEP_S, rel=1e-12)
     assert 20e-3 < float(eager) < 30e-3
 
 
@@ -123,11 +132,11 @@ def _by_hand_steps(tokens: int) -> float:
 def test_speculative_tpot_by_hand(h100):  # noqa: F811
     model, shard = small_model(), Sharding.of(1)
     plain = engine_decode_s(model, h100, ENGINE_TRAITS["sglang"], BF16, shard, 1, 1000)
-    assert plain == pytest.approx(_by_hand_steps(1) + 3.0e-3, rel=1e-12)
+    assert plain == pytest.approx(_by_hand_steps(1) + SGLANG_STEP_S, rel=1e-12)
     spec = Speculation(method="eagle", num_tokens=1, acceptance_frac=0.5, draft_model="head")
     got = engine_decode_s(model, h100, _traits("sglang", speculation=spec), BF16, shard, 1, 1000)
-    # verify 2 tokens + one draft token at one layer's share (step / 2 layers) + 3 ms, over 1.5 tokens per step
-    expected = (_by_hand_steps(2) + _by_hand_steps(1) / 2 + 3.0e-3) / 1.5
+    # verify 2 tokens + one draft token at one layer's share (step / 2 layers) + the step overhead, over 1.5 tokens
+    expected = (_by_hand_steps(2) + _by_hand_steps(1) / 2 + SGLANG_STEP_S) / 1.5
     assert got == pytest.approx(expected, rel=1e-12)
     assert got < plain
     assert decode_step_s(model, h100, BF16, shard, 1, 1000, tokens_per_sequence=2.0) == \
@@ -139,7 +148,7 @@ def test_zero_acceptance_costs_the_draft_without_a_speedup(h100):  # noqa: F811
     plain = engine_decode_s(model, h100, ENGINE_TRAITS["vllm"], BF16, shard, 1, 1000)
     spec = Speculation(method="eagle", num_tokens=3, acceptance_frac=0.0)
     got = engine_decode_s(model, h100, _traits("vllm", speculation=spec), BF16, shard, 1, 1000)
-    assert got == pytest.approx(_by_hand_steps(4) + 3 * _by_hand_steps(1) / 2 + 3.0e-3, rel=1e-12)
+    assert got == pytest.approx(_by_hand_steps(4) + 3 * _by_hand_steps(1) / 2 + VLLM_STEP_S, rel=1e-12)
     assert got > plain
 
 
@@ -149,7 +158,7 @@ def test_a_draft_model_runs_its_own_decode_step_per_token(h100):  # noqa: F811
     got = engine_decode_s(target, h100, _traits("trtllm", speculation=spec), BF16, shard, 16, 1000)
     verify = decode_step_s(target, h100, BF16, shard, 16, 1000, tokens_per_sequence=3.0)
     drafted = 2 * decode_step_s(draft, h100, BF16, shard, 16, 1000)
-    assert got == pytest.approx((verify + drafted + 1.5e-3) / ((1 - 0.8**3) / 0.2), rel=1e-12)
+    assert got == pytest.approx((verify + drafted + TRTLLM_STEP_S) / ((1 - 0.8**3) / 0.2), rel=1e-12)
     # the draft's weights and KV cache come out of the pool
     alone = engine_memory(target, h100, ENGINE_TRAITS["vllm"], BF16, shard, 2048)
     both = engine_memory(target, h100, _traits("vllm", speculation=spec), BF16, shard, 2048)

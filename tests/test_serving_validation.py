@@ -133,6 +133,17 @@ def _one_engine_grid(step_s: np.ndarray, measured_tpot_s: np.ndarray) -> Overhea
     return OverheadGrid(rows=rows, tpot_steady_s=tpot, tpot_burst_s=tpot, ttft_steady_s=ttft, ttft_burst_s=ttft)
 
 
+def test_serve_prices_with_the_constants_validate_fits_in_sample(report):
+    """``paraplan serve`` reads ENGINE_TRAITS; the in-sample figures validate prints use its fit on every row. They
+    are the same numbers, so what validate reports is what serve predicts."""
+    from paraplan.cost_models.serving import ENGINE_TRAITS
+
+    fitted = report.constants
+    for engine, traits in ENGINE_TRAITS.items():
+        assert traits.step_overhead_s == pytest.approx(fitted.step_overhead_s[engine]), engine
+        assert traits.request_overhead_s == pytest.approx(fitted.request_overhead_s[engine]), engine
+
+
 def test_step_overhead_is_fitted_by_the_mean_log_error_by_hand():
     """Three rows measured at 10 ms, two predicted 8 ms before the overhead o and one 1 ms. For 2 < o < 9 the sum
     of |log error| is 2·ln((8 + o)/10) + ln(10/(1 + o)), flat where 2/(8 + o) = 1/(1 + o): o = 6 ms, a grid point
