@@ -51,10 +51,12 @@ from paraplan.hardware_profiles.run_factor import job_factors
 from paraplan.hardware_profiles.specs import FLASH_FAMILY_KERNELS
 
 COST_MODELS = ("analytical", "learned", "auto", "measured")
-"""``measured``: GEMMs from a measured kernel table (kernel_source.py). Not part of ``auto`` yet: isolated kernel times
-leave out what a multi-GPU step adds (communication kernels sharing SMs, sustained clocks), which the analytical
-fractions carry and no separate term does yet (bench/kernel_tables_accuracy.py: on the 76 16-bit H100 reference
-runs, median error 3.9% analytical, 29% too fast with aiconfigurator's H100 GEMM tables)."""
+"""``measured``: GEMMs, attention, grouped GEMMs, element-wise kernels and the optimizer step from measured kernel
+tables (kernel_source*.py), the table-priced GEMMs and attention divided by the distributed-run factor of a job on
+many GPUs (hardware_profiles/run_factor.py). Not part of ``auto``: on the 154 16-bit dense reference runs the
+tables cover it is 6.9% off at the median against the analytical model's 4.2% (docs/accuracy.md, "Measured kernel
+tables"); on one GPU of today's stack it is the closer of the two (the H100 probe: 3.8% with aiconfigurator's GEMMs,
+6.8% analytical)."""
 
 
 def gemm_predictor(estimator: Regressor, rates: ComputeRates) -> GemmTimeFn:
