@@ -32,6 +32,7 @@ from paraplan.cost_models.collectives import all_to_all_time_s, collective_time_
 from paraplan.cost_models.compute import ComputeRates, analytical_rates
 from paraplan.errors import InputError
 from paraplan.hardware_profiles import ClusterSpec
+from paraplan.hardware_profiles.run_factor import gpu_at_scale
 from paraplan.model_specs.mixers import unpriced_for_serving
 from paraplan.model_specs.model_spec import ModelSpec
 
@@ -134,7 +135,7 @@ def rates_for(cluster: ClusterSpec, dtype: Precision) -> ComputeRates:
         if dtype != "fp4":
             raise InputError(f"{cluster.gpu.name} has no {dtype} tensor cores; pick another precision") from None
         dtype = "bf16"
-    return analytical_rates(cluster.gpu, dtype, "fused")
+    return analytical_rates(gpu_at_scale(cluster.gpu, 1), dtype, "fused")
 
 
 def _saturation(m: Column, half_dim: float) -> np.ndarray:

@@ -160,12 +160,12 @@ ENGINE_TRAITS: dict[str, EngineTraits] = {
                "max_num_batched_tokens 8192, max_num_seqs 1024"),
     "sglang": EngineTraits(
         name="sglang", memory_frac=0.85, budget="total", max_batched_tokens=8192, reserves_full_length=False,
-        max_running=4096, step_overhead_s=3.75e-3, request_overhead_s=250e-3, batched_tokens_per_worker=True,
+        max_running=4096, step_overhead_s=4.0e-3, request_overhead_s=250e-3, batched_tokens_per_worker=True,
         source="SGLang 0.5 server_args: mem_fraction_static from its reserved-memory heuristic (~0.85 on 80-280 GB "
                "GPUs), chunked_prefill_size 8192 (divided by dp_size under DP attention)"),
     "trtllm": EngineTraits(
         name="trtllm", memory_frac=0.9, budget="free", max_batched_tokens=8192, reserves_full_length=True,
-        max_running=2048, step_overhead_s=1.0e-3, request_overhead_s=120e-3, balances_dp_admission=True,
+        max_running=2048, step_overhead_s=1.25e-3, request_overhead_s=120e-3, balances_dp_admission=True,
         source="TensorRT-LLM 1.x KvCacheConfig.free_gpu_memory_fraction 0.9; max_num_tokens 8192, max_batch_size 2048; "
                "attention_dp_config.enable_balance as in NVIDIA's DeepSeek-R1 serving recipes"),
 }

@@ -22,12 +22,14 @@ from paraplan.errors import InputError
 from paraplan.hardware_profiles import load_cluster
 
 # H100 SXM constants the hand derivations use (gpus.yaml, efficiency.yaml): HBM 3.35 TB/s at 0.8 achieved,
-# bf16 peak 989.4 TFLOP/s at 0.58, GEMM half-saturation dimension 180, eager kernel overhead 5.2 us, fused
-# attention at 0.4 of the bf16 peak; CUDA-graph kernel gap 1.5 us (inference_step.GRAPH_KERNEL_OVERHEAD_S).
+# bf16 peak 989.4 TFLOP/s at the kernel fraction 0.78 (a serving engine's GEMMs pay no distributed-run factor:
+# hardware_profiles/run_factor.py; H100's fitted training fraction is 0.58), GEMM half-saturation dimension 180,
+# eager kernel overhead 5.2 us, fused attention at its kernel fraction 0.5 of the bf16 peak (0.4 fitted); CUDA-graph
+# kernel gap 1.5 us (inference_step.GRAPH_KERNEL_OVERHEAD_S).
 HBM = 3.35e12 * 0.8
-GEMM = 989.4e12 * 0.58
+GEMM = 989.4e12 * 0.78
 HALF = 180.0
-ATTN = 989.4e12 * 0.4
+ATTN = 989.4e12 * 0.5
 BF16 = weight_precision(make_model(), "bf16", "bf16", "bf16")
 
 
@@ -67,7 +69,7 @@ def test_decode_step_by_hand(h100):
     mlp = 3 * 1024 * 4096  # gate, up, down: 12,582,912
     head = 32000 * 1024
     # Batch 1: every GEMM is memory-bound (compute at m = 1 runs at 1/181 of the rate: 2 * 4,194,304 * 181 /
-    # GEMM = 2.6 us < 3.1 us of weights), so a layer costs its weights once through HBM.
+    # GEMM = 2.0 us < 3.1 us of weights), so a layer costs its weights once through HBM.
     weights = 2 * (2 * (attention + mlp)) / HBM + 2 * head / HBM
     kv = 2 * 1000 * 4096 / HBM  # 1,000 cached tokens x 4,096 B, two layers
     elementwise = 2 * 1024 * 24 / HBM

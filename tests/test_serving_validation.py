@@ -94,8 +94,8 @@ def test_accuracy_does_not_regress(report):
     """Bounds at the accuracy reached when this was written (docs/serving.md), so a change that loses accuracy fails."""
     overall = report.table[report.table["backend"] == "all"].iloc[0]
     assert overall["tpot_median_err"] <= 0.20  # 19.0% (issue 32's mechanisms, docs/serving.md)
-    assert overall["ttft_median_err"] <= 0.40  # 38.3%
-    for tpot, ttft in report.held_out.values():  # by model 20.5 / 43.7%, by GPU 19.2 / 39.9%
+    assert overall["ttft_median_err"] <= 0.40  # 37.8%
+    for tpot, ttft in report.held_out.values():  # by model 20.5 / 43.0%, by GPU 19.1 / 40.5%
         assert np.isfinite(tpot) and tpot <= 0.22
         assert np.isfinite(ttft) and ttft <= 0.46
 
@@ -112,14 +112,20 @@ def test_slices_partition_the_rows_and_name_the_issue_32_breakdowns(report):
         assert 0.0 < s["tpot_median_err"] < 1.0 and 0.0 < s["ttft_median_err_model_out"] < 1.0
 
 
-@pytest.mark.xfail(strict=True, reason="issue 32: disaggregated rows that state their worker counts, TPOT median "
-                                       "<= 15%; 15.5% with the step overheads fitted by mean |log error| (TRT-LLM "
-                                       "1.0 ms, bootstrap 1.0-1.25 ms; 14.4% at 1.25 ms). TRT-LLM's aggregated and "
-                                       "stated rows alone fit 1.75-2.25 ms, its 895 rows without worker counts are "
-                                       "too slow even at 0 ms and pull the shared constant down (docs/serving.md)")
 def test_issue_32_disaggregated_rows_with_worker_counts(report):
+    """Issue 32: disaggregated rows that state their worker counts, TPOT median <= 15%: 14.5% in sample since serving
+    GEMMs run at the kernel fractions (hardware_profiles/run_factor.py; 15.5% at the training fractions)."""
     stated = next(s for s in report.slices if s["slice"] == "disaggregated, worker counts stated")
     assert stated["tpot_median_err"] <= 0.15
+
+
+@pytest.mark.xfail(strict=True, reason="issue 32: the same rows with each model left out read 15.6% (TRT-LLM's "
+                                       "aggregated and stated rows alone fit a larger step overhead than its 895 "
+                                       "rows without worker counts, which pull the shared constant down: "
+                                       "docs/serving.md)")
+def test_issue_32_disaggregated_rows_with_worker_counts_each_model_left_out(report):
+    stated = next(s for s in report.slices if s["slice"] == "disaggregated, worker counts stated")
+    assert stated["tpot_median_err_model_out"] <= 0.15
 
 
 def _one_engine_grid(step_s: np.ndarray, measured_tpot_s: np.ndarray) -> OverheadGrid:
