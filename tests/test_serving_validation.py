@@ -128,6 +128,15 @@ def test_issue_32_disaggregated_rows_with_worker_counts_each_model_left_out(repo
     assert stated["tpot_median_err_model_out"] <= 0.15
 
 
+@pytest.mark.xfail(strict=True, reason="issue 31: aggregated rows, TPOT median <= 10% in sample and with each model "
+                                       "left out: 15.3% / 17.0% (docs/serving.md). The worst cells: TRT-LLM on "
+                                       "GB200 37.9%, SGLang on H100 31.7% and GB200 26.3%; vLLM's aggregated rows "
+                                       "read 10.2-17.7% by GPU")
+def test_issue_31_aggregated_tpot(report):
+    aggregated = next(s for s in report.slices if s["slice"] == "aggregated")
+    assert aggregated["tpot_median_err"] <= 0.10 and aggregated["tpot_median_err_model_out"] <= 0.10
+
+
 def _one_engine_grid(step_s: np.ndarray, measured_tpot_s: np.ndarray) -> OverheadGrid:
     """vLLM rows whose predicted TPOT is ``step_s`` + the step overhead (no burst: every wave count scores alike)
     and whose TTFT is predicted exactly (100 ms)."""
