@@ -30,6 +30,7 @@ from paraplan.cost_models.compute import (
 )
 from paraplan.cost_models.context_parallel import cp_comm_s, cp_comm_variants_s
 from paraplan.cost_models.moe import MoETimes, moe_block_times, routed_copies_per_rank
+from paraplan.cost_models.moe_eager import eager_expert_ops_s
 from paraplan.cost_models.table import ConfigTable, Workload
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.model_specs.model_spec import ModelSpec
@@ -131,7 +132,11 @@ def _module_recompute_s(model: ModelSpec, work: Workload, tokens: np.ndarray, t:
     copies = routed_copies_per_rank(model, work, t)
     act = memory_bound_time_s(moe_frac * copies * model.mlp_matrices * model.expert_ffn_size / t.etp
                               * ACTIVATION_BYTES, 1, rates) if model.is_moe else 0.0
-    return norms + _mla_up_projections_s(model, tokens, t.tp, rates) + act
+    # Megatron checkpoints the whole bias-activation function, the eager clamp before it included (moe_eager.py).
+    clamp = moe_frac * eager_expert_ops_s(model, copies, model.num_experts / np.asarray(t.ep, dtype=float),
+                                          model.expert_ffn_size / np.asarray(t.etp, dtype=float),
+                                          work.fused_expert_mlp, rates).clamp_forward_s if model.is_moe else 0.0
+    return norms + _mla_up_projections_s(model, tokens, t.tp, rates) + act + clamp
 
 
 def _paired_expert_comm_s(moe: MoETimes, attention_forward_s: np.ndarray, attention_backward_s: np.ndarray,

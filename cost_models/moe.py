@@ -27,6 +27,7 @@ from paraplan.cost_models.collectives import (
     members_per_domain,
 )
 from paraplan.cost_models.compute import ComputeRates, gemm_time_s, memory_bound_time_s
+from paraplan.cost_models.moe_eager import eager_expert_ops_s
 from paraplan.cost_models.table import ConfigTable, Workload
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.model_specs.model_spec import ModelSpec
@@ -255,14 +256,19 @@ def moe_block_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: Com
         imbalance * times for times in _grouped_expert_gemms_s(model, copies, t, rates))
     shared = _shared_expert_gemms_s(model, tokens, t.tp, rates)
     elementwise = _elementwise_s(model, routed_tokens, copies * imbalance, t, work.precision, rates)
+    # The clamp and the down projection's bias outside a fused grouped MLP run between dispatch and combine.
+    eager = eager_expert_ops_s(model, copies * imbalance, model.num_experts / np.asarray(t.ep, dtype=float),
+                               model.expert_ffn_size / np.asarray(t.etp, dtype=float), work.fused_expert_mlp, rates)
     dense = router + shared  # dense GEMMs: backward runs each twice, as long as forward
     comm = _expert_comm_s(model, work, routed_tokens, t, cluster, imbalance)
     return MoETimes(
-        forward_compute_s=dense + experts + elementwise,
-        backward_compute_s=2.0 * dense + experts_input_grad + experts_weight_grad + 2.0 * elementwise,
+        forward_compute_s=dense + experts + elementwise + eager.forward_s,
+        backward_compute_s=2.0 * dense + experts_input_grad + experts_weight_grad + 2.0 * elementwise
+        + eager.backward_s,
         expert_comm_s=comm[0] + comm[1] + comm[2] + comm[3],
         gemm_s=dense + experts_weight_grad,
-        mlp_forward_s=experts + shared, mlp_input_grad_s=experts_input_grad + shared,
+        mlp_forward_s=experts + shared + eager.forward_s, mlp_input_grad_s=experts_input_grad + shared
+        + eager.backward_s,
         mlp_weight_grad_s=experts_weight_grad + shared,
         dispatch_forward_comm_s=comm[0], combine_forward_comm_s=comm[1], dispatch_backward_comm_s=comm[2],
         combine_backward_comm_s=comm[3],

@@ -267,6 +267,9 @@ class Workload:
     """TP collectives micro-pipelined under the GEMMs they feed (torchtitan's async TP)."""
     dispatcher: str = "alltoall"
     """MoE token dispatcher (moe.DISPATCHERS): how routed tokens reach their experts' GPUs."""
+    fused_expert_mlp: bool = False
+    """The routed experts' MLP runs as one fused grouped operation (Transformer Engine's op fuser, the CuTe DSL grouped
+    MLP), its biases and clamped activation inside the kernels; else as Megatron's eager ops (moe_eager.py)."""
     cp_gather_overlaps_local: bool = False
     """The all-gather context-parallel variant starts asynchronously under the local chunk's attention
     (PyTorch's ring attention, torchtitan) instead of blocking before it (Transformer Engine)."""

@@ -138,6 +138,7 @@ def _moe_fields(config: dict[str, Any], traits: FamilyTraits, layers: int, origi
                                       traits=traits), "moe_intermediate_size", origin),
             moe_layers=hf_layers.moe_layers(config, traits, layers, origin),
             router_bias=bool(resolve(traits.router_bias, config)), expert_bias=traits.expert_bias,
+            expert_glu_clamp=config.get("swiglu_limit") is not None,
         )
         fields.update(_shared_expert(config, traits, fields["expert_ffn_size"], origin))
         groups = config.get("n_group")

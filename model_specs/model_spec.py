@@ -183,6 +183,8 @@ class ModelSpec:
     """The router carries a per-expert bias (GPT-OSS bias; DeepSeek-V3's e_score_correction_bias)."""
     expert_bias: bool = False
     """Expert MLP matrices carry biases (GPT-OSS)."""
+    expert_glu_clamp: bool = False
+    """The experts' GLU clamps its two inputs before the activation (GPT-OSS ``swiglu_limit``)."""
     moe_layers: tuple[int, ...] = ()
     """Indices (0-based) of the MoE layers; every other layer has a dense MLP of ``ffn_size``."""
     expert_groups: int = 0

@@ -71,6 +71,10 @@ class TrainingJob:
     the default), fusing the fp32 upcast into the cross-entropy kernel: the loss keeps
     FUSED_LOSS_BYTES_PER_LOGIT (the H100 probe: 16.7 GiB less at 2 x 8192 tokens of a 128k vocabulary).
     torchtitan's 2024 benchmarks compiled the transformer blocks only."""
+    fused_expert_mlp: bool = False
+    """MoE: the routed experts' MLP runs fused (Megatron ``use_transformer_engine_op_fuser``: Transformer Engine's
+    CuTe DSL grouped MLP, NeMo's MXFP8 GB200/GB300 recipes from 26.06); it matters for experts with biases or a
+    clamped GLU (GPT-OSS), whose eager ops are priced otherwise (cost_models/moe_eager.py)."""
     fused_kernels: bool = False
     """A PyTorch model whose loss and memory-bound ops run as fused kernels (llm-foundry: flash-attn's
     in-place cross entropy, ``fused_crossentropy``, and low-precision LayerNorm): the loss keeps
@@ -138,6 +142,7 @@ class TrainingJob:
                         flops_convention=self.flops_convention, expert_imbalance=self.expert_imbalance,
                         routing=self.routing, capacity_factor=self.capacity_factor,
                         dispatcher=self.token_dispatcher, async_tp=self.async_tp,
+                        fused_expert_mlp=self.fused_expert_mlp,
                         cp_gather_overlaps_local=engine_rules(self.engine).cp_gather_overlaps_local,
                         pipeline_split=engine_rules(self.engine).pipeline_split,
                         **_memory_behaviour(engine_rules(self.engine), self.compiled, self.fused_kernels,

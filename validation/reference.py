@@ -133,13 +133,17 @@ def reference_job(row: pd.Series) -> TrainingJob:
     # DeepEP backend is ``deepep``); without it the engine's default (Megatron: the NCCL all-to-all).
     dispatcher = row.get("dispatcher")
     dispatcher = dispatcher.strip() if isinstance(dispatcher, str) and dispatcher.strip() else "auto"
+    # An optional ``expert_mlp`` column: ``fused`` where the source's recipe ran the routed experts through
+    # Transformer Engine's fused grouped MLP (Megatron use_transformer_engine_op_fuser); else Megatron's eager ops.
+    fused_expert_mlp = str(row.get("expert_mlp", "")).strip() == "fused"
     # A 2024 torchtitan run compiled the transformer blocks, not the loss (components came later).
     return TrainingJob(model=load_model(row["model"]), seq_len=int(row["seq_len"]),
                        global_batch=int(row["global_batch"]), precision=row["precision"], fp8_recipe=recipe,
                        engine=row["engine"],
                        attention=row["attention"], dispatcher=dispatcher,
                        expert_imbalance=float(imbalance) if pd.notna(imbalance) else None,
-                       fused_kernels=str(row.get("kernels", "")) == "fused", compiled=compiled, async_tp=async_tp)
+                       fused_kernels=str(row.get("kernels", "")) == "fused", compiled=compiled, async_tp=async_tp,
+                       fused_expert_mlp=fused_expert_mlp)
 
 
 RatesFor = Callable[[TrainingJob, ClusterSpec], ComputeRates | None]

@@ -1,0 +1,123 @@
+"""GPT-OSS's expert MLP outside a fused grouped MLP (issue 32, item 5): Megatron's eager clamp of the GLU inputs and
+its per-expert down-projection bias (cost_models/moe_eager.py).
+
+Hand-derived byte counts and launches, exact metamorphic relations (the fused path and a model without biases or a
+clamp cost nothing extra; the eager ops land in the experts' node of the overlap schedule), and the reference rows
+that say which path their recipe ran.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import make_table
+
+from paraplan.cost_models.compute import ComputeRates, analytical_rates
+from paraplan.cost_models.layer import layer_times
+from paraplan.cost_models.moe import moe_block_times
+from paraplan.cost_models.moe_eager import (
+    BIAS_BACKWARD_BYTES,
+    BIAS_FORWARD_BYTES,
+    CLAMP_BACKWARD_BYTES,
+    CLAMP_FORWARD_BYTES,
+    eager_expert_ops_s,
+)
+from paraplan.hardware_profiles import load_cluster
+from paraplan.model_specs.hf_config import load_model
+from paraplan.planner.job import TrainingJob
+from paraplan.validation.reference import load_reference_runs, reference_job
+
+GPT_OSS = load_model("gpt-oss-120b")
+QWEN3_30B = load_model("qwen3-30b-a3b")
+SEQ = 4096
+
+
+def _rates() -> ComputeRates:
+    """Round numbers: 1 TB/s of HBM, 5 µs a launch."""
+    return ComputeRates(gemm_flops_per_s=1e15, gemm_half_dim=100.0, gemm_element_bytes=2.0,
+                        attention_kernel="flash", attention_flops_per_s=1e15,
+                        memory_bytes_per_s=1e12, kernel_overhead_s=5e-6, source="test")
+
+
+def test_the_byte_counts_are_the_ops_megatron_runs():
+    # Clamp: two clamps over f (2 B read + 2 B write each) and a cat of 2f (2 + 2 B): 4 + 4 + 8 = 16 B per f.
+    assert CLAMP_FORWARD_BYTES == 2 * (2 + 2) + 2 * (2 + 2)
+    # Backward: two masked gradients (read grad and input, write grad: 6 B) and the cat of their gradients (8 B).
+    assert CLAMP_BACKWARD_BYTES == 2 * 6 + 8
+    # Bias: fp32 b*p written (4), t + b*p (2 + 4 read, 4 written), cat (4 + 4), cast (4 read, 2 written).
+    assert BIAS_FORWARD_BYTES == 4 + (2 + 4 + 4) + (4 + 4) + (4 + 2)
+    # Backward: cast back (2 + 4), the add's 16-bit gradient (4 + 2), two products (4 + 4) each summed (4).
+    assert BIAS_BACKWARD_BYTES == (2 + 4) + (4 + 2) + 2 * (4 + 4 + 4)
+
+
+def test_gpt_oss_reads_its_clamp_and_biases_and_qwen3_has_neither():
+    assert GPT_OSS.expert_bias and GPT_OSS.expert_glu_clamp
+    assert not QWEN3_30B.expert_bias and not QWEN3_30B.expert_glu_clamp
+
+
+def test_eager_ops_by_hand():
+    """1,000 copies on 4 local experts of GPT-OSS (h = f = 2,880) at 1 TB/s and 5 µs a launch."""
+    copies, h = 1000.0, 2880.0
+    times = eager_expert_ops_s(GPT_OSS, np.array([copies]), np.array([4.0]), np.array([h]), False, _rates())
+    clamp_fwd = copies * h * 16 / 1e12 + 3 * 5e-6
+    bias_fwd = copies * h * 28 / 1e12 + (2 * 4 + 2) * 5e-6
+    clamp_bwd = copies * h * 20 / 1e12 + 3 * 5e-6
+    bias_bwd = copies * h * 36 / 1e12 + (5 * 4 + 1) * 5e-6
+    assert float(times.forward_s[0]) == pytest.approx(clamp_fwd + bias_fwd, rel=1e-12)
+    assert float(times.backward_s[0]) == pytest.approx(clamp_bwd + bias_bwd, rel=1e-12)
+    assert float(times.clamp_forward_s[0]) == pytest.approx(clamp_fwd, rel=1e-12)
+
+
+def test_a_fused_grouped_mlp_or_a_plain_expert_costs_nothing_extra():
+    for model, fused in ((GPT_OSS, True), (QWEN3_30B, False), (QWEN3_30B, True)):
+        times = eager_expert_ops_s(model, np.array([5e4]), np.array([8.0]), np.array([768.0]), fused, _rates())
+        assert float(times.forward_s[0]) == float(times.backward_s[0]) == float(times.clamp_forward_s[0]) == 0.0
+
+
+def _moe(model, fused: bool):
+    cluster = load_cluster("dgx-h100", num_gpus=8)
+    job = TrainingJob(model=model, seq_len=SEQ, global_batch=64, expert_imbalance=1.0, fused_expert_mlp=fused)
+    table = make_table(ep=8, dp=8, mbs=1)
+    rates = analytical_rates(cluster.gpu, "bf16")
+    return job, table, rates, cluster, moe_block_times(model, job.workload(), table, rates, cluster)
+
+
+def test_the_eager_ops_run_in_the_experts_node_between_dispatch_and_combine():
+    """GPT-OSS, ep 8, one 4,096-token sequence: 4 x 4,096 copies on 16 local experts. The eager path adds exactly
+    moe_eager's times to the block's passes and to the ``mlp`` node the overlap schedule pairs; nothing else."""
+    _, table, rates, _, fused = _moe(GPT_OSS, True)
+    _, _, _, _, eager = _moe(GPT_OSS, False)
+    extra = eager_expert_ops_s(GPT_OSS, np.array([4.0 * SEQ]), np.array([16.0]), np.array([2880.0]), False, rates)
+    for part, added in (("forward_compute_s", extra.forward_s), ("mlp_forward_s", extra.forward_s),
+                        ("backward_compute_s", extra.backward_s), ("mlp_input_grad_s", extra.backward_s)):
+        assert float(getattr(eager, part)[0] - getattr(fused, part)[0]) == pytest.approx(float(added[0]), rel=1e-9)
+    for part in ("gemm_s", "mlp_weight_grad_s", "expert_comm_s"):
+        assert float(getattr(eager, part)[0]) == float(getattr(fused, part)[0])
+
+
+def test_qwen3_is_priced_alike_on_either_path():
+    _, _, _, _, fused = _moe(QWEN3_30B, True)
+    _, _, _, _, eager = _moe(QWEN3_30B, False)
+    assert float(fused.forward_compute_s[0]) == float(eager.forward_compute_s[0])
+    assert float(fused.backward_compute_s[0]) == float(eager.backward_compute_s[0])
+
+
+def test_recomputing_the_activation_reruns_the_eager_clamp():
+    """Megatron's ``moe_act`` recompute checkpoints the bias-activation function, the clamp before the fused kernel
+    included: the modules recompute of the eager path exceeds the fused one's by the clamp's forward."""
+    job_f, _, rates, cluster, _ = _moe(GPT_OSS, True)
+    job_e = TrainingJob(model=GPT_OSS, seq_len=SEQ, global_batch=64, expert_imbalance=1.0)
+    table = make_table(ep=8, dp=8, mbs=1, recompute=3)
+    fused = layer_times(GPT_OSS, job_f.workload(), table, rates, cluster).recompute_s
+    eager = layer_times(GPT_OSS, job_e.workload(), table, rates, cluster).recompute_s
+    clamp = eager_expert_ops_s(GPT_OSS, np.array([4.0 * SEQ]), np.array([16.0]), np.array([2880.0]), False, rates)
+    assert float(eager[0] - fused[0]) == pytest.approx(float(clamp.clamp_forward_s[0]), rel=1e-9)
+
+
+def test_reference_rows_state_the_fused_grouped_mlp_where_their_recipe_ran_it():
+    """Megatron-Bridge 26.06+ (v0.5.0 scripts/performance/configs/gpt_oss: GB200/GB300 FP8_MX_V2 set
+    cutedsl_fused_grouped_mlp, i.e. use_transformer_engine_op_fuser); B300 and every bf16 recipe do not."""
+    runs = load_reference_runs().set_index("id", drop=False)
+    fused = {i for i in runs.index if reference_job(runs.loc[i]).fused_expert_mlp}
+    assert fused == {"nemo_bridge_0005", "nemo_bridge_0006", "nemo_bridge_0021", "nemo_bridge_0022",
+                     "nemo_bridge_0044", "nemo_bridge_0045"}
