@@ -66,6 +66,10 @@ CompileOpt = Annotated[bool, typer.Option(
 AsyncTPOpt = Annotated[bool, typer.Option(
     "--async-tp", help="torchtitan with --compile: async tensor parallelism, TP collectives under the matmuls "
     "(exported as compile.enable_async_tensor_parallel).", rich_help_panel=_JOB)]
+FusedExpertMlpOpt = Annotated[bool, typer.Option(
+    "--fused-expert-mlp", help="MoE, Megatron: the routed experts' MLP runs fused (use_transformer_engine_op_fuser, "
+    "Transformer Engine's CuTe DSL grouped MLP); otherwise the eager clamp and expert-bias ops of models that have "
+    "them (GPT-OSS) are priced.", rich_help_panel=_JOB)]
 HeadroomOpt = Annotated[float, typer.Option(
     help="Fraction of GPU memory to keep free (0-1), on top of paraplan's own fit margin (0.2%, "
          "cost_models/device_memory.py): taken from what the driver exposes less that margin. The plan table and "
@@ -211,4 +215,5 @@ def request_from_flags(flags: dict[str, Any], compare: FileLayout | None = None,
         attention=flags["attention"], flops_convention=flags["flops_convention"],
         memory_headroom_frac=flags["headroom"], expert_imbalance=flags["expert_imbalance"],
         capacity_factor=flags["capacity_factor"], dispatcher=flags["dispatcher"], compiled=flags["compile_model"],
-        async_tp=flags["async_tp"], fp8_recipe=flags["fp8_recipe"], **axes)
+        async_tp=flags["async_tp"], fp8_recipe=flags["fp8_recipe"], fused_expert_mlp=flags["fused_expert_mlp"],
+        **axes)

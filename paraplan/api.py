@@ -165,7 +165,7 @@ def plan(model: str | ModelSpec, *, seq_len: int, global_batch: int, **options: 
 
     ``options``: the cluster (``gpu`` + ``gpus`` [+ ``gpus_per_node``], or ``cluster`` [+ ``nodes`` or ``gpus``]: a
     built-in name, a cluster YAML or a topology YAML; ``hardware``: your hardware file), the job (precision, engine,
-    attention, fp8_recipe, dispatcher, compiled, async_tp, expert_imbalance, routing, capacity_factor,
+    attention, fp8_recipe, dispatcher, compiled, async_tp, fused_expert_mlp, expert_imbalance, routing, capacity_factor,
     flops_convention, memory_headroom_frac), axes to fix (``AXES``), ``objective``, ``top``, ``place``, the cost
     model (``cost_model``, ``store``, ``stack_profile``, ``price_per_gpu_hour``) and the whole run (``run``:
     a RunOptions, or ``paraplan.request.run_options(tokens=...)``). See ``paraplan.request.make_request``."""

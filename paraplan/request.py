@@ -120,6 +120,8 @@ class PlanRequest:
     """torchtitan under torch.compile (its loss too)."""
     async_tp: bool = False
     """torchtitan with compile: async tensor parallelism."""
+    fused_expert_mlp: bool = False
+    """MoE: the routed experts' MLP runs fused (Transformer Engine's op fuser; TrainingJob.fused_expert_mlp)."""
     fp8_recipe: str = "tensorwise"
     """How fp8 GEMM inputs are scaled."""
     fixed: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
@@ -154,8 +156,8 @@ def make_request(model: str | ModelSpec, *, seq_len: int, global_batch: int, gpu
                  compare: FileLayout | None = None, **job_and_axes: Any) -> PlanRequest:
     """The request ``paraplan.plan(...)`` and the ``plan`` command both build. ``job_and_axes``: TrainingJob
     options (precision, engine, attention, flops_convention, memory_headroom_frac, expert_imbalance,
-    capacity_factor, dispatcher, compiled, async_tp, fp8_recipe) and axes to fix (an int, a name, a bool or a
-    list of them; ``AXES``)."""
+    capacity_factor, dispatcher, compiled, async_tp, fp8_recipe, fused_expert_mlp) and axes to fix (an int, a name,
+    a bool or a list of them; ``AXES``)."""
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
         raise ParameterError("{top} expects a positive integer, got {value}", value=top)
     if objective not in OBJECTIVES:
@@ -179,7 +181,7 @@ def make_request(model: str | ModelSpec, *, seq_len: int, global_batch: int, gpu
 
 
 _JOB_OPTIONS = ("precision", "engine", "attention", "flops_convention", "memory_headroom_frac", "expert_imbalance",
-                "capacity_factor", "dispatcher", "compiled", "async_tp", "fp8_recipe")
+                "capacity_factor", "dispatcher", "compiled", "async_tp", "fp8_recipe", "fused_expert_mlp")
 
 
 def _priced(run: RunOptions | None, price: float | None) -> RunOptions | None:
@@ -272,7 +274,7 @@ def training_job(request: PlanRequest) -> TrainingJob:
                            expert_imbalance=request.expert_imbalance, routing=stats,
                            capacity_factor=request.capacity_factor, dispatcher=request.dispatcher,
                            compiled=request.compiled, compiled_loss=request.compiled, async_tp=request.async_tp,
-                           fp8_recipe=request.fp8_recipe)
+                           fp8_recipe=request.fp8_recipe, fused_expert_mlp=request.fused_expert_mlp)
     except ValueError as exc:
         raise InputError(str(exc)) from None
 
