@@ -15,6 +15,7 @@ Run: python bench/behaviour_snapshot.py OUT_DIR, before and after a change, then
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 import time
@@ -70,7 +71,9 @@ def _run(out: Path, name: str, argv: list[str]) -> None:
 
 
 def main() -> None:
-    out = Path(sys.argv[1])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("out_dir", type=Path, help="a new folder to write every command's outputs into")
+    out = parser.parse_args().out_dir
     out.mkdir(parents=True, exist_ok=False)
     for name, argv in PLANS.items():
         _run(out, f"plan-{name}", ["plan", *argv, "--json", f"plan-{name}.json", "--export", "all",
