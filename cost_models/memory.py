@@ -25,7 +25,7 @@ from paraplan.choices import Precision
 from paraplan.cost_models.context_parallel import gathered_kv_bytes
 from paraplan.cost_models.device_memory import non_torch_bytes, reserved_bytes
 from paraplan.cost_models.layer import ACTIVATION_BYTES
-from paraplan.cost_models.moe import moe_activation_bytes_per_token
+from paraplan.cost_models.moe import eager_clamp_bytes_per_token, moe_activation_bytes_per_token
 from paraplan.cost_models.schedules import RankWork, in_flight_microbatches
 from paraplan.cost_models.stages import StageLayout
 from paraplan.cost_models.table import ConfigTable, Workload
@@ -92,12 +92,13 @@ def _attention_stored_widths(model: ModelSpec) -> tuple[int, int, int]:
 def layer_activation_bytes_per_token(model: ModelSpec, tp: IntColumn, sp: IntColumn, recompute: IntColumn,
                                      gemm_input_bytes: float = 2.0, etp: IntColumn = 1,
                                      selective_saves: str = "attention_core",
-                                     gathered_gemm_inputs: bool = False) -> np.ndarray:
+                                     gathered_gemm_inputs: bool = False, fused_expert_mlp: bool = False) -> np.ndarray:
     """Activation bytes one layer stores per token for its backward, on one GPU (mean over dense
     and MoE layers; the MoE block's share is :func:`moe.moe_activation_bytes_per_token`).
 
     ``gemm_input_bytes``: the copy of each GEMM input saved for the weight gradient is kept in
-    the GEMM precision (Transformer Engine saves the fp8 cast: 1 byte).
+    the GEMM precision (Transformer Engine saves the fp8 cast: 1 byte). ``fused_expert_mlp``: the routed experts
+    run a fused grouped MLP (TrainingJob.fused_expert_mlp), so a clamped GLU keeps no eager copy.
     """
     h, f = model.hidden_size, model.ffn_size
     qkv, out, latent = _attention_stored_widths(model)
@@ -110,7 +111,8 @@ def layer_activation_bytes_per_token(model: ModelSpec, tp: IntColumn, sp: IntCol
     whole_sequence = gemm_inputs if gathered_gemm_inputs else 0.0  # kept all-gathered: never divided by tp
     sharded = ACTIVATION_BYTES * qkv + gemm_input_bytes * out \
         + dense_frac * (ACTIVATION_BYTES * gate + gemm_input_bytes) * f
-    moe = moe_frac * moe_activation_bytes_per_token(model, tp, etp, gemm_input_bytes) if model.is_moe else 0.0
+    moe = moe_frac * moe_activation_bytes_per_token(model, tp, etp, gemm_input_bytes, fused_expert_mlp) \
+        if model.is_moe else 0.0
     stored = replicated / seq_shard + sharded / np.asarray(tp, dtype=float) + moe + whole_sequence
     # The ``modules`` set (layernorm, mla_up_proj, moe_act) keeps the norms' inputs, MLA's latents
     # and the up projections' outputs, and drops what it reruns: the norm outputs (the QKV and MLP
@@ -118,7 +120,9 @@ def layer_activation_bytes_per_token(model: ModelSpec, tp: IntColumn, sp: IntCol
     rerun = gemm_input_bytes * 2 * h / seq_shard + (ACTIVATION_BYTES * qkv / np.asarray(tp, dtype=float)
                                                     if model.is_mla else 0.0)
     if model.is_moe:
-        rerun = rerun + moe_frac * model.experts_per_token * gemm_input_bytes * model.expert_ffn_size / tp
+        # moe_act reruns the whole activation, the eager clamp before it included (moe_eager.CLAMP_SAVED_BYTES).
+        rerun = rerun + moe_frac * (model.experts_per_token * gemm_input_bytes * model.expert_ffn_size / tp
+                                    + eager_clamp_bytes_per_token(model, tp, fused_expert_mlp))
     layer_input = ACTIVATION_BYTES * h / seq_shard
     recompute = np.asarray(recompute)
     selective = stored if selective_saves == "attention_core" else \
@@ -172,7 +176,8 @@ def stored_layer_bytes(model: ModelSpec, work: Workload, t: ConfigTable) -> np.n
     tokens = t.mbs * work.seq_len / t.cp
     per_layer = tokens * layer_activation_bytes_per_token(model, t.tp, t.sp, t.recompute,
                                                           _gemm_input_bytes(work.precision), t.etp,
-                                                          work.selective_saves, work.saves_gathered_gemm_inputs)
+                                                          work.selective_saves, work.saves_gathered_gemm_inputs,
+                                                          work.fused_expert_mlp)
     # Unfused attention also stores its score matrices unless recompute redoes the attention core.
     return per_layer + np.where(t.recompute == 0, _scores_bytes(model, work, t, tokens), 0.0)
 
@@ -561,7 +566,8 @@ def _working_set_bytes(model: ModelSpec, work: Workload, t: ConfigTable, tokens:
     whole sequence's K, V (and dK, dV) of the layer in backward."""
     recomputed_layer = tokens * layer_activation_bytes_per_token(model, t.tp, t.sp, np.zeros_like(t.recompute),
                                                                  _gemm_input_bytes(work.precision), t.etp,
-                                                                 gathered_gemm_inputs=work.saves_gathered_gemm_inputs)
+                                                                 gathered_gemm_inputs=work.saves_gathered_gemm_inputs,
+                                                                 fused_expert_mlp=work.fused_expert_mlp)
     scores = _scores_bytes(model, work, t, tokens)
     working_set = np.where(t.recompute == 2, recomputed_layer, 0.0) \
         + np.where(np.isin(t.recompute, (1, 2)), scores, 0.0)

@@ -27,7 +27,7 @@ from paraplan.cost_models.collectives import (
     members_per_domain,
 )
 from paraplan.cost_models.compute import ComputeRates, gemm_time_s, memory_bound_time_s
-from paraplan.cost_models.moe_eager import eager_expert_ops_s
+from paraplan.cost_models.moe_eager import eager_clamp_saved_bytes_per_copy, eager_expert_ops_s
 from paraplan.cost_models.table import ConfigTable, Workload
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.model_specs.model_spec import ModelSpec
@@ -275,14 +275,22 @@ def moe_block_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: Com
     )
 
 
+def eager_clamp_bytes_per_token(model: ModelSpec, tp: IntColumn, fused_expert_mlp: bool) -> np.ndarray:
+    """Bytes the eager clamp of a GPT-OSS-style expert GLU keeps per token of the micro-batch, on one GPU: k routed
+    copies per token over tp ranks, each etp-gathered with an f_e/etp-wide up projection (so etp cancels)."""
+    copies_per_token = model.experts_per_token / np.asarray(tp, dtype=float)
+    return copies_per_token * eager_clamp_saved_bytes_per_copy(model, float(model.expert_ffn_size), fused_expert_mlp)
+
+
 def moe_activation_bytes_per_token(model: ModelSpec, tp: IntColumn, etp: IntColumn,
-                                   gemm_input_bytes: float) -> np.ndarray:
+                                   gemm_input_bytes: float, fused_expert_mlp: bool = False) -> np.ndarray:
     """Bytes one MoE block stores per token of the micro-batch for its backward, on one GPU.
 
     Per routed copy (k per token, T/tp tokens routed per rank, etp-gathered): the permuted
     input saved for the up projection's weight gradient, the up output (activation input,
     g·f_e/etp wide), the activation output saved for the down projection, and the expert output
-    kept for the routing-probability gradient. Per routed token: fp32 router probabilities.
+    kept for the routing-probability gradient; outside a fused grouped MLP, a clamped GLU (GPT-OSS) keeps a
+    second copy of the up output (moe_eager.CLAMP_SAVED_BYTES). Per routed token: fp32 router probabilities.
     The shared expert keeps what a dense TP-sharded MLP keeps (its input is the block input,
     counted with the layer).
     """
@@ -292,7 +300,8 @@ def moe_activation_bytes_per_token(model: ModelSpec, tp: IntColumn, etp: IntColu
     f = model.expert_ffn_size / etp
     gate = model.mlp_matrices - 1
     per_copy = etp * (gemm_input_bytes * h + HIDDEN_BYTES * gate * f + gemm_input_bytes * f + HIDDEN_BYTES * h)
-    routed = (k * per_copy + ROUTER_PROB_BYTES * model.num_experts) / tp
+    routed = (k * per_copy + ROUTER_PROB_BYTES * model.num_experts) / tp \
+        + eager_clamp_bytes_per_token(model, tp, fused_expert_mlp)
     shared_f = model.shared_expert_ffn_size / tp
     shared = HIDDEN_BYTES * gate * shared_f + gemm_input_bytes * shared_f
     return routed + shared

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from paraplan.arrays import Column
 from paraplan.cost_models.compute import ComputeRates, memory_bound_time_s
 from paraplan.model_specs.model_spec import ModelSpec
 
@@ -36,6 +37,14 @@ CLAMP_BACKWARD_BYTES = 20.0
 the concatenation of their gradients into the up output's gradient (8 B as forward)."""
 CLAMP_KERNELS = 3
 """Forward: two clamps and a concatenation; backward: two masked gradients and a concatenation."""
+CLAMP_SAVED_BYTES = 4.0
+"""Per element of f, kept for backward per routed copy beyond what a fused or unclamped activation keeps: the two
+clamps save their inputs (``clamp_backward`` reads ``self``), which are views of the up projection's 16-bit output
+(2f elements, 2 B), while the activation kernel (``WeightedQuickGeGLUFunction``) saves the concatenation of the
+clamped halves (another 2f elements): two copies of the up output where a block without the clamp keeps one. The
+clamps' outputs are freed after the concatenation (``cat`` saves no tensor), and the bias path saves only views of
+the router probabilities, which the activation keeps already. Megatron's ``moe_act`` recompute checkpoints the whole
+activation, clamp included, so it drops this copy too."""
 BIAS_FORWARD_BYTES = 28.0
 """Per element of h: ``b * p`` writes fp32 (4 B), ``t + b·p`` reads 2 + 4 B and writes fp32 (4 B), the
 concatenation reads and writes fp32 (8 B), the cast reads fp32 and writes 16-bit (6 B)."""
@@ -47,6 +56,12 @@ BIAS_FORWARD_KERNELS_PER_EXPERT = 2
 """A product and an add per local expert (plus a concatenation and a cast per block)."""
 BIAS_BACKWARD_KERNELS_PER_EXPERT = 5
 """The add's cast, two products and two sums per local expert (plus the cast's backward per block)."""
+
+
+def eager_clamp_saved_bytes_per_copy(model: ModelSpec, f: Column, fused: bool) -> Column:
+    """Bytes the eager clamp keeps for backward per routed copy on top of the activation's own saved input (f: the
+    up-projection half, expert width / etp); zero for a fused grouped MLP or a model without a clamped GLU."""
+    return CLAMP_SAVED_BYTES * f if model.expert_glu_clamp and not fused else 0.0 * f
 
 
 @dataclass(frozen=True, slots=True)

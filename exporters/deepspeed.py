@@ -88,6 +88,9 @@ def deepspeed_program(plan: ExportPlan) -> Program:
     if plan.precision != "bf16":
         notes.append(f"{plan.precision} GEMMs come from the model code (e.g. Transformer Engine layers); ds_config "
                      "only sets bf16")
+    if plan.fused_expert_mlp:
+        notes.append("run the routed experts' MLP fused, as the plan priced it (one grouped operation with its biases "
+                     "and clamp inside, e.g. Transformer Engine's op fuser); ds_config has no switch for it")
     group = ArgGroup(name="DEEPSPEED_ARGS", comment="DeepSpeed config of the plan",
                      args=(("--deepspeed", None), ("--deepspeed_config", ConfigPath(DS_CONFIG))))
     return Program(engine="deepspeed", entry=("train.py",),

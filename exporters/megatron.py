@@ -44,6 +44,10 @@ def megatron_program(plan: ExportPlan) -> Program:
     model = plan.model
     if model.position == "alibi":
         raise InputError(f"Megatron-LM has no ALiBi position embedding, which model {model.name} uses")
+    if plan.fused_expert_mlp and plan.config.etp > 1:
+        # TEGroupedMLP._is_fused_impl_supported: no tensor parallelism inside the experts (its expt_tp group).
+        raise InputError(f"the plan fuses the expert MLP at etp = {plan.config.etp}; Megatron's fused grouped MLP "
+                         "runs expert tensor parallelism 1 only: re-plan with --fused-expert-mlp (which keeps etp 1)")
     groups = (
         ArgGroup(name="PARALLEL_ARGS", comment="Parallel layout (from the plan)", args=parallel_args(plan)),
         ArgGroup(name="MODEL_ARGS", comment=f"Model shape of {model.name} (from the plan)",
@@ -201,6 +205,11 @@ def moe_args(model: ModelSpec, plan: ExportPlan) -> tuple[Arg, ...]:
     if plan.config.ep_overlap:
         # Combined 1F1B: one micro-batch's dispatch/combine under another's compute (what the plan priced).
         args.append(("--overlap-moe-expert-parallel-comm", None))
+    if plan.fused_expert_mlp:
+        # The routed experts as one Transformer Engine op-fuser block (TEGroupedMLP._fused_forward): the
+        # TransformerConfig field use_transformer_engine_op_fuser, which arguments.py turns into this flag
+        # (ArgumentGroupFactory) from Megatron-LM core_r0.18 on (the commits Megatron-Bridge v0.5.0 / v0.6.0 pin).
+        args.append(("--use-transformer-engine-op-fuser", None))
     return tuple(args)
 
 
@@ -284,12 +293,19 @@ def vocab_divisor(vocab_size: int, tp: int) -> int:
 
 
 def environment(plan: ExportPlan) -> tuple[tuple[str, str, str], ...]:
-    """CUDA_DEVICE_MAX_CONNECTIONS=1 where Megatron's validate_args demands it."""
+    """CUDA_DEVICE_MAX_CONNECTIONS=1 where Megatron's validate_args demands it; NVTE_CUTEDSL_FUSED_GROUPED_MLP=1
+    for a fused expert MLP."""
     c = plan.config
+    env: list[tuple[str, str, str]] = []
     if (c.tp > 1 or c.cp > 1) and c.zero != 3:
-        return (("CUDA_DEVICE_MAX_CONNECTIONS", "1",
-                 "Megatron asserts it for TP or CP > 1 before Blackwell (keeps TP/CP collectives in launch order)"),)
-    return ()
+        env.append(("CUDA_DEVICE_MAX_CONNECTIONS", "1",
+                    "Megatron asserts it for TP or CP > 1 before Blackwell (keeps TP/CP collectives in launch order)"))
+    if plan.fused_expert_mlp:
+        env.append(("NVTE_CUTEDSL_FUSED_GROUPED_MLP", "1",
+                    "Transformer Engine's CuTe DSL grouped MLP for --use-transformer-engine-op-fuser's GLU "
+                    "experts (Megatron-Bridge's cutedsl_fused_grouped_mlp sets it; at the Megatron-LM commit "
+                    "Bridge v0.6.0 pins, TEGroupedMLP asserts without it)"))
+    return tuple(env)
 
 
 def unexpressed(model: ModelSpec) -> tuple[str, ...]:

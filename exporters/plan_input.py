@@ -76,6 +76,8 @@ class ExportPlan:
     """torchtitan: the plan was priced with the model under torch.compile."""
     async_tp: bool = False
     """torchtitan: the plan was priced with async tensor parallelism."""
+    fused_expert_mlp: bool = False
+    """MoE: the plan was priced with the routed experts' MLP fused (Transformer Engine's op fuser)."""
     hosts: tuple[str, ...] = ()
     """Host of each node rank chosen by rank placement (``paraplan place``); empty = the scheduler's order."""
 
@@ -221,7 +223,8 @@ def plan_from_document(plan: dict[str, Any]) -> ExportPlan:
         ranks=tuple(_ranks(plan, config, per_node)),
         hosts=tuple(_hosts(plan, cluster["num_gpus"] // per_node)), capacity_factor=job.get("capacity_factor"),
         dispatcher=job.get("dispatcher", "alltoall"), compiled=bool(job.get("compiled", False)),
-        async_tp=bool(job.get("async_tp", False)), fp8_recipe=job.get("fp8_recipe", "tensorwise"))
+        async_tp=bool(job.get("async_tp", False)), fp8_recipe=job.get("fp8_recipe", "tensorwise"),
+        fused_expert_mlp=bool(job.get("fused_expert_mlp", False)) and model.is_moe)
 
 
 def _model_of(section: dict[str, Any]) -> ModelSpec:

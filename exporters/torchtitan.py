@@ -171,7 +171,7 @@ def torchtitan_program(plan: ExportPlan, version: TorchtitanVersion, override: s
                          "parallelism'; export --torchtitan-version 0.3, or plan with --zero 2 or 3")
     module, config = model_choice(plan, version, override)
     notes = (f"attention kernel ({plan.attention}) and rotary settings come from torchtitan's model config",
-             *cp_notes(plan))
+             *cp_notes(plan), *fused_expert_notes(plan))
     entry = ("-m", "torchtitan.train")
     comment = "torchtitan's trainer (installed torchtitan package; TRAIN_SCRIPT replaces it)"
     if version == "0.2":
@@ -182,6 +182,16 @@ def torchtitan_program(plan: ExportPlan, version: TorchtitanVersion, override: s
                        config_files=(toml,), notes=notes)
     return Program(engine="torchtitan", entry=entry, entry_comment=comment, groups=overrides(plan, module, config),
                    notes=notes)
+
+
+def fused_expert_notes(plan: ExportPlan) -> tuple[str, ...]:
+    """A plan priced with the experts' MLP fused (--fused-expert-mlp: Transformer Engine's op fuser, a Megatron
+    switch): torchtitan has no such switch and runs its own grouped experts."""
+    if not plan.fused_expert_mlp:
+        return ()
+    return ("the plan priced the routed experts' MLP fused (Transformer Engine's op fuser, --fused-expert-mlp); "
+            "torchtitan has no switch for it and runs its own grouped experts (re-plan without --fused-expert-mlp "
+            "to price them)",)
 
 
 def cp_notes(plan: ExportPlan) -> tuple[str, ...]:

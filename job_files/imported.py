@@ -25,7 +25,7 @@ FORMATS: dict[str, str] = {
 LAYOUT_KEYS = ("tp", "pp", "dp", "cp", "cp_comm", "ep", "etp", "vpp", "mbs", "zero", "recompute", "sp", "offload",
                "pp_schedule", "tp_overlap", "ep_overlap")
 """The parallel layout, named as ParallelConfig's fields."""
-JOB_KEYS = ("attention", "dispatcher", "capacity_factor", "compiled", "async_tp")
+JOB_KEYS = ("attention", "dispatcher", "capacity_factor", "compiled", "async_tp", "fused_expert_mlp")
 """TrainingJob choices beyond model, sequence, batch and precision."""
 REQUIRED = ("model", "gpu", "num_gpus", "seq_len", "global_batch")
 """What a prediction needs from the file or the command line."""

@@ -180,3 +180,6 @@ def _moe_job(args: Args) -> None:
         args.put("dispatcher", "moe_token_dispatcher_type", "alltoall")
     if args.has("moe_expert_capacity_factor"):
         args.put("capacity_factor", "moe_expert_capacity_factor", args.number("moe_expert_capacity_factor"))
+    # --use-transformer-engine-op-fuser (Megatron-LM core_r0.18+), Bridge's model.use_transformer_engine_op_fuser.
+    if args.flag("use_transformer_engine_op_fuser"):
+        args.put("fused_expert_mlp", "use_transformer_engine_op_fuser", True)

@@ -17,7 +17,7 @@ _AXES = {"tp": "tp", "pp": "pp", "cp": "cp", "cp_comm": "cp_comm", "ep": "ep", "
          "pp_schedule": "pp_schedule", "tp_overlap": "tp_comm_overlap"}
 """ImportedJob layout key -> the commands' parameter name."""
 _JOB = {"attention": "attention", "dispatcher": "dispatcher", "capacity_factor": "capacity_factor",
-        "compiled": "compile_model", "async_tp": "async_tp"}
+        "compiled": "compile_model", "async_tp": "async_tp", "fused_expert_mlp": "fused_expert_mlp"}
 _FLAGS = {"model": "MODEL (a preset or a config.json)", "gpu": "--gpu NAME (e.g. --gpu h100-sxm; see 'paraplan "
           "hardware list') or --cluster NAME", "num_gpus": "--gpus N", "seq_len": "--seq-len N",
           "global_batch": "--global-batch N"}

@@ -118,6 +118,7 @@ def plan_to_json(plan: Plan, cost_model: str, run: dict[str, Any] | None = None)
                 "flops_convention": job.flops_convention,
                 **({"capacity_factor": job.capacity_factor} if job.capacity_factor is not None else {}),
                 **({"dispatcher": job.token_dispatcher} if job.model.is_moe else {}),
+                **({"fused_expert_mlp": True} if job.model.is_moe and job.fused_expert_mlp else {}),
                 **({"fp8_recipe": job.fp8_recipe} if job.precision == "fp8" else {}),
                 **({"compiled": job.compiled, "async_tp": job.async_tp} if job.engine == "torchtitan" else {})},
         "config": plan.config.as_dict(),

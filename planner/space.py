@@ -107,6 +107,8 @@ def _expert_reasons(job: TrainingJob, engine: EngineRules, tp: np.ndarray, dp: n
         (((ep > 1) | (etp > 1)) & (not model.is_moe), "ep and etp apply to MoE models only"),
         (model.num_experts % ep != 0 if model.is_moe else ep < 1, "ep does not divide the routed experts"),
         (~etp_ok[engine.etp_choices], f"{engine.name} does not offer this expert tensor-parallel degree"),
+        # Megatron's fused grouped MLP (TEGroupedMLP._is_fused_impl_supported) refuses tensor-parallel experts.
+        ((etp > 1) & job.fused_expert_mlp, "the fused expert MLP runs expert tensor parallelism 1 only"),
         (carved % np.maximum(folded, 1) != 0,
          (f"{engine.name} carves expert groups from {'·'.join(engine.expert_ranks_from)}: ep"
           f"{'·etp' if 'tp' in engine.expert_ranks_from else ''} must divide it")),

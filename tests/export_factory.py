@@ -35,7 +35,7 @@ def make_plan_document(model: str = "llama-3.1-8b", *, engine: str = "megatron",
                        shape: dict[str, Any] | None = None, capacity_factor: float | None = None,
                        split: list[int] | None = None, dispatcher: str | None = None,
                        compiled: bool | None = None, async_tp: bool | None = None,
-                       **config: Any) -> dict[str, Any]:
+                       fused_expert_mlp: bool | None = None, **config: Any) -> dict[str, Any]:
     """One schema-valid plan; the world size is tp·pp·dp·cp of ``config``; ``shape`` overrides model fields;
     ``split`` replaces the engine's layers per stage (as a stage partition or a typed pipeline writes them)."""
     spec = load_model(model)
@@ -54,7 +54,8 @@ def make_plan_document(model: str = "llama-3.1-8b", *, engine: str = "megatron",
                 **({"capacity_factor": capacity_factor} if capacity_factor is not None else {}),
                 **({"dispatcher": dispatcher} if dispatcher is not None else {}),
                 **({"compiled": compiled} if compiled is not None else {}),
-                **({"async_tp": async_tp} if async_tp is not None else {})},
+                **({"async_tp": async_tp} if async_tp is not None else {}),
+                **({"fused_expert_mlp": fused_expert_mlp} if fused_expert_mlp is not None else {})},
         "config": merged,
         "estimate": {"step_time_s": 1.5, "tokens_per_s": 1e5, "tokens_per_s_per_gpu": 1e5 / num_gpus, "mfu": 0.4,
                      "hfu": 0.45, "model_tflops_per_gpu": 400.0, "num_microbatches": max(microbatches, 1),

@@ -109,6 +109,10 @@ FLAGS: dict[str, tuple[str, Any]] = {
     "--moe-router-num-groups": ("moe_router_num_groups", int),
     "--moe-router-group-topk": ("moe_router_group_topk", int),
     "--moe-grouped-gemm": ("moe_grouped_gemm", TRUE),
+    # TransformerConfig.use_transformer_engine_op_fuser as ArgumentGroupFactory spells it in arguments.py from
+    # Megatron-LM core_r0.18 (d0b3b77, cd4afff: Megatron-Bridge v0.5.0 / v0.6.0); megatron-core 0.16.1's
+    # TransformerConfig has no such field, so transformer_config() leaves it out here.
+    "--use-transformer-engine-op-fuser": ("use_transformer_engine_op_fuser", TRUE),
     "--multi-latent-attention": ("multi_latent_attention", TRUE), "--q-lora-rank": ("q_lora_rank", int),
     "--kv-lora-rank": ("kv_lora_rank", int), "--qk-head-dim": ("qk_head_dim", int),
     "--qk-pos-emb-head-dim": ("qk_pos_emb_head_dim", int), "--v-head-dim": ("v_head_dim", int),
@@ -262,6 +266,9 @@ PLANS = {
     "mixtral-ep4-tp2-fp8": {"model": "mixtral-8x7b", "tp": 2, "dp": 4, "ep": 4, "sp": True, "zero": 1,
                             "precision": "fp8"},
     "qwen3-30b-a3b-ep8-qknorm": {"model": "qwen3-30b-a3b", "tp": 2, "pp": 2, "dp": 4, "ep": 8, "sp": True, "zero": 1},
+    # Megatron-Bridge's cutedsl_fused_grouped_mlp recipes: the experts' MLP under Transformer Engine's op fuser.
+    "qwen3-30b-a3b-ep8-fused-experts": {"model": "qwen3-30b-a3b", "dp": 8, "ep": 8, "zero": 1,
+                                        "fused_expert_mlp": True},
     "deepseek-v3-mla-pp3-uneven": {"model": "deepseek-v3", "pp": 3, "dp": 8, "ep": 8, "zero": 1, "global_batch": 48},
     "deepseek-v3-mla-pp3-vpp3-edges": {"model": "deepseek-v3", "pp": 3, "vpp": 3, "dp": 8, "ep": 8, "zero": 1,
                                        "global_batch": 48, "recompute": "full"},

@@ -217,6 +217,40 @@ def test_megatron_moe_and_mla_flags():
     assert "--expert-model-parallel-size" not in group_args(dense, "PARALLEL_ARGS")
 
 
+def test_megatron_fused_expert_mlp_is_the_op_fuser_flag_with_its_kernel_switch():
+    """--use-transformer-engine-op-fuser (TransformerConfig.use_transformer_engine_op_fuser, Megatron-LM core_r0.18
+    arguments.py) and NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 (Megatron-Bridge's cutedsl_fused_grouped_mlp), only when the
+    plan was priced fused; expert tensor parallelism is refused (TEGroupedMLP._is_fused_impl_supported)."""
+    fused = megatron_program(make_export_plan("gpt-oss-120b", dp=8, ep=8, fused_expert_mlp=True))
+    assert group_args(fused, "MODEL_ARGS")[-1] == "--use-transformer-engine-op-fuser"
+    assert [(name, value) for name, value, _ in fused.env] == [("NVTE_CUTEDSL_FUSED_GROUPED_MLP", "1")]
+    eager = megatron_program(make_export_plan("gpt-oss-120b", dp=8, ep=8))
+    assert "--use-transformer-engine-op-fuser" not in eager.argv() and eager.env == ()
+    assert make_export_plan("gpt-oss-120b", dp=8, ep=8, fused_expert_mlp=False).fused_expert_mlp is False
+    dense = megatron_program(make_export_plan("llama-3.1-8b", dp=8, fused_expert_mlp=True))
+    assert "--use-transformer-engine-op-fuser" not in dense.argv() and dense.env == ()
+    with pytest.raises(InputError, match="expert tensor parallelism 1 only"):
+        megatron_program(make_export_plan("gpt-oss-120b", dp=8, ep=4, etp=2, fused_expert_mlp=True))
+
+
+def test_engines_without_a_fused_expert_switch_say_so():
+    titan = make_export_plan("qwen3-30b-a3b", engine="torchtitan", dp=8, ep=8, zero=3, fused_expert_mlp=True)
+    text = files_of(titan, "torchtitan", torchtitan_model="qwen3:qwen3_30b_a3b")["torchtitan_launch.sh"].text
+    assert "# Not expressed: the plan priced the routed experts' MLP fused" in text
+    speed = make_export_plan("qwen3-30b-a3b", engine="deepspeed", dp=8, zero=1, fused_expert_mlp=True)
+    launch = files_of(speed, "deepspeed")["deepspeed_launch.sh"].text
+    assert "# Model code must: run the routed experts' MLP fused" in launch
+    eager = make_export_plan("qwen3-30b-a3b", engine="deepspeed", dp=8, zero=1)
+    assert "routed experts' MLP fused" not in files_of(eager, "deepspeed")["deepspeed_launch.sh"].text
+
+
+def test_the_json_export_keeps_the_fused_expert_mlp():
+    plan = make_export_plan("gpt-oss-120b", dp=8, ep=8, fused_expert_mlp=True)
+    written = json.loads(files_of(plan, "json")["plan.json"].text)
+    assert written["plans"][0]["job"]["fused_expert_mlp"] is True
+    assert plan_from_document(written["plans"][0]).fused_expert_mlp is True
+
+
 def test_layer_pattern_run_length_codes_moe_layers():
     assert layer_pattern(6, (1, 2, 5)) == "([0]*1+[1]*2+[0]*2+[1]*1)"
     assert layer_pattern(3, (0, 1, 2)) == "([1]*3)"

@@ -2,8 +2,8 @@
 its per-expert down-projection bias (cost_models/moe_eager.py).
 
 Hand-derived byte counts and launches, exact metamorphic relations (the fused path and a model without biases or a
-clamp cost nothing extra; the eager ops land in the experts' node of the overlap schedule), and the reference rows
-that say which path their recipe ran.
+clamp cost nothing extra; the eager ops land in the experts' node of the overlap schedule), the reference rows
+that say which path their recipe ran, and the memory the eager clamp keeps for backward.
 """
 
 from __future__ import annotations
@@ -18,12 +18,15 @@ from typer.testing import CliRunner
 from paraplan.cli.app import app
 from paraplan.cost_models.compute import ComputeRates, analytical_rates
 from paraplan.cost_models.layer import layer_times
-from paraplan.cost_models.moe import moe_block_times
+from paraplan.cost_models.memory import layer_activation_bytes_per_token, stored_layer_bytes
+from paraplan.cost_models.moe import moe_activation_bytes_per_token, moe_block_times
 from paraplan.cost_models.moe_eager import (
     BIAS_BACKWARD_BYTES,
     BIAS_FORWARD_BYTES,
     CLAMP_BACKWARD_BYTES,
     CLAMP_FORWARD_BYTES,
+    CLAMP_SAVED_BYTES,
+    eager_clamp_saved_bytes_per_copy,
     eager_expert_ops_s,
 )
 from paraplan.hardware_profiles import load_cluster
@@ -127,15 +130,19 @@ def test_reference_rows_state_the_fused_grouped_mlp_where_their_recipe_ran_it():
                      "nemo_bridge_0044", "nemo_bridge_0045"}
 
 
-def _cli_step_s(*extra: str) -> float:
-    """``paraplan evaluate`` of GPT-OSS-120B as NeMo's GB300 bf16 recipe lays it out (ep 64, mbs 4): the step in s."""
+def _cli_estimate(*extra: str) -> dict:
+    """``paraplan evaluate`` of GPT-OSS-120B as NeMo's GB300 bf16 recipe lays it out (ep 64, mbs 4): its estimate."""
     args = ["evaluate", "gpt-oss-120b", "--seq-len", "4096", "--global-batch", "1280", "--cluster", "gb300-nvl72",
             "--gpus", "64", "--tp", "1", "--pp", "1", "--ep", "64", "--mbs", "4", "--expert-imbalance", "1",
             "--json", "-", *extra]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    document = json.loads(result.stdout)
-    return float(document["plans"][0]["estimate"]["step_time_s"])
+    return json.loads(result.stdout)["plans"][0]["estimate"]
+
+
+def _cli_step_s(*extra: str) -> float:
+    """The step in s of :func:`_cli_estimate`."""
+    return float(_cli_estimate(*extra)["step_time_s"])
 
 
 def test_the_command_line_says_when_the_experts_run_fused():
@@ -143,3 +150,71 @@ def test_the_command_line_says_when_the_experts_run_fused():
     batch, 100 B x 2,880 each at GB300's HBM rate, over 36 layers and 5 micro-batches."""
     eager, fused = _cli_step_s(), _cli_step_s("--fused-expert-mlp")
     assert 0.15 < eager / fused - 1 < 0.25
+
+
+# -- memory: what the eager clamp keeps for backward ------------------------------------------------------------
+
+
+def test_the_eager_clamp_keeps_a_second_copy_of_the_up_output():
+    """``x_glu.clamp`` and ``x_linear.clamp`` save their inputs (clamp_backward reads ``self``): views of the up
+    projection's 16-bit output, 2 x f elements. The fused activation saves the concatenated clamped halves, another
+    2 x f. So a copy of 2 x f x 2 B = 4 B per element of f is kept beyond what a fused or unclamped block keeps."""
+    assert CLAMP_SAVED_BYTES == 2 * 2
+    assert eager_clamp_saved_bytes_per_copy(GPT_OSS, 2880.0, False) == 4 * 2880
+    assert eager_clamp_saved_bytes_per_copy(GPT_OSS, 2880.0, True) == 0.0
+    assert eager_clamp_saved_bytes_per_copy(QWEN3_30B, 768.0, False) == 0.0
+
+
+@pytest.mark.parametrize("tp, etp, expected", [
+    # k = 4 copies per token, each 4 B x f_e = 2,880: 46,080 B; tp shares the routed tokens, etp cancels (etp copies
+    # each f_e / etp wide).
+    (1, 1, 4 * 4 * 2880), (2, 1, 4 * 4 * 2880 / 2), (1, 2, 4 * 4 * 2880), (4, 2, 4 * 4 * 2880 / 4)])
+def test_the_moe_block_stores_the_clamps_copy_per_token_on_the_eager_path(tp, etp, expected):
+    for gemm_input_bytes in (2.0, 1.0):  # the up output is a 16-bit GEMM output in fp8 training too
+        eager = moe_activation_bytes_per_token(GPT_OSS, tp, etp, gemm_input_bytes)
+        fused = moe_activation_bytes_per_token(GPT_OSS, tp, etp, gemm_input_bytes, fused_expert_mlp=True)
+        assert float(eager - fused) == expected
+    assert float(moe_activation_bytes_per_token(QWEN3_30B, tp, etp, 2.0)) == \
+        float(moe_activation_bytes_per_token(QWEN3_30B, tp, etp, 2.0, fused_expert_mlp=True))
+
+
+def test_recompute_that_reruns_the_activation_drops_the_clamps_copy():
+    """All 36 GPT-OSS layers are MoE. No recompute and selective (attention core) keep the copy: 46,080 B per token
+    at tp 1; full recompute keeps the layer input only, and ``modules`` (moe_act) checkpoints the whole activation,
+    the clamp included (experts.py: ``activation_checkpoint.checkpoint(bias_act_func, fc1_output, ...)``)."""
+    recompute = np.array([0, 1, 2, 3])
+    eager = layer_activation_bytes_per_token(GPT_OSS, 1, 0, recompute)
+    fused = layer_activation_bytes_per_token(GPT_OSS, 1, 0, recompute, fused_expert_mlp=True)
+    assert (eager - fused).tolist() == [46080.0, 46080.0, 0.0, 0.0]
+
+
+def test_a_layer_stores_the_clamps_copy_per_micro_batch():
+    """GPT-OSS, ep 8 on 8 GPUs, mbs 2 x 4,096 tokens: 8,192 x 46,080 B = 377,487,360 B more per layer and micro-batch
+    on the eager path (what ``offload`` would copy, and what 1F1B keeps per micro-batch in flight)."""
+    table = make_table(ep=8, dp=8, mbs=2)
+    eager = TrainingJob(model=GPT_OSS, seq_len=SEQ, global_batch=64).workload()
+    fused = TrainingJob(model=GPT_OSS, seq_len=SEQ, global_batch=64, fused_expert_mlp=True).workload()
+    added = stored_layer_bytes(GPT_OSS, eager, table) - stored_layer_bytes(GPT_OSS, fused, table)
+    assert float(added[0]) == 2 * SEQ * 4 * 4 * 2880 == 377_487_360
+
+
+def test_the_eager_path_peaks_higher_by_its_layers_copies():
+    """``evaluate`` of the GB300 layout above: pp 1, so one micro-batch's 36 layers are in flight at the peak:
+    4 x 4,096 tokens x 46,080 B x 36 layers = 27.18 GB more live tensors than the fused grouped MLP."""
+    eager, fused = _cli_estimate(), _cli_estimate("--fused-expert-mlp")
+    added = eager["memory_breakdown_bytes"]["activations_bytes"] - fused["memory_breakdown_bytes"]["activations_bytes"]
+    assert added == pytest.approx(4 * SEQ * 46080 * 36, rel=1e-9)
+
+
+def test_the_fused_expert_mlp_keeps_expert_tensor_parallelism_at_one():
+    """TEGroupedMLP._is_fused_impl_supported refuses an expert tensor-parallel group larger than one, so the search
+    never prices (and export never writes) a fused expert MLP at etp > 1."""
+    job = ["qwen3-30b-a3b", "--gpu", "h100-sxm", "--gpus", "16", "--seq-len", "4096", "--global-batch", "64"]
+    layout = ["--tp", "2", "--pp", "1", "--ep", "4", "--etp", "2", "--sp", "on"]
+    assert CliRunner().invoke(app, ["evaluate", *job, *layout]).exit_code == 0
+    refused = CliRunner().invoke(app, ["evaluate", *job, *layout, "--fused-expert-mlp"])
+    assert refused.exit_code != 0 and "the fused expert MLP runs expert tensor parallelism 1 only" in refused.output
+    planned = CliRunner().invoke(app, ["plan", *job, "--tp", "2", "--sp", "on", "--fused-expert-mlp", "--top", "5",
+                                       "--json", "-"])
+    assert planned.exit_code == 0, planned.output
+    assert {plan["config"]["etp"] for plan in json.loads(planned.stdout)["plans"]} == {1}

@@ -260,6 +260,9 @@ MOE = ["--gpu", "h100-sxm", "--seq-len", "4096", "--global-batch", "512"]
     # MoE with expert parallelism, its all-to-all overlap, GQA + qk-norm (Qwen3), MLA + MTP + a pipeline layout
     # string + context parallelism (DeepSeek-V3): the architecture flags must rebuild the same preset.
     (["qwen3-30b-a3b", "--gpus", "64", *MOE], "megatron", [], "0.3", "megatron_launch.sh"),
+    # the fused expert MLP: --use-transformer-engine-op-fuser written and read back (plan job.fused_expert_mlp)
+    (["qwen3-30b-a3b", "--gpus", "64", *MOE, "--fused-expert-mlp"], "megatron", [], "0.3", "megatron_launch.sh"),
+    (["qwen3-30b-a3b", "--gpus", "64", *MOE, "--fused-expert-mlp"], "megatron", [], "0.3", "slurm.sbatch"),
     (["deepseek-v3", "--gpus", "256", *MOE], "megatron", [], "0.3", "megatron_launch.sh"),
     (LLAMA_16, "torchtitan", [], "0.3", "torchtitan_launch.sh"),
     (LLAMA_16, "torchtitan", ["--tp", "2", "--pp", "2"], "0.3", "torchtitan_launch.sh"),
@@ -287,6 +290,37 @@ def test_evaluate_from_an_exported_file_reproduces_the_plan(tmp_path, job, engin
     assert again["config"] == planned["config"]
     assert again["job"] == planned["job"] and again["model"] == planned["model"]
     assert again["estimate"]["step_time_s"] == planned["estimate"]["step_time_s"]
+
+
+def test_a_fused_expert_plan_states_its_switch_and_reads_back(tmp_path):
+    """--fused-expert-mlp reaches the plan file, the launch (--use-transformer-engine-op-fuser with Transformer
+    Engine's NVTE_CUTEDSL_FUSED_GROUPED_MLP=1) and comes back from it; a plan without it writes neither."""
+    for fused in (True, False):
+        plans, out = tmp_path / f"plans{fused}.json", tmp_path / f"launch{fused}"
+        extra = ["--fused-expert-mlp"] if fused else []
+        result = invoke("plan", "qwen3-30b-a3b", "--gpus", "64", *MOE, *extra, "--top", "1", "--json", plans)
+        assert result.exit_code == 0, result.output
+        assert ("fused_expert_mlp" in json.loads(plans.read_text())["plans"][0]["job"]) is fused
+        assert invoke("export", plans, "-f", "megatron", "-o", out).exit_code == 0
+        script = out / "megatron_launch.sh"
+        text = script.read_text()
+        assert ("--use-transformer-engine-op-fuser" in text, "export NVTE_CUTEDSL_FUSED_GROUPED_MLP=1" in text) == \
+            (fused, fused)
+        job = read_job_file(script)
+        assert job.job.get("fused_expert_mlp", False) is fused
+        if fused:
+            assert job.sources["fused_expert_mlp"] == at(script, "  --use-transformer-engine-op-fuser")
+
+
+def test_megatron_bridge_reads_the_op_fuser_as_a_fused_expert_mlp(tmp_path):
+    """Megatron-Bridge's model.use_transformer_engine_op_fuser (what its cutedsl_fused_grouped_mlp recipes set)."""
+    text = (FIXTURES / "bridge_llama3_8b_fp8_mx.yaml").read_text()
+    path = tmp_path / "bridge.yaml"
+    path.write_text(text.replace("\nmodel:\n", "\nmodel:\n  use_transformer_engine_op_fuser: true\n", 1))
+    job = read_job_file(path)
+    assert job.job["fused_expert_mlp"] is True
+    assert job.sources["fused_expert_mlp"] == at(path, "use_transformer_engine_op_fuser: true")
+    assert "fused_expert_mlp" not in read_job_file(FIXTURES / "bridge_llama3_8b_fp8_mx.yaml").job
 
 
 def test_plan_from_an_exported_torchtitan_cp_toml_compares_it(tmp_path):
