@@ -28,6 +28,7 @@ from paraplan.cost_models.collectives import (
 )
 from paraplan.cost_models.compute import ComputeRates, gemm_time_s, memory_bound_time_s
 from paraplan.cost_models.moe_eager import eager_clamp_saved_bytes_per_copy, eager_expert_ops_s
+from paraplan.cost_models.moe_torch_native import eager_dispatch_s
 from paraplan.cost_models.table import ConfigTable, Workload
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.model_specs.model_spec import ModelSpec
@@ -259,12 +260,14 @@ def moe_block_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: Com
     # The clamp and the down projection's bias outside a fused grouped MLP run between dispatch and combine.
     eager = eager_expert_ops_s(model, copies * imbalance, model.num_experts / np.asarray(t.ep, dtype=float),
                                model.expert_ffn_size / np.asarray(t.etp, dtype=float), work.fused_expert_mlp, rates)
+    # torchtitan's eager PyTorch indexing around the experts (moe_torch_native.py).
+    indexing = eager_dispatch_s(copies * imbalance, model.hidden_size, work.eager_elementwise, work.dispatcher, rates)
     dense = router + shared  # dense GEMMs: backward runs each twice, as long as forward
     comm = _expert_comm_s(model, work, routed_tokens, t, cluster, imbalance)
     return MoETimes(
-        forward_compute_s=dense + experts + elementwise + eager.forward_s,
+        forward_compute_s=dense + experts + elementwise + eager.forward_s + indexing.forward_s,
         backward_compute_s=2.0 * dense + experts_input_grad + experts_weight_grad + 2.0 * elementwise
-        + eager.backward_s,
+        + eager.backward_s + indexing.backward_s,
         expert_comm_s=comm[0] + comm[1] + comm[2] + comm[3],
         gemm_s=dense + experts_weight_grad,
         mlp_forward_s=experts + shared + eager.forward_s, mlp_input_grad_s=experts_input_grad + shared
