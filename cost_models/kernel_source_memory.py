@@ -37,16 +37,23 @@ def _suite_groups(store: Path, hardware: str, names: tuple[str, ...]) -> list[Ke
             and g.name in names]
 
 
-def _build_bandwidth(store: Path, hardware: str) -> dict[str, KernelTable]:
-    groups = _suite_groups(store, hardware, BANDWIDTH_OPS)
-    frames = [group_rows(store, g, ("bytes", "compiled"), {"pass": "forward"}) for g in groups]
+def _suite_rows(store: Path, hardware: str, ops: tuple[str, ...], columns: tuple[str, ...], where: dict[str, str],
+                size: str) -> tuple[pd.DataFrame, str]:
+    """The training suite's rows of ``ops`` on ``hardware`` (``columns`` and the time, ``where`` matched) with a
+    positive ``size`` and time, and the stacks they were measured on."""
+    groups = _suite_groups(store, hardware, ops)
+    frames = [group_rows(store, g, columns, where) for g in groups]
     rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if not rows.empty:
+        rows = rows[(rows[size] > 0) & (rows["time_s"] > 0)]
+    return rows, ", ".join(sorted({g.stack for g in groups}))
+
+
+def _build_bandwidth(store: Path, hardware: str) -> dict[str, KernelTable]:
+    rows, stacks = _suite_rows(store, hardware, BANDWIDTH_OPS, ("bytes", "compiled"), {"pass": "forward"}, "bytes")
+    rows = rows[rows["compiled"] == 0] if not rows.empty else rows
     if rows.empty:
         return {}
-    rows = rows[(rows["compiled"] == 0) & (rows["bytes"] > 0) & (rows["time_s"] > 0)]
-    if rows.empty:
-        return {}
-    stacks = ", ".join(sorted({g.stack for g in groups}))
     label = (f"measured one-kernel HBM time by bytes ({hardware}, eager {', '.join(BANDWIDTH_OPS)} on {stacks}, "
              f"{len(rows):,} rows, {rows['bytes'].min():.3g}-{rows['bytes'].max():.3g} B)")
     return {"bandwidth": build_table("memory_bound", ("bytes",), rows[["bytes"]].to_numpy(float),
@@ -61,15 +68,10 @@ def elementwise_table(store: Path, hardware: str) -> KernelTable | None:
 
 
 def _build_optimizer(store: Path, hardware: str) -> dict[str, KernelTable]:
-    groups = _suite_groups(store, hardware, (OPTIMIZER_OP,))
-    frames = [group_rows(store, g, ("parameters",), {"implementation": "fused"}) for g in groups]
-    rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    rows, stacks = _suite_rows(store, hardware, (OPTIMIZER_OP,), ("parameters",), {"implementation": "fused"},
+                               "parameters")
     if rows.empty:
         return {}
-    rows = rows[(rows["parameters"] > 0) & (rows["time_s"] > 0)]
-    if rows.empty:
-        return {}
-    stacks = ", ".join(sorted({g.stack for g in groups}))
     label = (f"measured fused AdamW step by parameters ({hardware}, {stacks}, {len(rows):,} rows, "
              f"{rows['parameters'].min():.3g}-{rows['parameters'].max():.3g} parameters)")
     return {"adamw": build_table("optimizer_step", ("parameters",), rows[["parameters"]].to_numpy(float),

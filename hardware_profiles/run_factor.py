@@ -139,23 +139,12 @@ def efficiency_at_scale(spec: EfficiencySpec, num_gpus: int, defaults: Efficienc
 
 
 def job_factors(gpu: GPUSpec, precision: str, attention_kernel: str, kernel_stack: str) -> tuple[float, float]:
-    """The run factors of the GEMM fraction and the attention fraction a job reads on ``gpu`` (efficiency.yaml's
-    paths as ``analytical_rates`` picks them; unfused attention reads the bf16 GEMM's): the share a scaled GPU
+    """The run factors of the GEMM fraction and the attention fraction a job reads on ``gpu`` (the paths
+    ``analytical_rates`` picks: ``EfficiencySpec.gemm_path``, ``attention_path``): the share a scaled GPU
     (``gpu_at_scale``) carries, else the full factors (8 GPUs or more)."""
-    from paraplan.hardware_profiles import catalog
-
-    spec = gpu.efficiency
-    if precision in spec.stack_gemm_peak_frac.get(kernel_stack, {}):
-        gemm_path = f"stack_gemm_peak_frac.{kernel_stack}.{precision}"
-    else:
-        gemm_path = f"gemm_peak_frac.{precision if precision in spec.gemm_peak_frac else 'bf16'}"
-    attention_path = (f"attention_peak_frac.{attention_kernel}" if attention_kernel in spec.attention_peak_frac
-                      else "gemm_peak_frac.bf16")
-    if spec.run_gpus is not None:
-        return spec.run_factors[gemm_path], spec.run_factors[attention_path]
-    defaults, factors, paths = catalog.default_efficiency(), _catalog_factors(), _paths(spec)
-    return (factor_for(spec, gemm_path, paths[gemm_path], defaults, factors),
-            factor_for(spec, attention_path, paths[attention_path], defaults, factors))
+    spec = gpu.efficiency if gpu.efficiency.run_gpus is not None else efficiency_at_scale(gpu.efficiency, FIT_GPUS)
+    return (spec.run_factors[spec.gemm_path(precision, kernel_stack)],
+            spec.run_factors[spec.attention_path(attention_kernel, kernel_stack)])
 
 
 def gpu_at_scale(gpu: GPUSpec, num_gpus: int) -> GPUSpec:

@@ -75,19 +75,27 @@ class EfficiencySpec:
         """Where the fraction at efficiency.yaml ``path`` comes from (FITTED, ASSUMED, DEFAULTED, BORROWED...)."""
         return self.fraction_origin.get(path, DEFAULTED)
 
-    def gemm_origin(self, dtype: str, kernel_stack: str) -> str:
-        """Origin of the GEMM fraction ``analytical_rates`` reads for ``dtype`` on ``kernel_stack`` (the stack's
-        override, else the shared fraction, else the bf16 one)."""
+    def gemm_path(self, dtype: str, kernel_stack: str) -> str:
+        """The efficiency.yaml path of the GEMM fraction ``analytical_rates`` reads for ``dtype`` on ``kernel_stack``
+        (the stack's override, else the shared fraction, else the bf16 one)."""
         if dtype in self.stack_gemm_peak_frac.get(kernel_stack, {}):
-            return self.origin(f"stack_gemm_peak_frac.{kernel_stack}.{dtype}")
-        return self.origin(f"gemm_peak_frac.{dtype if dtype in self.gemm_peak_frac else 'bf16'}")
+            return f"stack_gemm_peak_frac.{kernel_stack}.{dtype}"
+        return f"gemm_peak_frac.{dtype if dtype in self.gemm_peak_frac else 'bf16'}"
 
-    def attention_origin(self, kernel: str, kernel_stack: str) -> str:
-        """Origin of the attention rate: the kernel's own fraction, or for ``unfused`` the 16-bit GEMM fraction
+    def attention_path(self, kernel: str, kernel_stack: str) -> str:
+        """The path of the attention rate's fraction: the kernel's own, or for ``unfused`` the 16-bit GEMM fraction
         it is costed from."""
         if kernel in FLASH_FAMILY_KERNELS:
-            return self.origin(f"attention_peak_frac.{kernel}")
-        return self.gemm_origin("bf16", kernel_stack)
+            return f"attention_peak_frac.{kernel}"
+        return self.gemm_path("bf16", kernel_stack)
+
+    def gemm_origin(self, dtype: str, kernel_stack: str) -> str:
+        """Origin of the GEMM fraction ``analytical_rates`` reads for ``dtype`` on ``kernel_stack``."""
+        return self.origin(self.gemm_path(dtype, kernel_stack))
+
+    def attention_origin(self, kernel: str, kernel_stack: str) -> str:
+        """Origin of the attention rate's fraction (``attention_path``)."""
+        return self.origin(self.attention_path(kernel, kernel_stack))
 
     def borrowed_as(self, gpu: str) -> EfficiencySpec:
         """These constants as another GPU uses them: a fraction fitted to ``gpu`` is borrowed from it there."""

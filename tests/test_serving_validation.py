@@ -112,10 +112,15 @@ def test_slices_partition_the_rows_and_name_the_issue_32_breakdowns(report):
         assert 0.0 < s["tpot_median_err"] < 1.0 and 0.0 < s["ttft_median_err_model_out"] < 1.0
 
 
+def _slice(report, name: str) -> dict:
+    """One row of ``validate --serving``'s by-slice table."""
+    return next(s for s in report.slices if s["slice"] == name)
+
+
 def test_issue_32_disaggregated_rows_with_worker_counts(report):
     """Issue 32: disaggregated rows that state their worker counts, TPOT median <= 15%: 14.5% in sample since serving
     GEMMs run at the kernel fractions (hardware_profiles/run_factor.py; 15.5% at the training fractions)."""
-    stated = next(s for s in report.slices if s["slice"] == "disaggregated, worker counts stated")
+    stated = _slice(report, "disaggregated, worker counts stated")
     assert stated["tpot_median_err"] <= 0.15
 
 
@@ -124,7 +129,7 @@ def test_issue_32_disaggregated_rows_with_worker_counts(report):
                                        "rows without worker counts, which pull the shared constant down: "
                                        "docs/serving.md)")
 def test_issue_32_disaggregated_rows_with_worker_counts_each_model_left_out(report):
-    stated = next(s for s in report.slices if s["slice"] == "disaggregated, worker counts stated")
+    stated = _slice(report, "disaggregated, worker counts stated")
     assert stated["tpot_median_err_model_out"] <= 0.15
 
 
@@ -133,7 +138,7 @@ def test_issue_32_disaggregated_rows_with_worker_counts_each_model_left_out(repo
                                        "GB200 37.9%, SGLang on H100 31.7% and GB200 26.3%; vLLM's aggregated rows "
                                        "read 10.2-17.7% by GPU")
 def test_issue_31_aggregated_tpot(report):
-    aggregated = next(s for s in report.slices if s["slice"] == "aggregated")
+    aggregated = _slice(report, "aggregated")
     assert aggregated["tpot_median_err"] <= 0.10 and aggregated["tpot_median_err_model_out"] <= 0.10
 
 

@@ -108,7 +108,8 @@ def probe_estimate(row: pd.Series, cost_model: str = "analytical", store: Path |
     config = ParallelConfig(tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=batch, zero=3, recompute=PROBE_RECOMPUTE[row["ac"]],
                             sp=False, cp_comm="allgather")
     cluster, work = quick_cluster(PROBE_GPU, 1), job.workload()
-    rates = compute_rates(cost_model, gpu_at_scale(cluster.gpu, 1), work.precision, work.attention, work.kernel_stack,
+    gpu = gpu_at_scale(cluster.gpu, cluster.num_gpus)
+    rates = compute_rates(cost_model, gpu, work.precision, work.attention, work.kernel_stack,
                           store if store is not None else Path("absent-store.sqlite"))
     return estimate(model, cluster, work, configs_to_table([config]), rates)
 
