@@ -129,6 +129,11 @@ class EngineTraits:
     request_overhead_s: float
     """Per-request latency before the first token outside the GPU steps: HTTP, tokenization, scheduling
     admission, detokenizing and streaming the first token (fitted, see validation/serving_runs.py)."""
+    dp_sync_s: float = 0.0
+    """Host seconds more per step where attention-DP ranks step together (dp > 1): before every forward the ranks
+    agree on what each runs (vLLM's DP ranks all-reduce their token counts, SGLang's gather their batch shapes,
+    TRT-LLM's gather their request counts), a CPU collective on the step's critical path (fitted, one value for
+    every engine, see validation/serving_runs.py; ``engine_step_overhead_s``)."""
     source: str
     """Where the defaults come from."""
     memory_frac_set: bool = False
@@ -152,20 +157,24 @@ class EngineTraits:
 # (validation/serving_runs.py: per engine the step overhead with the lowest mean |log error| of TPOT, then the request
 # overhead with the lowest median |log error| of TTFT). `paraplan serve` prices with exactly the constants validate
 # reports in sample (tests/test_serving_validation.py checks they are equal); the held-out figures refit them.
+DP_SYNC_S = 3.0e-3
+"""``EngineTraits.dp_sync_s`` of every engine: the fit validate makes (below)."""
 ENGINE_TRAITS: dict[str, EngineTraits] = {
     "vllm": EngineTraits(
         name="vllm", memory_frac=0.9, budget="profiled", max_batched_tokens=8192, reserves_full_length=False,
-        max_running=1024, step_overhead_s=2.75e-3, request_overhead_s=30e-3,
+        max_running=1024, step_overhead_s=2.5e-3, request_overhead_s=30e-3, dp_sync_s=DP_SYNC_S,
         source="vLLM 0.11-0.19 CacheConfig.gpu_memory_utilization 0.9; V1 online serving on >=70 GiB GPUs: "
                "max_num_batched_tokens 8192, max_num_seqs 1024"),
     "sglang": EngineTraits(
         name="sglang", memory_frac=0.85, budget="total", max_batched_tokens=8192, reserves_full_length=False,
-        max_running=4096, step_overhead_s=4.0e-3, request_overhead_s=250e-3, batched_tokens_per_worker=True,
+        max_running=4096, step_overhead_s=3.75e-3, request_overhead_s=250e-3, dp_sync_s=DP_SYNC_S,
+        batched_tokens_per_worker=True,
         source="SGLang 0.5 server_args: mem_fraction_static from its reserved-memory heuristic (~0.85 on 80-280 GB "
                "GPUs), chunked_prefill_size 8192 (divided by dp_size under DP attention)"),
     "trtllm": EngineTraits(
         name="trtllm", memory_frac=0.9, budget="free", max_batched_tokens=8192, reserves_full_length=True,
-        max_running=2048, step_overhead_s=1.25e-3, request_overhead_s=120e-3, balances_dp_admission=True,
+        max_running=2048, step_overhead_s=1.25e-3, request_overhead_s=120e-3, dp_sync_s=DP_SYNC_S,
+        balances_dp_admission=True,
         source="TensorRT-LLM 1.x KvCacheConfig.free_gpu_memory_fraction 0.9; max_num_tokens 8192, max_batch_size 2048; "
                "attention_dp_config.enable_balance as in NVIDIA's DeepSeek-R1 serving recipes"),
 }
@@ -194,6 +203,12 @@ class EngineKnobs:
         frac = traits.memory_frac if self.memory_frac is None else self.memory_frac
         return replace(traits, memory_frac=frac, memory_frac_set=self.memory_frac is not None,
                        cuda_graphs=self.cuda_graphs, speculation=self.speculation)
+
+
+def engine_step_overhead_s(engine: EngineTraits, shard: Sharding) -> np.ndarray:
+    """Host seconds each engine step takes beyond its GPU work, per deployment of ``shard``: the engine's scheduling
+    and sampling (``step_overhead_s``), plus the attention-DP ranks' per-step agreement where dp > 1 (``dp_sync_s``)."""
+    return engine.step_overhead_s + np.where(np.asarray(shard.dp, dtype=float) > 1.0, engine.dp_sync_s, 0.0)
 
 
 def check_speculation(model: ModelSpec, spec: Speculation | None) -> None:
@@ -382,7 +397,7 @@ def prefill_chunk_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecisio
 
 
 def whole_admission_s(prompts: Column, isl: Column, max_batched_tokens: Column, chunk_s: ChunkPrice,
-                      alone_s: Column, step_overhead_s: float) -> np.ndarray:
+                      alone_s: Column, step_overhead_s: Column) -> np.ndarray:
     """Seconds the mixed steps of an attention-DP rank spend prefilling ``prompts`` whole prompts of ``isl`` tokens
     admitted in one step: their prompts·isl tokens as floor(prompts·isl/M) full chunks of M =
     ``max_batched_tokens`` tokens then the rest, as ``inference_step.admitted_prefill_s`` cuts them, each chunk
@@ -403,7 +418,7 @@ def whole_admission_s(prompts: Column, isl: Column, max_batched_tokens: Column, 
 
 
 def mixed_admission_s(prompts_per_step: Column, isl: Column, max_batched_tokens: Column, chunk_s: ChunkPrice,
-                      alone_s: Column, step_overhead_s: float, ranks: Column = 1.0) -> np.ndarray:
+                      alone_s: Column, step_overhead_s: Column, ranks: Column = 1.0) -> np.ndarray:
     """Mean seconds a decode step of an attention-DP rank spends on the k = ``prompts_per_step`` prompts it admits
     on average (arguments as :func:`whole_admission_s`). Requests finishing staggered (a steady state), a step
     admits floor(k) or floor(k) + 1 prompts, the latter in a fraction k − floor(k) of the steps, each step's
@@ -436,10 +451,11 @@ def admitted_s(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, pre
                shard: Sharding, isl: Column, prompts: Column, max_batched_tokens: Column) -> np.ndarray:
     """:func:`whole_admission_s` priced directly: ``prompts`` whole prompts admitted in one step, chunks of at most
     ``max_batched_tokens`` (the engine's, or a size the search tries), the engine's step overhead per chunk."""
-    alone = prefill_s(model, cluster, prec, shard, isl) + engine.step_overhead_s
+    overhead = engine_step_overhead_s(engine, shard)
+    alone = prefill_s(model, cluster, prec, shard, isl) + overhead
     return whole_admission_s(prompts, isl, max_batched_tokens,
                              lambda tokens: prefill_chunk_s(model, cluster, prec, shard, isl, tokens), alone,
-                             engine.step_overhead_s)
+                             overhead)
 
 
 def mixed_prefill_s(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec: WeightPrecision,
@@ -451,16 +467,17 @@ def mixed_prefill_s(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits
     is not the engine's (``rank_batched_tokens``); prompts longer than it are prefilled in ceil(isl/M) chunk steps
     of isl/chunks tokens, k·chunks of them a decode step, the busiest rank's count as for whole prompts."""
     budget = engine.max_batched_tokens if max_batched_tokens is None else max_batched_tokens
-    alone = prefill_s(model, cluster, prec, shard, isl) + engine.step_overhead_s
+    overhead = engine_step_overhead_s(engine, shard)
+    alone = prefill_s(model, cluster, prec, shard, isl) + overhead
     whole = mixed_admission_s(prompts_per_step, isl, budget,
                               lambda tokens: prefill_chunk_s(model, cluster, prec, shard, isl, tokens), alone,
-                              engine.step_overhead_s, ranks)
+                              overhead, ranks)
     if max_batched_tokens is None:
         return whole
     # Prompts longer than the budget arrive as ceil(isl/M) chunk steps each: k·chunks of them a decode step.
     isl = np.asarray(isl, dtype=float)
     chunks = np.ceil(isl / np.asarray(budget, dtype=float))
-    chunk = prefill_chunk_s(model, cluster, prec, shard, isl, isl / chunks) + engine.step_overhead_s
+    chunk = prefill_chunk_s(model, cluster, prec, shard, isl, isl / chunks) + overhead
     per_step = np.asarray(prompts_per_step, dtype=float) * chunks
     busiest = np.floor(per_step) + busiest_admission_frac(per_step - np.floor(per_step), ranks)
     return np.where(chunks > 1.0, busiest * chunk, whole)
@@ -481,7 +498,7 @@ def rank_batched_tokens(engine: EngineTraits, shard: Sharding) -> np.ndarray:
 
 
 def chunked_prefill_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, shard: Sharding, isl: Column,
-                      max_batched_tokens: Column, step_overhead_s: float) -> np.ndarray:
+                      max_batched_tokens: Column, step_overhead_s: Column) -> np.ndarray:
     """Seconds of one prompt's prefill alone in steps of at most ``max_batched_tokens`` tokens: ceil(isl/M) chunks,
     each reading the weights and paying the step overhead once (``prefill_chunk_s``); within one chunk,
     ``prefill_s`` plus one overhead."""
@@ -504,7 +521,8 @@ def burst_ttft_s(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, p
     budget = np.asarray(engine.max_batched_tokens if max_batched_tokens is None else max_batched_tokens, dtype=float)
     per_step = np.where(budget >= isl, np.maximum(np.floor(budget / isl), 1.0), budget / isl)
     per_step = np.minimum(per_step, np.maximum(arrivals, 1.0))
-    step = prefill_s(model, cluster, prec, shard, isl, per_step, all_ranks=True) + engine.step_overhead_s
+    step = prefill_s(model, cluster, prec, shard, isl, per_step, all_ranks=True) \
+        + engine_step_overhead_s(engine, shard)
     steps = np.ceil(np.maximum(arrivals, 1.0) / per_step - 1e-9)
     return step * (steps + np.maximum(1.0 / per_step, 1.0)) / 2.0
 
@@ -553,7 +571,7 @@ def engine_decode_s(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits
         step, kernels = step + drafted * draft_s, kernels + drafted * draft_kernels
     if not engine.cuda_graphs:
         step = np.maximum(step, kernels * EAGER_KERNEL_LAUNCH_S)
-    step = step + engine.step_overhead_s
+    step = step + engine_step_overhead_s(engine, shard)
     return step if spec is None else step / spec.expected_tokens
 
 
@@ -638,10 +656,11 @@ def aggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, pre
     fits, starts, _ = np.broadcast_arrays(fits, starts, per_rank)  # one entry per deployment
     batch = np.maximum(np.minimum(np.minimum(per_rank, fits), engine.max_running), 1.0)
     step = engine_decode_s(model, cluster, engine, prec, shard, batch, isl + osl / 2.0)
+    overhead = engine_step_overhead_s(engine, shard)
     if max_batched_tokens is None:
-        prefill, chunk_steps = prefill_s(model, cluster, prec, shard, isl) + engine.step_overhead_s, 0.0
+        prefill, chunk_steps = prefill_s(model, cluster, prec, shard, isl) + overhead, 0.0
     else:
-        prefill = chunked_prefill_s(model, cluster, prec, shard, isl, max_batched_tokens, engine.step_overhead_s)
+        prefill = chunked_prefill_s(model, cluster, prec, shard, isl, max_batched_tokens, overhead)
         chunk_steps = np.maximum(np.ceil(isl / np.asarray(max_batched_tokens, dtype=float)) - 1.0, 0.0)
     ranks = admission_ranks(engine, shard)  # whose admissions a step waits for
     tpot = step + mixed_prefill_s(model, cluster, engine, prec, shard, isl, batch / osl, ranks=ranks,
@@ -678,7 +697,7 @@ def disaggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, 
     fits, starts, _ = np.broadcast_arrays(fits, starts, per_rank)  # one entry per deployment
     batch = np.maximum(np.minimum(np.minimum(per_rank, fits), engine.max_running), 1.0)
     step = engine_decode_s(model, cluster, engine, prec, decode, batch, isl + osl / 2.0)
-    one = prefill_s(model, cluster, prec, prefill, isl) + engine.step_overhead_s
+    one = prefill_s(model, cluster, prec, prefill, isl) + engine_step_overhead_s(engine, prefill)
     lifetime = osl * step
     # Prefill pool: requests arrive at concurrency / lifetime; each prefill rank serves one at a time (M/D/1).
     servers = np.asarray(prefill_workers, dtype=float) * prefill.dp

@@ -41,7 +41,8 @@ from paraplan.planner.serving.search import PoolSide, interpolated_admit, price_
 from paraplan.planner.serving.space import ServingChoices, ServingWorkload
 
 OVERHEAD_S = 3e-3
-ENGINE = replace(ENGINE_TRAITS["vllm"], step_overhead_s=OVERHEAD_S, max_batched_tokens=8192)
+ENGINE = replace(ENGINE_TRAITS["vllm"], step_overhead_s=OVERHEAD_S, dp_sync_s=0.0, max_batched_tokens=8192)
+"""Admission mechanics alone: no attention-DP sync (tests/test_serving_dp_sync.py prices it)."""
 
 
 @pytest.fixture(scope="module")

@@ -30,9 +30,10 @@ from paraplan.hardware_profiles import load_cluster
 from paraplan.validation.serving_runs import _launchable
 
 OVERHEAD_S = 3e-3
-VLLM = replace(ENGINE_TRAITS["vllm"], step_overhead_s=OVERHEAD_S)
-TRTLLM = replace(ENGINE_TRAITS["trtllm"], step_overhead_s=OVERHEAD_S)
-SGLANG = replace(ENGINE_TRAITS["sglang"], step_overhead_s=OVERHEAD_S)
+VLLM = replace(ENGINE_TRAITS["vllm"], step_overhead_s=OVERHEAD_S, dp_sync_s=0.0)
+TRTLLM = replace(ENGINE_TRAITS["trtllm"], step_overhead_s=OVERHEAD_S, dp_sync_s=0.0)
+SGLANG = replace(ENGINE_TRAITS["sglang"], step_overhead_s=OVERHEAD_S, dp_sync_s=0.0)
+"""The engines without their attention-DP sync: these tests price admission (tests/test_serving_dp_sync.py the sync)."""
 
 
 @pytest.fixture(scope="module")

@@ -162,6 +162,7 @@ def test_serve_prices_with_the_constants_validate_fits_in_sample(report):
     for engine, traits in ENGINE_TRAITS.items():
         assert traits.step_overhead_s == pytest.approx(fitted.step_overhead_s[engine]), engine
         assert traits.request_overhead_s == pytest.approx(fitted.request_overhead_s[engine]), engine
+        assert traits.dp_sync_s == pytest.approx(fitted.dp_sync_s), engine
 
 
 def test_step_overhead_is_fitted_by_the_mean_log_error_by_hand():

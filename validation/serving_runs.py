@@ -15,7 +15,7 @@ import os
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from io import BytesIO, StringIO
@@ -233,8 +233,14 @@ def _with_kernels(cluster: ClusterSpec, store: Path | None, rows: pd.DataFrame, 
     return cluster if kernels is None else replace(cluster, serving_kernels=kernels)
 
 
+STEP_OVERHEAD_COLUMN = "step_overhead_grid_s"
+"""A column ``_grid_runs`` adds: each row priced at its own engine step overhead (the whole grid in one call)."""
+
+
 def _predict_group(rows: pd.DataFrame, model: ModelSpec, cluster: ClusterSpec,
                    engine: EngineTraits, gemm_mode: str, moe_mode: str) -> np.ndarray:
+    if STEP_OVERHEAD_COLUMN in rows:  # one overhead a deployment: numpy broadcasts it like a scalar
+        engine = replace(engine, step_overhead_s=rows[STEP_OVERHEAD_COLUMN].to_numpy(dtype=float))
     prec = weight_precision(model, gemm_mode, moe_mode, _kv_dtype(engine.name, gemm_mode))
     isl, osl = rows["isl"].to_numpy(dtype=float), rows["osl"].to_numpy(dtype=float)
     concurrency = rows["concurrency"].to_numpy(dtype=float)
@@ -371,6 +377,8 @@ class FittedConstants:
     """Per engine: CPU time per step not hidden behind the GPU."""
     request_overhead_s: dict[str, float]
     """Per engine: per-request latency outside the GPU steps."""
+    dp_sync_s: float
+    """Every engine: host seconds more per step where attention-DP ranks step together (``EngineTraits.dp_sync_s``)."""
     waves: float
     """Request waves of the benchmark protocol (the first arrives at once)."""
     fitted_rows: int
@@ -380,6 +388,9 @@ class FittedConstants:
 STEP_OVERHEAD_GRID_S = (*(round(k * 0.25e-3, 6) for k in range(21)), 6e-3, 8e-3, 12e-3)
 """0 to 5 ms in 0.25-ms steps, then 6, 8 and 12 ms. Every fit and fold so far lands between 0.5 and 4.5 ms; the
 0.25-ms step keeps a flip between neighbours small (a 0.5-ms step let TRT-LLM's fit jump 1.0 <-> 1.5 ms)."""
+DP_SYNC_GRID_S = tuple(k * 1e-3 for k in range(6))
+"""0 to 5 ms a step in 1-ms steps: the attention-DP ranks' per-step agreement (``EngineTraits.dp_sync_s``). Every fit
+and fold so far lands on 3 or 4 ms; each value prices the 418 attention-DP rows once more per step overhead."""
 REQUEST_OVERHEAD_GRID_S = tuple(x * 1e-3 for x in (0, 5, 10, 15, 20, 30, 40, 60, 80, 120, 160, 200, 250, 300))
 WAVES_GRID = (1.0, 2.0, 3.0, 5.0, 8.0, 12.0, 20.0, 40.0, np.inf)
 
@@ -395,14 +406,54 @@ class OverheadGrid:
     tpot_burst_s: np.ndarray
     ttft_steady_s: np.ndarray
     ttft_burst_s: np.ndarray
+    synced_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
+    """Positions of the rows a DP sync changes (a pool with attention DP)."""
+    synced: dict[str, np.ndarray] = field(default_factory=dict)
+    """Those rows predicted at every (``DP_SYNC_GRID_S``, ``STEP_OVERHEAD_GRID_S``) pair, per ``PREDICTED`` column
+    [sync, overhead, synced rows]; the arrays above hold every row at no sync (the grid's first value, 0)."""
+
+    @property
+    def syncs(self) -> int:
+        """DP sync values the grid holds (1: none beyond 0)."""
+        return len(DP_SYNC_GRID_S) if self.synced else 1
+
+    def column(self, name: str, sync: int) -> np.ndarray:
+        """``PREDICTED`` column ``name`` [overhead, rows] with the attention-DP rows at ``DP_SYNC_GRID_S[sync]``."""
+        base = getattr(self, name)
+        if sync == 0 or not self.synced:
+            return base
+        out = base.copy()
+        out[:, self.synced_rows] = self.synced[name][sync]
+        return out
+
+
+def _grid_runs(rows: pd.DataFrame, folder: Path, store: Path | None, dp_sync_s: float) -> dict[str, np.ndarray]:
+    """``PREDICTED`` columns of ``rows`` at every step overhead of the grid [overhead, rows], at ``dp_sync_s``: the
+    rows repeated once per overhead (``STEP_OVERHEAD_COLUMN``), so each group is priced in one vectorized call."""
+    tiled = pd.concat([rows.assign(**{STEP_OVERHEAD_COLUMN: o}) for o in STEP_OVERHEAD_GRID_S], ignore_index=True)
+    run = predict_rows(tiled, folder, with_overheads({}, dp_sync_s=dp_sync_s), store)
+    return {c: run[c].to_numpy(dtype=float).reshape(len(STEP_OVERHEAD_GRID_S), len(rows)) for c in PREDICTED}
 
 
 def overhead_grid(rows: pd.DataFrame, folder: Path, store: Path | None = None) -> OverheadGrid:
-    """Every row predicted once per step-overhead value (``store``: priced with its kernel tables)."""
-    runs = [predict_rows(rows, folder, with_overheads(dict.fromkeys(ENGINE_TRAITS, o)), store)
-            for o in STEP_OVERHEAD_GRID_S]
-    stack = {c: np.stack([run[c].to_numpy(dtype=float) for run in runs]) for c in PREDICTED}
-    return OverheadGrid(rows=runs[0].drop(columns=list(PREDICTED)), **stack)
+    """Every row predicted once per step-overhead value (``store``: priced with its kernel tables), and the rows with
+    attention DP (those a DP sync changes) once more per (DP sync, step overhead) pair."""
+    base = predict_rows(rows, folder, with_overheads(dict.fromkeys(ENGINE_TRAITS, 0.0), dp_sync_s=0.0), store)
+    probe = predict_rows(rows, folder, with_overheads(dict.fromkeys(ENGINE_TRAITS, 0.0),
+                                                      dp_sync_s=DP_SYNC_GRID_S[-1]), store)
+    moved = np.zeros(len(rows), dtype=bool)
+    for c in PREDICTED:
+        a, b = base[c].to_numpy(dtype=float), probe[c].to_numpy(dtype=float)
+        moved |= np.isfinite(a) & (a != b)
+    stack = _grid_runs(rows, folder, store, 0.0)
+    synced_rows = np.flatnonzero(moved)
+    synced: dict[str, np.ndarray] = {}
+    if synced_rows.size:  # no sync: the rows as the grid above priced them
+        subset = rows.iloc[synced_rows]
+        runs = [{c: stack[c][:, synced_rows] for c in PREDICTED}]
+        runs += [_grid_runs(subset, folder, store, d) for d in DP_SYNC_GRID_S[1:]]
+        synced = {c: np.stack([run[c] for run in runs]) for c in PREDICTED}
+    return OverheadGrid(rows=base.drop(columns=list(PREDICTED)), synced_rows=synced_rows, synced=synced, **stack)
 
 
 def _log_err(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
@@ -429,44 +480,64 @@ def step_overhead_index(tpot_s: np.ndarray, measured_s: np.ndarray) -> int:
     return int(np.argmin(np.mean(_log_err(tpot_s, measured_s), axis=1)))
 
 
+def _engine_steps(tpot: np.ndarray, tpot_s: np.ndarray, engines: dict[str, np.ndarray]) -> dict[str, int]:
+    """Per engine with rows: the index of its step overhead (``step_overhead_index``) on ``tpot`` [overhead, rows]."""
+    return {engine: step_overhead_index(tpot[:, sel], tpot_s[sel]) for engine, sel in engines.items() if sel.any()}
+
+
+def _sync_index(grid: OverheadGrid, waves: float, tpot_s: np.ndarray, engines: dict[str, np.ndarray]) -> int:
+    """The DP sync of ``DP_SYNC_GRID_S`` whose TPOTs, each engine at its own best step overhead, have the lowest mean
+    |log error| over every engine's rows (the DP sync is a per-step cost, fitted as the step overhead is)."""
+    scores = []
+    for sync in range(grid.syncs):
+        tpot = _mix(grid.column("tpot_steady_s", sync), grid.column("tpot_burst_s", sync), waves)
+        steps = _engine_steps(tpot, tpot_s, engines)
+        errs = [_log_err(tpot[g, engines[e]], tpot_s[engines[e]]) for e, g in steps.items()]
+        scores.append(np.mean(np.concatenate(errs)) if errs else np.inf)
+    return int(np.argmin(scores))
+
+
 def fit_constants(grid: OverheadGrid, mask: np.ndarray) -> FittedConstants:
-    """Constants fitted on the covered rows in ``mask``: for each benchmark wave count, per engine the step
-    overhead with the lowest mean |log error| of TPOT (``step_overhead_index``), then the request overhead with the
-    lowest median |log error| of TTFT; the wave count whose TPOT and TTFT median |log error| sum lowest wins."""
+    """Constants fitted on the covered rows in ``mask``: for each benchmark wave count, the DP sync (``_sync_index``)
+    and per engine the step overhead with the lowest mean |log error| of TPOT (``step_overhead_index``), then the
+    request overhead with the lowest median |log error| of TTFT; the wave count whose TPOT and TTFT median
+    |log error| sum lowest wins."""
     rows = grid.rows
     mask = mask & (rows["reason"] == "").to_numpy()
     tpot_s, ttft_s = rows["silicon_tpot_ms"].to_numpy() / 1e3, rows["silicon_ttft_ms"].to_numpy() / 1e3
     engines = {e: mask & (rows["backend"] == e).to_numpy() for e in ENGINE_TRAITS}
     best_score, best = np.inf, None
     for waves in WAVES_GRID:
-        tpot = _mix(grid.tpot_steady_s, grid.tpot_burst_s, waves)
-        ttft = _mix(grid.ttft_steady_s, grid.ttft_burst_s, waves)
-        step, request, tpot_errs, ttft_errs = {}, {}, [], []
-        for engine, sel in engines.items():
-            if not sel.any():
-                step[engine], request[engine] = 0.0, 0.0
-                continue
-            g = step_overhead_index(tpot[:, sel], tpot_s[sel])
+        sync = _sync_index(grid, waves, tpot_s, engines)
+        tpot = _mix(grid.column("tpot_steady_s", sync), grid.column("tpot_burst_s", sync), waves)
+        ttft = _mix(grid.column("ttft_steady_s", sync), grid.column("ttft_burst_s", sync), waves)
+        step, request = dict.fromkeys(ENGINE_TRAITS, 0.0), dict.fromkeys(ENGINE_TRAITS, 0.0)
+        tpot_errs, ttft_errs = [], []
+        for engine, g in _engine_steps(tpot, tpot_s, engines).items():
+            sel = engines[engine]
             errs = [np.median(_log_err(ttft[g, sel] + r, ttft_s[sel])) for r in REQUEST_OVERHEAD_GRID_S]
             step[engine], request[engine] = STEP_OVERHEAD_GRID_S[g], REQUEST_OVERHEAD_GRID_S[int(np.argmin(errs))]
             tpot_errs.append(_log_err(tpot[g, sel], tpot_s[sel]))
             ttft_errs.append(_log_err(ttft[g, sel] + request[engine], ttft_s[sel]))
         score = np.median(np.concatenate(tpot_errs)) + np.median(np.concatenate(ttft_errs)) if tpot_errs else np.inf
         if score < best_score:
-            best_score, best = score, (waves, step, request)
+            best_score, best = score, (waves, step, request, DP_SYNC_GRID_S[sync])
     unfitted = dict.fromkeys(ENGINE_TRAITS, 0.0)  # no covered row in the mask: nothing to fit
-    waves, step, request = best if best else (1.0, unfitted, dict(unfitted))
-    return FittedConstants(step_overhead_s=step, request_overhead_s=request, waves=waves, fitted_rows=int(mask.sum()))
+    waves, step, request, dp_sync = best if best else (1.0, unfitted, dict(unfitted), 0.0)
+    return FittedConstants(step_overhead_s=step, request_overhead_s=request, dp_sync_s=dp_sync, waves=waves,
+                           fitted_rows=int(mask.sum()))
 
 
 def apply_constants(grid: OverheadGrid, constants: FittedConstants) -> pd.DataFrame:
     """The rows with ``tpot_pred_s`` and ``ttft_pred_s`` under ``constants``."""
     rows = grid.rows.copy()
+    sync = DP_SYNC_GRID_S.index(constants.dp_sync_s) if grid.synced else 0
     index = np.array([STEP_OVERHEAD_GRID_S.index(constants.step_overhead_s[b]) for b in rows["backend"]])
     at = np.arange(len(rows))
     request = rows["backend"].map(constants.request_overhead_s).to_numpy(dtype=float)
-    rows["tpot_pred_s"] = _mix(grid.tpot_steady_s[index, at], grid.tpot_burst_s[index, at], constants.waves)
-    rows["ttft_pred_s"] = request + _mix(grid.ttft_steady_s[index, at], grid.ttft_burst_s[index, at], constants.waves)
+    col = {c: grid.column(c, sync)[index, at] for c in PREDICTED}
+    rows["tpot_pred_s"] = _mix(col["tpot_steady_s"], col["tpot_burst_s"], constants.waves)
+    rows["ttft_pred_s"] = request + _mix(col["ttft_steady_s"], col["ttft_burst_s"], constants.waves)
     return rows
 
 
@@ -547,12 +618,13 @@ def uncovered_reasons(predicted: pd.DataFrame) -> pd.Series:
     return predicted.loc[predicted["reason"] != "", "reason"].value_counts()
 
 
-def with_overheads(step_overheads: dict[str, float], request_overheads: dict[str, float] | None = None
-                   ) -> dict[str, EngineTraits]:
-    """The engine table with the given per-step (and per-request) overheads."""
+def with_overheads(step_overheads: dict[str, float], request_overheads: dict[str, float] | None = None,
+                   dp_sync_s: float | None = None) -> dict[str, EngineTraits]:
+    """The engine table with the given per-step (and per-request) overheads and DP sync (None: the shipped one)."""
     request_overheads = request_overheads or {}
     return {name: replace(traits, step_overhead_s=step_overheads.get(name, traits.step_overhead_s),
-                          request_overhead_s=request_overheads.get(name, traits.request_overhead_s))
+                          request_overhead_s=request_overheads.get(name, traits.request_overhead_s),
+                          dp_sync_s=traits.dp_sync_s if dp_sync_s is None else dp_sync_s)
             for name, traits in ENGINE_TRAITS.items()}
 
 
@@ -620,7 +692,7 @@ def validation_document(report: ServingValidation) -> dict[str, Any]:
             "held_out": {label: {"tpot_median_err": _plain(tpot), "ttft_median_err": _plain(ttft)}
                          for label, (tpot, ttft) in report.held_out.items()},
             "constants": {"step_overhead_s": c.step_overhead_s, "request_overhead_s": c.request_overhead_s,
-                          "benchmark_waves": _plain(c.waves), "fitted_rows": c.fitted_rows},
+                          "dp_sync_s": c.dp_sync_s, "benchmark_waves": _plain(c.waves), "fitted_rows": c.fitted_rows},
             "uncovered": report.uncovered,
             "slices": [{key: (_plain(value) if isinstance(value, float) else value) for key, value in row.items()}
                        for row in report.slices],

@@ -273,7 +273,7 @@ def decode_pool_stats(load: Load, *, step_of: StepOf, fits: np.ndarray, cap: Col
 
 
 def prefill_pool_ttft_s(load: Load, *, rate_per_s: Column, prefill_s: np.ndarray, transfer_s: np.ndarray,
-                        chunk: Column, step_overhead_s: float, workers: Column, ranks: Column, arrival_cv2: float,
+                        chunk: Column, step_overhead_s: Column, workers: Column, ranks: Column, arrival_cv2: float,
                         q: float | None = None) -> np.ndarray:
     """Disaggregated prefill workers: the wait for a free prefill rank, the prompt's prefill (one step per
     ``chunk`` tokens) and the KV transfer; inf where the pool cannot keep up."""

@@ -180,7 +180,7 @@ def exact_latency(load: Load, pools: tuple[PricedPool, ...]) -> tuple[dict[str, 
     pkw: dict[str, Any] = {
         "rate_per_s": mean.requests_per_s if load.closed else load.open_rate_per_s, "prefill_s": pc.prefill_s[[p]],
         "transfer_s": pc.kv_transfer_s[[p]], "chunk": float(pre.max_batched_tokens_per_rank),
-        "step_overhead_s": prefill.setup.engine.step_overhead_s, "workers": float(pre.num_workers),
+        "step_overhead_s": pc.step_overhead_s[[p]], "workers": float(pre.num_workers),
         "ranks": float(pre.dp_attention), "arrival_cv2": 1.0 if load.closed else load.arrival_cv2}
     stats = _stats((prefill_pool_ttft_s(load, q=q, **pkw)[0] + wait[0], lat.tpot_s[0])
                    for q, (lat, wait) in zip(qs, decodes))

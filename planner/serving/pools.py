@@ -22,6 +22,7 @@ from paraplan.cost_models.serving import (
     admission_ranks,
     engine_decode_s,
     engine_memory,
+    engine_step_overhead_s,
     kv_bytes_per_sequence,
     kv_transfer_s,
     mixed_admission_s,
@@ -103,8 +104,9 @@ class WorkerCosts:
     (``serving.prefill_chunk_s``)."""
     isl: float
     """Mean prompt tokens the chunks are cut from."""
-    step_overhead_s: float
-    """The engine's step overhead, which each chunk step takes."""
+    step_overhead_s: np.ndarray
+    """The engine's step overhead at each sharding (``serving.engine_step_overhead_s``), which each chunk step takes
+    [S]."""
     admission_ranks: np.ndarray
     """Attention-DP ranks whose admissions a step waits for [S]: the worker's dp, or 1 where the engine balances them
     (``serving.admission_ranks``)."""
@@ -163,12 +165,13 @@ def worker_costs(setup: ServingSetup, shard: Sharding, *, max_model_len: int, ch
     decode = _decode(setup, column, np.tile(grid, s)).reshape(s, grid.size)
     held = isl + osl if setup.engine.reserves_full_length else isl + osl / 2.0
     caps = [_capacity(setup, shard, chunk, held, max_model_len) for chunk in chunks]
-    prefill = prefill_s(setup.model, setup.cluster, setup.precision, shard, isl) + setup.engine.step_overhead_s
+    overhead = np.broadcast_to(engine_step_overhead_s(setup.engine, shard), (s,)).astype(float)
+    prefill = prefill_s(setup.model, setup.cluster, setup.precision, shard, isl) + overhead
     transfer = kv_transfer_s(setup.model, setup.cluster, setup.precision, shard, isl)
     tokens = chunk_token_grid(chunks)
     return WorkerCosts(shard=shard, chunks=chunks, prefill_s=np.broadcast_to(prefill, (s,)).astype(float),
                        decode_grid_s=decode, chunk_tokens=tokens, chunk_grid_s=_chunks_s(setup, shard, tokens),
-                       isl=isl, step_overhead_s=setup.engine.step_overhead_s,
+                       isl=isl, step_overhead_s=overhead,
                        admission_ranks=np.broadcast_to(admission_ranks(setup.engine, shard), (s,)).astype(float),
                        kv_transfer_s=np.broadcast_to(transfer, (s,)).astype(float),
                        fits=np.stack([c[0] for c in caps], axis=1), memory_frac=np.stack([c[1] for c in caps], axis=1))
@@ -206,7 +209,7 @@ def admit_s(costs: WorkerCosts, index: np.ndarray, chunk: np.ndarray, prompts: C
     chunk column ``chunk``, its chunks interpolated on the chunk grid."""
     budget = np.asarray(costs.chunks, dtype=float)[np.asarray(chunk)]
     return mixed_admission_s(prompts, costs.isl, budget, lambda tokens: _chunk_s(costs, index, tokens),
-                             costs.prefill_s[np.asarray(index)], costs.step_overhead_s,
+                             costs.prefill_s[np.asarray(index)], costs.step_overhead_s[np.asarray(index)],
                              costs.admission_ranks[np.asarray(index)])
 
 

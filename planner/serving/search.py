@@ -204,8 +204,7 @@ def _front(gpus: np.ndarray, *scores: np.ndarray) -> np.ndarray:
     return np.unique(np.concatenate(keep)) if keep else np.array([], dtype=int)
 
 
-def _prefill_options(costs: WorkerCosts, step_overhead_s: float, isl: float, budget: int, shared: bool
-                     ) -> dict[str, np.ndarray]:
+def _prefill_options(costs: WorkerCosts, isl: float, budget: int, shared: bool) -> dict[str, np.ndarray]:
     """Prefill pool options (shard, chunk, workers) that no other option of the same GPUs and servers beats at
     every arrival rate: per (GPUs, servers) the shortest service and the shortest service plus KV transfer."""
     chunks = np.asarray(costs.chunks, dtype=float)
@@ -216,7 +215,7 @@ def _prefill_options(costs: WorkerCosts, step_overhead_s: float, isl: float, bud
     s, k, _, w = _with_counts(s, k, np.zeros_like(s), counts)
     keep = w * costs.gpus[s] < budget if shared else w * costs.gpus[s] <= budget
     s, k, w = s[keep], k[keep], w[keep]
-    service = costs.prefill_s[s] + (np.ceil(isl / chunks[k]) - 1.0) * step_overhead_s
+    service = costs.prefill_s[s] + (np.ceil(isl / chunks[k]) - 1.0) * costs.step_overhead_s[s]
     gpus, servers = w * costs.gpus[s], w * costs.shard.dp[s]
     best = []
     for score in (service, service + costs.kv_transfer_s[s]):
@@ -254,7 +253,7 @@ def _disaggregated(prefill: PoolSide, decode: PoolSide, workload: ServingWorkloa
     usable = np.isfinite(dec["wait"]) & workload.meets(0.0, dec["tpot"])
     front = np.flatnonzero(usable)[_front(dec["gpus"][usable], dec["tpot"][usable], dec["wait"][usable])]
     costs = prefill.costs
-    pre = _prefill_options(costs, prefill.setup.engine.step_overhead_s, load.isl, prefill.budget, shared)
+    pre = _prefill_options(costs, load.isl, prefill.budget, shared)
     j, p = (a.ravel() for a in np.meshgrid(front, np.arange(pre["s"].size), indexing="ij"))
     gpus = dec["gpus"][j] + pre["gpus"][p]
     if shared:
@@ -264,7 +263,7 @@ def _disaggregated(prefill: PoolSide, decode: PoolSide, workload: ServingWorkloa
     sp = pre["s"][p]
     kw: dict[str, Any] = {"rate_per_s": rate, "prefill_s": costs.prefill_s[sp], "transfer_s": costs.kv_transfer_s[sp],
                           "chunk": np.asarray(costs.chunks, dtype=float)[pre["k"][p]],
-                          "step_overhead_s": prefill.setup.engine.step_overhead_s, "workers": pre["w"][p],
+                          "step_overhead_s": costs.step_overhead_s[sp], "workers": pre["w"][p],
                           "ranks": costs.shard.dp[sp], "arrival_cv2": 1.0 if load.closed else load.arrival_cv2}
     ttft_mean = prefill_pool_ttft_s(load, **kw) + dec["wait_mean"][j]
     ttft = prefill_pool_ttft_s(load, q=q, **kw) + dec["wait"][j] if q is not None else ttft_mean
