@@ -210,6 +210,9 @@ def test_validate_serving_with_kernel_tables_cli(h200_store, tmp_path):
     assert (overall["split"], overall["rows"]) == ("all", 336)
     assert overall["tpot_tables"] < overall["tpot_analytical"] - TPOT_MARGIN
     assert all("h200-sxm, vllm" in label for label in document["kernel_tables"]["tables"])
+    modes = {g["value"]: g for g in document["kernel_tables"]["groups"] if g["split"] == "mode"}
+    assert modes["aggregated"]["rows"] == 336 and modes["aggregated"]["tpot_tables"] == overall["tpot_tables"]
+    assert modes["disaggregated, worker counts stated"]["rows"] == 0
 
 
 def test_slow_outlier_does_not_become_the_floor_of_larger_shapes():

@@ -93,6 +93,8 @@ def summarize(rows: list[TableRow]) -> dict[str, dict[str, float]]:
 
 SERVING_SPLITS = {"engine": "backend", "GPU": "system", "model kind": "kind"}
 """How ``validate --serving --kernel-tables`` splits the rows: per engine, per GPU, dense beside MoE models."""
+MODE_SLICES = ("aggregated", "disaggregated, worker counts stated", "disaggregated, worker counts not stated")
+"""And per mode, as ``serving_runs.slice_masks`` names them."""
 
 
 def _errors(grid: sr.OverheadGrid) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -121,6 +123,8 @@ def serving_comparison(store: Path, path: str | Path | None = None) -> dict[str,
     groups = [("all", "all", np.ones(len(rows), dtype=bool))]
     for split, column in SERVING_SPLITS.items():
         groups += [(split, str(value), (frame[column] == value).to_numpy()) for value in sorted(frame[column].unique())]
+    modes = sr.slice_masks(rows, shares["moe"].to_numpy(dtype=bool))  # issue 31's target reads the aggregated rows
+    groups += [("mode", name, modes[name]) for name in MODE_SLICES]
     table = []
     for split, value, mask in groups:
         record: dict[str, Any] = {"split": split, "value": value, "rows": int(mask.sum()),
