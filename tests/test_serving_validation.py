@@ -165,6 +165,20 @@ def test_serve_prices_with_the_constants_validate_fits_in_sample(report):
         assert traits.dp_sync_s == pytest.approx(fitted.dp_sync_s), engine
 
 
+def test_the_plan_provenance_quotes_what_validate_measures(report):
+    """``paraplan serve`` writes the accuracy of its model into every plan; the four medians it quotes are
+    validate's, rounded to 0.1 point."""
+    import re
+
+    from paraplan.planner.serving.plan import PROVENANCE
+
+    quoted = [float(x) for x in re.findall(r"(\d+\.\d)%", PROVENANCE)]
+    overall = report.table[report.table["backend"] == "all"].iloc[0]
+    tpot_out, ttft_out = report.held_out["leave one model out"]
+    measured = [overall["tpot_median_err"], tpot_out, overall["ttft_median_err"], ttft_out]
+    assert quoted == [round(100 * x, 1) for x in measured]
+
+
 def test_step_overhead_is_fitted_by_the_mean_log_error_by_hand():
     """Three rows measured at 10 ms, two predicted 8 ms before the overhead o and one 1 ms. For 2 < o < 9 the sum
     of |log error| is 2·ln((8 + o)/10) + ln(10/(1 + o)), flat where 2/(8 + o) = 1/(1 + o): o = 6 ms, a grid point

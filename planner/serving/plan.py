@@ -281,10 +281,12 @@ def serving_document_of(served: ServedModel, problem: ServingProblem, result: Se
                             pareto=result.pareto, search=search, measured=problem.measured)
 
 
-PROVENANCE = ("analytical serving model (cost_models/inference_step.py, serving.py) on the training model's GPU "
-              "rates; engine step and request overheads fitted to 5,221 measured deployments (aiconfigurator "
-              "0.12 silicon sample): TPOT median |error| 19.2% in sample, 21.8% leave-one-model-out; TTFT 40.4% / "
-              "44.6% (docs/serving.md)")
+PROVENANCE = ("analytical serving model (cost_models/inference_step.py, serving.py) at the GPUs' kernel fractions "
+              "(hardware_profiles/run_factor.py); engine step and request overheads and the attention-DP step sync "
+              "fitted to 5,221 measured deployments (aiconfigurator 0.12 silicon sample): TPOT median |error| 18.6% "
+              "in sample, 20.1% leave-one-model-out; TTFT 37.6% / 42.9% (paraplan validate --serving; "
+              "docs/serving.md)")
+"""Quoted figures: ``tests/test_serving_validation.py`` checks them against ``validate --serving``."""
 QUEUEING = ("closed loop: fixed concurrency, steady state; open loop: Little's law for the running batch, "
             "G/G/c waits by Allen-Cunneen with exponential tails (exact for M/M/c), percentiles of TTFT as the sum "
             "of its parts' percentiles (an upper bound) (planner/serving/load.py, queueing.py)")
