@@ -236,3 +236,49 @@ def test_slow_outlier_does_not_become_the_floor_of_larger_shapes():
     assert found[2] == pytest.approx(seconds[grid.index((256.0, 2048.0, 2048.0))], rel=1e-12)
     for axis in range(3):
         assert np.all(np.diff(table.log_seconds, axis=axis) >= 0)
+
+
+def _gemm_rows(engine: str, cells: dict[tuple[int, int, int], float]):
+    import pandas as pd
+
+    return pd.DataFrame([{"engine": engine, "version": "1", "name": f"{engine}_fp8", "dtype": "fp8", "m": m, "n": n,
+                          "k": k, "time_s": us * 1e-6} for (m, n, k), us in cells.items()])
+
+
+def test_excess_floor_comes_off_every_call_down_to_the_fastest_peer():
+    """Engine A floors at 12 us a call where B floors at 4.6 us: 7.4 us come off A's every cell, never below B's time
+    at that shape nor above A's own: the tiny GEMM 12 -> 4.6 us, the decode-size one 26 -> 18.6 us (B's), the large one
+    keeps its 471 us (471 - 7.4 is below B's 479, which is above A's own), and a shape B never measured comes down by
+    the excess (20 -> 12.6 us)."""
+    import pandas as pd
+
+    from paraplan.cost_models.serving_kernel_source import without_excess_floor
+
+    small, mid, big = (1, 128, 128), (4, 8192, 8192), (8192, 8192, 8192)
+    a = _gemm_rows("a", {small: 12.0, mid: 26.0, big: 471.0})
+    b = _gemm_rows("b", {small: 4.6, mid: 18.6, big: 479.0})
+    lone = _gemm_rows("a", {(2, 256, 256): 20.0})
+    mine = pd.concat([a, lone], ignore_index=True)
+    cleaned, excess = without_excess_floor(mine, pd.concat([mine, b]))
+    assert excess == pytest.approx(7.4e-6, rel=1e-9)
+    assert (cleaned["time_s"] * 1e6).tolist() == pytest.approx([4.6, 18.6, 471.0, 12.6], rel=1e-9)
+    unchanged, none = without_excess_floor(b, pd.concat([mine, b]))  # the fastest floor keeps every cell
+    assert none == 0.0 and unchanged["time_s"].tolist() == b["time_s"].tolist()
+    near = _gemm_rows("c", {small: 5.5, mid: 30.0})  # within 1 us of B's floor: timing noise, kept as measured
+    kept, none = without_excess_floor(near, pd.concat([near, b]))
+    assert none == 0.0 and kept["time_s"].tolist() == near["time_s"].tolist()
+
+
+def test_trtllm_per_tensor_fp8_loses_its_excess_floor_on_h200(h200_store):
+    """TensorRT-LLM 1.3.0rc20's per-tensor fp8 GEMMs floor at 11.8 us a call on H200, SGLang's fp8 kernel at 4.2 us
+    (aiconfigurator-core 0.12.0): the table built for a deployment says so and prices a decode-size GEMM lower."""
+    from paraplan.cost_models.kernel_pricing import table_seconds
+    from paraplan.cost_models.serving_kernel_source import _gemm_table
+
+    table, label = _gemm_table(h200_store, "h200-sxm", "trtllm", "1.3.0rc20", "fp8")
+    excess_us = float(label.split("less ")[1].split(" us")[0])
+    assert 7.0 < excess_us < 8.0, label
+    bf16, bf16_label = _gemm_table(h200_store, "h200-sxm", "trtllm", "1.3.0rc20", "bf16")
+    assert "excess floor" not in bf16_label  # TRT-LLM's bf16 path floors with the others (2.4 us)
+    seconds = float(table_seconds(table, 4.0, 8192.0, 8192.0)[0])
+    assert 22.0e-6 < seconds < 30.2e-6 - 7.0e-6  # the raw table's 30.2 us less the excess, not below SGLang's 22.1
