@@ -162,7 +162,7 @@ DP_SYNC_S = 3.0e-3
 ENGINE_TRAITS: dict[str, EngineTraits] = {
     "vllm": EngineTraits(
         name="vllm", memory_frac=0.9, budget="profiled", max_batched_tokens=8192, reserves_full_length=False,
-        max_running=1024, step_overhead_s=2.5e-3, request_overhead_s=30e-3, dp_sync_s=DP_SYNC_S,
+        max_running=1024, step_overhead_s=2.75e-3, request_overhead_s=30e-3, dp_sync_s=DP_SYNC_S,
         source="vLLM 0.11-0.19 CacheConfig.gpu_memory_utilization 0.9; V1 online serving on >=70 GiB GPUs: "
                "max_num_batched_tokens 8192, max_num_seqs 1024"),
     "sglang": EngineTraits(

@@ -233,6 +233,15 @@ def _with_kernels(cluster: ClusterSpec, store: Path | None, rows: pd.DataFrame, 
     return cluster if kernels is None else replace(cluster, serving_kernels=kernels)
 
 
+def checkpoint_moe_mode(model: ModelSpec, moe_mode: str) -> str:
+    """The routed experts' quantization as the checkpoint stores them: aiconfigurator's rows label gpt-oss-120b's
+    experts ``nvfp4`` (precision fp4), but its checkpoint is MXFP4 (config.json quantization_config.quant_method
+    mxfp4: 4-bit values with an e8m0 scale per 32, 4.25 bits) and every engine runs it with MXFP4 kernels (weight-only
+    on Hopper, which has no fp4 tensor cores); an NVFP4 label on an MXFP4 checkpoint is read as mxfp4."""
+    mxfp4 = model.weights is not None and model.weights.weight_format == "mxfp4"
+    return "mxfp4" if mxfp4 and moe_mode == "nvfp4" else moe_mode
+
+
 STEP_OVERHEAD_COLUMN = "step_overhead_grid_s"
 """A column ``_grid_runs`` adds: each row priced at its own engine step overhead (the whole grid in one call)."""
 
@@ -286,6 +295,7 @@ def table_shares(rows: pd.DataFrame, folder: Path, store: Path) -> pd.DataFrame:
         path = _config_path(folder, repo)
         try:
             model = load_model(str(path))
+            moe_mode = checkpoint_moe_mode(model, moe_mode)
             cluster = _with_kernels(_cluster(system), store, rows.loc[index], model, gemm_mode, moe_mode)
             shares = _group_shares(rows.loc[index], model, cluster, gemm_mode, moe_mode)
         except (InputError, OSError):
@@ -358,6 +368,7 @@ def predict_rows(rows: pd.DataFrame, folder: Path, engines: dict[str, EngineTrai
         try:
             if isinstance(loaded, str):
                 raise InputError(loaded)
+            moe_mode = checkpoint_moe_mode(loaded, moe_mode)
             cluster = _with_kernels(_cluster(system), store, rows.loc[index], loaded, gemm_mode, moe_mode)
             values = _predict_group(rows.loc[index], loaded, cluster, engines[backend], gemm_mode, moe_mode)
             out.loc[index, list(PREDICTED)] = values.T
