@@ -119,6 +119,19 @@ def _chosen(frame: pd.DataFrame, engine: str, version: str, dtype: str) -> pd.Da
     return _one_kernel(pick_version(mine, version))
 
 
+def _fastest(frame: pd.DataFrame, engine: str, version: str, dtype: str, shape: tuple[str, ...]) -> pd.DataFrame:
+    """The engine's rows of ``dtype`` at ``version`` (else its newest), at each shape the fastest of its kernels there:
+    where an engine ships several kernels for one op (TensorRT-LLM's CUTLASS, min-latency and TRT-LLM-gen MoE
+    backends; vLLM's CUTLASS and DeepGEMM block-fp8 GEMMs), its autotuner and NVIDIA's serving recipes pick the
+    fastest, so a deployment runs that one. ``name`` lists the kernels that won a shape."""
+    mine = pick_version(frame[(frame["engine"] == engine) & (frame["dtype"] == dtype)], version)
+    if mine.empty or mine["name"].nunique() == 1:
+        return mine
+    mine = mine.reset_index(drop=True)  # idxmin's labels must name one row each
+    best = mine.loc[mine.groupby(list(shape))["time_s"].idxmin()]
+    return best.assign(name=" / ".join(sorted(best["name"].unique())))
+
+
 def _describe(frame: pd.DataFrame, what: str) -> str:
     return f"{what} {frame['dtype'].iloc[0]} {frame['name'].iloc[0]} on {frame['stack'].iloc[0]} ({len(frame):,} rows)"
 
@@ -158,7 +171,7 @@ def without_excess_floor(frame: pd.DataFrame, peers: pd.DataFrame, shape: tuple[
 def _gemm_table(store: Path, hardware: str, engine: str, version: str, mode: str) -> tuple[KernelTable | None, str]:
     dtype = MODE_DTYPES.get(mode, mode)
     every = rows(store, hardware, "gemm")
-    frame = _chosen(every, engine, version, dtype)
+    frame = _fastest(every, engine, version, dtype, ("m", "n", "k"))
     if frame.empty:
         return None, ""
     frame, excess = without_excess_floor(frame, every[every["dtype"] == dtype])
@@ -180,7 +193,7 @@ def _moe_tables(store: Path, hardware: str, engine: str, version: str, mode: str
     dtype = MODE_DTYPES.get(mode, mode)
     for distribution in MOE_DISTRIBUTIONS:
         alike = frame[(frame["distribution"] == distribution) & (frame["dtype"] == dtype)]
-        chosen = _chosen(alike, engine, version, dtype)
+        chosen = _fastest(alike, engine, version, dtype, ("num_tokens", "moe_tp_size", "moe_ep_size"))
         if not chosen.empty:
             tables, excesses = {}, []
             for (tp, ep), part in chosen.groupby(["moe_tp_size", "moe_ep_size"]):
@@ -325,7 +338,7 @@ class DeploymentTables:
         return tuple(sorted(found, key=version_key))
 
 
-SERVING_TABLE_RULES_VERSION = 4
+SERVING_TABLE_RULES_VERSION = 5
 """Part of every cached deployment's key: raise it when the choice or the building of a serving table changes."""
 
 

@@ -282,3 +282,19 @@ def test_trtllm_per_tensor_fp8_loses_its_excess_floor_on_h200(h200_store):
     assert "excess floor" not in bf16_label  # TRT-LLM's bf16 path floors with the others (2.4 us)
     seconds = float(table_seconds(table, 4.0, 8192.0, 8192.0)[0])
     assert 22.0e-6 < seconds < 30.2e-6 - 7.0e-6  # the raw table's 30.2 us less the excess, not below SGLang's 22.1
+
+
+def test_an_engine_with_several_kernels_runs_the_fastest_at_each_shape():
+    """Kernel x is faster on small shapes, kernel y on large ones (the way TensorRT-LLM's min-latency and CUTLASS MoE
+    backends split): the table takes x's 4 us and y's 300 us, and names both; another engine's rows are not read."""
+    import pandas as pd
+
+    from paraplan.cost_models.serving_kernel_source import _fastest
+
+    small, big = (1, 128, 128), (8192, 8192, 8192)
+    x = _gemm_rows("a", {small: 4.0, big: 400.0}).assign(name="x")
+    y = _gemm_rows("a", {small: 9.0, big: 300.0}).assign(name="y")
+    other = _gemm_rows("b", {small: 1.0, big: 100.0})
+    best = _fastest(pd.concat([x, y, other]), "a", "1", "fp8", ("m", "n", "k"))
+    assert (best["time_s"] * 1e6).tolist() == pytest.approx([4.0, 300.0]) and set(best["name"]) == {"x / y"}
+    assert _fastest(pd.concat([x, other]), "a", "1", "fp8", ("m", "n", "k"))["name"].tolist() == ["x", "x"]

@@ -133,7 +133,7 @@ def test_issue_32_disaggregated_rows_with_worker_counts_each_model_left_out(repo
 
 
 @pytest.mark.xfail(strict=True, reason="issue 31: aggregated rows, TPOT median <= 10% in sample and with each model "
-                                       "left out: 14.6% / 16.1% (12.8% / 14.8% priced from aiconfigurator's kernel "
+                                       "left out: 14.6% / 16.1% (12.6% / 14.8% priced from aiconfigurator's kernel "
                                        "tables; docs/serving.md). The worst cells: TRT-LLM on GB200 44.9% and H200 "
                                        "23.2%, SGLang on H100 30.1%; vLLM's aggregated rows read 9.8-17.7% by GPU")
 def test_issue_31_aggregated_tpot(report):
