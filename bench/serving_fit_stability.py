@@ -4,11 +4,13 @@
 Prints the 5th, 50th and 95th percentile and the standard deviation of the fitted values per engine.
 
     python bench/serving_fit_stability.py [FOLDER]   (FOLDER: as for `paraplan validate --serving`)
+
+Rows with attention DP carry the shipped DP sync (``EngineTraits.dp_sync_s``), as the in-sample fit does.
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
 
 import numpy as np
 
@@ -30,10 +32,15 @@ def _fitted_ms(errors: np.ndarray, rule: str, rng: np.random.Generator) -> np.nd
 
 
 def main() -> None:
-    with sr.serving_data(sys.argv[1] if len(sys.argv) > 1 else None) as folder:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", nargs="?", default=None, help="serving data folder (default: the shipped data)")
+    args = parser.parse_args()
+    with sr.serving_data(args.folder) as folder:
         grid = sr.overhead_grid(sr.load_measurements(folder), folder)
     rows = grid.rows
-    tpot = grid.tpot_steady_s + (grid.tpot_burst_s - grid.tpot_steady_s) / WAVES
+    sync = sr.DP_SYNC_GRID_S.index(ENGINE_TRAITS["vllm"].dp_sync_s) if grid.synced else 0
+    steady, burst = grid.column("tpot_steady_s", sync), grid.column("tpot_burst_s", sync)
+    tpot = steady + (burst - steady) / WAVES
     measured = rows["silicon_tpot_ms"].to_numpy() / 1e3
     print(f"{'engine':7} {'rule':7} {'p5 ms':>6} {'p50 ms':>7} {'p95 ms':>7} {'sd ms':>6}")
     for engine in ENGINE_TRAITS:
