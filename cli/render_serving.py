@@ -139,7 +139,10 @@ def _why(console: Console, doc: dict, q: str) -> None:
              "TPOT ms  mean {mean} · p50 {p50} · p90 {p90} · p99 {p99}".format(
                  **{k: _ms(v) for k, v in e["tpot_s"].items()}),
              f"one prompt's prefill {_ms(e['prefill_s'])} ms"
-             + (f", KV transfer {_ms(e['kv_transfer_s'])} ms" if best["mode"] == "disagg" else "")]
+             + (f", KV transfer {_ms(e['kv_transfer_s'])} ms" if best["mode"] == "disagg" else "")
+             + (f"; engine host time a decode step {e['step_overhead_s'] * 1e3:.2f} ms" if "step_overhead_s" in e
+                else "")
+             + (f" (attention-DP sync {e['dp_sync_s'] * 1e3:.2f} ms of it)" if e.get("dp_sync_s") else "")]
     for pool, mem in zip(best["pools"], e["memory"]):
         lines.append(f"{pool['role']} GPU ({pool['gpu']}, memory knob {pool['memory_frac']:.2f}): weights "
                      f"{_gib(mem['weights_bytes'])} GiB, activations {_gib(mem['activation_bytes'])}, fixed "

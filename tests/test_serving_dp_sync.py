@@ -109,3 +109,29 @@ def test_the_fit_finds_the_sync_and_applies_it_to_the_dp_rows_only():
     predicted = apply_constants(grid, constants)
     assert predicted["tpot_pred_s"].to_numpy() == pytest.approx([10e-3] * 4, rel=1e-12)
     assert grid.column("tpot_steady_s", 0)[:, 2:] == pytest.approx(grid.tpot_steady_s[:, 2:])
+
+
+@pytest.mark.parametrize("model, gpus, concurrency", [("deepseek-v3", 16, 256), ("llama-3.1-8b", 8, 32)])
+def test_serve_states_the_host_time_of_each_plans_decode_step(tmp_path, model, gpus, concurrency):
+    """``serve --json`` gives each plan's engine host time a decode step and the attention-DP sync within it: the
+    engine's step overhead, plus the sync exactly where the decode pool runs attention DP; the table says so too."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from paraplan.cli.app import app
+
+    out = tmp_path / "plan.json"
+    result = CliRunner(env={"COLUMNS": "200"}).invoke(app, [
+        "serve", model, "--gpu", "h200-sxm", "--gpus", str(gpus), "--isl", "1024", "--osl", "1024",
+        "--concurrency", str(concurrency), "--top", "3", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "engine host time a decode step" in result.output
+    plans = json.loads(out.read_text())["plans"]
+    for plan in plans:
+        traits = ENGINE_TRAITS[plan["engine"]]
+        estimate, decode = plan["estimate"], plan["pools"][-1]
+        synced = decode["dp_attention"] > 1
+        assert estimate["dp_sync_s"] == (traits.dp_sync_s if synced else 0.0)
+        assert estimate["step_overhead_s"] == pytest.approx(traits.step_overhead_s + estimate["dp_sync_s"], rel=1e-12)
+    assert any(p["pools"][-1]["dp_attention"] > 1 for p in plans) == (model == "deepseek-v3")
