@@ -205,10 +205,15 @@ class EngineKnobs:
                        cuda_graphs=self.cuda_graphs, speculation=self.speculation)
 
 
+def attention_dp_sync_s(engine: EngineTraits, dp: Column) -> np.ndarray:
+    """The attention-DP ranks' per-step agreement (``dp_sync_s``) of a worker with ``dp`` ranks: 0 at dp 1."""
+    return np.where(np.asarray(dp, dtype=float) > 1.0, engine.dp_sync_s, 0.0)
+
+
 def engine_step_overhead_s(engine: EngineTraits, shard: Sharding) -> np.ndarray:
     """Host seconds each engine step takes beyond its GPU work, per deployment of ``shard``: the engine's scheduling
-    and sampling (``step_overhead_s``), plus the attention-DP ranks' per-step agreement where dp > 1 (``dp_sync_s``)."""
-    return engine.step_overhead_s + np.where(np.asarray(shard.dp, dtype=float) > 1.0, engine.dp_sync_s, 0.0)
+    and sampling (``step_overhead_s``), plus the attention-DP ranks' per-step agreement (``attention_dp_sync_s``)."""
+    return engine.step_overhead_s + attention_dp_sync_s(engine, shard.dp)
 
 
 def check_speculation(model: ModelSpec, spec: Speculation | None) -> None:

@@ -449,14 +449,14 @@ def _grid_runs(rows: pd.DataFrame, folder: Path, store: Path | None, dp_sync_s: 
 def overhead_grid(rows: pd.DataFrame, folder: Path, store: Path | None = None) -> OverheadGrid:
     """Every row predicted once per step-overhead value (``store``: priced with its kernel tables), and the rows with
     attention DP (those a DP sync changes) once more per (DP sync, step overhead) pair."""
-    base = predict_rows(rows, folder, with_overheads(dict.fromkeys(ENGINE_TRAITS, 0.0), dp_sync_s=0.0), store)
-    probe = predict_rows(rows, folder, with_overheads(dict.fromkeys(ENGINE_TRAITS, 0.0),
+    stack = _grid_runs(rows, folder, store, 0.0)
+    # The same rows at the grid's first step overhead (0) with the largest sync: the rows it moves run attention DP.
+    probe = predict_rows(rows, folder, with_overheads(dict.fromkeys(ENGINE_TRAITS, STEP_OVERHEAD_GRID_S[0]),
                                                       dp_sync_s=DP_SYNC_GRID_S[-1]), store)
     moved = np.zeros(len(rows), dtype=bool)
     for c in PREDICTED:
-        a, b = base[c].to_numpy(dtype=float), probe[c].to_numpy(dtype=float)
+        a, b = stack[c][0], probe[c].to_numpy(dtype=float)
         moved |= np.isfinite(a) & (a != b)
-    stack = _grid_runs(rows, folder, store, 0.0)
     synced_rows = np.flatnonzero(moved)
     synced: dict[str, np.ndarray] = {}
     if synced_rows.size:  # no sync: the rows as the grid above priced them
@@ -464,7 +464,7 @@ def overhead_grid(rows: pd.DataFrame, folder: Path, store: Path | None = None) -
         runs = [{c: stack[c][:, synced_rows] for c in PREDICTED}]
         runs += [_grid_runs(subset, folder, store, d) for d in DP_SYNC_GRID_S[1:]]
         synced = {c: np.stack([run[c] for run in runs]) for c in PREDICTED}
-    return OverheadGrid(rows=base.drop(columns=list(PREDICTED)), synced_rows=synced_rows, synced=synced, **stack)
+    return OverheadGrid(rows=probe.drop(columns=list(PREDICTED)), synced_rows=synced_rows, synced=synced, **stack)
 
 
 def _log_err(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:

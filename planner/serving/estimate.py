@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paraplan.cost_models.serving import held_tokens
+from paraplan.cost_models.serving import attention_dp_sync_s, held_tokens
 from paraplan.planner.serving.plan import SECONDS_PER_HOUR, TOKENS_PER_MILLION, PricedPool, memory_of
 from paraplan.planner.serving.problem import ServingProblem
 from paraplan.planner.serving.space import DeploymentMode
@@ -31,7 +31,7 @@ def plan_estimate(problem: ServingProblem, mode: DeploymentMode, pools: tuple[Pr
     meets = workload.meets(stats["ttft_s"][q], stats["tpot_s"][q])
     first, decoder = pools[0], pools[-1]  # aggregated: one pool; disaggregated: (prefill, decode)
     host_s = float(decoder.costs.step_overhead_s[decoder.shard_index])  # serving.engine_step_overhead_s
-    sync_s = decoder.setup.engine.dp_sync_s if decoder.shape.dp_attention > 1 else 0.0
+    sync_s = float(attention_dp_sync_s(decoder.setup.engine, decoder.shape.dp_attention))
     estimate = {
         **stats, "tokens_per_s": tokens, "tokens_per_s_per_gpu": tokens / gpus,
         "tokens_per_s_per_user": 1.0 / stats["tpot_s"]["mean"], "requests_per_s": flow["requests_per_s"],
