@@ -157,12 +157,12 @@ class EngineTraits:
 # (validation/serving_runs.py: per engine the step overhead with the lowest mean |log error| of TPOT, then the request
 # overhead with the lowest median |log error| of TTFT). `paraplan serve` prices with exactly the constants validate
 # reports in sample (tests/test_serving_validation.py checks they are equal); the held-out figures refit them.
-DP_SYNC_S = 3.0e-3
+DP_SYNC_S = 4.0e-3
 """``EngineTraits.dp_sync_s`` of every engine: the fit validate makes (below)."""
 ENGINE_TRAITS: dict[str, EngineTraits] = {
     "vllm": EngineTraits(
         name="vllm", memory_frac=0.9, budget="profiled", max_batched_tokens=8192, reserves_full_length=False,
-        max_running=1024, step_overhead_s=2.75e-3, request_overhead_s=30e-3, dp_sync_s=DP_SYNC_S,
+        max_running=1024, step_overhead_s=2.5e-3, request_overhead_s=30e-3, dp_sync_s=DP_SYNC_S,
         source="vLLM 0.11-0.19 CacheConfig.gpu_memory_utilization 0.9; V1 online serving on >=70 GiB GPUs: "
                "max_num_batched_tokens 8192, max_num_seqs 1024"),
     "sglang": EngineTraits(

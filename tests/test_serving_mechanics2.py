@@ -27,7 +27,7 @@ from paraplan.cost_models.serving import (
     weight_precision,
 )
 from paraplan.hardware_profiles import load_cluster
-from paraplan.validation.serving_runs import _launchable
+from paraplan.validation.serving_runs import _implied_attention_dp, _launchable
 
 OVERHEAD_S = 3e-3
 VLLM = replace(ENGINE_TRAITS["vllm"], step_overhead_s=OVERHEAD_S, dp_sync_s=0.0)
@@ -160,6 +160,15 @@ def test_tp_the_heads_do_not_divide_is_read_as_the_deployment_it_states():
     assert _launch(moe, 32, 1, 4, 8) == (4.0, 1.0, 1.0, 8.0)
     # A dense model at tp 12: attention DP over the 12 GPUs, its MLP with it.
     assert _launch(small_model(), 12, 1, 12, 1) == (1.0, 12.0, 12.0, 1.0)
+
+
+def test_moe_group_wider_than_attention_tp_implies_attention_dp():
+    # vLLM at tp 1 with --data-parallel-size 2 and no expert parallelism: its MoE layers span both GPUs (moe_tp 2);
+    # rows that leave attention DP unstated run dp 2. Stated DP, groups that do not divide, and matched groups stay.
+    implied = _implied_attention_dp(np.array([1.0, 1.0, 2.0, 4.0, 1.0, 2.0]),
+                                    np.array([np.nan, 0.0, np.nan, np.nan, 2.0, np.nan]),
+                                    np.array([2.0, 4.0, 8.0, 4.0, 2.0, 3.0]))
+    np.testing.assert_array_equal(implied, [2.0, 4.0, 4.0, 1.0, 2.0, 1.0])
 
 
 # --- weight-only quantization's ridge ----------------------------------------------------------------------------

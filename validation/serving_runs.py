@@ -178,9 +178,22 @@ def _sharding(rows: pd.DataFrame, prefix: str, model: ModelSpec) -> Sharding:
     moe_tp = _axis(rows, f"{prefix}moe_tp_size") if model.is_moe else tp * dp
     stated = rows[f"{prefix}moe_tp_size"].to_numpy(dtype=float)
     moe_tp = np.where(np.isfinite(stated) & (stated > 0), moe_tp, tp * dp / moe_ep)
+    if model.is_moe:
+        dp = _implied_attention_dp(tp, rows[f"{prefix}attention_dp_size"].to_numpy(dtype=float), moe_tp * moe_ep)
     if prefix == "":  # the disaggregated rows' pools as stated: read so, their TTFT is the closer (DeepSeek on NVL72)
         tp, dp, moe_tp, moe_ep = _launchable(tp, dp, moe_tp, moe_ep, model)
     return Sharding.of(tp, dp, moe_tp, moe_ep, _axis(rows, f"{prefix}pp_size"))
+
+
+def _implied_attention_dp(tp: np.ndarray, stated_dp: np.ndarray, moe_gpus: np.ndarray) -> np.ndarray:
+    """Attention DP of a row whose MoE layers span more GPUs (moe_tp x moe_ep) than its attention TP and that states no
+    attention DP: the MoE group is every GPU of the worker, so attention runs data parallel over the rest, dp =
+    moe_tp·moe_ep/tp. vLLM launches exactly this: ``--data-parallel-size 2`` at tp 1 without expert parallelism
+    shards each MoE layer over dp·tp ranks (FusedMoEParallelConfig), which the rows record as moe_tp 2 (Qwen3-235B
+    on two H200s: tp 1, moe_tp 2, attention DP unstated). Stated values, and groups that do not divide, stay."""
+    unstated = ~(np.isfinite(stated_dp) & (stated_dp > 0))
+    implied = unstated & (moe_gpus > tp) & (np.mod(moe_gpus, tp) == 0)
+    return np.where(implied, moe_gpus / tp, np.where(unstated, 1.0, stated_dp))
 
 
 def _launchable(tp: np.ndarray, dp: np.ndarray, moe_tp: np.ndarray, moe_ep: np.ndarray,

@@ -284,7 +284,7 @@ def serving_document_of(served: ServedModel, problem: ServingProblem, result: Se
 PROVENANCE = ("analytical serving model (cost_models/inference_step.py, serving.py) at the GPUs' kernel fractions "
               "(hardware_profiles/run_factor.py); engine step and request overheads and the attention-DP step sync "
               "fitted to 5,221 measured deployments (aiconfigurator 0.12 silicon sample): TPOT median |error| 18.4% "
-              "in sample, 19.9% leave-one-model-out; TTFT 37.6% / 43.0% (paraplan validate --serving; "
+              "in sample, 19.9% leave-one-model-out; TTFT 37.5% / 43.0% (paraplan validate --serving; "
               "docs/serving.md)")
 """Quoted figures: ``tests/test_serving_validation.py`` checks them against ``validate --serving``."""
 QUEUEING = ("closed loop: fixed concurrency, steady state; open loop: Little's law for the running batch, "
