@@ -181,7 +181,7 @@ ENGINES: dict[str, EngineRules] = {
         supports_cp=True, cp_comm_types=("allgather",), cp_gather_overlaps_local=True, supports_interleaved=True,
         sp_modes_with_tp=(1,),
         recompute_modes=("none", "selective", "full"), pipeline_split="torchtitan", empty_edge_chunks=True,
-        interleaved_needs_pp_multiple=False, attention_kernels=("flash", "fused"),
+        interleaved_needs_pp_multiple=False, attention_kernels=("fused", "flash"),
         kernel_stack="pytorch", activation_offload=False, recompute_stops_early=True,
         expert_ranks_from=("dp", "cp"), etp_choices="one_or_tp", ep_overlap=False,
         dispatchers=("alltoall", "deepep"),
@@ -190,7 +190,7 @@ ENGINES: dict[str, EngineRules] = {
         frees_grads_between_steps=True, saves_gathered_gemm_inputs=True, eager_pytorch_model=True,
         fsdp_root_stays_gathered=True, pipeline_fsdp_unsharded=True, shards_over_cp=True,
         source=(
-            "torchtitan 0.3: scaled_dot_product_attention (flash backend by default, cuDNN backend on request), "
+            "torchtitan 0.3: scaled_dot_product_attention (cuDNN first: 0.2.2 and 0.3.0 run sdpa_kernel([CUDNN_ATTENTION, FLASH_ATTENTION, MATH], set_priority=True); flash where cuDNN cannot), "
             "FSDP2 (reshard_after_forward = ZeRO-3, never = ZeRO-2), DDP replicate, "
             "TP with SequenceParallel norms, Interleaved1F1B and DualPipeV (pipeline_parallel_schedule; V-style "
             "stages, two per rank; 0.3.0 runs torch's ScheduleDualPipeV without the expert-parallel overlap hooks "

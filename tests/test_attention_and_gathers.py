@@ -111,7 +111,10 @@ def test_pytorch_stack_uses_its_own_fp8_fraction():
 def test_engine_default_attention_and_rules():
     model = load_model("llama-3.1-8b")
     assert TrainingJob(model=model, seq_len=4096, global_batch=8).attention_kernel == "fused"
-    assert TrainingJob(model=model, seq_len=4096, global_batch=8, engine="torchtitan").attention_kernel == "flash"
+    # torchtitan 0.2.2 and 0.3.0 wrap SDPA in sdpa_kernel([CUDNN_ATTENTION, FLASH_ATTENTION, MATH], set_priority=True)
+    assert TrainingJob(model=model, seq_len=4096, global_batch=8, engine="torchtitan").attention_kernel == "fused"
+    assert TrainingJob(model=model, seq_len=4096, global_batch=8, engine="torchtitan",
+                       attention="flash").attention_kernel == "flash"
     with pytest.raises(ValueError, match="not available with engine torchtitan"):
         TrainingJob(model=model, seq_len=4096, global_batch=8, engine="torchtitan", attention="unfused")
 

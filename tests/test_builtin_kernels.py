@@ -63,7 +63,9 @@ def test_measured_prices_h100_and_h200_without_a_user_store(cache: Path) -> None
         gpu = load_gpu(gpu_name)
         rates = compute_rates("measured", gpu, "bf16", "flash", "pytorch", NO_STORE)
         assert f"measured bf16 GEMM table ({gpu_name}, matmul on pytorch 2.11.0+cu130" in rates.source
-        assert f"attention: measured causal SDPA table ({gpu_name}, backend default" in rates.source
+        assert f"attention: measured causal SDPA table ({gpu_name}, backend flash" in rates.source  # FlashAttention-2
+        fused = compute_rates("measured", gpu, "bf16", "fused", "pytorch", NO_STORE)
+        assert f"attention: measured causal SDPA table ({gpu_name}, backend cudnn" in fused.source
         # An 8192-cube bf16 GEMM through F.linear: 692 TFLOP/s on the H100, 667 on the H200 (the suite's calibration,
         # a square matmul timed for 2 ms, saw 796-801 on both; the suite's longer runs measured less).
         seconds = float(gemm_time_s(8192.0, 8192.0, 8192.0, rates))

@@ -168,7 +168,7 @@ def test_measured_rates_price_gemms_from_the_table_and_say_so(tmp_path: Path) ->
     assert "measured bf16 GEMM table (h100-sxm" in rates.source
     assert float(gemm_time_s(1024.0, 2048.0, 512.0, rates)) == pytest.approx(2 * 1024 * 2048 * 512 / RATE, rel=1e-12)
     # The store has no attention table: paraplan's shipped H100 suite prices attention (measured/kernels/README.md).
-    assert "attention: measured causal SDPA table (h100-sxm, backend default on pytorch 2.11.0+cu130)" in rates.source
+    assert "attention: measured causal SDPA table (h100-sxm, backend flash on pytorch 2.11.0+cu130)" in rates.source
     assert rates.attention_table_fn is not None
     plain = compute_rates("auto", gpu, "bf16", "flash", "pytorch", store)
     assert plain.gemm_time_fn is None  # auto does not take the tables yet (COST_MODELS docstring says why)
@@ -204,13 +204,14 @@ def test_learned_models_train_on_training_stacks_not_on_serving_engines_kernel_t
 ATTENTION_K = 3e-13  # seconds per (token² x head) of the synthetic SDPA kernel: forward = K·s²·(sequences x heads)
 
 
-def _attention_file(sha: str, backend: str) -> ParsedFile:
-    """A training-suite SDPA table: head dim 64, forward K·s²·b·h, backward 2.5x forward."""
+def _attention_file(sha: str, backend: str, scale: float = 1.0) -> ParsedFile:
+    """A training-suite SDPA table: head dim 64, forward ``scale``·K·s²·b·h, backward 2.5x forward."""
     rows, line = [], 0
     for seq, batch, heads in itertools.product((1024.0, 4096.0, 16384.0), (1.0, 4.0), (8.0, 32.0)):
         for which, factor in (("forward", 1.0), ("backward", 2.5)):
             line += 1
-            rows.append(Measurement(kind="attention", name="sdpa", time_s=factor * ATTENTION_K * seq**2 * batch * heads,
+            rows.append(Measurement(kind="attention", name="sdpa",
+                                    time_s=scale * factor * ATTENTION_K * seq**2 * batch * heads,
                                     line=line, params={"batch": batch, "seq_len": seq, "heads": heads,
                                                        "kv_heads": heads / 4, "head_dim": 64.0, "causal": 1,
                                                        "pass": which, "backend": backend, "dtype": "bf16",
@@ -227,11 +228,12 @@ def test_measured_attention_prices_whole_sequences_per_gpu_and_leaves_context_pa
 
     store = tmp_path / "store.sqlite"
     ingest_parsed(_gemm_file("c", "matmul", "bf16", 1.0, stack="pytorch 2.11.0+cu130"), store)
-    ingest_parsed(_attention_file("d", "default"), store)
+    ingest_parsed(_attention_file("d", "flash"), store)
     ingest_parsed(_attention_file("e", "cudnn"), store)
+    ingest_parsed(_attention_file("f", "default", scale=0.5), store)  # SDPA's own pick (cuDNN's speed): not flash
     gpu = load_gpu("h100-sxm")
     rates = compute_rates("measured", gpu, "bf16", "flash", "pytorch", store)
-    assert "attention: measured causal SDPA table (h100-sxm, backend default on pytorch 2.11.0+cu130) for head dims " \
+    assert "attention: measured causal SDPA table (h100-sxm, backend flash on pytorch 2.11.0+cu130) for head dims " \
         "64" in rates.source
     model = probe_model("llama3-1b")  # 32 heads of 64
     job = TrainingJob(model=model, seq_len=8192, global_batch=2, precision="bf16", engine="torchtitan",

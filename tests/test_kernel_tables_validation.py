@@ -47,16 +47,19 @@ def h100_rows(tmp_path_factory: pytest.TempPathFactory) -> list[TableRow]:
 
 
 def test_mosaicml_h100_bf16_runs_with_aiconfigurator_gemm_tables(h100_rows: list[TableRow]) -> None:
-    """Measured 2026-11-28: 9.1% median (max 52.6%), +8.9% signed: the tables' GEMMs run 8% faster than paraplan's
-    own H100 suite on MPT's shapes, and the shipped SDPA table makes 8k-64k-token rows 23-48% too fast (llm-foundry's
-    2023 Triton kernel against today's PyTorch SDPA). Analytical: 3.5%, in sample."""
+    """Measured 2026-11-28: 6.5% median (max 19.9%), -4.7% signed. Before flash jobs read the suite's FlashAttention-2
+    rows (they read SDPA's default pick, cuDNN's speed, up to 1.9x faster) it was 9.1% (max 52.6%), +8.9% signed, the
+    8k-64k-token rows 23-53% too fast; now 7.4% (17 rows), -7.3% signed. Analytical: 3.5%, in sample."""
     mosaic = [r for r in h100_rows if r.source == MOSAIC]
     assert len(mosaic) == 70
     assert _median_abs(mosaic, "analytical_error") == pytest.approx(0.035, abs=0.005)
-    assert _median_abs(mosaic, "tables_error") <= 0.12
-    assert float(np.median([r.tables_error for r in mosaic])) > 0.0  # too fast, as measured (+8.9%)
+    assert _median_abs(mosaic, "tables_error") == pytest.approx(0.065, abs=0.01)
+    assert max(abs(r.tables_error) for r in mosaic) <= 0.25
+    assert float(np.median([r.tables_error for r in mosaic])) < 0.0  # too slow now, as measured (-4.7%)
     short = [r for r in mosaic if r.run_id in _short_sequence_ids()]
-    assert _median_abs(short, "tables_error") <= 0.10  # up to 4,096 tokens: 7.0% measured (53 rows)
+    assert _median_abs(short, "tables_error") <= 0.10  # up to 4,096 tokens: 5.6% measured (53 rows)
+    long = [r for r in mosaic if r.run_id not in _short_sequence_ids()]
+    assert len(long) == 17 and _median_abs(long, "tables_error") <= 0.10  # 8k-64k tokens: 7.4% (38.0% on cuDNN rows)
 
 
 def _short_sequence_ids() -> set[str]:
@@ -68,9 +71,9 @@ def _short_sequence_ids() -> set[str]:
 
 @pytest.mark.xfail(strict=True, reason=(
     "issue 31's dense target (median <= 3.6% in sample) is not met with aiconfigurator's GEMM tables: the 154 "
-    "16-bit dense rows they cover (H100 and A100 80GB) come to 6.9% median (analytical 4.2%); worst: MosaicML on "
-    "8 H100 at 32k-64k tokens +48% to +53% (mpt_foundry_062, 051, 041, 052; attention from the shipped SDPA table), "
-    "and 9.3% over the 71 H100 rows against 4.6% over the 83 A100 rows"))
+    "16-bit dense rows they cover (H100 and A100 80GB) come to 5.4% median (analytical 4.2%), -1.8% signed; 6.3% over "
+    "the 71 H100 rows (MosaicML -4.7% signed: too slow at every length) and 4.6% over the 83 A100 rows; worst: "
+    "mpt_foundry_080 (8 A100 at 8k tokens, +35%; +25% analytical) and mpt_foundry_121 (+25%)"))
 def test_dense_rows_with_tables_meet_the_in_sample_target(tmp_path: Path) -> None:
     store = tmp_path / "store.sqlite"
     _ingest_gemms(store, "h100-sxm", "a100-sxm-80gb")

@@ -81,7 +81,7 @@ def predict_probe_row(row: pd.Series) -> ProbePrediction:
     compiled = str(row["compile"]).lower() == "true"
     batch = int(row["batch"])
     job = TrainingJob(model=model, seq_len=int(row["seq"]), global_batch=batch, precision="bf16",
-                      engine="torchtitan", attention="flash", compiled=compiled, compiled_loss=compiled)
+                      engine="torchtitan", attention="fused", compiled=compiled, compiled_loss=compiled)
     config = ParallelConfig(tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=batch, zero=3,
                             recompute=PROBE_RECOMPUTE[row["ac"]], sp=False, cp_comm="allgather")
     est = estimate(model, quick_cluster(PROBE_GPU, 1), job.workload(), configs_to_table([config]))
@@ -104,7 +104,7 @@ def probe_estimate(row: pd.Series, cost_model: str = "analytical", store: Path |
 
     model, compiled, batch = probe_model(row["shape"]), str(row["compile"]).lower() == "true", int(row["batch"])
     job = TrainingJob(model=model, seq_len=int(row["seq"]), global_batch=batch, precision="bf16",
-                      engine="torchtitan", attention="flash", compiled=compiled, compiled_loss=compiled)
+                      engine="torchtitan", attention="fused", compiled=compiled, compiled_loss=compiled)
     config = ParallelConfig(tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=batch, zero=3, recompute=PROBE_RECOMPUTE[row["ac"]],
                             sp=False, cp_comm="allgather")
     cluster, work = quick_cluster(PROBE_GPU, 1), job.workload()
