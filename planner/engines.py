@@ -190,7 +190,8 @@ ENGINES: dict[str, EngineRules] = {
         frees_grads_between_steps=True, saves_gathered_gemm_inputs=True, eager_pytorch_model=True,
         fsdp_root_stays_gathered=True, pipeline_fsdp_unsharded=True, shards_over_cp=True,
         source=(
-            "torchtitan 0.3: scaled_dot_product_attention (cuDNN first: 0.2.2 and 0.3.0 run sdpa_kernel([CUDNN_ATTENTION, FLASH_ATTENTION, MATH], set_priority=True); flash where cuDNN cannot), "
+            "torchtitan 0.3: scaled_dot_product_attention (cuDNN first: 0.2.2 and 0.3.0 run sdpa_kernel("
+            "[CUDNN_ATTENTION, FLASH_ATTENTION, MATH], set_priority=True); flash where cuDNN cannot), "
             "FSDP2 (reshard_after_forward = ZeRO-3, never = ZeRO-2), DDP replicate, "
             "TP with SequenceParallel norms, Interleaved1F1B and DualPipeV (pipeline_parallel_schedule; V-style "
             "stages, two per rank; 0.3.0 runs torch's ScheduleDualPipeV without the expert-parallel overlap hooks "
