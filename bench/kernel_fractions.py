@@ -21,7 +21,7 @@ import pandas as pd
 
 from paraplan.hardware_profiles.catalog import load_gpu
 from paraplan.measurements.kernel_rows import group_rows, kernel_groups
-from paraplan.measurements.store import _read_sql
+from paraplan.measurements.store import summarize
 
 DTYPES = ("bf16", "fp16", "fp8")
 
@@ -53,8 +53,8 @@ def main() -> None:
     args = parser.parse_args()
     if not args.store.is_file():
         parser.error(f"no profile store at {args.store}")
-    gpus = args.gpu or sorted(_read_sql(args.store, "SELECT DISTINCT hardware FROM measurements WHERE kind = 'gemm'",
-                                        ())["hardware"])
+    summary = summarize(args.store)
+    gpus = args.gpu or sorted(set(summary.loc[summary["kind"] == "gemm", "hardware"]))
     frames = [measured_fractions(args.store, g, args.min_m, args.min_nk) for g in gpus]
     table = pd.concat([f for f in frames if not f.empty], ignore_index=True) if frames else pd.DataFrame()
     if table.empty:

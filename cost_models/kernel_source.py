@@ -163,9 +163,9 @@ SDPA_BACKENDS = {"flash": ("flash",), "fused": ("cudnn",)}
 is FlashAttention-2 (the flash-attn library, SDPA's flash backend); ``fused`` is cuDNN's fused attention (Transformer
 Engine under Megatron-LM, and torchtitan 0.2's SDPA wrapper, which puts CUDNN_ATTENTION first). The suite's
 ``default`` rows (whatever SDPA picks unasked) price neither: on PyTorch 2.11 they run at cuDNN's speed on H100 and
-H200 (580-610 TFLOP/s forward at 8k-32k tokens, head dim 128), FlashAttention-2 at 300-345, so a job that states
+H200 (560-610 TFLOP/s forward at 8k-32k tokens, head dim 128), FlashAttention-2 at 300-345, so a job that states
 flash priced from them came out up to 1.9x fast in its attention (MosaicML's 2023 flash-attn runs at 16k-64k
-tokens: 34-49% fast)."""
+tokens: 12-49% fast on the shipped tables)."""
 ATTENTION_AXES = ("seq_len", "sequences_heads")
 
 

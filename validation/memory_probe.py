@@ -75,15 +75,21 @@ def probe_model(shape: str) -> ModelSpec:
                      max_positions=131072, dropout=False)
 
 
-def predict_probe_row(row: pd.Series) -> ProbePrediction:
-    """Paraplan's torchtitan prediction at the row's configuration: one GPU, FSDP (ZeRO-3) over one rank."""
-    model = probe_model(row["shape"])
-    compiled = str(row["compile"]).lower() == "true"
-    batch = int(row["batch"])
-    job = TrainingJob(model=model, seq_len=int(row["seq"]), global_batch=batch, precision="bf16",
+def _probe_job(row: pd.Series) -> tuple[TrainingJob, ParallelConfig]:
+    """The row's torchtitan job and layout: one GPU, FSDP (ZeRO-3) over one rank, cuDNN attention (torchtitan 0.2.2's
+    SDPA wrapper puts CUDNN_ATTENTION first)."""
+    compiled, batch = str(row["compile"]).lower() == "true", int(row["batch"])
+    job = TrainingJob(model=probe_model(row["shape"]), seq_len=int(row["seq"]), global_batch=batch, precision="bf16",
                       engine="torchtitan", attention="fused", compiled=compiled, compiled_loss=compiled)
-    config = ParallelConfig(tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=batch, zero=3,
-                            recompute=PROBE_RECOMPUTE[row["ac"]], sp=False, cp_comm="allgather")
+    config = ParallelConfig(tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=batch, zero=3, recompute=PROBE_RECOMPUTE[row["ac"]],
+                            sp=False, cp_comm="allgather")
+    return job, config
+
+
+def predict_probe_row(row: pd.Series) -> ProbePrediction:
+    """Paraplan's torchtitan prediction at the row's configuration (``_probe_job``)."""
+    job, config = _probe_job(row)
+    model, compiled, batch = job.model, job.compiled, config.mbs
     est = estimate(model, quick_cluster(PROBE_GPU, 1), job.workload(), configs_to_table([config]))
     oom = row["error"] == "oom"
     measured = (np.nan, np.nan) if oom else (float(row["max_allocated_gib"]), float(row["max_reserved_gib"]))
@@ -102,16 +108,12 @@ def probe_estimate(row: pd.Series, cost_model: str = "analytical", store: Path |
     configuration as ``predict_probe_row`` builds it."""
     from paraplan.cost_models.learned.provider import compute_rates  # the store's readers: only when pricing steps
 
-    model, compiled, batch = probe_model(row["shape"]), str(row["compile"]).lower() == "true", int(row["batch"])
-    job = TrainingJob(model=model, seq_len=int(row["seq"]), global_batch=batch, precision="bf16",
-                      engine="torchtitan", attention="fused", compiled=compiled, compiled_loss=compiled)
-    config = ParallelConfig(tp=1, pp=1, dp=1, cp=1, vpp=1, mbs=batch, zero=3, recompute=PROBE_RECOMPUTE[row["ac"]],
-                            sp=False, cp_comm="allgather")
+    job, config = _probe_job(row)
     cluster, work = quick_cluster(PROBE_GPU, 1), job.workload()
     gpu = gpu_at_scale(cluster.gpu, cluster.num_gpus)
     rates = compute_rates(cost_model, gpu, work.precision, work.attention, work.kernel_stack,
                           store if store is not None else Path("absent-store.sqlite"))
-    return estimate(model, cluster, work, configs_to_table([config]), rates)
+    return estimate(job.model, cluster, work, configs_to_table([config]), rates)
 
 
 def predict_probe_step_s(row: pd.Series, cost_model: str = "analytical", store: Path | None = None) -> float:
