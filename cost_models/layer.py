@@ -45,6 +45,9 @@ COMM_SM_FRAC = 20.0 / 132.0
 TP_OVERLAP_SM_FRAC = 20.0 / 132.0
 # Element-wise kernels per layer forward: 2 norms, 2 residual adds, activation, rotary, bias/cast.
 ELEMENTWISE_KERNELS_PER_LAYER = 8
+QK_NORM_KERNELS = 2
+"""A model with QK-norm (Qwen3, Gemma 3, OLMo 2) runs two more norms a layer, one over the queries and one over the
+keys (Megatron's q_layernorm/k_layernorm, torchtitan's Qwen3 q_norm/k_norm: an nn.RMSNorm each)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +216,20 @@ def _elementwise_bytes_per_token(model: ModelSpec, tp: IntColumn, sp: IntColumn,
     rotary = 2 * (q + kv) * ACTIVATION_BYTES / tp if model.position == "rope" else 0.0
     # Low-precision GEMMs cast each input: read 16-bit, write the narrow copy (about 1 byte).
     casts = 3.0 * (2 * h + (q + dense_frac * f) / tp) if precision in ("fp8", "fp4") else 0.0
-    return norms_and_adds + activation + rotary + casts
+    return norms_and_adds + activation + rotary + casts + qk_norm_elements(model, tp) * 2 * ACTIVATION_BYTES
+
+
+def qk_norm_elements(model: ModelSpec, tp: IntColumn) -> Column:
+    """Elements per token one GPU's QK-norms normalise in a layer forward: every query and key element, q + kv
+    over tp (a head-wide norm shared by the heads and a full-width one touch the same elements); 0 without QK-norm
+    and for MLA, whose latent norms are not query/key norms."""
+    return (model.q_width + model.kv_width) / np.asarray(tp, dtype=float) if model.qk_norm and not model.is_mla \
+        else 0.0
+
+
+def elementwise_kernels_per_layer(model: ModelSpec) -> int:
+    """Fused element-wise kernels of one layer forward: ``ELEMENTWISE_KERNELS_PER_LAYER``, plus the QK-norms."""
+    return ELEMENTWISE_KERNELS_PER_LAYER + (QK_NORM_KERNELS if model.qk_norm and not model.is_mla else 0)
 
 
 # Eager PyTorch (torchtitan without torch.compile) runs each memory-bound op of its Llama model as the aten
@@ -248,7 +264,17 @@ def _eager_extra_bytes_per_token(model: ModelSpec, tp: IntColumn, sp: IntColumn)
     act = dense_frac * (EAGER_SWIGLU_BYTES - fused_act) * f / tp if model.gated_mlp else 0.0
     rotary = (EAGER_ROTARY_BYTES - fused_rotary) * (q + kv) / tp if model.position == "rope" else 0.0
     copies = EAGER_COPY_BYTES * ((q + kv if q > kv else 0) + q) / tp
-    return norms + act + rotary + copies
+    # QK-norms are the same nn.RMSNorm as the residual norms, over q + kv elements instead of h.
+    qk_norms = (EAGER_NORM_BYTES - fused_norm) * qk_norm_elements(model, tp) if model.norm == "rmsnorm" else 0.0
+    return norms + act + rotary + copies + qk_norms
+
+
+def eager_extra_kernels_per_layer(model: ModelSpec) -> int:
+    """Eager launches of one layer forward beyond the fused count: ``EAGER_EXTRA_KERNELS_PER_LAYER``, and the QK-norms'
+    as many more per norm as each residual norm has (two norms of 6 kernels, 2 priced fused: 5 more each)."""
+    extra_per_norm = 5
+    qk = QK_NORM_KERNELS * extra_per_norm if model.qk_norm and not model.is_mla and model.norm == "rmsnorm" else 0
+    return EAGER_EXTRA_KERNELS_PER_LAYER + qk
 
 
 def causal_keys_per_query(model: ModelSpec, seq_len: int) -> float:
@@ -346,12 +372,12 @@ def layer_times(model: ModelSpec, work: Workload, t: ConfigTable, rates: Compute
     gemm = attention_gemms + dense_frac * mlp
     attention, attention_bwd = _attention_core_s(model, work, tokens, t, rates)
     elementwise = memory_bound_time_s(
-        tokens * _elementwise_bytes_per_token(model, t.tp, t.sp, work.precision), ELEMENTWISE_KERNELS_PER_LAYER,
+        tokens * _elementwise_bytes_per_token(model, t.tp, t.sp, work.precision), elementwise_kernels_per_layer(model),
         rates,
     )
     if work.eager_elementwise:
         elementwise = elementwise + memory_bound_time_s(tokens * _eager_extra_bytes_per_token(model, t.tp, t.sp),
-                                                        EAGER_EXTRA_KERNELS_PER_LAYER, rates)
+                                                        eager_extra_kernels_per_layer(model), rates)
     forward = gemm + attention + elementwise + (moe_frac * moe.forward_compute_s if moe else 0.0)
     backward = 2.0 * (gemm + elementwise) + attention_bwd + (moe_frac * moe.backward_compute_s if moe else 0.0)
     # An MoE layer's own passes (the layer mean above also averages in the dense layers' MLPs).

@@ -6,6 +6,7 @@ gated MLPs, FFN != 4h, optional dropout and fused (flash) attention. Bytes per t
     dropout masks h + h                                                       -> 10h for GPT
   sharded by TP: Q, K, V 2(q + 2kv), output-projection input 2q, activation input 2·g·f,
     down-projection input 2f                                                  -> 24h for GPT
+    (with QK-norm, the norms' inputs 2(q + kv) more)
   without fused attention: scores, softmax, dropout 5·a·s                     -> 5as/h·h
 which is the paper's s·b·h·(34 + 5as/h) for GPT-3 shapes. Full recompute keeps only each
 layer's input (2h, /tp with SP) plus one layer's working set during its backward. Layers whose
@@ -24,7 +25,7 @@ from paraplan.arrays import Column, IntColumn
 from paraplan.choices import Precision
 from paraplan.cost_models.context_parallel import gathered_kv_bytes
 from paraplan.cost_models.device_memory import non_torch_bytes, reserved_bytes
-from paraplan.cost_models.layer import ACTIVATION_BYTES
+from paraplan.cost_models.layer import ACTIVATION_BYTES, qk_norm_elements
 from paraplan.cost_models.moe import eager_clamp_bytes_per_token, moe_activation_bytes_per_token
 from paraplan.cost_models.schedules import RankWork, in_flight_microbatches
 from paraplan.cost_models.stages import StageLayout
@@ -109,7 +110,9 @@ def layer_activation_bytes_per_token(model: ModelSpec, tp: IntColumn, sp: IntCol
     norm_inputs, gemm_inputs = ACTIVATION_BYTES * model.norms_per_layer * h, gemm_input_bytes * (2 * h + latent)
     replicated = norm_inputs + (0.0 if gathered_gemm_inputs else gemm_inputs) + (2 * h if model.dropout else 0)
     whole_sequence = gemm_inputs if gathered_gemm_inputs else 0.0  # kept all-gathered: never divided by tp
-    sharded = ACTIVATION_BYTES * qkv + gemm_input_bytes * out \
+    # A QK-norm keeps its input, the projections' 16-bit Q and K before the norm (the attention core keeps them after
+    # the norm and rotary): q + kv more elements a token.
+    sharded = ACTIVATION_BYTES * (qkv + qk_norm_elements(model, 1)) + gemm_input_bytes * out \
         + dense_frac * (ACTIVATION_BYTES * gate + gemm_input_bytes) * f
     moe = moe_frac * moe_activation_bytes_per_token(model, tp, etp, gemm_input_bytes, fused_expert_mlp) \
         if model.is_moe else 0.0
