@@ -111,14 +111,18 @@ class EstimateTable:
     """Which model produced the numbers."""
 
 
-def edge_times(model: ModelSpec, t: ConfigTable, tokens: Column, rates: ComputeRates) -> tuple[np.ndarray, np.ndarray]:
-    """Per micro-batch: embedding (first stage) and output layer + loss (last stage)."""
+def edge_times(model: ModelSpec, t: ConfigTable, tokens: Column, rates: ComputeRates,
+               mtp_layers: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Per micro-batch: embedding (first stage) and output layer + loss (last stage). Each of ``mtp_layers``
+    MTP modules (DeepSeek-V3 section 2.2) runs the shared output layer and a loss again on its own hidden states,
+    after its 2h -> h projection (column-parallel over tp); its decoder layer is priced as one (stages.stage_layout)."""
     h, vocab = model.hidden_size, model.vocab_size
     embed = memory_bound_time_s(tokens * h * ACTIVATION_BYTES * 5, 2, rates)
     logits_gemm = 3.0 * gemm_time_s(tokens, vocab / t.tp, h, rates)
     # Loss on fp32 logits: upcast, softmax, gradient: about 4 passes of 4 bytes + 2 of 2 bytes.
     loss = memory_bound_time_s(tokens * vocab / t.tp * (4 * 4 + 2 * 2), 4, rates)
-    return embed, logits_gemm + loss
+    projection = 3.0 * gemm_time_s(tokens, h / t.tp, 2 * h, rates) if mtp_layers else 0.0
+    return embed, (1 + mtp_layers) * (logits_gemm + loss) + mtp_layers * projection
 
 
 def offload_exposed_s(layer_bytes: Column, offload_layers: IntColumn, forward_s: Column, backward_s: Column,
@@ -189,7 +193,7 @@ def layer_terms(model: ModelSpec, work: Workload, t: ConfigTable, rates: Compute
                 cluster: ClusterSpec) -> LayerTerms:
     """The LAYER_AXES terms of every row of ``t``."""
     tokens = t.mbs * work.seq_len / t.cp
-    embed_s, output_s = edge_times(model, t, tokens, rates)
+    embed_s, output_s = edge_times(model, t, tokens, rates, work.mtp_layers)
     return LayerTerms(times=layer_times(model, work, t, rates, cluster), memory=layer_memory(model, work, t),
                       embed_s=embed_s, output_s=output_s,
                       recompute_flops_per_token=np.broadcast_to(_recompute_flops_per_token(model, work, t), (len(t),)))
@@ -217,7 +221,8 @@ class StageTerms:
 def stage_terms(model: ModelSpec, cluster: ClusterSpec, work: Workload, t: ConfigTable,
                 rates: ComputeRates) -> StageTerms:
     """The STAGE_AXES terms of every row of ``t``."""
-    ranks = rank_work(model, stage_layout(model, t.tp, t.pp, t.vpp, t.ep * t.etp, work.pipeline_split), t.tp, t.pp,
+    ranks = rank_work(model, stage_layout(model, t.tp, t.pp, t.vpp, t.ep * t.etp, work.pipeline_split,
+                                          work.mtp_layers), t.tp, t.pp,
                       t.vpp, t.pp_schedule, t.ep * t.etp, work.pipeline_split)
     layout = ranks.layout
     stage_params = np.maximum(layout.first_params, layout.last_params)

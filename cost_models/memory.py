@@ -214,7 +214,8 @@ def layer_memory(model: ModelSpec, work: Workload, t: ConfigTable) -> LayerMemor
     return LayerMemory(
         per_layer_bytes=_per_row(stored_layer_bytes(model, work, t), size),
         embedding_output_bytes=_per_row(tokens * ACTIVATION_BYTES * model.hidden_size / seq_shard, size),
-        loss_bytes=_per_row(work.loss_bytes_per_logit * tokens * model.vocab_size / t.tp, size),
+        # The main loss and each MTP module's keep their logits' buffers until backward.
+        loss_bytes=_per_row((1 + work.mtp_layers) * work.loss_bytes_per_logit * tokens * model.vocab_size / t.tp, size),
         working_set_bytes=_per_row(_working_set_bytes(model, work, t, tokens), size),
         largest_logits_bytes=_per_row(_largest_logits_bytes(model, work, t, tokens), size),
         largest_layer_tensor_bytes=_per_row(_largest_layer_tensor_bytes(model, t, tokens), size))

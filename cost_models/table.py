@@ -293,6 +293,10 @@ class Workload:
     """How the engine cuts the layers into pipeline chunks (pipeline_splits.PIPELINE_SPLITS)."""
     fp8_recipe: str = "tensorwise"
     """How fp8 GEMM inputs are scaled (fp8_recipes.FP8_RECIPES); read only when ``precision`` is fp8."""
+    mtp_layers: int = 0
+    """Multi-token-prediction modules trained after the last decoder layer (DeepSeek-V3 section 2.2; Megatron
+    --mtp-num-layers): each a decoder layer, a 2h -> h projection and another pass of the output layer and loss,
+    on the rank that runs the loss. The model's own count where the engine trains them (EngineRules.trains_mtp)."""
 
     @property
     def eager_elementwise(self) -> bool:

@@ -355,7 +355,7 @@ def cost_inputs(request: PlanRequest, job: TrainingJob,
     gpu = gpu_at_scale(cluster.gpu, cluster.num_gpus)
     rates = compute_rates(request.cost_model, gpu, work.precision, work.attention, work.kernel_stack, store)
     learned = learned_cluster(request.cost_model, cluster, store)  # its collectives learned; the GPU is the same
-    kernel = _sinks_note(job.model, work.attention)
+    kernel = _sinks_note(job.model, work.attention) + _mtp_note(job.model, job.engine, work.mtp_layers)
     if request.stack_profile is None:
         return rates, learned, kernel
     from paraplan.validation import stack_profile as sp  # pandas: loaded only when a profile is applied
@@ -374,6 +374,18 @@ def _sinks_note(model: ModelSpec, attention: str) -> tuple[str, ...]:
     return (f"{model.name} has attention sinks: priced at the {attention} attention kernel's rate as if it had them; "
             "FlashAttention-2 and PyTorch SDPA do not (FlashAttention-3 and recent cuDNN do), and Transformer Engine "
             "falls back to unfused attention without them (--attention unfused prices that)",)
+
+
+def _mtp_note(model: ModelSpec, engine: str, trained: int) -> tuple[str, ...]:
+    """What the price does with a model's multi-token-prediction modules (DeepSeek-V3): trained and priced on the
+    stage that runs the loss where the engine trains them (Megatron), left out where it has none."""
+    if not model.mtp_layers:
+        return ()
+    if trained:
+        return (f"{model.name}: its {trained} MTP module(s) are trained (Megatron --mtp-num-layers {trained}) and "
+                "priced after the last decoder layer on the stage that runs the loss",)
+    return (f"{model.name} has {model.mtp_layers} MTP module(s); {engine} trains the main model only, so they are "
+            "neither priced nor launched",)
 
 
 # -- the whole run ------------------------------------------------------------------------------------------------

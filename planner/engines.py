@@ -115,6 +115,10 @@ class EngineRules:
     shards_over_cp: bool = False
     """With cp > 1 the engine always shards parameters over the context-parallel ranks (torchtitan applies FSDP2 over
     dp_shard x cp), so ZeRO 0 with cp > 1 is a layout it does not run."""
+    trains_mtp: bool = False
+    """It trains a model's multi-token-prediction modules (Megatron-core's MultiTokenPredictionBlock,
+    --mtp-num-layers, which the Megatron export sets from the model); torchtitan's and Hugging Face's DeepSeek-V3
+    have no MTP module, so they train the main model alone."""
 
 
 ENGINES: dict[str, EngineRules] = {
@@ -131,7 +135,7 @@ ENGINES: dict[str, EngineRules] = {
         fp8_recipes=("tensorwise", "delayed", "blockwise", "mxfp8"), tp_comm_overlap=True,
         selective_saves="attention_core", loss_bytes_per_logit=MEGATRON_LOSS_BYTES_PER_LOGIT,
         frees_grads_between_steps=False, saves_gathered_gemm_inputs=False, eager_pytorch_model=False,
-        fsdp_root_stays_gathered=False, pipeline_fsdp_unsharded=False,
+        fsdp_root_stays_gathered=False, pipeline_fsdp_unsharded=False, trains_mtp=True,
         source=(
             "Megatron-LM core_v0.16 arguments: --use-distributed-optimizer, --use-megatron-fsdp, "
             "--cp-comm-type p2p|a2a|allgather|a2a+p2p with --hierarchical-context-parallel-sizes (Transformer "

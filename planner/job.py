@@ -145,6 +145,7 @@ class TrainingJob:
                         fused_expert_mlp=self.fused_expert_mlp,
                         cp_gather_overlaps_local=engine_rules(self.engine).cp_gather_overlaps_local,
                         pipeline_split=engine_rules(self.engine).pipeline_split,
+                        mtp_layers=self.model.mtp_layers if engine_rules(self.engine).trains_mtp else 0,
                         **_memory_behaviour(engine_rules(self.engine), self.compiled, self.fused_kernels,
                                            self.compiled_loss))
 

@@ -112,10 +112,16 @@ GUARDS = [
     # Qwen3's QK-norms priced (two more norms a layer over q + kv elements, their inputs kept; cost_models/layer.py
     # qk_norm_elements): all MoE 20.8% -> 17.9% (Qwen3-30B-A3B's median +19.4% -> +15.7%), 26.06+ 8.2% -> 5.8%,
     # DeepSeek-V3 and Qwen3 on GB200/GB300 26.06+ 5.2% -> 4.8% (max 11.2% -> 9.2%); no dense row moves.
-    ("NeMo MoE, all containers", lambda r: _MOE(r) & (r.id != "nemo_bridge_0263"), 0.20, 2.40),
+    # DeepSeek-V3's MTP module priced where Megatron trains it (after the last decoder layer, on the loss's stage:
+    # a layer, its projection, a second output pass and loss; tests/test_mtp_training.py): DeepSeek-V3 15.2% ->
+    # 8.1% (26.06+ 5.0% -> 1.4%, every row had been predicted fast), all MoE 17.9% -> 16.5% (60 -> 53 rows beyond
+    # 25%), 26.06+ 5.8% -> 5.7%, DeepSeek-V3 and Qwen3 on GB200/GB300 26.06+ 4.8% -> 2.9%.
+    ("NeMo MoE, all containers", lambda r: _MOE(r) & (r.id != "nemo_bridge_0263"), 0.18, 2.40),
     ("NeMo MoE, containers 26.06 and newer", lambda r: _MOE(r) & _CURRENT(r), 0.07, 1.40),
     ("NeMo MoE DeepSeek-V3 and Qwen3 on GB200/GB300, 26.06 and newer",
-     lambda r: _MOE(r) & _CURRENT(r) & (r.model != "gpt-oss-120b") & r.gpu.isin(["gb200", "gb300"]), 0.055, 0.10),
+     lambda r: _MOE(r) & _CURRENT(r) & (r.model != "gpt-oss-120b") & r.gpu.isin(["gb200", "gb300"]), 0.04, 0.10),
+    ("NeMo DeepSeek-V3, all containers (MTP trained)",
+     lambda r: (r.model == "deepseek-v3") & (r.id != "nemo_bridge_0263"), 0.10, 0.52),
 ]
 
 
@@ -141,7 +147,7 @@ def test_issue_target():
     assert np.median(errors) <= 0.08 and errors.max() <= 0.20
 
 
-@pytest.mark.xfail(strict=True, reason="MoE rows: median 17.9% and 60 of 134 beyond 25%. Older NeMo containers ran "
+@pytest.mark.xfail(strict=True, reason="MoE rows: median 16.5% and 53 of 134 beyond 25%. Older NeMo containers ran "
                    "the same layouts 1.3-3x slower; GPT-OSS-120B is predicted 42-44% fast even on 26.06+ with its "
                    "eager expert ops priced (34% median on 25.09-26.04; README, Accuracy)")
 def test_issue_3_moe_target():
@@ -150,7 +156,7 @@ def test_issue_3_moe_target():
 
 
 @pytest.mark.xfail(strict=True, reason="issues 16 and 32's bound for the current containers' MoE rows (26.06+): "
-                   "the median is met (5.8%), the max is not: 7 of 29 rows beyond 25%, all GPT-OSS-120B (+42-44% on "
+                   "the median is met (5.7%), the max is not: 7 of 29 rows beyond 25%, all GPT-OSS-120B (+42-44% on "
                    "GB200/GB300 in 26.06 and 26.08, whose fused grouped MLP leaves no eager expert op to price; +50% "
                    "on B300 with Megatron's eager clamp and expert bias priced, +93% before; +125-135% in 26.06.01, "
                    "the container whose GPT-OSS slowdown the source footnotes: cudnn-frontend issue 256)")

@@ -5,6 +5,7 @@ from the command line to torchtitan's flags."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -57,9 +58,9 @@ H800 = quick_cluster("h800-sxm", 2048)
 DSV3_JOB = TrainingJob(model=DSV3, seq_len=4096, global_batch=15360, precision="fp8", dispatcher="deepep")
 
 
-def _dsv3(**columns):
+def _dsv3(model=DSV3, **columns):
     table = make_table(tp=[1], pp=[16], dp=[128], ep=[64], mbs=[1], zero=[1], recompute=[3], **columns)
-    return estimate(DSV3, H800, DSV3_JOB.workload(), table)
+    return estimate(model, H800, dataclasses.replace(DSV3_JOB, model=model).workload(), table)
 
 
 def test_dualpipe_is_never_slower_than_1f1b_on_the_same_layout_and_holds_two_stages():
@@ -94,8 +95,11 @@ def test_the_dualpipe_published_deepseek_v3_run_is_priced_as_run():
     under DualPipe what remains of them is the compute they slow by holding 20 of the 132 SMs: 20/132 of their
     time. The pipeline sends of the steady state vanish (the fill's 2·(pp - 1) hops remain, 1/m of 1F1B's
     2·m + 2·(pp - 1) with m = 120 micro-batches per rank) and every rank holds two stages' weights, which puts
-    the modelled peak more than 10 GiB above 1F1B's."""
-    one_f_one_b, dualpipe = _dsv3(pp_schedule=[0]), _dsv3(pp_schedule=[DUALPIPE])
+    the modelled peak more than 10 GiB above 1F1B's. The relations are per critical layer, so they are checked on
+    the main model: with its MTP module on the last rank (3 layers there, 4 on the middle ranks, two output passes)
+    1F1B's critical rank holds one layer fewer than DualPipe's."""
+    main_model = dataclasses.replace(DSV3, mtp_layers=0)
+    one_f_one_b, dualpipe = _dsv3(main_model, pp_schedule=[0]), _dsv3(main_model, pp_schedule=[DUALPIPE])
     assert float(dualpipe.ep_comm_s[0]) == pytest.approx(COMM_SM_FRAC * float(one_f_one_b.ep_comm_s[0]), rel=1e-9)
     m, pp = 15360 / 128, 16
     assert float(dualpipe.pp_comm_s[0]) == pytest.approx(
@@ -104,12 +108,12 @@ def test_the_dualpipe_published_deepseek_v3_run_is_priced_as_run():
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "DeepSeek-V3 as its report ran it (DualPipe, 2,048 H800): paraplan predicts about 2,140 tokens/s/GPU, +38% "
+    "DeepSeek-V3 as its report ran it (DualPipe, 2,048 H800): paraplan predicts about 2,150 tokens/s/GPU, +39% "
     "over the reported 1,543, and a 103 GiB peak on an 80 GB part. Under DualPipe the step is nearly all compute, "
     "so the gap is the compute rate of DeepSeek's stack (fine-grained fp8 GEMMs with CUDA-core accumulation, MLA "
     "attention at head dims 192/128, 20 SMs held by DeepEP, the MTP module) and its memory recipe (fp8 caching of "
     "activations, bf16 optimizer moments), none of which a published measurement isolates; the 1F1B figure in "
-    "test_dispatch.py (-12%) is closer only because exposed all-to-alls stand in for that slower compute."))
+    "test_dispatch.py (-16.5%) is closer only because exposed all-to-alls stand in for that slower compute."))
 def test_the_deepseek_v3_report_under_dualpipe_within_10_percent():
     reported = 1e12 / (180e3 * 3600)
     dualpipe = _dsv3(pp_schedule=[DUALPIPE])

@@ -18,6 +18,7 @@ from paraplan.cost_models.device_memory import (
 from paraplan.cost_models.estimate import default_rates, edge_times
 from paraplan.cost_models.layer import layer_times
 from paraplan.cost_models.memory import stored_layer_bytes
+from paraplan.cost_models.stages import mtp_stage_params
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.planner.job import ParallelConfig, TrainingJob, configs_to_table
 from paraplan.planner.placement.stage_partition import StageInstance
@@ -44,14 +45,15 @@ def stage_instance(job: TrainingJob, config: ParallelConfig, clusters: list[Clus
     stages = len(clusters)
     per_param = _state_bytes_per_param(job, config.zero, config.dp * config.cp)
     tokens = config.mbs * job.seq_len / config.cp
-    # DeepSeek-V3 section 2.2: an MTP module is one transformer layer plus a projection, and it
-    # runs the shared output head again: priced here as a decoder layer plus the output and loss.
-    mtp_s = model.mtp_layers * (per_layer_s + output_s)
+    # DeepSeek-V3 section 2.2: an MTP module (where the engine trains them) is one transformer layer plus a
+    # projection, and it runs the shared output head again: a decoder layer here, the rest in output_s (edge_times).
+    mtp = job.workload().mtp_layers
+    mtp_s = mtp * per_layer_s
     tied_copy = model.vocab_size * model.hidden_size if model.tied_embeddings and stages > 1 else 0
     # An MTP module's routed experts shard over ep·etp like every MoE layer's; the rest over tp.
-    mtp_routed = model.mtp_layers * model.num_experts * model.expert_params() if model.is_moe else 0
+    mtp_routed, mtp_shared = mtp_stage_params(model, mtp)
     expert_dp = max(1, config.tp * config.cp * config.dp // (config.ep * config.etp))
-    last_bytes = (model.output_params() + tied_copy + model.mtp_params() - mtp_routed) / config.tp * per_param \
+    last_bytes = (model.output_params() + tied_copy + mtp_shared) / config.tp * per_param \
         + mtp_routed / (config.ep * config.etp) * _state_bytes_per_param(job, config.zero, expert_dp)
     kinds = _layer_kinds(job, config, reference)
     is_moe = np.array([layer in set(model.moe_layers) for layer in range(model.num_layers)])
@@ -61,7 +63,8 @@ def stage_instance(job: TrainingJob, config: ParallelConfig, clusters: list[Clus
         layer_activation_bytes=np.where(is_moe, kinds["moe"][2], kinds["dense"][2]),
         first_extra_s=embed_s, last_extra_s=output_s + mtp_s,
         first_extra_bytes=model.embedding_params() / config.tp * per_param,
-        last_extra_bytes=last_bytes + job.workload().loss_bytes_per_logit * tokens * model.vocab_size / config.tp,
+        last_extra_bytes=last_bytes + (1 + mtp) * job.workload().loss_bytes_per_logit * tokens * model.vocab_size
+        / config.tp,
         # 1F1B (Narayanan et al. 2021, section 2.2): stage s holds pp − s micro-batches at its peak.
         in_flight=np.minimum(stages - np.arange(stages), m).astype(float),
         capacity_bytes=np.array([usable_bytes(c, job.memory_headroom_frac, config, job.workload().allocator)
@@ -106,5 +109,5 @@ def _times(job: TrainingJob, config: ParallelConfig, cluster: ClusterSpec) -> tu
     lt = layer_times(job.model, work, table, rates, cluster)
     layer = lt.forward_compute_s + lt.backward_compute_s + lt.recompute_s + lt.tp_comm_s + lt.cp_comm_s + lt.ep_comm_s
     tokens = config.mbs * job.seq_len / config.cp
-    embed, output = edge_times(job.model, table, tokens, rates)
+    embed, output = edge_times(job.model, table, tokens, rates, work.mtp_layers)
     return float(layer[0]), float(np.asarray(embed).ravel()[0]), float(np.asarray(output).ravel()[0])
