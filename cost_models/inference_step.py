@@ -47,6 +47,13 @@ KERNELS_PER_LAYER = 12
 attention, output projection, all-reduce, norm, gate+up, activation, down, all-reduce, residual."""
 MOE_EXTRA_KERNELS = 6
 """An MoE layer adds router GEMM, top-k, permute, the grouped up and down GEMMs' second launches, unpermute."""
+INDEXER_DECODE_FLOOR_S = 30e-6
+"""Seconds a DSA indexer (GLM-5, DeepSeek-V3.2) adds to each layer of a decode step before its scan of the cached
+keys counts: its few small kernels (index-query and key projections, key norm, rotary, fp8 quantization, the paged
+MQA logits, top-k) run at their launch floors at decode sizes. Measured as the difference between SGLang 0.5.14's DSA
+generation module with and without the indexer (aiconfigurator 0.12.0's sparse_attention tables, GLM-5.2 against
+GLM-5 and DeepSeek-V3.2 at batch 4, 1,024 cached tokens, attention tp 8): 30-34 us on B200, B300, GB200 and GB300,
+25-34 us on H100 and H200. Beyond it the scan is priced by its bytes and FLOPs (``_decode_attention_parts_s``)."""
 GRAPH_KERNEL_OVERHEAD_S = 1.5e-6
 """Per-kernel gap inside a CUDA graph (no CPU launch, only the GPU's kernel drain and start): 1-2 us on
 Hopper/Blackwell (NVIDIA's CUDA Graphs posts measure ~2 us per node for short kernels); used for decode
@@ -326,8 +333,9 @@ def _decode_attention_parts_s(model: ModelSpec, prec: WeightPrecision, shard: Sh
     per_key = np.maximum(kv_token / rates.memory_bytes_per_s,
                          decode_attention_flops_per_key(model, shard.tp) / rates.attention_flops_per_s)
     sliding = sliding_layers * np.asarray(sliding_keys, dtype=float) * per_key
-    indexer = full_layers * scanned * np.maximum(mixers.index_key_bytes / rates.memory_bytes_per_s,
-                                                 mixers.index_flops_per_key / rates.attention_flops_per_s)
+    floor = INDEXER_DECODE_FLOOR_S if mixers.index_topk else 0.0
+    indexer = full_layers * (floor + scanned * np.maximum(mixers.index_key_bytes / rates.memory_bytes_per_s,
+                                                          mixers.index_flops_per_key / rates.attention_flops_per_s))
     states = linear_layers * seqs * 2.0 * mixers.linear_state_bytes(shard.tp) / rates.memory_bytes_per_s
     return full_layers * attended * per_key, sliding + indexer + states
 

@@ -97,7 +97,8 @@ def _synced_grid(sync_s: float) -> OverheadGrid:
     synced = {name: np.stack([(tpot if "tpot" in name else ttft)[:, 2:] + (d if "tpot" in name else 0.0)
                               for d in DP_SYNC_GRID_S]) for name in ("tpot_steady_s", "tpot_burst_s",
                                                                      "ttft_steady_s", "ttft_burst_s")}
-    rows = pd.DataFrame({"backend": "vllm", "reason": "", "silicon_tpot_ms": [10.0] * 4, "silicon_ttft_ms": 100.0})
+    rows = pd.DataFrame({"backend": "vllm", "reason": "", "mode": "agg", "silicon_tpot_ms": [10.0] * 4,
+                         "silicon_ttft_ms": 100.0, "prefill_num_workers": np.nan, "decode_num_workers": np.nan})
     return OverheadGrid(rows=rows, tpot_steady_s=tpot, tpot_burst_s=tpot, ttft_steady_s=ttft, ttft_burst_s=ttft,
                         synced_rows=np.array([2, 3]), synced=synced)
 

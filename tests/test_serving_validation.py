@@ -93,11 +93,11 @@ def test_table_has_one_row_per_engine_gpu_mode(report):
 def test_accuracy_does_not_regress(report):
     """Bounds at the accuracy reached when this was written (docs/serving.md), so a change that loses accuracy fails."""
     overall = report.table[report.table["backend"] == "all"].iloc[0]
-    assert overall["tpot_median_err"] <= 0.20  # 19.0% (issue 32's mechanisms, docs/serving.md)
-    assert overall["ttft_median_err"] <= 0.40  # 37.8%
-    for tpot, ttft in report.held_out.values():  # by model 20.5 / 43.0%, by GPU 19.1 / 40.5%
-        assert np.isfinite(tpot) and tpot <= 0.22
-        assert np.isfinite(ttft) and ttft <= 0.46
+    assert overall["tpot_median_err"] <= 0.185  # 17.6% (fitted on the rows that state their deployment)
+    assert overall["ttft_median_err"] <= 0.39  # 37.6%
+    for tpot, ttft in report.held_out.values():  # by model 18.8 / 39.6%, by GPU 18.2 / 40.8%
+        assert np.isfinite(tpot) and tpot <= 0.20
+        assert np.isfinite(ttft) and ttft <= 0.42
 
 
 def test_slices_partition_the_rows_and_name_the_issue_32_breakdowns(report):
@@ -118,25 +118,26 @@ def _slice(report, name: str) -> dict:
 
 
 def test_issue_32_disaggregated_rows_with_worker_counts(report):
-    """Issue 32: disaggregated rows that state their worker counts, TPOT median <= 15%: 12.7% in sample with the
-    attention-DP step sync (14.5% without; 15.5% at the training fractions)."""
+    """Issue 32: disaggregated rows that state their worker counts, TPOT median <= 15%: 10.7% in sample since the
+    constants are fitted on the rows that state their deployment (12.5% before; 14.5% without the attention-DP step
+    sync; 15.5% at the training fractions)."""
     stated = _slice(report, "disaggregated, worker counts stated")
     assert stated["tpot_median_err"] <= 0.15
 
 
 def test_issue_32_disaggregated_rows_with_worker_counts_each_model_left_out(report):
-    """The same rows with each model left out of the fit: 13.8% since vLLM's tp-1 MoE rows read as attention DP (14.1%
-    before; 15.7% before gpt-oss's experts were read as the MXFP4 its checkpoint stores, 15.6% before the DP sync): a
-    fold's constants move with any model's rows, so the 1.2-point margin is the fit's, not a mechanism's
-    (docs/serving.md; measured GEMM kernel fractions on Blackwell took it to 15.6%, docs/hardware.md)."""
+    """The same rows with each model left out of the fit: 12.9% since the constants are fitted on the rows that state
+    their deployment (13.8% before, 15.3% with the DSA indexer's floor but every row fitted to: the 22 GLM-5
+    TensorRT-LLM rows without worker counts then moved a fold's TRT-LLM constant from 1.0 to 0.75 ms; 14.1% before
+    vLLM's tp-1 MoE rows read as attention DP; 15.7% before gpt-oss's experts were read as MXFP4)."""
     stated = _slice(report, "disaggregated, worker counts stated")
     assert stated["tpot_median_err_model_out"] <= 0.15
 
 
 @pytest.mark.xfail(strict=True, reason="issue 31: aggregated rows, TPOT median <= 10% in sample and with each model "
-                                       "left out: 14.6% / 16.1% (12.6% / 14.8% priced from aiconfigurator's kernel "
-                                       "tables; docs/serving.md). The worst cells: TRT-LLM on GB200 44.9% and H200 "
-                                       "23.2%, SGLang on H100 30.1%; vLLM's aggregated rows read 9.8-17.7% by GPU")
+                                       "left out: 13.7% / 14.8% (12.2% / 14.6% priced from aiconfigurator's kernel "
+                                       "tables; docs/serving.md). The worst cells: TRT-LLM on GB200 50.6% and H200 "
+                                       "19.9%, SGLang on H100 40.6%; vLLM's aggregated rows read 8.4-17.2% by GPU")
 def test_issue_31_aggregated_tpot(report):
     aggregated = _slice(report, "aggregated")
     assert aggregated["tpot_median_err"] <= 0.10 and aggregated["tpot_median_err_model_out"] <= 0.10
@@ -148,8 +149,8 @@ def _one_engine_grid(step_s: np.ndarray, measured_tpot_s: np.ndarray) -> Overhea
     overhead = np.asarray(STEP_OVERHEAD_GRID_S)[:, None]
     tpot = np.broadcast_to(step_s, (len(overhead), len(step_s))) + overhead
     ttft = np.full_like(tpot, 0.1)
-    rows = pd.DataFrame({"backend": "vllm", "reason": "", "silicon_tpot_ms": measured_tpot_s * 1e3,
-                         "silicon_ttft_ms": 100.0})
+    rows = pd.DataFrame({"backend": "vllm", "reason": "", "mode": "agg", "silicon_tpot_ms": measured_tpot_s * 1e3,
+                         "silicon_ttft_ms": 100.0, "prefill_num_workers": np.nan, "decode_num_workers": np.nan})
     return OverheadGrid(rows=rows, tpot_steady_s=tpot, tpot_burst_s=tpot, ttft_steady_s=ttft, ttft_burst_s=ttft)
 
 
@@ -201,7 +202,10 @@ def test_step_overhead_is_fitted_by_the_mean_log_error_by_hand():
 
 def test_llama70b_fp8_h200_trtllm_tpot_across_tensor_parallel_sizes(shipped):
     """A clean sweep: Llama 3.1 70B fp8 on H200 under TRT-LLM, 1024/1024 at concurrency 16, tp 1-8 (measured
-    23.0 / 13.4 / 8.9 / 7.7 ms): weight streaming, KV reads and small all-reduces within 15% each."""
+    23.0 / 13.4 / 8.9 / 7.7 ms): weight streaming, KV reads and small all-reduces within 15% each at the one step
+    overhead that suits the sweep (0.25 ms: +1.8% / +1.3% / +0.4% / -9.1%), and within 20% at TRT-LLM's fitted
+    1.75 ms (+8% / +13% / +17% / +10%): fitted on every row that states its deployment, the constant sits above what
+    this sweep alone asks."""
     from paraplan.validation.serving_runs import predict_rows
 
     rows = load_measurements(shipped)
@@ -212,7 +216,13 @@ def test_llama70b_fp8_h200_trtllm_tpot_across_tensor_parallel_sizes(shipped):
     measured = pick["silicon_tpot_ms"].to_numpy() / 1e3
     tpot = predicted["tpot_steady_s"].to_numpy()  # steady state with the engine's default step overhead
     assert sorted(pick["tp_size"].astype(int)) == [1, 2, 4, 8]
-    assert np.all(np.abs(tpot / measured - 1) < 0.15), (tpot, measured)
+    assert np.all(np.abs(tpot / measured - 1) < 0.20), (tpot, measured)
+    from paraplan.cost_models.serving import ENGINE_TRAITS
+
+    gpu = tpot - ENGINE_TRAITS["trtllm"].step_overhead_s  # a step overhead adds to every decode step alike
+    best = min((np.mean(np.abs(np.log((gpu + o) / measured))), o) for o in np.arange(0.0, 3.01e-3, 0.25e-3))[1]
+    assert best <= 1.25e-3
+    assert np.all(np.abs((gpu + best) / measured - 1) < 0.15), (gpu + best, measured)
 
 
 @pytest.mark.xfail(strict=True, reason="issue 18 targets TPOT median <= 10% and TTFT median <= 20%; reached: see "
@@ -365,3 +375,21 @@ def test_an_nvfp4_label_on_an_mxfp4_checkpoint_is_read_as_mxfp4(shipped):
     assert checkpoint_moe_mode(gpt_oss, "fp8") == "fp8" and checkpoint_moe_mode(deepseek, "nvfp4") == "nvfp4"
     bytes_per_weight = weight_precision(gpt_oss, "nvfp4", checkpoint_moe_mode(gpt_oss, "nvfp4"), "bf16").expert_bytes
     assert bytes_per_weight == 0.5 + 1 / 32  # 4 bits and one 1-byte e8m0 scale per 32, not nvfp4's 0.5 + 1/16
+
+
+def test_rows_that_do_not_state_their_deployment_fit_no_constant():
+    """A disaggregated row without worker counts is priced at a guessed split: the fit ignores it however far off it
+    is, and a row that states its counts counts."""
+    from paraplan.validation.serving_runs import deployment_stated, fit_constants
+
+    step = np.full(4, 5e-3)
+    measured = np.array([6e-3, 6e-3, 6e-3, 30e-3])  # the last row alone wants a 25-ms overhead
+    grid = _one_engine_grid(step, measured)
+    rows = grid.rows.assign(mode=["agg", "agg", "disagg", "disagg"], prefill_num_workers=[np.nan, np.nan, 1, np.nan],
+                            decode_num_workers=[np.nan, np.nan, 2, np.nan])
+    grid = OverheadGrid(rows=rows, tpot_steady_s=grid.tpot_steady_s, tpot_burst_s=grid.tpot_burst_s,
+                        ttft_steady_s=grid.ttft_steady_s, ttft_burst_s=grid.ttft_burst_s)
+    assert deployment_stated(rows).tolist() == [True, True, True, False]
+    fitted = fit_constants(grid, np.ones(4, dtype=bool))
+    assert fitted.step_overhead_s["vllm"] == pytest.approx(1e-3)  # 5 ms + 1 ms = the three stated rows exactly
+    assert fitted.fitted_rows == 3

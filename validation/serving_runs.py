@@ -521,13 +521,24 @@ def _sync_index(grid: OverheadGrid, waves: float, tpot_s: np.ndarray, engines: d
     return int(np.argmin(scores))
 
 
+def deployment_stated(rows: pd.DataFrame) -> np.ndarray:
+    """Per row: whether it states the deployment it measured: every aggregated row, and a disaggregated one that
+    states its prefill and decode worker counts. A disaggregated row without them is priced at a guessed split
+    (``UNSTATED_PREFILL_UTILISATION``), and those of one sweep ran settings no column records (MTP above all)."""
+    disagg = (rows["mode"] == "disagg").to_numpy()
+    counts = rows["prefill_num_workers"].notna().to_numpy() & rows["decode_num_workers"].notna().to_numpy()
+    return ~disagg | counts
+
+
 def fit_constants(grid: OverheadGrid, mask: np.ndarray) -> FittedConstants:
-    """Constants fitted on the covered rows in ``mask``: for each benchmark wave count, the DP sync (``_sync_index``)
+    """Constants fitted on the covered rows in ``mask`` that state their deployment (``deployment_stated``: a
+    fitted engine constant must not absorb what a guessed worker split or an unrecorded setting gets wrong; those
+    rows are still predicted and reported): for each benchmark wave count, the DP sync (``_sync_index``)
     and per engine the step overhead with the lowest mean |log error| of TPOT (``step_overhead_index``), then the
     request overhead with the lowest median |log error| of TTFT; the wave count whose TPOT and TTFT median
     |log error| sum lowest wins."""
     rows = grid.rows
-    mask = mask & (rows["reason"] == "").to_numpy()
+    mask = mask & (rows["reason"] == "").to_numpy() & deployment_stated(rows)
     tpot_s, ttft_s = rows["silicon_tpot_ms"].to_numpy() / 1e3, rows["silicon_ttft_ms"].to_numpy() / 1e3
     engines = {e: mask & (rows["backend"] == e).to_numpy() for e in ENGINE_TRAITS}
     best_score, best = np.inf, None
@@ -620,7 +631,7 @@ def slice_masks(rows: pd.DataFrame, moe: np.ndarray) -> dict[str, np.ndarray]:
     """The slices issue 32 states targets for: each engine, aggregated rows, disaggregated rows with and without
     their worker counts, dense and MoE models."""
     disagg = (rows["mode"] == "disagg").to_numpy()
-    stated = disagg & rows["prefill_num_workers"].notna().to_numpy() & rows["decode_num_workers"].notna().to_numpy()
+    stated = disagg & deployment_stated(rows)
     engines = {str(e): (rows["backend"] == e).to_numpy() for e in sorted(rows["backend"].unique())}
     return {**engines, "aggregated": ~disagg, "disaggregated, worker counts stated": stated,
             "disaggregated, worker counts not stated": disagg & ~stated, "dense models": ~moe, "MoE models": moe}
