@@ -70,7 +70,8 @@ def _parallel(args: Args) -> None:
         args.facts.put("etp", etp, args.where("expert_tensor_parallel_size")) if etp else args.facts.default(
             "etp", args.facts.values["tp"])
     source = next((n for n in ("virtual_pipeline_model_parallel_size", "pipeline_model_parallel_layout",
-                                "num_layers_per_virtual_pipeline_stage") if args.has(n)), "")
+                                "num_virtual_stages_per_pipeline_rank", "num_layers_per_virtual_pipeline_stage")
+                   if args.has(n)), "")
     args.facts.put("vpp", _virtual_stages(args), args.where(source))
     args.facts.default("vpp", 1)
     for key, name in (("sp", "sequence_parallel"), ("tp_overlap", "tp_comm_overlap"),
@@ -88,6 +89,8 @@ def _virtual_stages(args: Args) -> int | None:
         return args.int("virtual_pipeline_model_parallel_size")
     if args.has("pipeline_model_parallel_layout"):
         return _layout_stages(args)
+    if args.has("num_virtual_stages_per_pipeline_rank"):  # Megatron takes it as the virtual pipeline size as it is
+        return args.int("num_virtual_stages_per_pipeline_rank")
     if not args.has("num_layers_per_virtual_pipeline_stage"):
         return None
     # has() above: the argument is set, so int() gives a number (``or 0`` only tells mypy it is not None).

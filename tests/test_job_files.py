@@ -533,3 +533,16 @@ def test_a_torchtitan_deepep_plan_exports_its_backend_for_0_2_reads_back_and_0_3
                      "--torchtitan-model", "qwen3:qwen3_30b_a3b")
     assert refused.exit_code == 2 and "torchtitan 0.3.0 has no expert_parallel_comm_backend" in refused.output
     assert not (tmp_path / "v3").exists()
+
+
+def test_megatron_virtual_stages_per_rank_are_the_virtual_pipeline_size(tmp_path):
+    """Megatron-core's --num-virtual-stages-per-pipeline-rank N sets virtual_pipeline_model_parallel_size = N as it
+    is (megatron/training/arguments.py), as Megatron-LM CI's MLA/MoE proxy states its interleaving."""
+    path = tmp_path / "vpp.sh"
+    path.write_text("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 16 --hidden-size 1024 "
+                    "--num-attention-heads 16 --seq-length 4096 --max-position-embeddings 4096 --micro-batch-size 1 "
+                    "--global-batch-size 32 --vocab-size 50257 --bf16 --tensor-model-parallel-size 2 "
+                    "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 4\n")
+    job = read_job_file(path)
+    assert (job.layout["pp"], job.layout["vpp"]) == (2, 4)
+    assert job.sources["vpp"] == at(path, "--num-virtual-stages-per-pipeline-rank 4")

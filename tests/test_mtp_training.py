@@ -7,6 +7,7 @@ logits. torchtitan's and Hugging Face's DeepSeek-V3 have no MTP module: those en
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -114,3 +115,24 @@ def test_a_plan_says_whether_its_mtp_modules_are_trained_and_priced():
     assert any("torchtitan trains the main model only" in note for note in torchtitan.notes)
     dense = paraplan.plan("llama-3.1-8b", gpu="h100-sxm", gpus=8, seq_len=4096, global_batch=64, top=1)
     assert not any("MTP" in note for note in dense.notes)
+
+
+SHARED_MEMORY = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "memory_runs.csv"
+
+
+@pytest.mark.skipif(not SHARED_MEMORY.is_file(), reason=f"{SHARED_MEMORY} absent: measured memory runs not available")
+def test_megatron_cis_mla_moe_proxy_with_mtp_holds_its_measured_last_rank_peak():
+    """Megatron-LM CI's DeepSeek-V3-style proxy (16 layers, MLA, 32 experts, one MTP module; tp 2, pp 2 x 4 virtual
+    stages, ep 4, mbs 4, sequence 4096 on 8 H100) logs the last rank's max_allocated: 55.98 GiB (DGX H100) and
+    53.98 GiB (DGX Cloud). With the MTP module on that rank paraplan predicts 53.22 GiB (-4.9%, -1.4%); without it
+    the rank would hold one layer's activations, states and logits fewer (45.5 GiB, -19% and -16%)."""
+    from paraplan.validation.memory_runs import load_memory_runs, predict_memory_row
+
+    runs = load_memory_runs(SHARED_MEMORY)
+    rows = runs[runs.id.isin(["mlmci-07", "mlmci-08"])]
+    predictions = [predict_memory_row(row) for _, row in rows.iterrows()]
+    assert [p.metric for p in predictions] == ["allocated", "allocated"]
+    errors = np.array([p.predicted_bytes / p.measured_bytes - 1 for p in predictions])
+    assert np.all(np.abs(errors) < 0.06), errors
+    gib = 2**30
+    assert predictions[0].predicted_bytes / gib == pytest.approx(53.22, abs=0.01)

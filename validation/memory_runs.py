@@ -161,8 +161,17 @@ def _megatron_gpt(row: pd.Series) -> ModelSpec:
                      dropout=True)
 
 
+MEMORY_MODELS = "memory_models"
+"""Package-data folder of the config.json files of models a measured row ran that are no preset (the reading's
+``model`` names one as ``memory_models/NAME.json``; each says where its shapes come from)."""
+
+
 def _model(row: pd.Series) -> ModelSpec:
-    return load_model(row["model"]) if row["model"] else _megatron_gpt(row)
+    name = str(row["model"])
+    if name.startswith(MEMORY_MODELS + "/"):
+        with resources.as_file(resources.files("paraplan.data").joinpath(name)) as path:
+            return load_model(str(path))
+    return load_model(name) if name else _megatron_gpt(row)
 
 
 def _intish(value: Any) -> int:
@@ -181,7 +190,9 @@ def predict_memory_row(row: pd.Series) -> MemoryPrediction:
     job = TrainingJob(model=model, seq_len=_intish(row["seq_len"]), global_batch=_intish(row["gbs"]),
                       precision=row["precision_paraplan"], engine=row["engine"], attention=row["attention"],
                       compiled=bool(int(row["compile"])))
-    config = ParallelConfig(tp=_intish(row["tp"]), pp=_intish(row["pp"]), dp=dp, cp=_intish(row["cp"]),
+    # Expert parallelism as the run states it; every MoE row scored states --expert-tensor-parallel-size 1.
+    ep = _intish(row["ep"]) if model.is_moe and pd.notna(row["ep"]) else 1
+    config = ParallelConfig(tp=_intish(row["tp"]), pp=_intish(row["pp"]), dp=dp, cp=_intish(row["cp"]), ep=ep,
                             vpp=_intish(row["vpp_paraplan"]), mbs=mbs, zero=_intish(row["zero"]),
                             recompute=row["recompute_paraplan"], sp=bool(int(row["sp"])),
                             cp_comm="allgather" if row["engine"] == "torchtitan" else "p2p")
