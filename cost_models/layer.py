@@ -219,17 +219,20 @@ def _elementwise_bytes_per_token(model: ModelSpec, tp: IntColumn, sp: IntColumn,
     return norms_and_adds + activation + rotary + casts + qk_norm_elements(model, tp) * 2 * ACTIVATION_BYTES
 
 
+def _has_qk_norms(model: ModelSpec) -> bool:
+    """The model normalises its queries and keys (MLA's latent norms are not query/key norms)."""
+    return model.qk_norm and not model.is_mla
+
+
 def qk_norm_elements(model: ModelSpec, tp: IntColumn) -> Column:
     """Elements per token one GPU's QK-norms normalise in a layer forward: every query and key element, q + kv
-    over tp (a head-wide norm shared by the heads and a full-width one touch the same elements); 0 without QK-norm
-    and for MLA, whose latent norms are not query/key norms."""
-    return (model.q_width + model.kv_width) / np.asarray(tp, dtype=float) if model.qk_norm and not model.is_mla \
-        else 0.0
+    over tp (a head-wide norm shared by the heads and a full-width one touch the same elements); 0 without them."""
+    return (model.q_width + model.kv_width) / np.asarray(tp, dtype=float) if _has_qk_norms(model) else 0.0
 
 
 def elementwise_kernels_per_layer(model: ModelSpec) -> int:
     """Fused element-wise kernels of one layer forward: ``ELEMENTWISE_KERNELS_PER_LAYER``, plus the QK-norms."""
-    return ELEMENTWISE_KERNELS_PER_LAYER + (QK_NORM_KERNELS if model.qk_norm and not model.is_mla else 0)
+    return ELEMENTWISE_KERNELS_PER_LAYER + (QK_NORM_KERNELS if _has_qk_norms(model) else 0)
 
 
 # Eager PyTorch (torchtitan without torch.compile) runs each memory-bound op of its Llama model as the aten
@@ -250,6 +253,8 @@ the attention output's ``.transpose(1, 2).contiguous()``."""
 EAGER_EXTRA_KERNELS_PER_LAYER = 19
 """Launches beyond the fused count: two norms of 6 kernels (2 priced), silu and multiply (1), three per
 rotary tensor (1), repeat_kv's two copies and the output copy."""
+EAGER_EXTRA_KERNELS_PER_NORM = 5
+"""An eager RMSNorm's launches beyond its fused one: 6 kernels against 1 (``EAGER_NORM_BYTES``'s ops)."""
 
 
 def _eager_extra_bytes_per_token(model: ModelSpec, tp: IntColumn, sp: IntColumn) -> Column:
@@ -271,9 +276,8 @@ def _eager_extra_bytes_per_token(model: ModelSpec, tp: IntColumn, sp: IntColumn)
 
 def eager_extra_kernels_per_layer(model: ModelSpec) -> int:
     """Eager launches of one layer forward beyond the fused count: ``EAGER_EXTRA_KERNELS_PER_LAYER``, and the QK-norms'
-    as many more per norm as each residual norm has (two norms of 6 kernels, 2 priced fused: 5 more each)."""
-    extra_per_norm = 5
-    qk = QK_NORM_KERNELS * extra_per_norm if model.qk_norm and not model.is_mla and model.norm == "rmsnorm" else 0
+    as many more per norm as each residual norm has (``EAGER_EXTRA_KERNELS_PER_NORM``)."""
+    qk = QK_NORM_KERNELS * EAGER_EXTRA_KERNELS_PER_NORM if _has_qk_norms(model) and model.norm == "rmsnorm" else 0
     return EAGER_EXTRA_KERNELS_PER_LAYER + qk
 
 

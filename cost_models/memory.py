@@ -214,8 +214,7 @@ def layer_memory(model: ModelSpec, work: Workload, t: ConfigTable) -> LayerMemor
     return LayerMemory(
         per_layer_bytes=_per_row(stored_layer_bytes(model, work, t), size),
         embedding_output_bytes=_per_row(tokens * ACTIVATION_BYTES * model.hidden_size / seq_shard, size),
-        # The main loss and each MTP module's keep their logits' buffers until backward.
-        loss_bytes=_per_row((1 + work.mtp_layers) * work.loss_bytes_per_logit * tokens * model.vocab_size / t.tp, size),
+        loss_bytes=_per_row(loss_logits_bytes(model, work, tokens, t.tp), size),
         working_set_bytes=_per_row(_working_set_bytes(model, work, t, tokens), size),
         largest_logits_bytes=_per_row(_largest_logits_bytes(model, work, t, tokens), size),
         largest_layer_tensor_bytes=_per_row(_largest_layer_tensor_bytes(model, t, tokens), size))
@@ -576,6 +575,12 @@ def _working_set_bytes(model: ModelSpec, work: Workload, t: ConfigTable, tokens:
     working_set = np.where(t.recompute == 2, recomputed_layer, 0.0) \
         + np.where(np.isin(t.recompute, (1, 2)), scores, 0.0)
     return working_set + gathered_kv_bytes(model, tokens, t.tp, t.cp, t.cp_comm)
+
+
+def loss_logits_bytes(model: ModelSpec, work: Workload, tokens: Column, tp: IntColumn) -> np.ndarray:
+    """The logits one micro-batch's losses hold on a rank that runs them: the main loss and each trained MTP module's
+    keep their buffers until backward, ``loss_bytes_per_logit`` per logit element of the rank's vocabulary shard."""
+    return np.asarray((1 + work.mtp_layers) * work.loss_bytes_per_logit * tokens * model.vocab_size / np.asarray(tp))
 
 
 def _largest_logits_bytes(model: ModelSpec, work: Workload, t: ConfigTable, tokens: np.ndarray) -> np.ndarray:

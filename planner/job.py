@@ -132,6 +132,11 @@ class TrainingJob:
         """The attention implementation the job runs (auto resolved to the engine's default)."""
         return engine_rules(self.engine).attention_kernels[0] if self.attention == "auto" else self.attention
 
+    @property
+    def trained_mtp_layers(self) -> int:
+        """The model's multi-token-prediction modules where the engine trains them (EngineRules.trains_mtp), else 0."""
+        return self.model.mtp_layers if engine_rules(self.engine).trains_mtp else 0
+
     def workload(self) -> Workload:
         """The cost model's view of the job."""
         return Workload(seq_len=self.seq_len, global_batch=self.global_batch, precision=self.precision,
@@ -145,7 +150,7 @@ class TrainingJob:
                         fused_expert_mlp=self.fused_expert_mlp,
                         cp_gather_overlaps_local=engine_rules(self.engine).cp_gather_overlaps_local,
                         pipeline_split=engine_rules(self.engine).pipeline_split,
-                        mtp_layers=self.model.mtp_layers if engine_rules(self.engine).trains_mtp else 0,
+                        mtp_layers=self.trained_mtp_layers,
                         **_memory_behaviour(engine_rules(self.engine), self.compiled, self.fused_kernels,
                                            self.compiled_loss))
 

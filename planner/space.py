@@ -176,7 +176,7 @@ Rule = tuple[tuple[str, ...], Callable[[Columns], np.ndarray], str]
 
 
 def _detail_rules(job: TrainingJob, engine: EngineRules) -> list[Rule]:
-    layers, mtp = job.model.num_layers, job.model.mtp_layers if engine.trains_mtp else 0
+    layers, mtp = job.model.num_layers, job.trained_mtp_layers
     full = RECOMPUTE_CODES["full"]
 
     def chunks_ok(t: Columns) -> np.ndarray:

@@ -17,7 +17,7 @@ from paraplan.cost_models.device_memory import (
 )
 from paraplan.cost_models.estimate import default_rates, edge_times
 from paraplan.cost_models.layer import layer_times
-from paraplan.cost_models.memory import stored_layer_bytes
+from paraplan.cost_models.memory import loss_logits_bytes, stored_layer_bytes
 from paraplan.cost_models.stages import mtp_stage_params
 from paraplan.hardware_profiles import ClusterSpec
 from paraplan.planner.job import ParallelConfig, TrainingJob, configs_to_table
@@ -37,7 +37,7 @@ def stage_instance(job: TrainingJob, config: ParallelConfig, clusters: list[Clus
     """One stage per entry of ``clusters`` (the GPU type that stage runs on; repeat one for a uniform
     pipeline). Layer times are priced on ``reference`` (default: the first) and each stage's time is
     scaled by its GPU's per-layer time over the reference's."""
-    model = job.model
+    model, work = job.model, job.workload()
     reference = reference or clusters[0]
     per_layer_s, embed_s, output_s = _times(job, config, reference)
     scale = np.array([_times(job, config, c)[0] / per_layer_s for c in clusters])
@@ -47,11 +47,10 @@ def stage_instance(job: TrainingJob, config: ParallelConfig, clusters: list[Clus
     tokens = config.mbs * job.seq_len / config.cp
     # DeepSeek-V3 section 2.2: an MTP module (where the engine trains them) is one transformer layer plus a
     # projection, and it runs the shared output head again: a decoder layer here, the rest in output_s (edge_times).
-    mtp = job.workload().mtp_layers
-    mtp_s = mtp * per_layer_s
+    mtp_s = work.mtp_layers * per_layer_s
     tied_copy = model.vocab_size * model.hidden_size if model.tied_embeddings and stages > 1 else 0
     # An MTP module's routed experts shard over ep·etp like every MoE layer's; the rest over tp.
-    mtp_routed, mtp_shared = mtp_stage_params(model, mtp)
+    mtp_routed, mtp_shared = mtp_stage_params(model, work.mtp_layers)
     expert_dp = max(1, config.tp * config.cp * config.dp // (config.ep * config.etp))
     last_bytes = (model.output_params() + tied_copy + mtp_shared) / config.tp * per_param \
         + mtp_routed / (config.ep * config.etp) * _state_bytes_per_param(job, config.zero, expert_dp)
@@ -63,11 +62,10 @@ def stage_instance(job: TrainingJob, config: ParallelConfig, clusters: list[Clus
         layer_activation_bytes=np.where(is_moe, kinds["moe"][2], kinds["dense"][2]),
         first_extra_s=embed_s, last_extra_s=output_s + mtp_s,
         first_extra_bytes=model.embedding_params() / config.tp * per_param,
-        last_extra_bytes=last_bytes + (1 + mtp) * job.workload().loss_bytes_per_logit * tokens * model.vocab_size
-        / config.tp,
+        last_extra_bytes=last_bytes + float(loss_logits_bytes(model, work, tokens, config.tp)),
         # 1F1B (Narayanan et al. 2021, section 2.2): stage s holds pp − s micro-batches at its peak.
         in_flight=np.minimum(stages - np.arange(stages), m).astype(float),
-        capacity_bytes=np.array([usable_bytes(c, job.memory_headroom_frac, config, job.workload().allocator)
+        capacity_bytes=np.array([usable_bytes(c, job.memory_headroom_frac, config, work.allocator)
                                  for c in clusters]),
         time_scale=scale,
     )
