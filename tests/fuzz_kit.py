@@ -264,6 +264,37 @@ def _serving_plan_file(path: Path) -> object:
     return serving_files(document, index, "all")
 
 
+def _shipped_serving_lines(ids: tuple[str, ...]) -> tuple[str, list[str]]:
+    """(header, lines) of the shipped serving rows with these ids."""
+    import gzip
+    from importlib import resources
+
+    folder = resources.files("paraplan.data") / "serving"
+    runs = gzip.decompress((folder / "serving_runs.csv.gz").read_bytes()).decode().splitlines()
+    deployments = (folder / "inferencex_deployments.csv").read_text().splitlines()
+    return runs[0], [line for line in runs[1:] + deployments[1:] if line.split(",", 1)[0] in ids]
+
+
+SERVING_IDS = ("2026_03_25_deepseek_r1_b200_sxm_trtllm_fp8_disagg_1024x1024_c8_tp8_0_ep8_0_392",
+               "2026_03_25_deepseek_r1_b200_sxm_trtllm_fp8_disagg_1024x1024_c8_tp8_0_ep8_0_742")
+
+
+def _deployments_seed() -> bytes:
+    from importlib import resources
+
+    header = (resources.files("paraplan.data") / "serving" / "inferencex_deployments.csv").read_text().splitlines()[0]
+    return "\n".join([header, *_shipped_serving_lines(SERVING_IDS)[1][-2:]]).encode() + b"\n"
+
+
+def _deployments_file(path: Path) -> object:
+    """The published-deployments file of a data folder, read beside two of the shipped measurement rows."""
+    from paraplan.validation.serving_runs import load_measurements
+
+    header, lines = _shipped_serving_lines(SERVING_IDS)
+    path.parent.joinpath("serving_runs.csv").write_text("\n".join([header, *lines[:2]]) + "\n")
+    return load_measurements(path.parent)
+
+
 def _option_file(path: Path) -> object:
     from paraplan.job_files.config_file import read_option_file
 
@@ -297,6 +328,8 @@ PARSERS: dict[str, Parser] = {p.name: p for p in [
     Parser("runs-csv", "runs.csv", _call("paraplan.validation.stack_profile", "read_runs"), "csv", _const(RUNS)),
     Parser("stack-profile", "profile-site.json", _call("paraplan.validation.stack_profile", "load_profile",
                                                        as_text=True), "json", _const(STACK_PROFILE)),
+    Parser("serving-deployments-csv", "serving/inferencex_deployments.csv", _deployments_file, "csv",
+           _deployments_seed),
     Parser("memory-runs-csv", "memory_runs.csv", _call("paraplan.validation.memory_runs", "load_memory_runs"),
            "csv", _const(MEMORY_RUNS)),
     Parser("profile-store", "profiles.sqlite", _store, "sqlite", _store_seed),

@@ -29,7 +29,9 @@ from paraplan.cost_models.inference_step import Sharding, WeightPrecision, prefi
 from paraplan.cost_models.serving import (
     ENGINE_TRAITS,
     EngineTraits,
+    Speculation,
     aggregated,
+    check_speculation,
     decode_step_s,
     disaggregated,
     held_tokens,
@@ -60,6 +62,14 @@ MEASURED_COLUMNS = ("silicon_data_source", "backend", "model_path", "system", "m
                     "decode_num_workers", "decode_tp_size", "decode_pp_size", "decode_attention_dp_size",
                     "decode_moe_tp_size", "decode_moe_ep_size", "silicon_ttft_ms", "silicon_tpot_ms")
 """Columns the predictions read (data/serving/README.md); a file without them is refused by name."""
+DEPLOYMENTS_FILE = "inferencex_deployments.csv"
+"""Published deployments of rows that state none (``bench/inferencex_deployments.py`` builds it from InferenceX's
+launch configs): read from the data folder, else the shipped one; applied by row ``id``."""
+DEPLOYMENT_COLUMNS = tuple(f"{pool}_{axis}" for pool in ("prefill", "decode")
+                           for axis in ("num_workers", "tp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size"))
+"""The columns a published deployment states (and replaces: the rows' decode columns repeat the prefill pool's)."""
+SPECULATIVE_TOKENS = "speculative_tokens"
+"""MTP draft tokens a row's deployment ran per step (0: none); only published deployments state it."""
 MAX_MEASUREMENTS_BYTES = 64 * 1024 * 1024
 """The shipped rows are 2.6 MB as text (0.2 MB gzip); 64 MiB leaves 25x room, compressed or not."""
 
@@ -145,6 +155,44 @@ def load_measurements(folder: Path) -> pd.DataFrame:
     disagg = rows["decode_batch_size"] * rows["decode_num_workers"].fillna(1.0) \
         * rows["decode_attention_dp_size"].fillna(1.0).clip(lower=1.0)
     rows["concurrency"] = stated.fillna(agg).fillna(disagg)
+    return _with_published_deployments(rows, folder)
+
+
+def _deployments_path(folder: Path) -> Path:
+    """``DEPLOYMENTS_FILE`` of ``folder``, else the shipped one."""
+    own = folder / DEPLOYMENTS_FILE
+    return own if own.is_file() else Path(str(resources.files("paraplan.data") / PACKAGED_FOLDER / DEPLOYMENTS_FILE))
+
+
+def _with_published_deployments(rows: pd.DataFrame, folder: Path) -> pd.DataFrame:
+    """``rows`` with each published deployment (``DEPLOYMENTS_FILE``) in place of the row's own columns, its source in
+    ``deployment_source`` ('' where the row's own columns stand) and its MTP draft tokens in ``SPECULATIVE_TOKENS``."""
+    rows[SPECULATIVE_TOKENS], rows["deployment_source"] = 0.0, ""
+    path = _deployments_path(folder)
+    if "id" not in rows or not path.is_file():
+        return rows
+    try:
+        published = pd.read_csv(StringIO(decode_user_text(read_user_bytes(path, MAX_MEASUREMENTS_BYTES,
+                                                                          "published deployments"), str(path))))
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
+        raise InputError(one_line(f"{path}: not a CSV of published deployments ({exc})")) from None
+    needed = ("id", "deployment_source", *DEPLOYMENT_COLUMNS, SPECULATIVE_TOKENS)
+    missing = [c for c in needed if c not in published.columns]
+    if missing:
+        raise InputError(one_line(f"{path}: lacks the columns {', '.join(missing)}"))
+    numbers = published[[*DEPLOYMENT_COLUMNS, SPECULATIVE_TOKENS]].apply(pd.to_numeric, errors="coerce")
+    if numbers.isna().any().any() or (numbers[list(DEPLOYMENT_COLUMNS)] < 1).any().any() \
+            or (numbers[SPECULATIVE_TOKENS] < 0).any() or published["id"].duplicated().any():
+        raise InputError(one_line(f"{path}: every deployment column must be a whole number >= 1, "
+                                  f"{SPECULATIVE_TOKENS} >= 0, and each id listed once"))
+    position = pd.Series(np.arange(len(rows)), index=rows["id"].astype(str))
+    found = published["id"].astype(str).isin(position.index).to_numpy()
+    at = position.loc[published["id"].astype(str)[found]].to_numpy()
+    for column in (*DEPLOYMENT_COLUMNS, SPECULATIVE_TOKENS):
+        rows[column] = rows[column].astype(float)
+        rows.iloc[at, rows.columns.get_loc(column)] = numbers[column].to_numpy(dtype=float)[found]
+    sources = published["deployment_source"].astype(str).to_numpy()[found]
+    rows.iloc[at, rows.columns.get_loc("deployment_source")] = sources
     return rows
 
 
@@ -347,22 +395,41 @@ PREDICTED = ("tpot_steady_s", "tpot_burst_s", "ttft_steady_s", "ttft_burst_s")
 
 
 def _group_keys(rows: pd.DataFrame, store: Path | None) -> list[pd.Series]:
-    """(model, system, engine, gemm mode, MoE mode, mode[, engine version]): one cost-model call each; the engine
-    version splits groups only where a store's tables are priced per version."""
+    """(model, system, engine, gemm mode, MoE mode, mode, MTP draft tokens[, engine version]): one cost-model call
+    each; the engine version splits groups only where a store's tables are priced per version."""
     gemm = rows["gemm_quant_mode"].fillna("bf16")
     keys = [rows["model_path"], rows["system"], rows["backend"], gemm, rows["moe_quant_mode"].fillna(gemm),
-            rows["mode"]]
+            rows["mode"], rows[SPECULATIVE_TOKENS] if SPECULATIVE_TOKENS in rows else pd.Series(0.0, index=rows.index)]
     if store is not None and "backend_version" in rows:
         keys.append(rows["backend_version"].fillna("").astype(str))
     return keys
 
 
+MTP_ACCEPTANCE = 0.65
+"""Probability that each MTP draft token is accepted, given the ones before it were, in the InferenceX sweeps that ran
+MTP (DeepSeek-R1 on TensorRT-LLM, 1-3 draft tokens, random prompts): a property of the benchmark's prompts and the
+model's outputs, which no row states. Fitted: ``python bench/mtp_acceptance.py`` prices the rows with MTP at 0.50 to
+0.85 and takes the lowest median |log error| of TPOT; fitted on the rows with 3 draft tokens alone it predicts those
+with 1 (a different function of it) within a few per cent (tests/test_inferencex_deployments.py). DeepSeek-V3's report
+measured 85-90% for its second token on natural text (arXiv:2412.19437, section 5.4.3)."""
+
+
+def _speculating(engine: EngineTraits, model: ModelSpec, drafted: float, acceptance: float) -> EngineTraits:
+    """``engine`` drafting ``drafted`` MTP tokens a step at ``acceptance`` (unchanged at 0 tokens)."""
+    if not drafted > 0:
+        return engine
+    spec = Speculation(method="mtp", num_tokens=int(drafted), acceptance_frac=acceptance)
+    check_speculation(model, spec)
+    return replace(engine, speculation=spec)
+
+
 def predict_rows(rows: pd.DataFrame, folder: Path, engines: dict[str, EngineTraits] | None = None,
-                 store: Path | None = None) -> pd.DataFrame:
+                 store: Path | None = None, mtp_acceptance: float = MTP_ACCEPTANCE) -> pd.DataFrame:
     """Per row: predicted TPOT and the two TTFT parts (steady, first-wave burst; without the per-request
     overhead), NaN with a ``reason`` where not covered. Grouped so each call prices one model, GPU, engine
     and quantization, vectorized over the group's deployments. ``store``: a profile store whose aiconfigurator
-    tables price the terms they cover (``cost_models.serving_kernel_source``)."""
+    tables price the terms they cover (``cost_models.serving_kernel_source``). Rows whose published deployment ran MTP
+    (``SPECULATIVE_TOKENS``) draft at ``mtp_acceptance``."""
     engines = engines or ENGINE_TRAITS
     out = rows.copy()
     for column in PREDICTED:
@@ -370,7 +437,7 @@ def predict_rows(rows: pd.DataFrame, folder: Path, engines: dict[str, EngineTrai
     out["reason"] = ""
     models: dict[str, ModelSpec | str] = {}
     groups = rows.groupby(_group_keys(rows, store)).groups
-    for (repo, system, backend, gemm_mode, moe_mode, *_), index in groups.items():
+    for (repo, system, backend, gemm_mode, moe_mode, _, drafted, *_), index in groups.items():
         if repo not in models:
             path = _config_path(folder, repo)
             try:
@@ -383,7 +450,8 @@ def predict_rows(rows: pd.DataFrame, folder: Path, engines: dict[str, EngineTrai
                 raise InputError(loaded)
             moe_mode = checkpoint_moe_mode(loaded, moe_mode)
             cluster = _with_kernels(_cluster(system), store, rows.loc[index], loaded, gemm_mode, moe_mode)
-            values = _predict_group(rows.loc[index], loaded, cluster, engines[backend], gemm_mode, moe_mode)
+            engine = _speculating(engines[backend], loaded, drafted, mtp_acceptance)
+            values = _predict_group(rows.loc[index], loaded, cluster, engine, gemm_mode, moe_mode)
             out.loc[index, list(PREDICTED)] = values.T
         except InputError as exc:
             out.loc[index, "reason"] = str(exc)[:200]
@@ -522,23 +590,30 @@ def _sync_index(grid: OverheadGrid, waves: float, tpot_s: np.ndarray, engines: d
 
 
 def deployment_stated(rows: pd.DataFrame) -> np.ndarray:
-    """Per row: whether it states the deployment it measured: every aggregated row, and a disaggregated one that
-    states its prefill and decode worker counts. A disaggregated row without them is priced at a guessed split
-    (``UNSTATED_PREFILL_UTILISATION``), and those of one sweep ran settings no column records (MTP above all)."""
+    """Per row: whether its deployment is known: every aggregated row, and a disaggregated one whose prefill and
+    decode worker counts the row states or InferenceX published (``DEPLOYMENTS_FILE``). A disaggregated row without
+    them is priced at a guessed split (``UNSTATED_PREFILL_UTILISATION``), and its sweep may have run MTP unrecorded."""
     disagg = (rows["mode"] == "disagg").to_numpy()
     counts = rows["prefill_num_workers"].notna().to_numpy() & rows["decode_num_workers"].notna().to_numpy()
     return ~disagg | counts
 
 
+def speculating(rows: pd.DataFrame) -> np.ndarray:
+    """Per row: whether its deployment drafted MTP tokens (priced at the fitted ``MTP_ACCEPTANCE``)."""
+    if SPECULATIVE_TOKENS not in rows:
+        return np.zeros(len(rows), dtype=bool)
+    return rows[SPECULATIVE_TOKENS].to_numpy(dtype=float) > 0
+
+
 def fit_constants(grid: OverheadGrid, mask: np.ndarray) -> FittedConstants:
     """Constants fitted on the covered rows in ``mask`` that state their deployment (``deployment_stated``: a
-    fitted engine constant must not absorb what a guessed worker split or an unrecorded setting gets wrong; those
-    rows are still predicted and reported): for each benchmark wave count, the DP sync (``_sync_index``)
-    and per engine the step overhead with the lowest mean |log error| of TPOT (``step_overhead_index``), then the
-    request overhead with the lowest median |log error| of TTFT; the wave count whose TPOT and TTFT median
-    |log error| sum lowest wins."""
+    fitted engine constant must not absorb what a guessed worker split or an unrecorded setting gets wrong) and
+    that ran no MTP (whose acceptance is fitted on its own); the others are still predicted and reported: for each
+    benchmark wave count, the DP sync (``_sync_index``) and per engine the step overhead with the lowest mean |log
+    error| of TPOT (``step_overhead_index``), then the request overhead with the lowest median |log error| of TTFT;
+    the wave count whose TPOT and TTFT median |log error| sum lowest wins."""
     rows = grid.rows
-    mask = mask & (rows["reason"] == "").to_numpy() & deployment_stated(rows)
+    mask = mask & (rows["reason"] == "").to_numpy() & deployment_stated(rows) & ~speculating(rows)
     tpot_s, ttft_s = rows["silicon_tpot_ms"].to_numpy() / 1e3, rows["silicon_ttft_ms"].to_numpy() / 1e3
     engines = {e: mask & (rows["backend"] == e).to_numpy() for e in ENGINE_TRAITS}
     best_score, best = np.inf, None
@@ -629,11 +704,15 @@ def moe_rows(rows: pd.DataFrame, folder: Path) -> np.ndarray:
 
 def slice_masks(rows: pd.DataFrame, moe: np.ndarray) -> dict[str, np.ndarray]:
     """The slices issue 32 states targets for: each engine, aggregated rows, disaggregated rows with and without
-    their worker counts, dense and MoE models."""
+    their worker counts (and of those with, the ones InferenceX published, and the ones that ran MTP), dense and MoE
+    models."""
     disagg = (rows["mode"] == "disagg").to_numpy()
     stated = disagg & deployment_stated(rows)
     engines = {str(e): (rows["backend"] == e).to_numpy() for e in sorted(rows["backend"].unique())}
+    published = (rows["deployment_source"] != "").to_numpy() if "deployment_source" in rows else np.zeros_like(disagg)
     return {**engines, "aggregated": ~disagg, "disaggregated, worker counts stated": stated,
+            "disaggregated, deployment published by InferenceX": published,
+            "disaggregated with MTP (acceptance fitted)": speculating(rows),
             "disaggregated, worker counts not stated": disagg & ~stated, "dense models": ~moe, "MoE models": moe}
 
 

@@ -283,8 +283,9 @@ def serving_document_of(served: ServedModel, problem: ServingProblem, result: Se
 
 PROVENANCE = ("analytical serving model (cost_models/inference_step.py, serving.py) at the GPUs' kernel fractions "
               "(hardware_profiles/run_factor.py); engine step and request overheads and the attention-DP step sync "
-              "fitted to the 3,893 of 5,221 measured deployments that state them (aiconfigurator 0.12 silicon sample): "
-              "TPOT median |error| 17.6% in sample, 18.8% leave-one-model-out; TTFT 37.6% / 39.6% over all 5,221 "
+              "fitted to the 4,316 of 5,221 measured deployments that state them without MTP (aiconfigurator 0.12 "
+              "silicon sample; 663 with InferenceX's published deployments): "
+              "TPOT median |error| 14.6% in sample, 16.6% leave-one-model-out; TTFT 36.8% / 39.7% over all 5,221 "
               "(paraplan validate --serving; "
               "docs/serving.md)")
 """Quoted figures: ``tests/test_serving_validation.py`` checks them against ``validate --serving``."""

@@ -1,0 +1,149 @@
+"""InferenceX's published deployments for the disaggregated serving rows that state none
+(``data/serving/inferencex_deployments.csv``), and the MTP those deployments ran, priced at one fitted acceptance."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import assert_bad_input
+from typer.testing import CliRunner
+
+from paraplan.cli.app import app
+from paraplan.errors import InputError
+from paraplan.validation.serving_runs import (
+    DEPLOYMENT_COLUMNS,
+    DEPLOYMENTS_FILE,
+    MTP_ACCEPTANCE,
+    SPECULATIVE_TOKENS,
+    deployment_stated,
+    load_measurements,
+    predict_rows,
+    speculating,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from mtp_acceptance import best, tpot_errors  # the fit's own code, so test and benchmark cannot drift
+
+B200_FP8_MTP_ROW = "2026_03_25_deepseek_r1_b200_sxm_trtllm_fp8_disagg_1024x1024_c8_tp8_0_ep8_0_392"
+"""DeepSeek-R1 fp8 on B200 under Dynamo + TensorRT-LLM, 1k/1k at concurrency 8 (TPOT 3.52 ms): the row states two
+8-GPU pools and nothing else."""
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    with resources.as_file(resources.files("paraplan.data") / "serving") as folder:
+        yield folder
+
+
+@pytest.fixture(scope="module")
+def published(shipped) -> pd.DataFrame:
+    return pd.read_csv(shipped / DEPLOYMENTS_FILE)
+
+
+@pytest.fixture(scope="module")
+def rows(shipped) -> pd.DataFrame:
+    return load_measurements(shipped)
+
+
+def test_a_hand_read_deployment(published):
+    """InferenceX's nvidia-master.yaml (commit 12ba0ae07, key dsr1-fp8-b200-dynamo-trt, ISL/OSL 1024, conc-list [8],
+    read by hand): spec-decoding mtp, recipe ctx1_gen8_tp8_batch1_eplb0_mtp3_8.yaml; prefill 1 worker, tp 8, ep 8,
+    dp-attn true; decode 8 workers, tp 8, ep 1, dp-attn false."""
+    row = published.set_index("id").loc[B200_FP8_MTP_ROW]
+    assert "dsr1-fp8-b200-dynamo-trt" in row["deployment_source"] and "Apache-2.0" in row["licence"]
+    assert [int(row[c]) for c in DEPLOYMENT_COLUMNS] == [1, 1, 8, 1, 8,  # prefill: attention DP 8, experts EP 8
+                                                         8, 8, 1, 8, 1]  # decode: 8 workers of attention TP 8, MoE TP 8
+    assert row[SPECULATIVE_TOKENS] == 3
+
+
+def test_every_published_deployment_is_an_unstated_row_with_its_own_gpu_counts(shipped, published):
+    """Each id is one disaggregated row without worker counts; each pool keeps the row's GPU count (tp x dp = the
+    row's tp_size, moe_tp x moe_ep = the same GPUs); every row names its source and licence."""
+    original = pd.read_csv(shipped / "serving_runs.csv.gz").set_index("id")
+    assert published["id"].is_unique and len(published) == 663
+    mine = original.loc[published["id"]]
+    assert (mine["mode"] == "disagg").all() and mine["prefill_num_workers"].isna().all()
+    for pool in ("prefill", "decode"):
+        gpus = (published[f"{pool}_tp_size"] * published[f"{pool}_attention_dp_size"]).to_numpy()
+        assert np.array_equal(gpus, mine[f"{pool}_tp_size"].to_numpy())
+        assert np.array_equal(gpus, (published[f"{pool}_moe_tp_size"] * published[f"{pool}_moe_ep_size"]).to_numpy())
+    assert published["deployment_source"].str.startswith("SemiAnalysisAI/InferenceX").all()
+    assert (published["licence"].str.len() > 0).all()
+    assert sorted(published[SPECULATIVE_TOKENS].unique()) == [0, 1, 2, 3]
+
+
+def test_loading_puts_the_published_deployment_in_place_of_the_rows_own(rows, published):
+    row = rows.set_index("id").loc[B200_FP8_MTP_ROW]
+    assert (row["decode_num_workers"], row["decode_moe_ep_size"], row[SPECULATIVE_TOKENS]) == (8, 1, 3)
+    listed = rows["id"].isin(published["id"]).to_numpy()
+    assert listed.sum() == 663
+    assert (rows.loc[listed, "deployment_source"] != "").all() and (rows.loc[~listed, "deployment_source"] == "").all()
+    assert (rows.loc[~listed, SPECULATIVE_TOKENS] == 0).all()
+    stated = deployment_stated(rows)
+    assert stated[listed].all()
+    assert int(speculating(rows).sum()) == 240 and not speculating(rows)[~listed].any()
+
+
+def test_one_acceptance_explains_one_and_three_draft_tokens():
+    """The shipped acceptance is the fit over every MTP row; fitted on the 174 rows with 3 drafts alone it is the
+    same, and the 53 rows with 1 draft (expected tokens 1 + A rather than (1 - A^4)/(1 - A)) come out within 10%
+    median |error| at it, with a bias below 3% (measured: 9.1%, -0.0%)."""
+    mtp, errors = tpot_errors()
+    drafts = mtp[SPECULATIVE_TOKENS].to_numpy()
+    assert best(errors, np.ones(len(mtp), dtype=bool)) == MTP_ACCEPTANCE
+    assert best(errors, drafts == 3) == MTP_ACCEPTANCE
+    one = errors[MTP_ACCEPTANCE][drafts == 1]
+    assert np.median(np.abs(one)) < 0.10 and abs(np.median(one)) < 0.03
+    assert np.median(np.abs(errors[MTP_ACCEPTANCE])) < 0.10  # the fit itself: 8.6% over the 240 rows
+
+
+def test_tpot_falls_as_acceptance_rises_and_drafting_nothing_costs(rows, shipped):
+    """Metamorphic: a row's predicted TPOT falls strictly as the acceptance rises (more tokens a step, same verify
+    pass), and at acceptance 0 the 3-token drafts and 4-token verify are pure cost over the same deployment without
+    MTP."""
+    row = rows[rows["id"] == B200_FP8_MTP_ROW]
+    tpot = [float(predict_rows(row, shipped, mtp_acceptance=a)["tpot_steady_s"].iloc[0]) for a in (0.0, 0.4, 0.65, 0.9)]
+    assert all(a > b for a, b in zip(tpot, tpot[1:], strict=False)), tpot
+    plain = row.assign(**{SPECULATIVE_TOKENS: 0.0})
+    assert float(predict_rows(plain, shipped)["tpot_steady_s"].iloc[0]) < tpot[0]
+
+
+def _folder_with(tmp_path: Path, shipped: Path, text: str) -> Path:
+    shutil.copy(shipped / "serving_runs.csv.gz", tmp_path / "serving_runs.csv.gz")
+    (tmp_path / DEPLOYMENTS_FILE).write_text(text)
+    return tmp_path
+
+
+HEADER = "id,deployment_source," + ",".join(DEPLOYMENT_COLUMNS) + f",{SPECULATIVE_TOKENS}\n"
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("id,deployment_source\nx,y\n", "lacks the columns prefill_num_workers"),
+    (HEADER + f"{B200_FP8_MTP_ROW},s," + ",".join(["1"] * 9) + ",x,0\n", "whole number >= 1"),
+    (HEADER + f"{B200_FP8_MTP_ROW},s," + ",".join(["1"] * 10) + ",-1\n", "whole number >= 1"),
+    (HEADER + f"{B200_FP8_MTP_ROW},s," + ",".join(["0"] * 10) + ",0\n", "whole number >= 1"),
+    (HEADER + (f"{B200_FP8_MTP_ROW},s," + ",".join(["1"] * 10) + ",0\n") * 2, "each id listed once"),
+    ('a,b\n"1,2\n', "not a CSV of published deployments"),
+])
+def test_a_bad_deployments_file_is_one_line(tmp_path, shipped, text, needle):
+    folder = _folder_with(tmp_path, shipped, text)
+    with pytest.raises(InputError, match=needle):
+        load_measurements(folder)
+    result = CliRunner().invoke(app, ["validate", "--serving", "--serving-data", str(folder)])
+    assert_bad_input(result, DEPLOYMENTS_FILE)
+
+
+def test_a_folders_own_file_replaces_the_shipped_one(tmp_path, shipped):
+    """A data folder's own deployments file is read instead of the shipped one: here one row, 2 decode workers, no
+    MTP; every other row keeps its own columns."""
+    folder = _folder_with(tmp_path, shipped, HEADER + f"{B200_FP8_MTP_ROW},mine,1,8,1,8,1,2,8,1,8,1,0\n")
+    mine = load_measurements(folder)
+    row = mine.set_index("id").loc[B200_FP8_MTP_ROW]
+    assert (row["decode_num_workers"], row["deployment_source"], row[SPECULATIVE_TOKENS]) == (2, "mine", 0)
+    assert (mine["deployment_source"] != "").sum() == 1
