@@ -28,7 +28,8 @@ def tpot_errors(grid: tuple[float, ...] = GRID) -> tuple[pd.DataFrame, dict[floa
         errors = {}
         for acceptance in grid:
             out = sr.predict_rows(rows, folder, mtp_acceptance=acceptance)
-            tpot_s = sr._mix(out["tpot_steady_s"].to_numpy(), out["tpot_burst_s"].to_numpy(), BENCHMARK_WAVES)
+            waves = sr._row_waves(rows, BENCHMARK_WAVES)
+            tpot_s = sr._mix(out["tpot_steady_s"].to_numpy(), out["tpot_burst_s"].to_numpy(), waves)
             errors[acceptance] = tpot_s * 1e3 / rows["silicon_tpot_ms"].to_numpy() - 1.0
     return rows, errors
 

@@ -163,7 +163,7 @@ DP_SYNC_S = 3.0e-3
 ENGINE_TRAITS: dict[str, EngineTraits] = {
     "vllm": EngineTraits(
         name="vllm", memory_frac=0.9, budget="profiled", max_batched_tokens=8192, reserves_full_length=False,
-        max_running=1024, step_overhead_s=2.5e-3, request_overhead_s=60e-3, dp_sync_s=DP_SYNC_S,
+        max_running=1024, step_overhead_s=2.5e-3, request_overhead_s=80e-3, dp_sync_s=DP_SYNC_S,
         source="vLLM 0.11-0.19 CacheConfig.gpu_memory_utilization 0.9; V1 online serving on >=70 GiB GPUs: "
                "max_num_batched_tokens 8192, max_num_seqs 1024"),
     "sglang": EngineTraits(
@@ -174,7 +174,7 @@ ENGINE_TRAITS: dict[str, EngineTraits] = {
                "GPUs), chunked_prefill_size 8192 (divided by dp_size under DP attention)"),
     "trtllm": EngineTraits(
         name="trtllm", memory_frac=0.9, budget="free", max_batched_tokens=8192, reserves_full_length=True,
-        max_running=2048, step_overhead_s=1.5e-3, request_overhead_s=120e-3, dp_sync_s=DP_SYNC_S,
+        max_running=2048, step_overhead_s=1.5e-3, request_overhead_s=160e-3, dp_sync_s=DP_SYNC_S,
         balances_dp_admission=True,
         source="TensorRT-LLM 1.x KvCacheConfig.free_gpu_memory_fraction 0.9; max_num_tokens 8192, max_batch_size 2048; "
                "attention_dp_config.enable_balance as in NVIDIA's DeepSeek-R1 serving recipes"),
@@ -608,7 +608,7 @@ BENCHMARK_WAVES = 5.0
 """Default number of request waves a fixed-concurrency benchmark runs (requests sent / concurrency); the
 first wave arrives at once and is prefilled before it decodes. A benchmark-protocol input of
 ``aggregated``/``disaggregated``: inf gives the pure steady state. validation/serving_runs.py fits it (one global
-constant) to the measured TTFTs and TPOTs."""
+constant) to the measured TTFTs and TPOTs of the rows whose benchmark does not state it (InferenceX's state 10)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -711,7 +711,11 @@ def disaggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, 
     wait = utilisation * one / (2.0 * (1.0 - utilisation))
     queued = np.maximum(per_rank - batch, 0.0) / batch * lifetime
     transfer = kv_transfer_s(model, cluster, prec, prefill, isl)
-    steady = one + wait + transfer + queued
+    # Closed loop: a prefill pool slower than the decode pool's demand holds the rest of the concurrency in its
+    # queue; by Little's law (concurrency = served rate x (TTFT + lifetime)) the TTFT is concurrency / capacity
+    # minus a request's decode lifetime, wherever that exceeds the open-queue estimate.
+    saturated = concurrency * one / servers - lifetime
+    steady = np.maximum(one + wait, saturated) + transfer + queued
     burst = burst_ttft_s(model, cluster, engine, prec, prefill, isl, concurrency / servers) + transfer + queued
     return ServingLatency(ttft_steady_s=steady, ttft_burst_s=burst, tpot_steady_s=step, tpot_burst_s=step,
                           running_batch=batch,

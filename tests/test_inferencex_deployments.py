@@ -91,16 +91,16 @@ def test_loading_puts_the_published_deployment_in_place_of_the_rows_own(rows, pu
 
 
 def test_one_acceptance_explains_one_and_three_draft_tokens():
-    """The shipped acceptance is the fit over every MTP row; fitted on the 174 rows with 3 drafts alone it is the
-    same, and the 53 rows with 1 draft (expected tokens 1 + A rather than (1 - A^4)/(1 - A)) come out within 10%
-    median |error| at it, with a bias below 3% (measured: 9.1%, -0.0%)."""
+    """The shipped acceptance is the fit over every MTP row; fitted on the 174 rows with 3 drafts alone it is within
+    one grid step of it (0.60), and the 53 rows with 1 draft (expected tokens 1 + A rather than (1 - A^4)/(1 - A))
+    come out within 10% median |error| at the shipped value, with a bias below 3% (measured: 9.7%, -2.3%)."""
     mtp, errors = tpot_errors()
     drafts = mtp[SPECULATIVE_TOKENS].to_numpy()
     assert best(errors, np.ones(len(mtp), dtype=bool)) == MTP_ACCEPTANCE
-    assert best(errors, drafts == 3) == MTP_ACCEPTANCE
+    assert abs(best(errors, drafts == 3) - MTP_ACCEPTANCE) <= 0.05 + 1e-9
     one = errors[MTP_ACCEPTANCE][drafts == 1]
     assert np.median(np.abs(one)) < 0.10 and abs(np.median(one)) < 0.03
-    assert np.median(np.abs(errors[MTP_ACCEPTANCE])) < 0.10  # the fit itself: 8.6% over the 240 rows
+    assert np.median(np.abs(errors[MTP_ACCEPTANCE])) < 0.10  # the fit itself: 8.9% over the 240 rows
 
 
 def test_tpot_falls_as_acceptance_rises_and_drafting_nothing_costs(rows, shipped):
@@ -147,3 +147,22 @@ def test_a_folders_own_file_replaces_the_shipped_one(tmp_path, shipped):
     row = mine.set_index("id").loc[B200_FP8_MTP_ROW]
     assert (row["decode_num_workers"], row["deployment_source"], row[SPECULATIVE_TOKENS]) == (2, "mine", 0)
     assert (mine["deployment_source"] != "").sum() == 1
+
+
+def test_inferencex_rows_carry_their_benchmarks_protocol(rows):
+    """The 3,368 InferenceX rows (its API's ``wip`` field in the source note) ran ten waves of requests with lengths
+    uniform in [0.8 L, L]: stated waves 10, mean lengths 0.9 x stated; every other row states neither."""
+    inferencex = rows["silicon_data_source"].str.contains("wip=", regex=False).to_numpy()
+    assert inferencex.sum() == 3368
+    assert (rows.loc[inferencex, "stated_waves"] == 10.0).all() and rows.loc[~inferencex, "stated_waves"].isna().all()
+    assert (rows.loc[inferencex, "length_scale"] == 0.9).all() and (rows.loc[~inferencex, "length_scale"] == 1.0).all()
+    assert rows.loc[rows["id"] == B200_FP8_MTP_ROW, "stated_waves"].item() == 10.0
+
+
+def test_a_length_scale_prices_the_mean_lengths(rows, shipped):
+    """Exact: a row at length scale 0.9 is priced as the same row stating 0.9 x its lengths at scale 1."""
+    row = rows[rows["id"] == B200_FP8_MTP_ROW]
+    scaled = row.assign(isl=row["isl"] * 0.9, osl=row["osl"] * 0.9, length_scale=1.0)
+    a, b = predict_rows(row, shipped), predict_rows(scaled, shipped)
+    for column in ("tpot_steady_s", "tpot_burst_s", "ttft_steady_s", "ttft_burst_s"):
+        assert a[column].item() == b[column].item(), column

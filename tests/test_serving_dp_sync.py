@@ -136,3 +136,26 @@ def test_serve_states_the_host_time_of_each_plans_decode_step(tmp_path, model, g
         assert estimate["dp_sync_s"] == (traits.dp_sync_s if synced else 0.0)
         assert estimate["step_overhead_s"] == pytest.approx(traits.step_overhead_s + estimate["dp_sync_s"], rel=1e-12)
     assert any(p["pools"][-1]["dp_attention"] > 1 for p in plans) == (model == "deepseek-v3")
+
+
+def test_a_prefill_pool_slower_than_demand_holds_the_rest_of_the_concurrency(h100):
+    """Closed loop (Little's law): one prefill rank serving a prompt in ``one`` seconds admits at most 1/one requests
+    a second, so with C in flight a request spends C·one in all; its decode lifetime osl·step is the rest, and the
+    prefill queue holds TTFT = C·one − osl·step (+ the KV transfer), above the open M/D/1 wait once C·one exceeds
+    the lifetime. Below that the open queue stands."""
+    from paraplan.cost_models.serving import kv_transfer_s
+
+    model = small_moe()
+    prefill, decode = Sharding.of(1), Sharding.of(1, dp=8, moe_ep=8)
+    kw = dict(prefill_workers=1.0, decode_workers=1.0, isl=8000.0, osl=16.0)
+    many = disaggregated(model, h100, NO_SYNC, BF16, prefill, decode, concurrency=256.0, **kw)
+    transfer = float(kv_transfer_s(model, h100, BF16, prefill, 8000.0))
+    one, lifetime = float(many.prefill_s), 16.0 * float(many.decode_step_s)
+    assert float(many.running_batch) == 32.0  # every request fits: nothing queues at the decode pool
+    assert 256.0 * one > 2.0 * lifetime  # saturated: the prefill rank is the bottleneck
+    assert float(many.ttft_steady_s) == pytest.approx(256.0 * one - lifetime + transfer, rel=1e-9)
+    few = disaggregated(model, h100, NO_SYNC, BF16, prefill, decode, concurrency=1.0, **kw)
+    utilisation = 1.0 / (16.0 * float(few.decode_step_s)) * float(few.prefill_s)
+    assert utilisation < 0.95  # one request in flight: the open queue's M/D/1 wait, not the closed loop's
+    wait = utilisation * float(few.prefill_s) / (2.0 * (1.0 - utilisation))
+    assert float(few.ttft_steady_s) == pytest.approx(float(few.prefill_s) + wait + transfer, rel=1e-9)

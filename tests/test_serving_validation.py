@@ -91,13 +91,15 @@ def test_table_has_one_row_per_engine_gpu_mode(report):
 
 
 def test_accuracy_does_not_regress(report):
-    """Bounds at the accuracy reached when this was written (docs/serving.md), so a change that loses accuracy fails."""
+    """Bounds at the accuracy reached when this was written (docs/serving.md), so a change that loses accuracy fails.
+    TTFT's bound rose once, by choice: InferenceX's rows are priced at the ten waves their client sends (the fitted
+    five had weighed the first wave's burst double and covered steady-state TTFTs put too low): 37.6% -> 41.7%."""
     overall = report.table[report.table["backend"] == "all"].iloc[0]
-    assert overall["tpot_median_err"] <= 0.185  # 17.6% (fitted on the rows that state their deployment)
-    assert overall["ttft_median_err"] <= 0.39  # 37.6%
-    for tpot, ttft in report.held_out.values():  # by model 18.8 / 39.6%, by GPU 18.2 / 40.8%
-        assert np.isfinite(tpot) and tpot <= 0.20
-        assert np.isfinite(ttft) and ttft <= 0.42
+    assert overall["tpot_median_err"] <= 0.155  # 14.7% (InferenceX's published deployments and protocol)
+    assert overall["ttft_median_err"] <= 0.43  # 41.7%
+    for tpot, ttft in report.held_out.values():  # by model 16.0 / 42.9%, by GPU 15.3 / 43.6%
+        assert np.isfinite(tpot) and tpot <= 0.17
+        assert np.isfinite(ttft) and ttft <= 0.45
 
 
 def test_slices_partition_the_rows_and_name_the_issue_32_breakdowns(report):
@@ -120,7 +122,7 @@ def _slice(report, name: str) -> dict:
 
 
 def test_issue_32_disaggregated_rows_with_worker_counts(report):
-    """Issue 32: disaggregated rows that state their worker counts, TPOT median <= 15%: 11.4% over the 274 rows that
+    """Issue 32: disaggregated rows that state their worker counts, TPOT median <= 15%: 11.3% over the 274 rows that
     state them and the 663 whose deployment InferenceX published (10.7% over the 274 alone, before those were
     known; 12.5% before the constants were fitted on the rows that state their deployment; 14.5% without the
     attention-DP step sync; 15.5% at the training fractions)."""
@@ -139,7 +141,7 @@ def test_issue_32_disaggregated_rows_with_worker_counts_each_model_left_out(repo
 
 
 @pytest.mark.xfail(strict=True, reason="issue 31: aggregated rows, TPOT median <= 10% in sample and with each model "
-                                       "left out: 13.8% / 15.6% (12.2% / 14.6% priced from aiconfigurator's kernel "
+                                       "left out: 13.7% / 14.9% (12.2% / 14.6% priced from aiconfigurator's kernel "
                                        "tables; docs/serving.md). The worst cells: TRT-LLM on GB200 50.6% and H200 "
                                        "19.9%, SGLang on H100 40.6%; vLLM's aggregated rows read 8.4-17.2% by GPU")
 def test_issue_31_aggregated_tpot(report):

@@ -70,6 +70,16 @@ DEPLOYMENT_COLUMNS = tuple(f"{pool}_{axis}" for pool in ("prefill", "decode")
 """The columns a published deployment states (and replaces: the rows' decode columns repeat the prefill pool's)."""
 SPECULATIVE_TOKENS = "speculative_tokens"
 """MTP draft tokens a row's deployment ran per step (0: none); only published deployments state it."""
+INFERENCEX_MARK = "wip="
+"""The rows of SemiAnalysis' InferenceX benchmark (aiconfigurator's ``2026-03-25.csv`` and ``2026-04-06.csv`` sweeps,
+3,368 rows) carry its API's ``wip`` field in ``silicon_data_source``; no other row does."""
+INFERENCEX_WAVES = 10.0
+"""InferenceX sends ten requests per concurrency slot: ``--num-prompts $((CONC * 10))`` in every benchmark script
+of ``benchmarks/`` (SemiAnalysisAI/InferenceX, commit 12ba0ae07), so ten waves, the first a burst."""
+INFERENCEX_LENGTH_SCALE = 0.9
+"""InferenceX draws each prompt's input and output lengths uniformly from [0.8 L, L] (``RANDOM_RANGE_RATIO: 0.8``
+in its benchmark workflows; ``sample_uniform`` in ``utils/bench_serving/benchmark_serving.py``): the mean is 0.9 L of
+the stated ``isl`` and ``osl``."""
 MAX_MEASUREMENTS_BYTES = 64 * 1024 * 1024
 """The shipped rows are 2.6 MB as text (0.2 MB gzip); 64 MiB leaves 25x room, compressed or not."""
 
@@ -155,7 +165,30 @@ def load_measurements(folder: Path) -> pd.DataFrame:
     disagg = rows["decode_batch_size"] * rows["decode_num_workers"].fillna(1.0) \
         * rows["decode_attention_dp_size"].fillna(1.0).clip(lower=1.0)
     rows["concurrency"] = stated.fillna(agg).fillna(disagg)
-    return _with_published_deployments(rows, folder)
+    return _with_benchmark_protocol(_with_published_deployments(rows, folder))
+
+
+def _with_benchmark_protocol(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` with what their benchmark's published code states: ``stated_waves`` (requests sent / concurrency;
+    NaN where unknown, fitted) and ``length_scale`` (mean over stated input and output lengths; 1 where unknown)."""
+    inferencex = rows["silicon_data_source"].astype(str).str.contains(INFERENCEX_MARK, regex=False).to_numpy()
+    rows["stated_waves"] = np.where(inferencex, INFERENCEX_WAVES, np.nan)
+    rows["length_scale"] = np.where(inferencex, INFERENCEX_LENGTH_SCALE, 1.0)
+    return rows
+
+
+def _row_waves(rows: pd.DataFrame, waves: float) -> np.ndarray | float:
+    """Per row the benchmark's wave count: as its protocol states it (``stated_waves``), else ``waves``."""
+    if "stated_waves" not in rows:
+        return waves
+    stated = rows["stated_waves"].to_numpy(dtype=float)
+    return np.where(np.isfinite(stated), stated, waves)
+
+
+def _mean_lengths(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(mean input length, mean output length) of each row's requests: the stated ones x ``length_scale``."""
+    scale = rows["length_scale"].to_numpy(dtype=float) if "length_scale" in rows else 1.0
+    return rows["isl"].to_numpy(dtype=float) * scale, rows["osl"].to_numpy(dtype=float) * scale
 
 
 def _deployments_path(folder: Path) -> Path:
@@ -312,7 +345,7 @@ def _predict_group(rows: pd.DataFrame, model: ModelSpec, cluster: ClusterSpec,
     if STEP_OVERHEAD_COLUMN in rows:  # one overhead a deployment: numpy broadcasts it like a scalar
         engine = replace(engine, step_overhead_s=rows[STEP_OVERHEAD_COLUMN].to_numpy(dtype=float))
     prec = weight_precision(model, gemm_mode, moe_mode, _kv_dtype(engine.name, gemm_mode))
-    isl, osl = rows["isl"].to_numpy(dtype=float), rows["osl"].to_numpy(dtype=float)
+    isl, osl = _mean_lengths(rows)
     concurrency = rows["concurrency"].to_numpy(dtype=float)
     if rows["mode"].iloc[0] == "agg":
         shard = _sharding(rows, "", model)
@@ -335,7 +368,7 @@ def _group_shares(rows: pd.DataFrame, model: ModelSpec, cluster: ClusterSpec, ge
     agg = rows["mode"].iloc[0] == "agg"
     decode, prefill = (_sharding(rows, "", model),) * 2 if agg else \
         (_sharding(rows, "decode_", model), _sharding(rows, "prefill_", model))
-    isl, osl = rows["isl"].to_numpy(dtype=float), rows["osl"].to_numpy(dtype=float)
+    isl, osl = _mean_lengths(rows)
     batch = _stated(rows, "batch_size" if agg else "decode_batch_size", rows["concurrency"].to_numpy(dtype=float))
     context = isl + osl / 2.0
     step = step_time(model, cluster, prec, decode, tokens_per_rank=batch, sequences_per_rank=batch,
@@ -553,7 +586,7 @@ def _log_err(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
     return np.abs(np.log(predicted / measured))
 
 
-def _mix(steady: np.ndarray, burst: np.ndarray, waves: float) -> np.ndarray:
+def _mix(steady: np.ndarray, burst: np.ndarray, waves: float | np.ndarray) -> np.ndarray:
     """The mean over ``waves`` benchmark waves when the first is a burst and the rest run steady."""
     return steady + (burst - steady) / waves
 
@@ -581,8 +614,9 @@ def _sync_index(grid: OverheadGrid, waves: float, tpot_s: np.ndarray, engines: d
     """The DP sync of ``DP_SYNC_GRID_S`` whose TPOTs, each engine at its own best step overhead, have the lowest mean
     |log error| over every engine's rows (the DP sync is a per-step cost, fitted as the step overhead is)."""
     scores = []
+    waves_per_row = _row_waves(grid.rows, waves)
     for sync in range(grid.syncs):
-        tpot = _mix(grid.column("tpot_steady_s", sync), grid.column("tpot_burst_s", sync), waves)
+        tpot = _mix(grid.column("tpot_steady_s", sync), grid.column("tpot_burst_s", sync), waves_per_row)
         steps = _engine_steps(tpot, tpot_s, engines)
         errs = [_log_err(tpot[g, engines[e]], tpot_s[engines[e]]) for e, g in steps.items()]
         scores.append(np.mean(np.concatenate(errs)) if errs else np.inf)
@@ -619,8 +653,9 @@ def fit_constants(grid: OverheadGrid, mask: np.ndarray) -> FittedConstants:
     best_score, best = np.inf, None
     for waves in WAVES_GRID:
         sync = _sync_index(grid, waves, tpot_s, engines)
-        tpot = _mix(grid.column("tpot_steady_s", sync), grid.column("tpot_burst_s", sync), waves)
-        ttft = _mix(grid.column("ttft_steady_s", sync), grid.column("ttft_burst_s", sync), waves)
+        waves_per_row = _row_waves(rows, waves)
+        tpot = _mix(grid.column("tpot_steady_s", sync), grid.column("tpot_burst_s", sync), waves_per_row)
+        ttft = _mix(grid.column("ttft_steady_s", sync), grid.column("ttft_burst_s", sync), waves_per_row)
         step, request = dict.fromkeys(ENGINE_TRAITS, 0.0), dict.fromkeys(ENGINE_TRAITS, 0.0)
         tpot_errs, ttft_errs = [], []
         for engine, g in _engine_steps(tpot, tpot_s, engines).items():
@@ -646,8 +681,9 @@ def apply_constants(grid: OverheadGrid, constants: FittedConstants) -> pd.DataFr
     at = np.arange(len(rows))
     request = rows["backend"].map(constants.request_overhead_s).to_numpy(dtype=float)
     col = {c: grid.column(c, sync)[index, at] for c in PREDICTED}
-    rows["tpot_pred_s"] = _mix(col["tpot_steady_s"], col["tpot_burst_s"], constants.waves)
-    rows["ttft_pred_s"] = request + _mix(col["ttft_steady_s"], col["ttft_burst_s"], constants.waves)
+    waves = _row_waves(rows, constants.waves)
+    rows["tpot_pred_s"] = _mix(col["tpot_steady_s"], col["tpot_burst_s"], waves)
+    rows["ttft_pred_s"] = request + _mix(col["ttft_steady_s"], col["ttft_burst_s"], waves)
     return rows
 
 

@@ -285,7 +285,7 @@ PROVENANCE = ("analytical serving model (cost_models/inference_step.py, serving.
               "(hardware_profiles/run_factor.py); engine step and request overheads and the attention-DP step sync "
               "fitted to the 4,316 of 5,221 measured deployments that state them without MTP (aiconfigurator 0.12 "
               "silicon sample; 663 with InferenceX's published deployments): "
-              "TPOT median |error| 14.6% in sample, 16.6% leave-one-model-out; TTFT 36.8% / 39.7% over all 5,221 "
+              "TPOT median |error| 14.7% in sample, 16.0% leave-one-model-out; TTFT 41.7% / 42.9% over all 5,221 "
               "(paraplan validate --serving; "
               "docs/serving.md)")
 """Quoted figures: ``tests/test_serving_validation.py`` checks them against ``validate --serving``."""
