@@ -9,6 +9,11 @@ precision, image, sequence lengths and concurrency, in ``.github/configs/nvidia-
 worker counts, each pool's tensor/expert parallel degrees and attention DP, and speculative decoding (MTP, with the
 draft count in the recipe's name, ``..._mtp3.yaml``).
 
+The same file publishes its single-node (aggregated) runs, some with MTP: 2,040 aggregated rows of those sweeps state
+their parallelism but not that they drafted tokens. An aggregated row that exactly one published single-node
+deployment matches (model, GPU, engine, precision, image, ISL/OSL, concurrency in the entry's range, tensor
+parallelism) and that ran MTP gains its draft count (``AGGREGATED_MTP_DRAFTS``); its own columns stand.
+
 Every version of that file from November 2025 to April 2026 is read; a row takes a published deployment when exactly
 one matches its model, GPU, engine, precision, image, ISL/OSL and concurrency, its pools' GPU counts and its prefill
 expert parallelism. Rows that match none, or several that differ (most often the same point run with and without MTP),
@@ -26,6 +31,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -37,14 +43,24 @@ SINCE, UNTIL = "2025-11-01", "2026-05-01"
 LICENCE = "Apache-2.0 (SemiAnalysisAI/InferenceX, LICENSE)"
 
 RUNNERS = {"b200-multinode": "b200_sxm", "b200": "b200_sxm", "b300": "b300_sxm", "gb200": "gb200", "gb300": "gb300",
-           "h100-multinode": "h100_sxm", "h200-multinode": "h200_sxm", "h200": "h200_sxm"}
-FRAMEWORKS = {"dynamo-trt": "trtllm", "dynamo-sglang": "sglang", "dynamo-vllm": "vllm"}
+           "h100-multinode": "h100_sxm", "h200-multinode": "h200_sxm", "h200": "h200_sxm", "h100": "h100_sxm",
+           "b200-trt": "b200_sxm", "b200-nvs": "b200_sxm", "h200-trt": "h200_sxm"}
+FRAMEWORKS = {"dynamo-trt": "trtllm", "dynamo-sglang": "sglang", "dynamo-vllm": "vllm", "trt": "trtllm",
+              "sglang": "sglang", "vllm": "vllm"}
 MODELS = {"dsr1": "deepseek-ai/DeepSeek-R1", "gptoss": "openai/gpt-oss-120b"}
+"""The model families matched. Qwen3.5's single-node MTP runs (``qwen3.5_fp8_b200_mtp.sh``, 3 draft steps) are not:
+paraplan's config reader does not read its ``mtp_num_hidden_layers``, so it could not price them."""
+AGGREGATED_MTP_DRAFTS = {("trtllm", "dsr1", False): 3, ("trtllm", "dsr1", True): 1, ("sglang", "dsr1", False): 2}
+"""MTP draft tokens of the single-node runs, (engine, model, attention DP) -> N, as their launch scripts state them in
+every version from January to April 2026 (``benchmarks/single_node/``): ``dsr1_fp{4,8}_b200_trt_mtp.sh`` and
+``dsr1_fp8_h200_trt_mtp.sh`` set ``num_nextn_predict_layers`` to 3, or 1 with attention DP; ``dsr1_fp8_b200_mtp.sh``
+runs SGLang's EAGLE with ``--speculative-num-steps 2`` (top-k 1, 3 draft tokens verified: two drafted a step)."""
 SINGLE_GPU_FITS = {"dsr1": False, "gptoss": True}
 """Whether one GPU can hold the model: DeepSeek-R1's 671 B parameters are 336 GB even at 4 bits, more than any GPU
 here (B300/GB300: 288 GB). The late-2025 SGLang GB200 entries list tp 1, ep 1 as placeholders and name their real
 layout only in comments and node counts (``PREFILL_NODES=4``, "DEP4"); a 1-GPU pool of such a model is skipped."""
 DEPLOYMENT = ("p_workers", "p_tp", "p_ep", "p_dp", "d_workers", "d_tp", "d_ep", "d_dp", "spec", "draft_tokens")
+AGGREGATED = ("tp", "ep", "dp", "spec", "draft_tokens")
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -59,28 +75,74 @@ def _draft_tokens(spec: str, settings: list[str]) -> float:
     return float(found.pop()) if len(found) == 1 else float("nan")
 
 
-def published_entries(repo: Path) -> pd.DataFrame:
-    """One row per (published deployment, concurrency) in any version of the config, with the commits it was in."""
+def _concurrencies(point: dict) -> list[float]:
+    """A search-space point's concurrencies: its ``conc-list``, else ``conc-start`` doubling up to ``conc-end``."""
+    if point.get("conc-list"):
+        return [float(c) for c in point["conc-list"]]
+    start, end = point.get("conc-start"), point.get("conc-end")
+    out = []
+    while isinstance(start, int) and isinstance(end, int) and 0 < start <= end:
+        out.append(float(start))
+        start *= 2
+    return out
+
+
+def _configs(repo: Path) -> list[tuple[str, str, dict]]:
+    """(commit, date, parsed config) of every version in the window."""
     log = _git(repo, "log", "--format=%h %cd", "--date=short", f"--after={SINCE}", f"--before={UNTIL}", "--", CONFIG)
+    return [(commit, date, yaml.safe_load(_git(repo, "show", f"{commit}:{CONFIG}")))
+            for commit, date in (line.split() for line in log.splitlines())]
+
+
+def _base(key: str, entry: dict, family: str, seq: dict) -> dict:
+    return dict(key=key, model_path=MODELS[family], system=RUNNERS[entry["runner"]],
+                backend=FRAMEWORKS[entry["framework"]], precision=entry["precision"],
+                image=str(entry["image"]).replace("#", "/"), isl=seq["isl"], osl=seq["osl"])
+
+
+def _family(key: str, entry: object) -> str | None:
+    """The model family of a config entry paraplan matches, or None."""
+    family = str(key).split("-")[0]
+    ok = isinstance(entry, dict) and family in MODELS and entry.get("runner") in RUNNERS \
+        and entry.get("framework") in FRAMEWORKS
+    return family if ok else None
+
+
+def aggregated_entries(configs: list[tuple[str, str, dict]]) -> pd.DataFrame:
+    """One row per (published single-node deployment, concurrency) in any version, with the commits it was in."""
     records: dict[tuple, dict] = {}
-    for line in log.splitlines():
-        commit, date = line.split()
-        config = yaml.safe_load(_git(repo, "show", f"{commit}:{CONFIG}"))
+    for commit, date, config in configs:
         for key, entry in config.items():
-            if not isinstance(entry, dict) or not entry.get("disagg"):
+            family = _family(key, entry)
+            if family is None or entry.get("disagg") or entry.get("multinode"):
                 continue
-            family = str(key).split("-")[0]
-            if family not in MODELS or entry.get("runner") not in RUNNERS or entry.get("framework") not in FRAMEWORKS:
+            for seq in entry.get("seq-len-configs", []):
+                for point in seq.get("search-space", []):
+                    spec, dp = str(point.get("spec-decoding", "none")), bool(point.get("dp-attn", False))
+                    backend = FRAMEWORKS[entry["framework"]]
+                    drafts = 0.0 if spec == "none" else float(AGGREGATED_MTP_DRAFTS.get((backend, family, dp), np.nan))
+                    for conc in _concurrencies(point):
+                        row = {**_base(key, entry, family, seq), "concurrency": conc, "tp": point.get("tp"),
+                               "ep": point.get("ep", 1), "dp": dp, "spec": spec, "draft_tokens": drafts}
+                        records.setdefault(tuple(row.items()), {**row, "commits": []})["commits"].append((commit, date))
+    return pd.DataFrame(list(records.values()))
+
+
+def published_entries(configs: list[tuple[str, str, dict]]) -> pd.DataFrame:
+    """One row per (published disaggregated deployment, concurrency) in any version, with the commits it was in."""
+    records: dict[tuple, dict] = {}
+    for commit, date, config in configs:
+        for key, entry in config.items():
+            family = _family(key, entry)
+            if family is None or not entry.get("disagg"):
                 continue
             for seq in entry.get("seq-len-configs", []):
                 for point in seq.get("search-space", []):
                     prefill, decode = point.get("prefill", {}), point.get("decode", {})
                     spec = str(point.get("spec-decoding", "none"))
                     settings = (prefill.get("additional-settings") or []) + (decode.get("additional-settings") or [])
-                    for conc in point.get("conc-list") or []:
-                        row = dict(key=key, model_path=MODELS[family], system=RUNNERS[entry["runner"]],
-                                   backend=FRAMEWORKS[entry["framework"]], precision=entry["precision"],
-                                   image=str(entry["image"]).replace("#", "/"), isl=seq["isl"], osl=seq["osl"],
+                    for conc in _concurrencies(point):
+                        row = dict(**_base(key, entry, family, seq),
                                    concurrency=float(conc), spec=spec, draft_tokens=_draft_tokens(spec, settings),
                                    p_workers=prefill.get("num-worker"), p_tp=prefill.get("tp"), p_ep=prefill.get("ep"),
                                    p_dp=bool(prefill.get("dp-attn")), d_workers=decode.get("num-worker"),
@@ -98,6 +160,44 @@ def _pool(prefix: str, workers: int, gpus: int, ep: int, dp_attention: bool) -> 
     return {f"{prefix}num_workers": workers, f"{prefix}tp_size": 1 if dp_attention else gpus,
             f"{prefix}attention_dp_size": gpus if dp_attention else 1, f"{prefix}moe_tp_size": gpus // ep,
             f"{prefix}moe_ep_size": ep}
+
+
+def _source(key: str, found: pd.DataFrame) -> str:
+    commits = sorted({c for cs in found["commits"] for c in cs}, key=lambda c: c[1])
+    return (f"SemiAnalysisAI/InferenceX {CONFIG} key {key}, commits {commits[0][0]} ({commits[0][1]}) to "
+            f"{commits[-1][0]} ({commits[-1][1]})")
+
+
+def _inferencex_rows(runs: pd.DataFrame, mode: str) -> pd.DataFrame:
+    rows = runs[(runs["mode"] == mode) & runs["silicon_data_source"].str.contains("wip=", regex=False)].copy()
+    rows["image"] = rows["silicon_data_source"].str.extract(r"image=([^;]+)")[0].str.replace("#", "/")
+    rows["concurrency"] = rows["silicon_data_source"].str.extract(r"silicon_concurrency=(\d+)")[0].astype(float)
+    return rows
+
+
+KEYS = ["model_path", "system", "backend", "precision", "image", "isl", "osl", "concurrency"]
+
+
+def match_aggregated(runs: pd.DataFrame, entries: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
+    """(the MTP draft count of each aggregated row that exactly one published single-node deployment matches and that
+    drafted tokens, counts of the outcomes)."""
+    rows = _inferencex_rows(runs, "agg")
+    joined = rows.reset_index().merge(entries, on=KEYS, how="inner")
+    joined = joined[joined["tp"] == joined["tp_size"]]
+    out, counts = [], {"rows": len(rows), "one": 0, "several": 0, "mtp": 0}
+    for _, found in joined.groupby("index"):
+        distinct = found.drop_duplicates(list(AGGREGATED))
+        if len(distinct) > 1:
+            counts["several"] += 1
+            continue
+        counts["one"] += 1
+        e = distinct.iloc[0]
+        if e["spec"] == "none" or pd.isna(e["draft_tokens"]):
+            continue
+        out.append({"id": e["id"], "deployment_source": _source(e["key"], found), "licence": LICENCE,
+                    "speculative_tokens": int(e["draft_tokens"])})
+    counts["mtp"] = len(out)
+    return pd.DataFrame(out), counts
 
 
 def match(runs: pd.DataFrame, entries: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
@@ -123,12 +223,7 @@ def match(runs: pd.DataFrame, entries: pd.DataFrame) -> tuple[pd.DataFrame, dict
         if pd.isna(e["draft_tokens"]):
             counts["mtp draft count unstated"] += 1
             continue
-        commits = sorted({c for cs in found["commits"] for c in cs}, key=lambda c: c[1])
-        out.append({"id": e["id"],
-                    "deployment_source": (f"SemiAnalysisAI/InferenceX {CONFIG} key {e['key']}, "
-                                          f"commits {commits[0][0]} ({commits[0][1]}) to {commits[-1][0]} "
-                                          f"({commits[-1][1]})"),
-                    "licence": LICENCE,
+        out.append({"id": e["id"], "deployment_source": _source(e["key"], found), "licence": LICENCE,
                     **_pool("prefill_", int(e["p_workers"]), int(e["p_tp"]), int(e["p_ep"]), bool(e["p_dp"])),
                     **_pool("decode_", int(e["d_workers"]), int(e["d_tp"]), int(e["d_ep"]), bool(e["d_dp"])),
                     "speculative_tokens": int(e["draft_tokens"])})
@@ -139,12 +234,16 @@ def match(runs: pd.DataFrame, entries: pd.DataFrame) -> tuple[pd.DataFrame, dict
 
 def main(repo: str) -> None:
     runs = pd.read_csv(RUNS)
-    table, counts = match(runs, published_entries(Path(repo)))
-    table.sort_values("id").to_csv(OUT, index=False)
-    print(f"{counts['matched']} of {counts['rows']} unstated rows take a published deployment "
+    configs = _configs(Path(repo))
+    table, counts = match(runs, published_entries(configs))
+    aggregated, agg_counts = match_aggregated(runs, aggregated_entries(configs))
+    pd.concat([table, aggregated]).sort_values("id").to_csv(OUT, index=False)
+    print(f"{counts['matched']} of {counts['rows']} unstated disaggregated rows take a published deployment "
           f"({(table['speculative_tokens'] > 0).sum()} with MTP); no match {counts['none']}, several "
           f"{counts['several']}, MTP draft count unstated {counts['mtp draft count unstated']}, placeholder layout "
-          f"{counts['placeholder layout']} -> {OUT}")
+          f"{counts['placeholder layout']}")
+    print(f"{agg_counts['one']} of {agg_counts['rows']} aggregated rows match one published deployment, "
+          f"{agg_counts['several']} several; {agg_counts['mtp']} of them ran MTP -> {OUT}")
 
 
 if __name__ == "__main__":

@@ -153,7 +153,7 @@ class EngineTraits:
     cores, SGLang's per-rank schedulers) and a step waits for the busiest rank (``mixed_admission_s``)."""
 
 
-# step_overhead_s and request_overhead_s: the fit `paraplan validate --serving` makes on the 4,316 of its 5,221 rows
+# step_overhead_s and request_overhead_s: the fit `paraplan validate --serving` makes on the 4,232 of its 5,221 rows
 # that state their deployment (serving_runs.deployment_stated)
 # (validation/serving_runs.py: per engine the step overhead with the lowest mean |log error| of TPOT, then the request
 # overhead with the lowest median |log error| of TTFT). `paraplan serve` prices with exactly the constants validate
@@ -174,7 +174,7 @@ ENGINE_TRAITS: dict[str, EngineTraits] = {
                "GPUs), chunked_prefill_size 8192 (divided by dp_size under DP attention)"),
     "trtllm": EngineTraits(
         name="trtllm", memory_frac=0.9, budget="free", max_batched_tokens=8192, reserves_full_length=True,
-        max_running=2048, step_overhead_s=1.5e-3, request_overhead_s=160e-3, dp_sync_s=DP_SYNC_S,
+        max_running=2048, step_overhead_s=1.75e-3, request_overhead_s=120e-3, dp_sync_s=DP_SYNC_S,
         balances_dp_admission=True,
         source="TensorRT-LLM 1.x KvCacheConfig.free_gpu_memory_fraction 0.9; max_num_tokens 8192, max_batch_size 2048; "
                "attention_dp_config.enable_balance as in NVIDIA's DeepSeek-R1 serving recipes"),

@@ -68,6 +68,10 @@ launch configs): read from the data folder, else the shipped one; applied by row
 DEPLOYMENT_COLUMNS = tuple(f"{pool}_{axis}" for pool in ("prefill", "decode")
                            for axis in ("num_workers", "tp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size"))
 """The columns a published deployment states (and replaces: the rows' decode columns repeat the prefill pool's)."""
+MAX_PUBLISHED_GPUS = 4096
+"""Bound on a published worker count or parallel degree (the largest deployment published uses 72 GPUs a pool)."""
+MAX_PUBLISHED_DRAFTS = 16
+"""Bound on published MTP draft tokens a step (engines draft 1-7)."""
 SPECULATIVE_TOKENS = "speculative_tokens"
 """MTP draft tokens a row's deployment ran per step (0: none); only published deployments state it."""
 INFERENCEX_MARK = "wip="
@@ -198,8 +202,9 @@ def _deployments_path(folder: Path) -> Path:
 
 
 def _with_published_deployments(rows: pd.DataFrame, folder: Path) -> pd.DataFrame:
-    """``rows`` with each published deployment (``DEPLOYMENTS_FILE``) in place of the row's own columns, its source in
-    ``deployment_source`` ('' where the row's own columns stand) and its MTP draft tokens in ``SPECULATIVE_TOKENS``."""
+    """``rows`` with each published deployment (``DEPLOYMENTS_FILE``) in place of the row's own columns (those it
+    states: an aggregated row's entry leaves its pools empty), its source in ``deployment_source`` ('' where none is
+    published) and its MTP draft tokens in ``SPECULATIVE_TOKENS``."""
     rows[SPECULATIVE_TOKENS], rows["deployment_source"] = 0.0, ""
     path = _deployments_path(folder)
     if "id" not in rows or not path.is_file():
@@ -213,17 +218,26 @@ def _with_published_deployments(rows: pd.DataFrame, folder: Path) -> pd.DataFram
     missing = [c for c in needed if c not in published.columns]
     if missing:
         raise InputError(one_line(f"{path}: lacks the columns {', '.join(missing)}"))
-    numbers = published[[*DEPLOYMENT_COLUMNS, SPECULATIVE_TOKENS]].apply(pd.to_numeric, errors="coerce")
-    if numbers.isna().any().any() or (numbers[list(DEPLOYMENT_COLUMNS)] < 1).any().any() \
-            or (numbers[SPECULATIVE_TOKENS] < 0).any() or published["id"].duplicated().any():
-        raise InputError(one_line(f"{path}: every deployment column must be a whole number >= 1, "
-                                  f"{SPECULATIVE_TOKENS} >= 0, and each id listed once"))
+    try:
+        numbers = published[[*DEPLOYMENT_COLUMNS, SPECULATIVE_TOKENS]].apply(pd.to_numeric, errors="coerce")
+    except (OverflowError, ValueError, TypeError):
+        numbers = pd.DataFrame(np.nan, index=published.index, columns=[*DEPLOYMENT_COLUMNS, SPECULATIVE_TOKENS])
+    pools, drafts = numbers[list(DEPLOYMENT_COLUMNS)], numbers[SPECULATIVE_TOKENS]
+    blank = published[list(DEPLOYMENT_COLUMNS)].isna()
+    bad_pool = (pools.isna() & ~blank) | ~((pools >= 1) & (pools <= MAX_PUBLISHED_GPUS) & (pools % 1 == 0)) & ~blank
+    bad_drafts = ~((drafts >= 0) & (drafts <= MAX_PUBLISHED_DRAFTS) & (drafts % 1 == 0))
+    if bad_pool.any().any() or bad_drafts.any() or published["id"].duplicated().any():
+        raise InputError(one_line(f"{path}: every deployment column must be empty or a whole number from 1 to "
+                                  f"{MAX_PUBLISHED_GPUS}, {SPECULATIVE_TOKENS} a whole number from 0 to "
+                                  f"{MAX_PUBLISHED_DRAFTS}, and each id listed once"))
     position = pd.Series(np.arange(len(rows)), index=rows["id"].astype(str))
     found = published["id"].astype(str).isin(position.index).to_numpy()
     at = position.loc[published["id"].astype(str)[found]].to_numpy()
     for column in (*DEPLOYMENT_COLUMNS, SPECULATIVE_TOKENS):
         rows[column] = rows[column].astype(float)
-        rows.iloc[at, rows.columns.get_loc(column)] = numbers[column].to_numpy(dtype=float)[found]
+        values = numbers[column].to_numpy(dtype=float)[found]
+        stated = np.isfinite(values)  # an empty pool column (an aggregated row's) leaves the row's own
+        rows.iloc[at[stated], rows.columns.get_loc(column)] = values[stated]
     sources = published["deployment_source"].astype(str).to_numpy()[found]
     rows.iloc[at, rows.columns.get_loc("deployment_source")] = sources
     return rows
@@ -747,8 +761,9 @@ def slice_masks(rows: pd.DataFrame, moe: np.ndarray) -> dict[str, np.ndarray]:
     engines = {str(e): (rows["backend"] == e).to_numpy() for e in sorted(rows["backend"].unique())}
     published = (rows["deployment_source"] != "").to_numpy() if "deployment_source" in rows else np.zeros_like(disagg)
     return {**engines, "aggregated": ~disagg, "disaggregated, worker counts stated": stated,
-            "disaggregated, deployment published by InferenceX": published,
-            "disaggregated with MTP (acceptance fitted)": speculating(rows),
+            "disaggregated, deployment published by InferenceX": disagg & published,
+            "disaggregated with MTP (acceptance fitted)": disagg & speculating(rows),
+            "aggregated with MTP (acceptance from the disaggregated rows)": ~disagg & speculating(rows),
             "disaggregated, worker counts not stated": disagg & ~stated, "dense models": ~moe, "MoE models": moe}
 
 
