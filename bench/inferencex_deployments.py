@@ -47,15 +47,22 @@ RUNNERS = {"b200-multinode": "b200_sxm", "b200": "b200_sxm", "b300": "b300_sxm",
            "b200-trt": "b200_sxm", "b200-nvs": "b200_sxm", "h200-trt": "h200_sxm"}
 FRAMEWORKS = {"dynamo-trt": "trtllm", "dynamo-sglang": "sglang", "dynamo-vllm": "vllm", "trt": "trtllm",
               "sglang": "sglang", "vllm": "vllm"}
-MODELS = {"dsr1": "deepseek-ai/DeepSeek-R1", "gptoss": "openai/gpt-oss-120b"}
-"""The model families matched. Qwen3.5's single-node MTP runs (``qwen3.5_fp8_b200_mtp.sh``, 3 draft steps) are not:
-paraplan's config reader does not read its ``mtp_num_hidden_layers``, so it could not price them."""
+MODELS = {"dsr1": "deepseek-ai/DeepSeek-R1", "gptoss": "openai/gpt-oss-120b", "minimaxm2.5": "MiniMaxAI/MiniMax-M2.5",
+          "kimik2.5": "moonshotai/Kimi-K2.5", "glm5": "zhipuai/GLM-5", "qwen3.5": "Qwen/Qwen3.5-397B-A17B"}
+"""The model families matched. Qwen3.5's single-node MTP runs (``qwen3.5_fp8_b200_mtp.sh``, 3 draft steps) get no
+entry: paraplan's config reader does not read its ``mtp_num_hidden_layers``, so it could not price their MTP."""
+MEMORY_FRACTION = re.compile(r"(?:--gpu-memory-utilization|--mem-fraction-static)[= ]+(\S+)"
+                             r"|free_gpu_memory_fraction:\s*(\S+)")
+"""The engine's memory fraction in a launch script: vLLM ``--gpu-memory-utilization``, SGLang
+``--mem-fraction-static``, TensorRT-LLM ``kv_cache_config.free_gpu_memory_fraction`` (each under that engine's own
+rule: ``EngineTraits.budget``)."""
 AGGREGATED_MTP_DRAFTS = {("trtllm", "dsr1", False): 3, ("trtllm", "dsr1", True): 1, ("sglang", "dsr1", False): 2}
 """MTP draft tokens of the single-node runs, (engine, model, attention DP) -> N, as their launch scripts state them in
 every version from January to April 2026 (``benchmarks/single_node/``): ``dsr1_fp{4,8}_b200_trt_mtp.sh`` and
 ``dsr1_fp8_h200_trt_mtp.sh`` set ``num_nextn_predict_layers`` to 3, or 1 with attention DP; ``dsr1_fp8_b200_mtp.sh``
 runs SGLang's EAGLE with ``--speculative-num-steps 2`` (top-k 1, 3 draft tokens verified: two drafted a step)."""
-SINGLE_GPU_FITS = {"dsr1": False, "gptoss": True}
+SINGLE_GPU_FITS = {"dsr1": False, "gptoss": True, "minimaxm2.5": False, "kimik2.5": False, "glm5": False,
+                   "qwen3.5": False}
 """Whether one GPU can hold the model: DeepSeek-R1's 671 B parameters are 336 GB even at 4 bits, more than any GPU
 here (B300/GB300: 288 GB). The late-2025 SGLang GB200 entries list tp 1, ep 1 as placeholders and name their real
 layout only in comments and node counts (``PREFILL_NODES=4``, "DEP4"); a 1-GPU pool of such a model is skipped."""
@@ -108,6 +115,29 @@ def _family(key: str, entry: object) -> str | None:
     return family if ok else None
 
 
+def _script(entry: dict, spec: str) -> str:
+    """The launch script a single-node entry runs, as InferenceX's runners name it (``runners/launch_b200-nb.sh``):
+    ``benchmarks/single_node/<model-prefix>_<precision>_<gpu>[_trt][_mtp].sh``."""
+    gpu = str(entry["runner"]).split("-")[0]
+    suffix = ("_trt" if entry["framework"] == "trt" else "") + ("" if spec == "none" else f"_{spec}")
+    return f"benchmarks/single_node/{entry.get('model-prefix')}_{entry['precision']}_{gpu}{suffix}.sh"
+
+
+def memory_fraction(script: str) -> float:
+    """The one memory fraction a launch script sets (a literal, or a variable with one assigned value); NaN where it
+    sets none or several (a fraction chosen by concurrency or attention DP)."""
+    values = set()
+    for literal, trtllm in MEMORY_FRACTION.findall(script):
+        value = (literal or trtllm).strip("\"'")
+        name = re.fullmatch(r"\$\{?(\w+)\}?", value)
+        if name:
+            values |= set(re.findall(rf"^\s*{name.group(1)}=([0-9.]+)\s*$", script, flags=re.MULTILINE))
+        else:
+            values.add(value)
+    numbers = {float(v) for v in values if re.fullmatch(r"[0-9]*\.?[0-9]+", v)}
+    return numbers.pop() if len(numbers) == 1 and len(values) == 1 and 0.0 < min(numbers | {1.0}) else float("nan")
+
+
 def aggregated_entries(configs: list[tuple[str, str, dict]]) -> pd.DataFrame:
     """One row per (published single-node deployment, concurrency) in any version, with the commits it was in."""
     records: dict[tuple, dict] = {}
@@ -123,7 +153,8 @@ def aggregated_entries(configs: list[tuple[str, str, dict]]) -> pd.DataFrame:
                     drafts = 0.0 if spec == "none" else float(AGGREGATED_MTP_DRAFTS.get((backend, family, dp), np.nan))
                     for conc in _concurrencies(point):
                         row = {**_base(key, entry, family, seq), "concurrency": conc, "tp": point.get("tp"),
-                               "ep": point.get("ep", 1), "dp": dp, "spec": spec, "draft_tokens": drafts}
+                               "ep": point.get("ep", 1), "dp": dp, "spec": spec, "draft_tokens": drafts,
+                               "script": _script(entry, spec)}
                         records.setdefault(tuple(row.items()), {**row, "commits": []})["commits"].append((commit, date))
     return pd.DataFrame(list(records.values()))
 
@@ -178,13 +209,27 @@ def _inferencex_rows(runs: pd.DataFrame, mode: str) -> pd.DataFrame:
 KEYS = ["model_path", "system", "backend", "precision", "image", "isl", "osl", "concurrency"]
 
 
-def match_aggregated(runs: pd.DataFrame, entries: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
-    """(the MTP draft count of each aggregated row that exactly one published single-node deployment matches and that
-    drafted tokens, counts of the outcomes)."""
+def _script_fraction(repo: Path, found: pd.DataFrame, cache: dict[tuple[str, str], float]) -> float:
+    """The memory fraction the entry's script set in every version it ran under, or NaN where they differ."""
+    script = str(found["script"].iloc[0])
+    fractions = set()
+    for commit, _ in {c for cs in found["commits"] for c in cs}:
+        if (commit, script) not in cache:
+            try:
+                cache[commit, script] = memory_fraction(_git(repo, "show", f"{commit}:{script}"))
+            except subprocess.CalledProcessError:  # no such script in that version
+                cache[commit, script] = float("nan")
+        fractions.add(cache[commit, script])
+    return fractions.pop() if len(fractions) == 1 else float("nan")
+
+
+def match_aggregated(runs: pd.DataFrame, entries: pd.DataFrame, repo: Path) -> tuple[pd.DataFrame, dict[str, int]]:
+    """(for each aggregated row that exactly one published single-node deployment matches: its MTP draft count and
+    the memory fraction its launch script set, where either is known; counts of the outcomes)."""
     rows = _inferencex_rows(runs, "agg")
     joined = rows.reset_index().merge(entries, on=KEYS, how="inner")
     joined = joined[joined["tp"] == joined["tp_size"]]
-    out, counts = [], {"rows": len(rows), "one": 0, "several": 0, "mtp": 0}
+    out, counts, cache = [], {"rows": len(rows), "one": 0, "several": 0, "mtp": 0, "fraction": 0}, {}
     for _, found in joined.groupby("index"):
         distinct = found.drop_duplicates(list(AGGREGATED))
         if len(distinct) > 1:
@@ -192,11 +237,15 @@ def match_aggregated(runs: pd.DataFrame, entries: pd.DataFrame) -> tuple[pd.Data
             continue
         counts["one"] += 1
         e = distinct.iloc[0]
-        if e["spec"] == "none" or pd.isna(e["draft_tokens"]):
+        if e["spec"] != "none" and pd.isna(e["draft_tokens"]):
+            continue  # MTP with a draft count paraplan cannot state: the row stays as it is
+        fraction = _script_fraction(repo, found, cache)
+        if e["draft_tokens"] == 0 and np.isnan(fraction):
             continue
+        counts["mtp"] += int(e["draft_tokens"] > 0)
+        counts["fraction"] += int(np.isfinite(fraction))
         out.append({"id": e["id"], "deployment_source": _source(e["key"], found), "licence": LICENCE,
-                    "speculative_tokens": int(e["draft_tokens"])})
-    counts["mtp"] = len(out)
+                    "speculative_tokens": int(e["draft_tokens"]), "memory_fraction": fraction})
     return pd.DataFrame(out), counts
 
 
@@ -236,14 +285,15 @@ def main(repo: str) -> None:
     runs = pd.read_csv(RUNS)
     configs = _configs(Path(repo))
     table, counts = match(runs, published_entries(configs))
-    aggregated, agg_counts = match_aggregated(runs, aggregated_entries(configs))
+    aggregated, agg_counts = match_aggregated(runs, aggregated_entries(configs), Path(repo))
     pd.concat([table, aggregated]).sort_values("id").to_csv(OUT, index=False)
     print(f"{counts['matched']} of {counts['rows']} unstated disaggregated rows take a published deployment "
           f"({(table['speculative_tokens'] > 0).sum()} with MTP); no match {counts['none']}, several "
           f"{counts['several']}, MTP draft count unstated {counts['mtp draft count unstated']}, placeholder layout "
           f"{counts['placeholder layout']}")
     print(f"{agg_counts['one']} of {agg_counts['rows']} aggregated rows match one published deployment, "
-          f"{agg_counts['several']} several; {agg_counts['mtp']} of them ran MTP -> {OUT}")
+          f"{agg_counts['several']} several; {agg_counts['mtp']} of them ran MTP, {agg_counts['fraction']} state "
+          f"their memory fraction -> {OUT}")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from paraplan.errors import InputError
 from paraplan.validation.serving_runs import (
     DEPLOYMENT_COLUMNS,
     DEPLOYMENTS_FILE,
+    MEMORY_FRACTION,
     MTP_ACCEPTANCE,
     SPECULATIVE_TOKENS,
     deployment_stated,
@@ -74,15 +75,40 @@ def test_a_hand_read_aggregated_mtp_run(published):
     assert all(pd.isna(row[c]) for c in DEPLOYMENT_COLUMNS)
 
 
+MINIMAX_B200_ROW = "2026_03_25_minimax_m2_5_b200_sxm_vllm_fp8_agg_8192x1024_c16_tp2_0_ep1_0_1359"
+"""MiniMax-M2.5 fp8 on two B200s under vLLM (image v0.17.0-cu130, measured 2026-03-11), 8k/1k at concurrency 16."""
+
+
+def test_a_hand_read_memory_fraction(published, rows, shipped):
+    """Key minimaxm2.5-fp8-b200-vllm at 12ba0ae07 runs image v0.17.0-cu130 (tp 2, concurrency 4-64) and its script
+    benchmarks/single_node/minimaxm2.5_fp8_b200.sh starts ``vllm serve ... --gpu-memory-utilization 0.95``: the row
+    is priced at 0.95, exactly as an engine whose memory fraction is 0.95 prices it."""
+    from dataclasses import replace
+
+    from paraplan.cost_models.serving import ENGINE_TRAITS
+
+    entry = published.set_index("id").loc[MINIMAX_B200_ROW]
+    assert entry[MEMORY_FRACTION] == 0.95 and entry[SPECULATIVE_TOKENS] == 0
+    row = rows[rows["id"] == MINIMAX_B200_ROW]
+    assert row[MEMORY_FRACTION].item() == 0.95
+    plain = row.assign(**{MEMORY_FRACTION: np.nan})
+    engines = {**ENGINE_TRAITS, "vllm": replace(ENGINE_TRAITS["vllm"], memory_frac=0.95)}
+    a, b = predict_rows(row, shipped), predict_rows(plain, shipped, engines)
+    for column in ("tpot_steady_s", "ttft_steady_s", "ttft_burst_s"):
+        assert a[column].item() == b[column].item(), column
+
+
 def test_every_published_deployment_is_an_unstated_row_with_its_own_gpu_counts(shipped, published):
     """Each id with pools is one disaggregated row without worker counts; each pool keeps the row's GPU count (tp x
     dp = the row's tp_size, moe_tp x moe_ep = the same GPUs). Each id without pools is an aggregated InferenceX row
     that ran MTP. Every row names its source and licence."""
     original = pd.read_csv(shipped / "serving_runs.csv.gz").set_index("id")
-    assert published["id"].is_unique and len(published) == 663 + 84
+    assert published["id"].is_unique and len(published) == 663 + 646
     aggregated = published[published["prefill_num_workers"].isna()]
-    assert len(aggregated) == 84 and (original.loc[aggregated["id"], "mode"] == "agg").all()
-    assert (aggregated[SPECULATIVE_TOKENS] > 0).all() and aggregated[list(DEPLOYMENT_COLUMNS)].isna().all().all()
+    assert len(aggregated) == 646 and (original.loc[aggregated["id"], "mode"] == "agg").all()
+    assert aggregated[list(DEPLOYMENT_COLUMNS)].isna().all().all()
+    assert (aggregated[SPECULATIVE_TOKENS] > 0).sum() == 84 and aggregated[MEMORY_FRACTION].notna().sum() == 588
+    assert ((aggregated[SPECULATIVE_TOKENS] > 0) | aggregated[MEMORY_FRACTION].notna()).all()  # each states one
     published = published[published["prefill_num_workers"].notna()]
     mine = original.loc[published["id"]]
     assert (mine["mode"] == "disagg").all() and mine["prefill_num_workers"].isna().all()
@@ -99,7 +125,7 @@ def test_loading_puts_the_published_deployment_in_place_of_the_rows_own(rows, pu
     row = rows.set_index("id").loc[B200_FP8_MTP_ROW]
     assert (row["decode_num_workers"], row["decode_moe_ep_size"], row[SPECULATIVE_TOKENS]) == (8, 1, 3)
     listed = rows["id"].isin(published["id"]).to_numpy()
-    assert listed.sum() == 663 + 84
+    assert listed.sum() == 663 + 646
     assert (rows.loc[listed, "deployment_source"] != "").all() and (rows.loc[~listed, "deployment_source"] == "").all()
     assert (rows.loc[~listed, SPECULATIVE_TOKENS] == 0).all()
     stated = deployment_stated(rows)
@@ -164,6 +190,10 @@ HEADER = "id,deployment_source," + ",".join(DEPLOYMENT_COLUMNS) + f",{SPECULATIV
     (HEADER + f"{B200_FP8_MTP_ROW},s," + ",".join(["1.5"] * 10) + ",0\n", "whole number from 1 to 4096"),
     (HEADER + f"{B200_FP8_MTP_ROW},s," + ",".join(["inf"] * 10) + ",0\n", "whole number from 1 to 4096"),
     (HEADER + f"{B200_FP8_MTP_ROW},s," + ",".join(["9" * 400] * 10) + ",0\n", "whole number from 1 to 4096"),
+    (HEADER[:-1] + ",memory_fraction\n" + f"{B200_FP8_MTP_ROW},s," + ",".join(["1"] * 10) + ",0,1.5\n",
+     "memory_fraction empty or in"),
+    (HEADER[:-1] + ",memory_fraction\n" + f"{B200_FP8_MTP_ROW},s," + ",".join(["1"] * 10) + ",0,half\n",
+     "memory_fraction empty or in"),
     (HEADER + (f"{B200_FP8_MTP_ROW},s," + ",".join(["1"] * 10) + ",0\n") * 2, "each id listed once"),
     ('a,b\n"1,2\n', "not a CSV of published deployments"),
 ])

@@ -68,6 +68,9 @@ launch configs): read from the data folder, else the shipped one; applied by row
 DEPLOYMENT_COLUMNS = tuple(f"{pool}_{axis}" for pool in ("prefill", "decode")
                            for axis in ("num_workers", "tp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size"))
 """The columns a published deployment states (and replaces: the rows' decode columns repeat the prefill pool's)."""
+MEMORY_FRACTION = "memory_fraction"
+"""The engine memory fraction a row's launch script set (under that engine's own rule, ``EngineTraits.budget``); NaN
+where no published script states it (the engine's default is priced)."""
 MAX_PUBLISHED_GPUS = 4096
 """Bound on a published worker count or parallel degree (the largest deployment published uses 72 GPUs a pool)."""
 MAX_PUBLISHED_DRAFTS = 16
@@ -205,7 +208,7 @@ def _with_published_deployments(rows: pd.DataFrame, folder: Path) -> pd.DataFram
     """``rows`` with each published deployment (``DEPLOYMENTS_FILE``) in place of the row's own columns (those it
     states: an aggregated row's entry leaves its pools empty), its source in ``deployment_source`` ('' where none is
     published) and its MTP draft tokens in ``SPECULATIVE_TOKENS``."""
-    rows[SPECULATIVE_TOKENS], rows["deployment_source"] = 0.0, ""
+    rows[SPECULATIVE_TOKENS], rows["deployment_source"], rows[MEMORY_FRACTION] = 0.0, "", np.nan
     path = _deployments_path(folder)
     if "id" not in rows or not path.is_file():
         return rows
@@ -226,14 +229,23 @@ def _with_published_deployments(rows: pd.DataFrame, folder: Path) -> pd.DataFram
     blank = published[list(DEPLOYMENT_COLUMNS)].isna()
     bad_pool = (pools.isna() & ~blank) | ~((pools >= 1) & (pools <= MAX_PUBLISHED_GPUS) & (pools % 1 == 0)) & ~blank
     bad_drafts = ~((drafts >= 0) & (drafts <= MAX_PUBLISHED_DRAFTS) & (drafts % 1 == 0))
-    if bad_pool.any().any() or bad_drafts.any() or published["id"].duplicated().any():
+    if MEMORY_FRACTION not in published:
+        published[MEMORY_FRACTION] = np.nan
+    try:
+        fraction = pd.to_numeric(published[MEMORY_FRACTION], errors="coerce")
+    except (OverflowError, ValueError, TypeError):
+        fraction = pd.Series(-1.0, index=published.index)
+    bad_fraction = ~(published[MEMORY_FRACTION].isna() | ((fraction > 0) & (fraction <= 1)))
+    if bad_pool.any().any() or bad_drafts.any() or bad_fraction.any() or published["id"].duplicated().any():
         raise InputError(one_line(f"{path}: every deployment column must be empty or a whole number from 1 to "
                                   f"{MAX_PUBLISHED_GPUS}, {SPECULATIVE_TOKENS} a whole number from 0 to "
-                                  f"{MAX_PUBLISHED_DRAFTS}, and each id listed once"))
+                                  f"{MAX_PUBLISHED_DRAFTS}, {MEMORY_FRACTION} empty or in (0, 1], and each id "
+                                  "listed once"))
+    numbers[MEMORY_FRACTION] = fraction
     position = pd.Series(np.arange(len(rows)), index=rows["id"].astype(str))
     found = published["id"].astype(str).isin(position.index).to_numpy()
     at = position.loc[published["id"].astype(str)[found]].to_numpy()
-    for column in (*DEPLOYMENT_COLUMNS, SPECULATIVE_TOKENS):
+    for column in (*DEPLOYMENT_COLUMNS, SPECULATIVE_TOKENS, MEMORY_FRACTION):
         rows[column] = rows[column].astype(float)
         values = numbers[column].to_numpy(dtype=float)[found]
         stated = np.isfinite(values)  # an empty pool column (an aggregated row's) leaves the row's own
@@ -442,11 +454,13 @@ PREDICTED = ("tpot_steady_s", "tpot_burst_s", "ttft_steady_s", "ttft_burst_s")
 
 
 def _group_keys(rows: pd.DataFrame, store: Path | None) -> list[pd.Series]:
-    """(model, system, engine, gemm mode, MoE mode, mode, MTP draft tokens[, engine version]): one cost-model call
-    each; the engine version splits groups only where a store's tables are priced per version."""
+    """(model, system, engine, gemm mode, MoE mode, mode, MTP draft tokens, memory fraction (0: the engine's
+    default)[, engine version]): one cost-model call each; the engine version splits groups only where a store's
+    tables are priced per version."""
     gemm = rows["gemm_quant_mode"].fillna("bf16")
     keys = [rows["model_path"], rows["system"], rows["backend"], gemm, rows["moe_quant_mode"].fillna(gemm),
-            rows["mode"], rows[SPECULATIVE_TOKENS] if SPECULATIVE_TOKENS in rows else pd.Series(0.0, index=rows.index)]
+            rows["mode"], rows[SPECULATIVE_TOKENS] if SPECULATIVE_TOKENS in rows else pd.Series(0.0, index=rows.index),
+            rows[MEMORY_FRACTION].fillna(0.0) if MEMORY_FRACTION in rows else pd.Series(0.0, index=rows.index)]
     if store is not None and "backend_version" in rows:
         keys.append(rows["backend_version"].fillna("").astype(str))
     return keys
@@ -476,7 +490,8 @@ def predict_rows(rows: pd.DataFrame, folder: Path, engines: dict[str, EngineTrai
     overhead), NaN with a ``reason`` where not covered. Grouped so each call prices one model, GPU, engine
     and quantization, vectorized over the group's deployments. ``store``: a profile store whose aiconfigurator
     tables price the terms they cover (``cost_models.serving_kernel_source``). Rows whose published deployment ran MTP
-    (``SPECULATIVE_TOKENS``) draft at ``mtp_acceptance``."""
+    (``SPECULATIVE_TOKENS``) draft at ``mtp_acceptance``; rows whose launch script set the engine's memory fraction
+    (``MEMORY_FRACTION``) are priced at it."""
     engines = engines or ENGINE_TRAITS
     out = rows.copy()
     for column in PREDICTED:
@@ -484,7 +499,7 @@ def predict_rows(rows: pd.DataFrame, folder: Path, engines: dict[str, EngineTrai
     out["reason"] = ""
     models: dict[str, ModelSpec | str] = {}
     groups = rows.groupby(_group_keys(rows, store)).groups
-    for (repo, system, backend, gemm_mode, moe_mode, _, drafted, *_), index in groups.items():
+    for (repo, system, backend, gemm_mode, moe_mode, _, drafted, fraction, *_), index in groups.items():
         if repo not in models:
             path = _config_path(folder, repo)
             try:
@@ -498,6 +513,7 @@ def predict_rows(rows: pd.DataFrame, folder: Path, engines: dict[str, EngineTrai
             moe_mode = checkpoint_moe_mode(loaded, moe_mode)
             cluster = _with_kernels(_cluster(system), store, rows.loc[index], loaded, gemm_mode, moe_mode)
             engine = _speculating(engines[backend], loaded, drafted, mtp_acceptance)
+            engine = engine if not fraction > 0 else replace(engine, memory_frac=float(fraction))
             values = _predict_group(rows.loc[index], loaded, cluster, engine, gemm_mode, moe_mode)
             out.loc[index, list(PREDICTED)] = values.T
         except InputError as exc:
