@@ -49,18 +49,19 @@ FRAMEWORKS = {"dynamo-trt": "trtllm", "dynamo-sglang": "sglang", "dynamo-vllm": 
               "sglang": "sglang", "vllm": "vllm"}
 MODELS = {"dsr1": "deepseek-ai/DeepSeek-R1", "gptoss": "openai/gpt-oss-120b", "minimaxm2.5": "MiniMaxAI/MiniMax-M2.5",
           "kimik2.5": "moonshotai/Kimi-K2.5", "glm5": "zhipuai/GLM-5", "qwen3.5": "Qwen/Qwen3.5-397B-A17B"}
-"""The model families matched. Qwen3.5's single-node MTP runs (``qwen3.5_fp8_b200_mtp.sh``, 3 draft steps) get no
-entry: paraplan's config reader does not read its ``mtp_num_hidden_layers``, so it could not price their MTP."""
+"""The model families matched (``model-prefix`` of InferenceX's config keys)."""
 MEMORY_FRACTION = re.compile(r"(?:--gpu-memory-utilization|--mem-fraction-static)[= ]+(\S+)"
                              r"|free_gpu_memory_fraction:\s*(\S+)")
 """The engine's memory fraction in a launch script: vLLM ``--gpu-memory-utilization``, SGLang
 ``--mem-fraction-static``, TensorRT-LLM ``kv_cache_config.free_gpu_memory_fraction`` (each under that engine's own
 rule: ``EngineTraits.budget``)."""
-AGGREGATED_MTP_DRAFTS = {("trtllm", "dsr1", False): 3, ("trtllm", "dsr1", True): 1, ("sglang", "dsr1", False): 2}
+AGGREGATED_MTP_DRAFTS = {("trtllm", "dsr1", False): 3, ("trtllm", "dsr1", True): 1, ("sglang", "dsr1", False): 2,
+                         ("sglang", "qwen3.5", False): 3}
 """MTP draft tokens of the single-node runs, (engine, model, attention DP) -> N, as their launch scripts state them in
 every version from January to April 2026 (``benchmarks/single_node/``): ``dsr1_fp{4,8}_b200_trt_mtp.sh`` and
 ``dsr1_fp8_h200_trt_mtp.sh`` set ``num_nextn_predict_layers`` to 3, or 1 with attention DP; ``dsr1_fp8_b200_mtp.sh``
-runs SGLang's EAGLE with ``--speculative-num-steps 2`` (top-k 1, 3 draft tokens verified: two drafted a step)."""
+runs SGLang's EAGLE with ``--speculative-num-steps 2`` (top-k 1, 3 draft tokens verified: two drafted a step) and
+``qwen3.5_fp8_b200_mtp.sh`` with 3 (4 verified)."""
 SINGLE_GPU_FITS = {"dsr1": False, "gptoss": True, "minimaxm2.5": False, "kimik2.5": False, "glm5": False,
                    "qwen3.5": False}
 """Whether one GPU can hold the model: DeepSeek-R1's 671 B parameters are 336 GB even at 4 bits, more than any GPU

@@ -153,7 +153,7 @@ class EngineTraits:
     cores, SGLang's per-rank schedulers) and a step waits for the busiest rank (``mixed_admission_s``)."""
 
 
-# step_overhead_s and request_overhead_s: the fit `paraplan validate --serving` makes on the 4,232 of its 5,221 rows
+# step_overhead_s and request_overhead_s: the fit `paraplan validate --serving` makes on the 4,190 of its 5,221 rows
 # that state their deployment (serving_runs.deployment_stated)
 # (validation/serving_runs.py: per engine the step overhead with the lowest mean |log error| of TPOT, then the request
 # overhead with the lowest median |log error| of TTFT). `paraplan serve` prices with exactly the constants validate

@@ -79,7 +79,7 @@ _FIELD_MAX = {"num_hidden_layers": MAX_LAYERS, "num_attention_heads": MAX_HEADS,
               "vocab_size": MAX_VOCAB, "num_experts": MAX_EXPERTS, "num_experts_per_tok": MAX_EXPERTS,
               "n_shared_experts": MAX_EXPERTS, "max_position_embeddings": MAX_SEQ_LEN,
               "decoder_sparse_step": MAX_LAYERS, "moe_layer_freq": MAX_LAYERS, "n_group": MAX_EXPERTS,
-              "topk_group": MAX_EXPERTS, "num_nextn_predict_layers": MAX_LAYERS}
+              "topk_group": MAX_EXPERTS, "num_nextn_predict_layers": MAX_LAYERS, "mtp_num_hidden_layers": MAX_LAYERS}
 
 
 def _int(value: Any, field: str, origin: str) -> int:
@@ -150,7 +150,7 @@ def _moe_fields(config: dict[str, Any], traits: FamilyTraits, layers: int, origi
         for key in ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
             fields[key] = _int(config.get(key), key, origin)
     if traits.mtp_key and config.get(traits.mtp_key):
-        fields["mtp_layers"] = _int(config[traits.mtp_key], "num_nextn_predict_layers", origin)
+        fields["mtp_layers"] = _int(config[traits.mtp_key], traits.mtp_key, origin)
     return fields
 
 

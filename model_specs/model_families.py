@@ -226,7 +226,11 @@ DSA = replace(DEEPSEEK, moe="mlp_layer_types", indexer=True, router_bias=True, g
 QWEN_NEXT = replace(QWEN3, moe="qwen", shared="qwen", shared_gate=True, windows="layer_types",
                     default_layer_types=_every(4, "full_attention", "linear_attention"),
                     linear_attention="gated_deltanet",
-                    attention_output_gate=True)
+                    attention_output_gate=True,
+                    # Qwen3-Next and Qwen3.5 ship one MTP module (mtp_num_hidden_layers: fc over the two normed inputs,
+                    # a full-attention MoE layer, a norm: vLLM's qwen3_next_mtp.py); Megatron-Bridge maps the field to
+                    # mtp_num_layers (model_bridge.py) and its Qwen3.5 recipes train it (examples/models/qwen/qwen35_vl)
+                    mtp_key="mtp_num_hidden_layers")
 COHERE = replace(LLAMA, norm="layernorm", norms_per_layer=1, parallel_residual=True,
                  qk_norm=lambda c: "full" if c.get("use_qk_norm") else False,
                  tied=key("tie_word_embeddings", default=True))

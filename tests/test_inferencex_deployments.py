@@ -103,11 +103,11 @@ def test_every_published_deployment_is_an_unstated_row_with_its_own_gpu_counts(s
     dp = the row's tp_size, moe_tp x moe_ep = the same GPUs). Each id without pools is an aggregated InferenceX row
     that ran MTP. Every row names its source and licence."""
     original = pd.read_csv(shipped / "serving_runs.csv.gz").set_index("id")
-    assert published["id"].is_unique and len(published) == 663 + 646
+    assert published["id"].is_unique and len(published) == 663 + 688
     aggregated = published[published["prefill_num_workers"].isna()]
-    assert len(aggregated) == 646 and (original.loc[aggregated["id"], "mode"] == "agg").all()
+    assert len(aggregated) == 688 and (original.loc[aggregated["id"], "mode"] == "agg").all()
     assert aggregated[list(DEPLOYMENT_COLUMNS)].isna().all().all()
-    assert (aggregated[SPECULATIVE_TOKENS] > 0).sum() == 84 and aggregated[MEMORY_FRACTION].notna().sum() == 588
+    assert (aggregated[SPECULATIVE_TOKENS] > 0).sum() == 126 and aggregated[MEMORY_FRACTION].notna().sum() == 630
     assert ((aggregated[SPECULATIVE_TOKENS] > 0) | aggregated[MEMORY_FRACTION].notna()).all()  # each states one
     published = published[published["prefill_num_workers"].notna()]
     mine = original.loc[published["id"]]
@@ -125,12 +125,12 @@ def test_loading_puts_the_published_deployment_in_place_of_the_rows_own(rows, pu
     row = rows.set_index("id").loc[B200_FP8_MTP_ROW]
     assert (row["decode_num_workers"], row["decode_moe_ep_size"], row[SPECULATIVE_TOKENS]) == (8, 1, 3)
     listed = rows["id"].isin(published["id"]).to_numpy()
-    assert listed.sum() == 663 + 646
+    assert listed.sum() == 663 + 688
     assert (rows.loc[listed, "deployment_source"] != "").all() and (rows.loc[~listed, "deployment_source"] == "").all()
     assert (rows.loc[~listed, SPECULATIVE_TOKENS] == 0).all()
     stated = deployment_stated(rows)
     assert stated[listed].all()
-    assert int(speculating(rows).sum()) == 240 + 84 and not speculating(rows)[~listed].any()
+    assert int(speculating(rows).sum()) == 240 + 126 and not speculating(rows)[~listed].any()
     agg = rows.set_index("id").loc[B200_AGG_MTP_ROW]
     assert (agg["tp_size"], agg["moe_ep_size"], agg[SPECULATIVE_TOKENS]) == (8, 1, 3)  # its own pools, MTP added
 
@@ -152,12 +152,15 @@ def test_one_acceptance_explains_one_and_three_draft_tokens():
 def test_the_acceptance_carries_to_the_aggregated_tensorrt_llm_runs():
     """Out of sample: the 58 single-node DeepSeek-R1 runs on TensorRT-LLM with MTP (not fitted to; 27-40% too slow
     priced without MTP) come out at the acceptance fitted on the disaggregated rows within 12% median |error|
-    (measured 7.9%, -7.2% signed). SGLang's 26 single-node MTP runs do not: 45.5% fast (docs/serving.md)."""
+    (measured 7.9%, -7.2% signed). SGLang's single-node MTP runs do not: DeepSeek-R1's 26 are 45.9% fast and
+    Qwen3.5's 42 28.1% (docs/serving.md): bounds on the known gap, so a fix shows here."""
     agg, errors = tpot_errors((MTP_ACCEPTANCE,), mode="agg")
     at = errors[MTP_ACCEPTANCE]
     trt = (agg["backend"] == "trtllm").to_numpy()
+    qwen = agg["model_path"].str.contains("Qwen3.5").to_numpy()
     assert trt.sum() == 58 and np.median(np.abs(at[trt])) < 0.12
-    assert (~trt).sum() == 26 and np.median(at[~trt]) < -0.3  # the known gap, so a fix shows here
+    assert (~trt & ~qwen).sum() == 26 and np.median(at[~trt & ~qwen]) < -0.3
+    assert qwen.sum() == 42 and np.median(at[qwen]) < -0.15
 
 
 def test_tpot_falls_as_acceptance_rises_and_drafting_nothing_costs(rows, shipped):

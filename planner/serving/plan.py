@@ -283,9 +283,9 @@ def serving_document_of(served: ServedModel, problem: ServingProblem, result: Se
 
 PROVENANCE = ("analytical serving model (cost_models/inference_step.py, serving.py) at the GPUs' kernel fractions "
               "(hardware_profiles/run_factor.py); engine step and request overheads and the attention-DP step sync "
-              "fitted to the 4,232 of 5,221 measured deployments that state them without MTP (aiconfigurator 0.12 "
-              "silicon sample; 747 with InferenceX's published deployments): "
-              "TPOT median |error| 14.5% in sample, 16.3% leave-one-model-out; TTFT 41.0% / 44.8% over all 5,221 "
+              "fitted to the 4,190 of 5,221 measured deployments that state them without MTP (aiconfigurator 0.12 "
+              "silicon sample; 1,351 with what InferenceX published of their deployments): "
+              "TPOT median |error| 14.5% in sample, 16.4% leave-one-model-out; TTFT 41.0% / 44.9% over all 5,221 "
               "(paraplan validate --serving; "
               "docs/serving.md)")
 """Quoted figures: ``tests/test_serving_validation.py`` checks them against ``validate --serving``."""
