@@ -95,11 +95,13 @@ def _concurrencies(point: dict) -> list[float]:
     return out
 
 
-def _configs(repo: Path) -> list[tuple[str, str, dict]]:
-    """(commit, date, parsed config) of every version in the window."""
+def _configs(repo: Path) -> list[tuple[tuple[int, str, str], dict]]:
+    """((age rank, commit, date), parsed config) of every version in the window, oldest first: the rank orders
+    commits of one day as git does."""
     log = _git(repo, "log", "--format=%h %cd", "--date=short", f"--after={SINCE}", f"--before={UNTIL}", "--", CONFIG)
-    return [(commit, date, yaml.safe_load(_git(repo, "show", f"{commit}:{CONFIG}")))
-            for commit, date in (line.split() for line in log.splitlines())]
+    versions = [line.split() for line in reversed(log.splitlines())]
+    return [((rank, commit, date), yaml.safe_load(_git(repo, "show", f"{commit}:{CONFIG}")))
+            for rank, (commit, date) in enumerate(versions)]
 
 
 def _base(key: str, entry: dict, family: str, seq: dict) -> dict:
@@ -139,10 +141,10 @@ def memory_fraction(script: str) -> float:
     return numbers.pop() if len(numbers) == 1 and len(values) == 1 and 0.0 < min(numbers | {1.0}) else float("nan")
 
 
-def aggregated_entries(configs: list[tuple[str, str, dict]]) -> pd.DataFrame:
+def aggregated_entries(configs: list[tuple[tuple[int, str, str], dict]]) -> pd.DataFrame:
     """One row per (published single-node deployment, concurrency) in any version, with the commits it was in."""
     records: dict[tuple, dict] = {}
-    for commit, date, config in configs:
+    for version, config in configs:
         for key, entry in config.items():
             family = _family(key, entry)
             if family is None or entry.get("disagg") or entry.get("multinode"):
@@ -156,14 +158,14 @@ def aggregated_entries(configs: list[tuple[str, str, dict]]) -> pd.DataFrame:
                         row = {**_base(key, entry, family, seq), "concurrency": conc, "tp": point.get("tp"),
                                "ep": point.get("ep", 1), "dp": dp, "spec": spec, "draft_tokens": drafts,
                                "script": _script(entry, spec)}
-                        records.setdefault(tuple(row.items()), {**row, "commits": []})["commits"].append((commit, date))
+                        records.setdefault(tuple(row.items()), {**row, "commits": []})["commits"].append(version)
     return pd.DataFrame(list(records.values()))
 
 
-def published_entries(configs: list[tuple[str, str, dict]]) -> pd.DataFrame:
+def published_entries(configs: list[tuple[tuple[int, str, str], dict]]) -> pd.DataFrame:
     """One row per (published disaggregated deployment, concurrency) in any version, with the commits it was in."""
     records: dict[tuple, dict] = {}
-    for commit, date, config in configs:
+    for version, config in configs:
         for key, entry in config.items():
             family = _family(key, entry)
             if family is None or not entry.get("disagg"):
@@ -182,7 +184,7 @@ def published_entries(configs: list[tuple[str, str, dict]]) -> pd.DataFrame:
                                    and 1 in (prefill.get("tp"), decode.get("tp")),
                                    d_tp=decode.get("tp"), d_ep=decode.get("ep"), d_dp=bool(decode.get("dp-attn")))
                         seen = records.setdefault(tuple(row.items()), {**row, "commits": []})
-                        seen["commits"].append((commit, date))
+                        seen["commits"].append(version)
     return pd.DataFrame(list(records.values()))
 
 
@@ -195,26 +197,32 @@ def _pool(prefix: str, workers: int, gpus: int, ep: int, dp_attention: bool) -> 
 
 
 def _source(key: str, found: pd.DataFrame) -> str:
-    commits = sorted({c for cs in found["commits"] for c in cs}, key=lambda c: c[1])
-    return (f"SemiAnalysisAI/InferenceX {CONFIG} key {key}, commits {commits[0][0]} ({commits[0][1]}) to "
-            f"{commits[-1][0]} ({commits[-1][1]})")
+    commits = sorted({c for cs in found["commits"] for c in cs})  # (age rank, commit, date): oldest first
+    (_, first, first_date), (_, last, last_date) = commits[0], commits[-1]
+    return f"SemiAnalysisAI/InferenceX {CONFIG} key {key}, commits {first} ({first_date}) to {last} ({last_date})"
 
 
-def _inferencex_rows(runs: pd.DataFrame, mode: str) -> pd.DataFrame:
-    rows = runs[(runs["mode"] == mode) & runs["silicon_data_source"].str.contains("wip=", regex=False)].copy()
+KEYS = ["model_path", "system", "backend", "precision", "image", "isl", "osl", "concurrency"]
+"""What a row and a published entry must share to match (beside each mode's parallel degrees)."""
+
+
+def _keyed(rows: pd.DataFrame) -> pd.DataFrame:
+    """A copy of ``rows`` with the image and concurrency their source notes state, as ``KEYS`` name them."""
+    rows = rows.copy()
     rows["image"] = rows["silicon_data_source"].str.extract(r"image=([^;]+)")[0].str.replace("#", "/")
     rows["concurrency"] = rows["silicon_data_source"].str.extract(r"silicon_concurrency=(\d+)")[0].astype(float)
     return rows
 
 
-KEYS = ["model_path", "system", "backend", "precision", "image", "isl", "osl", "concurrency"]
+def _inferencex_rows(runs: pd.DataFrame, mode: str) -> pd.DataFrame:
+    return _keyed(runs[(runs["mode"] == mode) & runs["silicon_data_source"].str.contains("wip=", regex=False)])
 
 
 def _script_fraction(repo: Path, found: pd.DataFrame, cache: dict[tuple[str, str], float]) -> float:
     """The memory fraction the entry's script set in every version it ran under, or NaN where they differ."""
     script = str(found["script"].iloc[0])
     fractions = set()
-    for commit, _ in {c for cs in found["commits"] for c in cs}:
+    for _, commit, _ in {c for cs in found["commits"] for c in cs}:
         if (commit, script) not in cache:
             try:
                 cache[commit, script] = memory_fraction(_git(repo, "show", f"{commit}:{script}"))
@@ -252,11 +260,8 @@ def match_aggregated(runs: pd.DataFrame, entries: pd.DataFrame, repo: Path) -> t
 
 def match(runs: pd.DataFrame, entries: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
     """(the published deployment of each unstated row that exactly one matches, counts of the outcomes)."""
-    unstated = runs[(runs["mode"] == "disagg") & runs["prefill_num_workers"].isna()].copy()
-    unstated["image"] = unstated["silicon_data_source"].str.extract(r"image=([^;]+)")[0].str.replace("#", "/")
-    unstated["concurrency"] = unstated["silicon_data_source"].str.extract(r"silicon_concurrency=(\d+)")[0].astype(float)
-    keys = ["model_path", "system", "backend", "precision", "image", "isl", "osl", "concurrency"]
-    joined = unstated.reset_index().merge(entries, on=keys, how="inner")
+    unstated = _keyed(runs[(runs["mode"] == "disagg") & runs["prefill_num_workers"].isna()])
+    joined = unstated.reset_index().merge(entries, on=KEYS, how="inner")
     joined = joined[(joined["d_tp"] == joined["decode_tp_size"]) & (joined["p_tp"] == joined["prefill_tp_size"])
                     & (joined["p_ep"] == joined["prefill_moe_ep_size"])]
     out, counts = [], {"rows": len(unstated), "none": 0, "several": 0, "mtp draft count unstated": 0,

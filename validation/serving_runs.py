@@ -72,9 +72,9 @@ MEMORY_FRACTION = "memory_fraction"
 """The engine memory fraction a row's launch script set (under that engine's own rule, ``EngineTraits.budget``); NaN
 where no published script states it (the engine's default is priced)."""
 MAX_PUBLISHED_GPUS = 4096
-"""Bound on a published worker count or parallel degree (the largest deployment published uses 72 GPUs a pool)."""
+"""Bound on a published worker count or parallel degree (the largest pool the shipped file states has 48 GPUs)."""
 MAX_PUBLISHED_DRAFTS = 16
-"""Bound on published MTP draft tokens a step (engines draft 1-7)."""
+"""Bound on published MTP draft tokens a step (the shipped file states 1-3)."""
 SPECULATIVE_TOKENS = "speculative_tokens"
 """MTP draft tokens a row's deployment ran per step (0: none); only published deployments state it."""
 INFERENCEX_MARK = "wip="
@@ -184,6 +184,12 @@ def _with_benchmark_protocol(rows: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
+def _column_or(rows: pd.DataFrame, column: str, default: float | str) -> pd.Series:
+    """``rows[column]`` with NaN as ``default``; all ``default`` where rows do not carry the column (rows built
+    without ``load_measurements``)."""
+    return rows[column].fillna(default) if column in rows else pd.Series(default, index=rows.index)
+
+
 def _row_waves(rows: pd.DataFrame, waves: float) -> np.ndarray | float:
     """Per row the benchmark's wave count: as its protocol states it (``stated_waves``), else ``waves``."""
     if "stated_waves" not in rows:
@@ -221,27 +227,24 @@ def _with_published_deployments(rows: pd.DataFrame, folder: Path) -> pd.DataFram
     missing = [c for c in needed if c not in published.columns]
     if missing:
         raise InputError(one_line(f"{path}: lacks the columns {', '.join(missing)}"))
-    try:
-        numbers = published[[*DEPLOYMENT_COLUMNS, SPECULATIVE_TOKENS]].apply(pd.to_numeric, errors="coerce")
-    except (OverflowError, ValueError, TypeError):
-        numbers = pd.DataFrame(np.nan, index=published.index, columns=[*DEPLOYMENT_COLUMNS, SPECULATIVE_TOKENS])
-    pools, drafts = numbers[list(DEPLOYMENT_COLUMNS)], numbers[SPECULATIVE_TOKENS]
-    blank = published[list(DEPLOYMENT_COLUMNS)].isna()
-    bad_pool = (pools.isna() & ~blank) | ~((pools >= 1) & (pools <= MAX_PUBLISHED_GPUS) & (pools % 1 == 0)) & ~blank
-    bad_drafts = ~((drafts >= 0) & (drafts <= MAX_PUBLISHED_DRAFTS) & (drafts % 1 == 0))
     if MEMORY_FRACTION not in published:
         published[MEMORY_FRACTION] = np.nan
+    numeric = [*DEPLOYMENT_COLUMNS, SPECULATIVE_TOKENS, MEMORY_FRACTION]
+    blank = published[numeric].isna()
     try:
-        fraction = pd.to_numeric(published[MEMORY_FRACTION], errors="coerce")
-    except (OverflowError, ValueError, TypeError):
-        fraction = pd.Series(-1.0, index=published.index)
-    bad_fraction = ~(published[MEMORY_FRACTION].isna() | ((fraction > 0) & (fraction <= 1)))
-    if bad_pool.any().any() or bad_drafts.any() or bad_fraction.any() or published["id"].duplicated().any():
+        numbers = published[numeric].apply(pd.to_numeric, errors="coerce")
+    except (OverflowError, ValueError, TypeError):  # a number beyond float's range: refused below
+        numbers = pd.DataFrame(np.nan, index=published.index, columns=numeric)
+    pools, drafts, fraction = numbers[list(DEPLOYMENT_COLUMNS)], numbers[SPECULATIVE_TOKENS], numbers[MEMORY_FRACTION]
+    whole_pools = (pools >= 1) & (pools <= MAX_PUBLISHED_GPUS) & (pools % 1 == 0)
+    valid = pd.concat([whole_pools | blank[list(DEPLOYMENT_COLUMNS)],
+                       (drafts >= 0) & (drafts <= MAX_PUBLISHED_DRAFTS) & (drafts % 1 == 0),
+                       (fraction > 0) & (fraction <= 1) | blank[MEMORY_FRACTION]], axis=1)
+    if not valid.all().all() or published["id"].duplicated().any():
         raise InputError(one_line(f"{path}: every deployment column must be empty or a whole number from 1 to "
                                   f"{MAX_PUBLISHED_GPUS}, {SPECULATIVE_TOKENS} a whole number from 0 to "
                                   f"{MAX_PUBLISHED_DRAFTS}, {MEMORY_FRACTION} empty or in (0, 1], and each id "
                                   "listed once"))
-    numbers[MEMORY_FRACTION] = fraction
     position = pd.Series(np.arange(len(rows)), index=rows["id"].astype(str))
     found = published["id"].astype(str).isin(position.index).to_numpy()
     at = position.loc[published["id"].astype(str)[found]].to_numpy()
@@ -459,8 +462,7 @@ def _group_keys(rows: pd.DataFrame, store: Path | None) -> list[pd.Series]:
     tables are priced per version."""
     gemm = rows["gemm_quant_mode"].fillna("bf16")
     keys = [rows["model_path"], rows["system"], rows["backend"], gemm, rows["moe_quant_mode"].fillna(gemm),
-            rows["mode"], rows[SPECULATIVE_TOKENS] if SPECULATIVE_TOKENS in rows else pd.Series(0.0, index=rows.index),
-            rows[MEMORY_FRACTION].fillna(0.0) if MEMORY_FRACTION in rows else pd.Series(0.0, index=rows.index)]
+            rows["mode"], _column_or(rows, SPECULATIVE_TOKENS, 0.0), _column_or(rows, MEMORY_FRACTION, 0.0)]
     if store is not None and "backend_version" in rows:
         keys.append(rows["backend_version"].fillna("").astype(str))
     return keys
@@ -469,19 +471,22 @@ def _group_keys(rows: pd.DataFrame, store: Path | None) -> list[pd.Series]:
 MTP_ACCEPTANCE = 0.65
 """Probability that each MTP draft token is accepted, given the ones before it were, in the InferenceX sweeps that ran
 MTP (DeepSeek-R1 on TensorRT-LLM, 1-3 draft tokens, random prompts): a property of the benchmark's prompts and the
-model's outputs, which no row states. Fitted: ``python bench/mtp_acceptance.py`` prices the rows with MTP at 0.50 to
-0.85 and takes the lowest median |log error| of TPOT; fitted on the rows with 3 draft tokens alone it predicts those
-with 1 (a different function of it) within a few per cent (tests/test_inferencex_deployments.py). DeepSeek-V3's report
-measured 85-90% for its second token on natural text (arXiv:2412.19437, section 5.4.3)."""
+model's outputs, which no row states. Fitted: ``python bench/mtp_acceptance.py`` prices the 240 disaggregated rows
+with MTP at 0.50 to 0.85 and takes the lowest median |log error| of TPOT (8.6%); fitted on the rows with 3 draft
+tokens alone it is also 0.65, and the rows with 1 (a different function of it) come out at 9.2% median |error|, -1.7%
+signed (tests/test_inferencex_deployments.py). DeepSeek-V3's report measured 85-90% for its second token on natural
+text (arXiv:2412.19437, section 5.4.3)."""
 
 
-def _speculating(engine: EngineTraits, model: ModelSpec, drafted: float, acceptance: float) -> EngineTraits:
-    """``engine`` drafting ``drafted`` MTP tokens a step at ``acceptance`` (unchanged at 0 tokens)."""
-    if not drafted > 0:
-        return engine
-    spec = Speculation(method="mtp", num_tokens=int(drafted), acceptance_frac=acceptance)
-    check_speculation(model, spec)
-    return replace(engine, speculation=spec)
+def _group_engine(engine: EngineTraits, model: ModelSpec, drafted: float, fraction: float,
+                  acceptance: float) -> EngineTraits:
+    """``engine`` as a group's deployment ran it: drafting ``drafted`` MTP tokens a step at ``acceptance`` (none at
+    0) and at memory fraction ``fraction`` (the engine's default at 0)."""
+    if drafted > 0:
+        spec = Speculation(method="mtp", num_tokens=int(drafted), acceptance_frac=acceptance)
+        check_speculation(model, spec)
+        engine = replace(engine, speculation=spec)
+    return replace(engine, memory_frac=float(fraction)) if fraction > 0 else engine
 
 
 def predict_rows(rows: pd.DataFrame, folder: Path, engines: dict[str, EngineTraits] | None = None,
@@ -512,8 +517,7 @@ def predict_rows(rows: pd.DataFrame, folder: Path, engines: dict[str, EngineTrai
                 raise InputError(loaded)
             moe_mode = checkpoint_moe_mode(loaded, moe_mode)
             cluster = _with_kernels(_cluster(system), store, rows.loc[index], loaded, gemm_mode, moe_mode)
-            engine = _speculating(engines[backend], loaded, drafted, mtp_acceptance)
-            engine = engine if not fraction > 0 else replace(engine, memory_frac=float(fraction))
+            engine = _group_engine(engines[backend], loaded, drafted, fraction, mtp_acceptance)
             values = _predict_group(rows.loc[index], loaded, cluster, engine, gemm_mode, moe_mode)
             out.loc[index, list(PREDICTED)] = values.T
         except InputError as exc:
@@ -664,9 +668,7 @@ def deployment_stated(rows: pd.DataFrame) -> np.ndarray:
 
 def speculating(rows: pd.DataFrame) -> np.ndarray:
     """Per row: whether its deployment drafted MTP tokens (priced at the fitted ``MTP_ACCEPTANCE``)."""
-    if SPECULATIVE_TOKENS not in rows:
-        return np.zeros(len(rows), dtype=bool)
-    return rows[SPECULATIVE_TOKENS].to_numpy(dtype=float) > 0
+    return _column_or(rows, SPECULATIVE_TOKENS, 0.0).to_numpy(dtype=float) > 0
 
 
 def fit_constants(grid: OverheadGrid, mask: np.ndarray) -> FittedConstants:
@@ -775,7 +777,7 @@ def slice_masks(rows: pd.DataFrame, moe: np.ndarray) -> dict[str, np.ndarray]:
     disagg = (rows["mode"] == "disagg").to_numpy()
     stated = disagg & deployment_stated(rows)
     engines = {str(e): (rows["backend"] == e).to_numpy() for e in sorted(rows["backend"].unique())}
-    published = (rows["deployment_source"] != "").to_numpy() if "deployment_source" in rows else np.zeros_like(disagg)
+    published = (_column_or(rows, "deployment_source", "") != "").to_numpy()
     return {**engines, "aggregated": ~disagg, "disaggregated, worker counts stated": stated,
             "disaggregated, deployment published by InferenceX": disagg & published,
             "disaggregated with MTP (acceptance fitted)": disagg & speculating(rows),
