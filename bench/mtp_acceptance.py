@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from paraplan.cost_models.serving import BENCHMARK_WAVES
+from paraplan.cost_models.serving import BENCHMARK_WAVES, wave_mean
 from paraplan.validation import serving_runs as sr
 
 GRID = tuple(round(0.5 + 0.05 * k, 2) for k in range(8))
@@ -30,7 +30,7 @@ def tpot_errors(grid: tuple[float, ...] = GRID, mode: str = "disagg") -> tuple[p
         for acceptance in grid:
             out = sr.predict_rows(rows, folder, mtp_acceptance=acceptance)
             waves = sr._row_waves(rows, BENCHMARK_WAVES)
-            tpot_s = sr._mix(out["tpot_steady_s"].to_numpy(), out["tpot_burst_s"].to_numpy(), waves)
+            tpot_s = wave_mean(out["tpot_steady_s"].to_numpy(), out["tpot_burst_s"].to_numpy(), waves)
             errors[acceptance] = tpot_s * 1e3 / rows["silicon_tpot_ms"].to_numpy() - 1.0
     return rows, errors
 

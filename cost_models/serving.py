@@ -146,6 +146,13 @@ class EngineTraits:
     """``max_batched_tokens`` is the worker's, split over its attention-DP ranks (SGLang divides chunked_prefill_size
     by dp_size under DP attention, server_args._handle_data_parallelism, "to avoid MoE kernel issues"); otherwise
     it is each rank's (vLLM's DP engine cores and TRT-LLM's ranks each schedule their own); ``rank_batched_tokens``."""
+    prefill_first: bool = False
+    """Whenever a prefill batch can be formed the engine runs it before the next decode step, prefill and decode
+    in separate steps (SGLang: ``Scheduler.get_next_batch_to_run`` takes ``get_new_batch_prefill()`` first, "Run
+    prefill first if possible"; mixed steps only with --enable-mixed-chunk, off by default). Otherwise the engine
+    schedules its running decodes first and fills the step's token budget with prefill chunks (vLLM V1's
+    scheduler, TRT-LLM's in-flight batching). A burst of prompts is prefilled whole before any of them decodes
+    (``burst_tpot_s``)."""
     balances_dp_admission: bool = False
     """Attention-DP ranks admit new prompts in the same steps (TensorRT-LLM's AttentionDpConfig.enable_balance, which
     NVIDIA's DeepSeek recipes turn on: context requests wait up to batching_wait_iters steps until every rank has
@@ -168,10 +175,11 @@ ENGINE_TRAITS: dict[str, EngineTraits] = {
                "max_num_batched_tokens 8192, max_num_seqs 1024"),
     "sglang": EngineTraits(
         name="sglang", memory_frac=0.85, budget="total", max_batched_tokens=8192, reserves_full_length=False,
-        max_running=4096, step_overhead_s=3.75e-3, request_overhead_s=300e-3, dp_sync_s=DP_SYNC_S,
-        batched_tokens_per_worker=True,
+        max_running=4096, step_overhead_s=4.0e-3, request_overhead_s=250e-3, dp_sync_s=DP_SYNC_S,
+        batched_tokens_per_worker=True, prefill_first=True,
         source="SGLang 0.5 server_args: mem_fraction_static from its reserved-memory heuristic (~0.85 on 80-280 GB "
-               "GPUs), chunked_prefill_size 8192 (divided by dp_size under DP attention)"),
+               "GPUs), chunked_prefill_size 8192 (divided by dp_size under DP attention); prefill-first "
+               "scheduler, enable_mixed_chunk off"),
     "trtllm": EngineTraits(
         name="trtllm", memory_frac=0.9, budget="free", max_batched_tokens=8192, reserves_full_length=True,
         max_running=2048, step_overhead_s=1.75e-3, request_overhead_s=120e-3, dp_sync_s=DP_SYNC_S,
@@ -516,13 +524,15 @@ def chunked_prefill_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecis
     return np.where(chunks <= 1.0, whole, (chunks - 1.0) * (full_s + step_overhead_s) + rest_s + step_overhead_s)
 
 
-def burst_ttft_s(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec: WeightPrecision, shard: Sharding,
-                 isl: Column, arrivals: Column, max_batched_tokens: Column | None = None) -> np.ndarray:
-    """Mean time to first token of ``arrivals`` prompts that reach an attention-DP rank at once: the engine
-    prefills as many as fit its max batched tokens per step, step after step; the k-th step's prompts wait
-    k steps. ``max_batched_tokens``: a rank's budget where it is not the engine's (``rank_batched_tokens``); below
-    one prompt a step, each step carries that many tokens, and the j-th prompt's first token comes with the
-    step that ends it, (j + 1)·isl/M steps in: a mean of (steps + isl/M)/2 steps."""
+def burst_prefill_s(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec: WeightPrecision,
+                    shard: Sharding, isl: Column, arrivals: Column,
+                    max_batched_tokens: Column | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(mean time to first token, seconds until the last prefill ends) of ``arrivals`` prompts that reach an
+    attention-DP rank at once: the engine prefills as many as fit its max batched tokens per step, step after
+    step; the k-th step's prompts wait k steps. ``max_batched_tokens``: a rank's budget where it is not the
+    engine's (``rank_batched_tokens``); below one prompt a step, each step carries that many tokens, and the j-th
+    prompt's first token comes with the step that ends it, (j + 1)·isl/M steps in: a mean of (steps + isl/M)/2
+    steps."""
     isl = np.asarray(isl, dtype=float)
     budget = np.asarray(engine.max_batched_tokens if max_batched_tokens is None else max_batched_tokens, dtype=float)
     per_step = np.where(budget >= isl, np.maximum(np.floor(budget / isl), 1.0), budget / isl)
@@ -530,7 +540,38 @@ def burst_ttft_s(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, p
     step = prefill_s(model, cluster, prec, shard, isl, per_step, all_ranks=True) \
         + engine_step_overhead_s(engine, shard)
     steps = np.ceil(np.maximum(arrivals, 1.0) / per_step - 1e-9)
-    return step * (steps + np.maximum(1.0 / per_step, 1.0)) / 2.0
+    return step * (steps + np.maximum(1.0 / per_step, 1.0)) / 2.0, step * steps
+
+
+def burst_ttft_s(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec: WeightPrecision, shard: Sharding,
+                 isl: Column, arrivals: Column, max_batched_tokens: Column | None = None) -> np.ndarray:
+    """Mean time to first token of ``arrivals`` prompts that reach an attention-DP rank at once
+    (``burst_prefill_s``)."""
+    return burst_prefill_s(model, cluster, engine, prec, shard, isl, arrivals, max_batched_tokens)[0]
+
+
+def burst_tpot_s(decode_step_s: Column, ttft_s: Column, wave_prefill_s: Column, osl: Column) -> np.ndarray:
+    """Mean time per output token of a burst of prompts (``burst_prefill_s``: mean TTFT ``ttft_s``, the last prefill
+    ending ``wave_prefill_s`` in). A prompt whose first token came at t still shares the GPU with the wave's
+    prefills that follow, wave_prefill_s − t of them, spread over its osl − 1 later tokens: on average
+    (wave_prefill_s − ttft_s) / (osl − 1) on top of the decode step, whether the engine runs them before its next
+    decode step (``EngineTraits.prefill_first``) or mixes them into its decode steps."""
+    later_tokens = np.maximum(np.asarray(osl, dtype=float) - 1.0, 1.0)
+    wait = np.maximum(np.asarray(wave_prefill_s, dtype=float) - np.asarray(ttft_s, dtype=float), 0.0)
+    return np.asarray(decode_step_s, dtype=float) + wait / later_tokens
+
+
+def benchmark_waves(engine: EngineTraits, waves: Column, fixed_lengths: Column = False) -> np.ndarray:
+    """Wave weight of a fixed-concurrency benchmark of ``waves`` waves for ``ServingLatency``: each mean is the
+    steady state's plus 1/weight of the first wave's (a burst) excess; 1 where every wave runs as the first. That
+    happens where every request has exactly the stated lengths (``fixed_lengths``: no length spread,
+    end-of-sequence ignored) and the engine is prefill-first (``EngineTraits.prefill_first``): it decodes a wave
+    only once all of it is prefilled, so the wave's requests finish in the same step and the closed loop sends them
+    back together, a burst again. An engine that mixes prefill chunks into decode steps starts each prompt's decode
+    as soon as it is prefilled, and aiconfigurator's fixed-length sweeps of vLLM and TensorRT-LLM match the steady
+    state (a burst every wave puts their TTFT 118-164% too slow: docs/serving.md)."""
+    synchronized = np.asarray(fixed_lengths, dtype=bool) & engine.prefill_first
+    return np.where(synchronized, 1.0, np.asarray(waves, dtype=float))
 
 
 def decode_step_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, shard: Sharding, batch: Column,
@@ -636,26 +677,35 @@ class ServingLatency:
     """Whether the engine starts with its default memory fraction (else priced with it raised)."""
     request_overhead_s: float
     """The engine's per-request latency outside the GPU (added to every TTFT)."""
-    waves: float
-    """Request waves of the benchmark (the first arrives at once)."""
+    waves: np.ndarray
+    """Wave weight of the benchmark per deployment (``benchmark_waves``): the first wave's burst weighs 1/waves."""
 
     @property
     def tpot_s(self) -> np.ndarray:
-        """Mean time per output token over all waves (the first wave's weighs 1/waves)."""
-        return self.tpot_steady_s + (self.tpot_burst_s - self.tpot_steady_s) / self.waves
+        """Mean time per output token over all waves (``wave_mean``)."""
+        return wave_mean(self.tpot_steady_s, self.tpot_burst_s, self.waves)
 
     @property
     def ttft_s(self) -> np.ndarray:
-        """Mean time to first token over all waves: the first wave's burst weighs 1/waves."""
-        return self.request_overhead_s + self.ttft_steady_s + (self.ttft_burst_s - self.ttft_steady_s) / self.waves
+        """Mean time to first token over all waves (``wave_mean``), the engine's request overhead included."""
+        return self.request_overhead_s + wave_mean(self.ttft_steady_s, self.ttft_burst_s, self.waves)
+
+
+def wave_mean(steady: Column, burst: Column, waves: Column) -> np.ndarray:
+    """The mean over a benchmark's ``waves`` waves when the first runs as a burst and the rest steady (waves 1:
+    every wave a burst; inf: the steady state)."""
+    steady = np.asarray(steady, dtype=float)
+    return steady + (np.asarray(burst, dtype=float) - steady) / np.asarray(waves, dtype=float)
 
 
 def aggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, prec: WeightPrecision, shard: Sharding,
                *, concurrency: Column, isl: Column, osl: Column, waves: float = BENCHMARK_WAVES,
-               max_batched_tokens: Column | None = None) -> ServingLatency:
+               max_batched_tokens: Column | None = None, fixed_lengths: Column = False) -> ServingLatency:
     """Prefill and decode on the same GPUs (continuous batching), ``concurrency`` requests in flight per replica.
     ``max_batched_tokens``: each rank's step budget where it is not the engine's (``rank_batched_tokens``); a
-    prompt longer than it takes one mixed step per chunk before its first token."""
+    prompt longer than it takes one mixed step per chunk before its first token. ``fixed_lengths``: every request
+    has exactly ``isl`` and ``osl`` tokens (``benchmark_waves``: a prefill-first engine then runs every wave as a
+    burst)."""
     isl, osl = np.asarray(isl, dtype=float), np.asarray(osl, dtype=float)
     per_rank = np.asarray(concurrency, dtype=float) / shard.dp
     fits, starts = running_capacity(model, cluster, engine, prec, shard, held_tokens(engine, isl, osl))
@@ -674,11 +724,12 @@ def aggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, pre
     lifetime = osl * tpot + prefill
     queued = np.maximum(per_rank - batch, 0.0) / batch * lifetime
     steady = prefill + chunk_steps * step + tpot / 2.0 + queued
-    burst = burst_ttft_s(model, cluster, engine, prec, shard, isl, batch, max_batched_tokens) + queued
-    return ServingLatency(ttft_steady_s=steady, ttft_burst_s=burst, tpot_steady_s=tpot, tpot_burst_s=step,
-                          running_batch=batch,
+    burst, wave = burst_prefill_s(model, cluster, engine, prec, shard, isl, batch, max_batched_tokens)
+    return ServingLatency(ttft_steady_s=steady, ttft_burst_s=burst + queued, tpot_steady_s=tpot,
+                          tpot_burst_s=burst_tpot_s(step, burst, wave, osl), running_batch=batch,
                           decode_step_s=step, prefill_s=prefill, max_sequences=fits, starts_at_defaults=starts,
-                          request_overhead_s=engine.request_overhead_s, waves=waves)
+                          request_overhead_s=engine.request_overhead_s,
+                          waves=benchmark_waves(engine, waves, fixed_lengths))
 
 
 def kv_transfer_s(model: ModelSpec, cluster: ClusterSpec, prec: WeightPrecision, prefill: Sharding,
@@ -720,4 +771,4 @@ def disaggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, 
     return ServingLatency(ttft_steady_s=steady, ttft_burst_s=burst, tpot_steady_s=step, tpot_burst_s=step,
                           running_batch=batch,
                           decode_step_s=step, prefill_s=one, max_sequences=fits, starts_at_defaults=starts,
-                          request_overhead_s=engine.request_overhead_s, waves=waves)
+                          request_overhead_s=engine.request_overhead_s, waves=np.asarray(waves, dtype=float))

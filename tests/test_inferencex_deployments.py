@@ -230,6 +230,18 @@ def test_inferencex_rows_carry_their_benchmarks_protocol(rows):
     assert (rows.loc[inferencex, "length_scale"] == 0.9).all()
     assert (rows.loc[~inferencex, "length_scale"] == 1.0).all()
     assert rows.loc[rows["id"] == B200_FP8_MTP_ROW, "stated_waves"].item() == 10.0
+    assert not rows.loc[inferencex, "fixed_lengths"].any()
+
+
+def test_aiconfigurator_sweeps_fix_every_length(rows):
+    """aiconfigurator's gap-analysis sweeps (971 rows: 848 under aic-auto-gap-analysis/, 76 of Qwen3.5-397B, 47 of
+    Kimi-K2.5) ran its benchmark, which fixes every length (stddev 0, ignore_eos); their wave count is not stated."""
+    source = rows["silicon_data_source"].astype(str)
+    fixed = rows["fixed_lengths"].to_numpy(dtype=bool)
+    assert fixed.sum() == 971
+    assert source[fixed].str.contains("aic-auto-gap-analysis/").sum() == 848
+    assert (source[fixed].str.startswith("source_file=qwen3.5-397b-gap-analysis.csv")).sum() == 76
+    assert rows.loc[fixed, "stated_waves"].isna().all()
 
 
 def test_a_length_scale_prices_the_mean_lengths(rows, shipped):

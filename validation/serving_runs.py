@@ -31,6 +31,7 @@ from paraplan.cost_models.serving import (
     EngineTraits,
     Speculation,
     aggregated,
+    benchmark_waves,
     check_speculation,
     decode_step_s,
     disaggregated,
@@ -38,6 +39,7 @@ from paraplan.cost_models.serving import (
     prefill_s,
     rank_batched_tokens,
     running_capacity,
+    wave_mean,
     weight_precision,
 )
 from paraplan.cost_models.serving_kernel_source import serving_kernels, table_modes
@@ -76,6 +78,8 @@ MAX_PUBLISHED_GPUS = 4096
 MAX_PUBLISHED_DRAFTS = 16
 """Bound on published MTP draft tokens a step (the shipped file states 1-3)."""
 SPECULATIVE_TOKENS = "speculative_tokens"
+FIXED_LENGTHS = "fixed_lengths"
+"""Whether a row's benchmark sends every request at exactly its stated lengths (``AICONFIGURATOR_WAVES``)."""
 """MTP draft tokens a row's deployment ran per step (0: none); only published deployments state it."""
 INFERENCEX_MARK = "wip="
 """The rows of SemiAnalysis' InferenceX benchmark (aiconfigurator's ``2026-03-25.csv`` and ``2026-04-06.csv`` sweeps,
@@ -87,6 +91,15 @@ INFERENCEX_LENGTH_SCALE = 0.9
 """InferenceX draws each prompt's input and output lengths uniformly from [0.8 L, L] (``RANDOM_RANGE_RATIO: 0.8``
 in its benchmark workflows; ``sample_uniform`` in ``utils/bench_serving/benchmark_serving.py``): the mean is 0.9 L of
 the stated ``isl`` and ``osl``."""
+AICONFIGURATOR_MARK = "gap-analysis"
+"""The rows of aiconfigurator's own gap-analysis sweeps (``aic-auto-gap-analysis/...``,
+``qwen3.5-397b-gap-analysis.csv``, ``kimi-k2.5-gap-analysis.csv``: 971 rows) name them in ``silicon_data_source``;
+no other row does."""
+AICONFIGURATOR_WAVES = 20.0
+"""aiconfigurator's benchmark sends 20 requests per concurrency slot after a warm-up (``--request-count
+$((MULTI_ROUND * CONCURRENCY))``, MULTI_ROUND 20, in ``generator/sflow.py``; ``BENCH_MULTI_ROUND`` 20 in
+``benchmark/bench_run.sh.j2``; ai-dynamo/aiconfigurator, Apache-2.0) with every length exact: input and output
+stddev 0, ``min_tokens`` = ``max_tokens`` = OSL and ``ignore_eos`` (``fixed_lengths``)."""
 MAX_MEASUREMENTS_BYTES = 64 * 1024 * 1024
 """The shipped rows are 2.6 MB as text (0.2 MB gzip); 64 MiB leaves 25x room, compressed or not."""
 
@@ -177,10 +190,14 @@ def load_measurements(folder: Path) -> pd.DataFrame:
 
 def _with_benchmark_protocol(rows: pd.DataFrame) -> pd.DataFrame:
     """``rows`` with what their benchmark's published code states: ``stated_waves`` (requests sent / concurrency;
-    NaN where unknown, fitted) and ``length_scale`` (mean over stated input and output lengths; 1 where unknown)."""
-    inferencex = rows["silicon_data_source"].astype(str).str.contains(INFERENCEX_MARK, regex=False).to_numpy()
+    NaN where unknown, fitted), ``length_scale`` (mean over stated input and output lengths; 1 where unknown) and
+    ``fixed_lengths`` (every request has exactly the stated lengths: aiconfigurator's protocol)."""
+    source = rows["silicon_data_source"].astype(str)
+    inferencex = source.str.contains(INFERENCEX_MARK, regex=False).to_numpy()
+    aiconfigurator = source.str.contains(AICONFIGURATOR_MARK, regex=False).to_numpy()
     rows["stated_waves"] = np.where(inferencex, INFERENCEX_WAVES, np.nan)
     rows["length_scale"] = np.where(inferencex, INFERENCEX_LENGTH_SCALE, 1.0)
+    rows[FIXED_LENGTHS] = aiconfigurator
     return rows
 
 
@@ -190,12 +207,16 @@ def _column_or(rows: pd.DataFrame, column: str, default: float | str) -> pd.Seri
     return rows[column].fillna(default) if column in rows else pd.Series(default, index=rows.index)
 
 
-def _row_waves(rows: pd.DataFrame, waves: float) -> np.ndarray | float:
-    """Per row the benchmark's wave count: as its protocol states it (``stated_waves``), else ``waves``."""
-    if "stated_waves" not in rows:
-        return waves
-    stated = rows["stated_waves"].to_numpy(dtype=float)
-    return np.where(np.isfinite(stated), stated, waves)
+def _row_waves(rows: pd.DataFrame, waves: float) -> np.ndarray:
+    """Per row the wave weight ``ServingLatency`` uses (``benchmark_waves``): of the benchmark's wave count as its
+    protocol states it (``stated_waves``), else ``waves``, and whether the protocol fixes every length."""
+    stated = _column_or(rows, "stated_waves", np.nan).to_numpy(dtype=float)
+    per_row = np.where(np.isfinite(stated), stated, waves)
+    fixed = _column_or(rows, FIXED_LENGTHS, False).to_numpy(dtype=bool)
+    for backend, traits in ENGINE_TRAITS.items():
+        sel = (rows["backend"] == backend).to_numpy()
+        per_row[sel] = benchmark_waves(traits, per_row[sel], fixed[sel])
+    return per_row
 
 
 def _mean_lengths(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -620,11 +641,6 @@ def _log_err(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
     return np.abs(np.log(predicted / measured))
 
 
-def _mix(steady: np.ndarray, burst: np.ndarray, waves: float | np.ndarray) -> np.ndarray:
-    """The mean over ``waves`` benchmark waves when the first is a burst and the rest run steady."""
-    return steady + (burst - steady) / waves
-
-
 def step_overhead_index(tpot_s: np.ndarray, measured_s: np.ndarray) -> int:
     """The row of ``tpot_s`` ([STEP_OVERHEAD_GRID_S, rows]) whose mean |log error| against ``measured_s`` is lowest.
 
@@ -648,9 +664,9 @@ def _sync_index(grid: OverheadGrid, waves: float, tpot_s: np.ndarray, engines: d
     """The DP sync of ``DP_SYNC_GRID_S`` whose TPOTs, each engine at its own best step overhead, have the lowest mean
     |log error| over every engine's rows (the DP sync is a per-step cost, fitted as the step overhead is)."""
     scores = []
-    waves_per_row = _row_waves(grid.rows, waves)
+    per_row = _row_waves(grid.rows, waves)
     for sync in range(grid.syncs):
-        tpot = _mix(grid.column("tpot_steady_s", sync), grid.column("tpot_burst_s", sync), waves_per_row)
+        tpot = wave_mean(grid.column("tpot_steady_s", sync), grid.column("tpot_burst_s", sync), per_row)
         steps = _engine_steps(tpot, tpot_s, engines)
         errs = [_log_err(tpot[g, engines[e]], tpot_s[engines[e]]) for e, g in steps.items()]
         scores.append(np.mean(np.concatenate(errs)) if errs else np.inf)
@@ -685,9 +701,9 @@ def fit_constants(grid: OverheadGrid, mask: np.ndarray) -> FittedConstants:
     best_score, best = np.inf, None
     for waves in WAVES_GRID:
         sync = _sync_index(grid, waves, tpot_s, engines)
-        waves_per_row = _row_waves(rows, waves)
-        tpot = _mix(grid.column("tpot_steady_s", sync), grid.column("tpot_burst_s", sync), waves_per_row)
-        ttft = _mix(grid.column("ttft_steady_s", sync), grid.column("ttft_burst_s", sync), waves_per_row)
+        per_row = _row_waves(rows, waves)
+        tpot = wave_mean(grid.column("tpot_steady_s", sync), grid.column("tpot_burst_s", sync), per_row)
+        ttft = wave_mean(grid.column("ttft_steady_s", sync), grid.column("ttft_burst_s", sync), per_row)
         step, request = dict.fromkeys(ENGINE_TRAITS, 0.0), dict.fromkeys(ENGINE_TRAITS, 0.0)
         tpot_errs, ttft_errs = [], []
         for engine, g in _engine_steps(tpot, tpot_s, engines).items():
@@ -713,9 +729,9 @@ def apply_constants(grid: OverheadGrid, constants: FittedConstants) -> pd.DataFr
     at = np.arange(len(rows))
     request = rows["backend"].map(constants.request_overhead_s).to_numpy(dtype=float)
     col = {c: grid.column(c, sync)[index, at] for c in PREDICTED}
-    waves = _row_waves(rows, constants.waves)
-    rows["tpot_pred_s"] = _mix(col["tpot_steady_s"], col["tpot_burst_s"], waves)
-    rows["ttft_pred_s"] = request + _mix(col["ttft_steady_s"], col["ttft_burst_s"], waves)
+    per_row = _row_waves(rows, constants.waves)
+    rows["tpot_pred_s"] = wave_mean(col["tpot_steady_s"], col["tpot_burst_s"], per_row)
+    rows["ttft_pred_s"] = request + wave_mean(col["ttft_steady_s"], col["ttft_burst_s"], per_row)
     return rows
 
 
@@ -772,8 +788,9 @@ def moe_rows(rows: pd.DataFrame, folder: Path) -> np.ndarray:
 
 def slice_masks(rows: pd.DataFrame, moe: np.ndarray) -> dict[str, np.ndarray]:
     """The slices issue 32 states targets for: each engine, aggregated rows, disaggregated rows with and without
-    their worker counts (and of those with, the ones InferenceX published, and the ones that ran MTP), dense and MoE
-    models."""
+    their worker counts (and of those with, the ones InferenceX published, and the ones that ran MTP), the
+    aggregated SGLang rows of aiconfigurator's fixed-length sweeps (every wave a burst: ``benchmark_waves``), dense
+    and MoE models."""
     disagg = (rows["mode"] == "disagg").to_numpy()
     stated = disagg & deployment_stated(rows)
     engines = {str(e): (rows["backend"] == e).to_numpy() for e in sorted(rows["backend"].unique())}
@@ -782,6 +799,8 @@ def slice_masks(rows: pd.DataFrame, moe: np.ndarray) -> dict[str, np.ndarray]:
             "disaggregated, deployment published by InferenceX": disagg & published,
             "disaggregated with MTP (acceptance fitted)": disagg & speculating(rows),
             "aggregated with MTP (acceptance from the disaggregated rows)": ~disagg & speculating(rows),
+            "aggregated SGLang, fixed lengths (every wave a burst)": ~disagg & engines.get("sglang", False)
+            & _column_or(rows, FIXED_LENGTHS, False).to_numpy(dtype=bool),
             "disaggregated, worker counts not stated": disagg & ~stated, "dense models": ~moe, "MoE models": moe}
 
 

@@ -285,7 +285,7 @@ PROVENANCE = ("analytical serving model (cost_models/inference_step.py, serving.
               "(hardware_profiles/run_factor.py); engine step and request overheads and the attention-DP step sync "
               "fitted to the 4,190 of 5,221 measured deployments that state them without MTP (aiconfigurator 0.12 "
               "silicon sample; 1,351 with what InferenceX published of their deployments): "
-              "TPOT median |error| 14.5% in sample, 16.4% leave-one-model-out; TTFT 41.0% / 44.9% over all 5,221 "
+              "TPOT median |error| 14.2% in sample, 15.9% leave-one-model-out; TTFT 39.8% / 44.3% over all 5,221 "
               "(paraplan validate --serving; "
               "docs/serving.md)")
 """Quoted figures: ``tests/test_serving_validation.py`` checks them against ``validate --serving``."""
