@@ -160,7 +160,7 @@ class EngineTraits:
     cores, SGLang's per-rank schedulers) and a step waits for the busiest rank (``mixed_admission_s``)."""
 
 
-# step_overhead_s and request_overhead_s: the fit `paraplan validate --serving` makes on the 4,190 of its 5,221 rows
+# step_overhead_s and request_overhead_s: the fit `paraplan validate --serving` makes on the 4,168 of its 5,221 rows
 # that state their deployment (serving_runs.deployment_stated)
 # (validation/serving_runs.py: per engine the step overhead with the lowest mean |log error| of TPOT, then the request
 # overhead with the lowest median |log error| of TTFT). `paraplan serve` prices with exactly the constants validate
@@ -175,7 +175,7 @@ ENGINE_TRAITS: dict[str, EngineTraits] = {
                "max_num_batched_tokens 8192, max_num_seqs 1024"),
     "sglang": EngineTraits(
         name="sglang", memory_frac=0.85, budget="total", max_batched_tokens=8192, reserves_full_length=False,
-        max_running=4096, step_overhead_s=4.0e-3, request_overhead_s=250e-3, dp_sync_s=DP_SYNC_S,
+        max_running=4096, step_overhead_s=4.0e-3, request_overhead_s=300e-3, dp_sync_s=DP_SYNC_S,
         batched_tokens_per_worker=True, prefill_first=True,
         source="SGLang 0.5 server_args: mem_fraction_static from its reserved-memory heuristic (~0.85 on 80-280 GB "
                "GPUs), chunked_prefill_size 8192 (divided by dp_size under DP attention); prefill-first "
@@ -569,7 +569,7 @@ def benchmark_waves(engine: EngineTraits, waves: Column, fixed_lengths: Column =
     only once all of it is prefilled, so the wave's requests finish in the same step and the closed loop sends them
     back together, a burst again. An engine that mixes prefill chunks into decode steps starts each prompt's decode
     as soon as it is prefilled, and aiconfigurator's fixed-length sweeps of vLLM and TensorRT-LLM match the steady
-    state (a burst every wave puts their TTFT 118-164% too slow: docs/serving.md)."""
+    state (a burst every wave puts their TTFT 222% and 118% too slow: docs/serving.md)."""
     synchronized = np.asarray(fixed_lengths, dtype=bool) & engine.prefill_first
     return np.where(synchronized, 1.0, np.asarray(waves, dtype=float))
 

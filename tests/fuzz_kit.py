@@ -295,6 +295,23 @@ def _deployments_file(path: Path) -> object:
     return load_measurements(path.parent)
 
 
+TWIN_IDS = ("2026_03_25_qwen3_5_397b_b200_sxm_sglang_fp8_agg_1024x1024_c256_tp4_0_ep1_0_467",
+            "qwen3_5_397b_gap_analysis_qwen3_5_397b_gap_analysis_b200_sxm_sglang_fp8_agg_1024x1024_c256_tp4_ep1_22")
+"""An InferenceX API row and a gap-analysis row repeating its measurement (``serving_runs.inferencex_twins``)."""
+
+
+def _measurements_seed() -> bytes:
+    header, lines = _shipped_serving_lines(TWIN_IDS)
+    return "\n".join([header, *lines[:2]]).encode() + b"\n"
+
+
+def _measurements_file(path: Path) -> object:
+    """A data folder's serving measurements, read as ``validate --serving DIR`` reads them (twins included)."""
+    from paraplan.validation.serving_runs import load_measurements
+
+    return load_measurements(path.parent)
+
+
 def _option_file(path: Path) -> object:
     from paraplan.job_files.config_file import read_option_file
 
@@ -330,6 +347,7 @@ PARSERS: dict[str, Parser] = {p.name: p for p in [
                                                        as_text=True), "json", _const(STACK_PROFILE)),
     Parser("serving-deployments-csv", "serving/inferencex_deployments.csv", _deployments_file, "csv",
            _deployments_seed),
+    Parser("serving-measurements-csv", "serving/serving_runs.csv", _measurements_file, "csv", _measurements_seed),
     Parser("memory-runs-csv", "memory_runs.csv", _call("paraplan.validation.memory_runs", "load_memory_runs"),
            "csv", _const(MEMORY_RUNS)),
     Parser("profile-store", "profiles.sqlite", _store, "sqlite", _store_seed),

@@ -94,13 +94,14 @@ def test_accuracy_does_not_regress(report):
     """Bounds at the accuracy reached when this was written (docs/serving.md), so a change that loses accuracy fails.
     TTFT's bound rose once, by choice: InferenceX's rows are priced at the ten waves their client sends (the fitted
     five had weighed the first wave's burst double and covered steady-state TTFTs put too low): 37.6% -> 41.0%; since
-    SGLang's fixed-length sweeps run every wave as a burst, 39.8%."""
+    SGLang's fixed-length sweeps run every wave as a burst, 39.8%; and rose again, by choice, when InferenceX's
+    database rows and the rows repeating InferenceX measurements took its protocol (``inferencex_twins``): 43.0%."""
     overall = report.table[report.table["backend"] == "all"].iloc[0]
     assert overall["tpot_median_err"] <= 0.15  # 14.2% (InferenceX's published deployments and protocol)
-    assert overall["ttft_median_err"] <= 0.42  # 39.8%
-    for tpot, ttft in report.held_out.values():  # by model 15.9 / 44.3%, by GPU 14.6 / 43.1%
+    assert overall["ttft_median_err"] <= 0.44  # 43.0%
+    for tpot, ttft in report.held_out.values():  # by model 16.0 / 47.6%, by GPU 14.6 / 45.8%
         assert np.isfinite(tpot) and tpot <= 0.165
-        assert np.isfinite(ttft) and ttft <= 0.45
+        assert np.isfinite(ttft) and ttft <= 0.49
 
 
 def test_slices_partition_the_rows_and_name_the_issue_32_breakdowns(report):
@@ -111,10 +112,11 @@ def test_slices_partition_the_rows_and_name_the_issue_32_breakdowns(report):
         + rows["disaggregated, worker counts not stated"] == 5221
     assert rows["dense models"] + rows["MoE models"] == 5221
     assert rows["aggregated"] == 3619 and rows["disaggregated, worker counts stated"] == 274 + 663
-    assert rows["disaggregated, deployment published by InferenceX"] == 663  # of the 977 (data/serving/README.md)
-    assert rows["disaggregated with MTP (acceptance fitted)"] == 240
-    assert rows["aggregated with MTP (acceptance from the disaggregated rows)"] == 126
-    assert rows["aggregated SGLang, fixed lengths (every wave a burst)"] == 230
+    # 663 published for InferenceX's API rows, 108 more for database rows repeating one of their measurements
+    assert rows["disaggregated, deployment published by InferenceX"] == 663 + 108
+    assert rows["disaggregated with MTP (acceptance fitted)"] == 241
+    assert rows["aggregated with MTP (acceptance from the disaggregated rows)"] == 126 + 21
+    assert rows["aggregated SGLang, fixed lengths (every wave a burst)"] == 154
     for s in report.slices:
         assert 0.0 < s["tpot_median_err"] < 1.0 and 0.0 < s["ttft_median_err_model_out"] < 1.0
 
@@ -361,6 +363,18 @@ def test_a_file_that_is_not_the_measurements_layout_is_one_line(tmp_path):
         load_measurements(tmp_path)
 
 
+def test_a_word_where_a_number_belongs_is_one_line(tmp_path, shipped):
+    """A measurements file whose tp_size says "eight" is refused naming the column, not read as a missing value."""
+    lines = gzip.decompress((shipped / "serving_runs.csv.gz").read_bytes()).decode().splitlines()[:3]
+    header = lines[0].split(",")
+    cells = next(csv.reader([lines[1]]))
+    cells[header.index("tp_size")] = "eight"
+    with (tmp_path / "serving_runs.csv").open("w", newline="") as out:
+        csv.writer(out).writerows([header, cells, next(csv.reader([lines[2]]))])
+    with pytest.raises(InputError, match="the columns tp_size must hold numbers"):
+        load_measurements(tmp_path)
+
+
 def test_a_gzip_file_that_is_not_gzip_is_one_line(tmp_path):
     (tmp_path / "serving_runs.csv.gz").write_bytes(b"id,backend\nx,vllm\n")
     with pytest.raises(InputError, match="not a gzip file of serving measurements"):
@@ -407,8 +421,9 @@ def test_rows_that_do_not_state_their_deployment_fit_no_constant():
 def test_sglang_fixed_length_sweeps_run_every_wave_as_a_burst(report):
     """aiconfigurator's own sweeps send every request at exactly its stated lengths; SGLang prefills each wave whole
     before decoding it, so the wave finishes in one step and returns as a burst (``benchmark_waves``). Priced so,
-    its 230 aggregated rows come to TPOT 13.7% / TTFT 24.5% (14.4 / 24.4% with each model left out); priced as the
-    other sweeps' steady state plus one burst in five waves they were 20.5% / 43.4% (TTFT 41% too fast, signed)."""
+    its 154 aggregated rows come to TPOT 14.0% / TTFT 27.0% (14.3 / 27.0% with each model left out); priced as the
+    other sweeps' steady state plus one burst in five waves they were 26.1% / 54.2% (TPOT 23% too slow and TTFT 50%
+    too fast, signed)."""
     fixed = _slice(report, "aggregated SGLang, fixed lengths (every wave a burst)")
     assert fixed["tpot_median_err"] <= 0.15 and fixed["tpot_median_err_model_out"] <= 0.16
-    assert fixed["ttft_median_err"] <= 0.27 and fixed["ttft_median_err_model_out"] <= 0.27
+    assert fixed["ttft_median_err"] <= 0.29 and fixed["ttft_median_err_model_out"] <= 0.29

@@ -64,6 +64,8 @@ MEASURED_COLUMNS = ("silicon_data_source", "backend", "model_path", "system", "m
                     "decode_num_workers", "decode_tp_size", "decode_pp_size", "decode_attention_dp_size",
                     "decode_moe_tp_size", "decode_moe_ep_size", "silicon_ttft_ms", "silicon_tpot_ms")
 """Columns the predictions read (data/serving/README.md); a file without them is refused by name."""
+TEXT_COLUMNS = ("silicon_data_source", "backend", "model_path", "system", "mode", "gemm_quant_mode", "moe_quant_mode")
+"""The columns of ``MEASURED_COLUMNS`` that hold text; the others hold numbers or nothing."""
 DEPLOYMENTS_FILE = "inferencex_deployments.csv"
 """Published deployments of rows that state none (``bench/inferencex_deployments.py`` builds it from InferenceX's
 launch configs): read from the data folder, else the shipped one; applied by row ``id``."""
@@ -78,6 +80,8 @@ MAX_PUBLISHED_GPUS = 4096
 MAX_PUBLISHED_DRAFTS = 16
 """Bound on published MTP draft tokens a step (the shipped file states 1-3)."""
 SPECULATIVE_TOKENS = "speculative_tokens"
+INFERENCEX_TWIN = "inferencex_twin"
+"""The id of the InferenceX row whose measurement a row repeats ('' where none: ``inferencex_twins``)."""
 FIXED_LENGTHS = "fixed_lengths"
 """Whether a row's benchmark sends every request at exactly its stated lengths (``AICONFIGURATOR_WAVES``)."""
 """MTP draft tokens a row's deployment ran per step (0: none); only published deployments state it."""
@@ -91,10 +95,15 @@ INFERENCEX_LENGTH_SCALE = 0.9
 """InferenceX draws each prompt's input and output lengths uniformly from [0.8 L, L] (``RANDOM_RANGE_RATIO: 0.8``
 in its benchmark workflows; ``sample_uniform`` in ``utils/bench_serving/benchmark_serving.py``): the mean is 0.9 L of
 the stated ``isl`` and ``osl``."""
-AICONFIGURATOR_MARK = "gap-analysis"
-"""The rows of aiconfigurator's own gap-analysis sweeps (``aic-auto-gap-analysis/...``,
-``qwen3.5-397b-gap-analysis.csv``, ``kimi-k2.5-gap-analysis.csv``: 971 rows) name them in ``silicon_data_source``;
-no other row does."""
+INFERENCEX_DB_MARK = "db-dump/"
+"""The ``db-dump`` sweep (882 rows) is InferenceX's own results database: its source notes carry InferenceX's
+workflow run and config ids and image tags, and 485 of its rows are the very measurements of InferenceX API rows
+(``inferencex_twins``: TPOT and TTFT equal to 0.01 and 0.1 ms; 391 of them label DeepSeek-R1's runs with its
+architecture's name, DeepSeek-V3)."""
+AICONFIGURATOR_MARK = "aic-auto-gap-analysis/"
+"""The rows of aiconfigurator's own gap-analysis sweeps (848 rows, ``aic-auto-gap-analysis/<gpu>/<engine>/<version>/``
+in ``silicon_data_source``; none repeats an InferenceX measurement). The other two gap-analysis files
+(``qwen3.5-397b-gap-analysis.csv``, ``kimi-k2.5-gap-analysis.csv``) copy InferenceX rows (115 of their 123)."""
 AICONFIGURATOR_WAVES = 20.0
 """aiconfigurator's benchmark sends 20 requests per concurrency slot after a warm-up (``--request-count
 $((MULTI_ROUND * CONCURRENCY))``, MULTI_ROUND 20, in ``generator/sflow.py``; ``BENCH_MULTI_ROUND`` 20 in
@@ -180,20 +189,33 @@ def load_measurements(folder: Path) -> pd.DataFrame:
     if missing:
         raise InputError(one_line(f"{path}: lacks the columns {', '.join(missing)} (the layout of paraplan's "
                                   "data/serving/README.md)"))
+    numeric = [c for c in MEASURED_COLUMNS if c not in TEXT_COLUMNS]
+    try:
+        numbers = rows[numeric].apply(pd.to_numeric, errors="coerce")
+    except (OverflowError, ValueError, TypeError):  # a number beyond float's range
+        numbers = pd.DataFrame(np.nan, index=rows.index, columns=numeric)
+    unreadable = [c for c in numeric if (numbers[c].isna() & rows[c].notna()).any()]
+    if unreadable:
+        raise InputError(one_line(f"{path}: the columns {', '.join(unreadable)} must hold numbers (or be empty)"))
+    rows[numeric] = numbers.astype(float)
     stated = rows["silicon_data_source"].astype(str).str.extract(r"silicon_concurrency=(\d+)")[0].astype(float)
     agg = rows["batch_size"] * rows["attention_dp_size"].fillna(1.0).clip(lower=1.0)
     disagg = rows["decode_batch_size"] * rows["decode_num_workers"].fillna(1.0) \
         * rows["decode_attention_dp_size"].fillna(1.0).clip(lower=1.0)
     rows["concurrency"] = stated.fillna(agg).fillna(disagg)
-    return _with_benchmark_protocol(_with_published_deployments(rows, folder))
+    return _with_benchmark_protocol(inferencex_twins(_with_published_deployments(rows, folder)))
 
 
 def _with_benchmark_protocol(rows: pd.DataFrame) -> pd.DataFrame:
     """``rows`` with what their benchmark's published code states: ``stated_waves`` (requests sent / concurrency;
     NaN where unknown, fitted), ``length_scale`` (mean over stated input and output lengths; 1 where unknown) and
-    ``fixed_lengths`` (every request has exactly the stated lengths: aiconfigurator's protocol)."""
+    ``fixed_lengths`` (every request has exactly the stated lengths: aiconfigurator's protocol). InferenceX's
+    protocol holds for its API rows, its database's (``INFERENCEX_DB_MARK``) and the rows that repeat one of their
+    measurements (``INFERENCEX_TWIN``)."""
     source = rows["silicon_data_source"].astype(str)
-    inferencex = source.str.contains(INFERENCEX_MARK, regex=False).to_numpy()
+    inferencex = source.str.contains(INFERENCEX_MARK, regex=False).to_numpy() \
+        | source.str.contains(INFERENCEX_DB_MARK, regex=False).to_numpy() \
+        | (_column_or(rows, INFERENCEX_TWIN, "") != "").to_numpy()
     aiconfigurator = source.str.contains(AICONFIGURATOR_MARK, regex=False).to_numpy()
     rows["stated_waves"] = np.where(inferencex, INFERENCEX_WAVES, np.nan)
     rows["length_scale"] = np.where(inferencex, INFERENCEX_LENGTH_SCALE, 1.0)
@@ -276,6 +298,38 @@ def _with_published_deployments(rows: pd.DataFrame, folder: Path) -> pd.DataFram
         rows.iloc[at[stated], rows.columns.get_loc(column)] = values[stated]
     sources = published["deployment_source"].astype(str).to_numpy()[found]
     rows.iloc[at, rows.columns.get_loc("deployment_source")] = sources
+    return rows
+
+
+TWIN_KEYS = ("system", "backend", "mode", "isl", "osl", "concurrency")
+"""What a row and the InferenceX row it repeats share, besides the measured TPOT and TTFT (``inferencex_twins``);
+not the model's name (InferenceX's database calls DeepSeek-R1 by its architecture's, DeepSeek-V3)."""
+
+
+def inferencex_twins(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` with ``INFERENCEX_TWIN``: the id of the InferenceX API row (``INFERENCEX_MARK``) whose measurement a
+    row of another sweep repeats (the same ``TWIN_KEYS``, TPOT equal to 0.01 ms and TTFT to 0.1 ms; '' where none),
+    and that row's published deployment in place of its own (``DEPLOYMENTS_FILE``: pools, MTP drafts, memory
+    fraction), so one measurement is priced as one deployment wherever it appears."""
+    rows[INFERENCEX_TWIN] = ""
+    if not {*TWIN_KEYS, "id", "silicon_tpot_ms", "silicon_ttft_ms"} <= set(rows.columns) or rows.empty:
+        return rows
+    inferencex = rows["silicon_data_source"].astype(str).str.contains(INFERENCEX_MARK, regex=False).to_numpy()
+    measured = rows[["silicon_tpot_ms", "silicon_ttft_ms", *TWIN_KEYS[3:]]].apply(pd.to_numeric, errors="coerce")
+    # pandas would pair a missing key with a missing key
+    known = np.isfinite(measured.to_numpy(dtype=float)).all(axis=1) & rows[list(TWIN_KEYS[:3])].notna().all(axis=1)
+    keyed = rows[list(TWIN_KEYS)].assign(tpot=measured["silicon_tpot_ms"].round(2),
+                                         ttft=measured["silicon_ttft_ms"].round(1), position=np.arange(len(rows)))
+    keys = [*TWIN_KEYS, "tpot", "ttft"]
+    originals = keyed[inferencex & known].drop_duplicates(keys)
+    copies = keyed[~inferencex & known].merge(originals, on=keys, suffixes=("", "_original"))
+    if copies.empty:
+        return rows
+    at, source = copies["position"].to_numpy(), copies["position_original"].to_numpy()
+    rows.iloc[at, rows.columns.get_loc(INFERENCEX_TWIN)] = rows["id"].astype(str).to_numpy()[source]
+    published = rows["deployment_source"].to_numpy()[source] != ""
+    for column in (*DEPLOYMENT_COLUMNS, SPECULATIVE_TOKENS, MEMORY_FRACTION, "deployment_source"):
+        rows.iloc[at[published], rows.columns.get_loc(column)] = rows[column].to_numpy()[source[published]]
     return rows
 
 
