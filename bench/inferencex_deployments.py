@@ -55,6 +55,10 @@ MEMORY_FRACTION = re.compile(r"(?:--gpu-memory-utilization|--mem-fraction-static
 """The engine's memory fraction in a launch script: vLLM ``--gpu-memory-utilization``, SGLang
 ``--mem-fraction-static``, TensorRT-LLM ``kv_cache_config.free_gpu_memory_fraction`` (each under that engine's own
 rule: ``EngineTraits.budget``)."""
+RECV_INTERVAL = re.compile(r"--scheduler-recv-interval[= ]+(\S+)")
+"""SGLang's ``--scheduler-recv-interval`` in a launch script (a literal or a variable the script assigns)."""
+CONDITION = re.compile(r'\[\[\s*"?\$\{?(\w+)\}?"?\s+(-eq|-ne|-lt|-le|-gt|-ge|==|!=)\s+"?([\w.]+)"?\s*\]\]')
+"""One test of a launch script's ``if``: ``[[ $VAR -op VALUE ]]`` (numbers) or ``[[ "$VAR" == "text" ]]``."""
 AGGREGATED_MTP_DRAFTS = {("trtllm", "dsr1", False): 3, ("trtllm", "dsr1", True): 1, ("sglang", "dsr1", False): 2,
                          ("sglang", "qwen3.5", False): 3}
 """MTP draft tokens of the single-node runs, (engine, model, attention DP) -> N, as their launch scripts state them in
@@ -139,6 +143,86 @@ def memory_fraction(script: str) -> float:
             values.add(value)
     numbers = {float(v) for v in values if re.fullmatch(r"[0-9]*\.?[0-9]+", v)}
     return numbers.pop() if len(numbers) == 1 and len(values) == 1 and 0.0 < min(numbers | {1.0}) else float("nan")
+
+
+def _test(condition: str, env: dict[str, str]) -> bool | None:
+    """A launch script's ``if`` condition under ``env`` (``[[ ... ]]`` tests joined by ``||`` or ``&&``, left to
+    right); None where it reads a variable ``env`` lacks or has a form this does not read."""
+    tests = CONDITION.findall(condition)
+    joins = re.findall(r"\]\]\s*(\|\||&&)\s*\[\[", condition)
+    if not tests or len(joins) != len(tests) - 1 or condition.count("[[") != len(tests):
+        return None
+    values: list[bool | None] = []
+    for name, op, literal in tests:
+        if name not in env:
+            values.append(None)
+            continue
+        left, right = env[name], literal
+        if op in ("==", "!="):
+            values.append((left == right) == (op == "=="))
+            continue
+        try:
+            a, b = float(left), float(right)
+        except ValueError:
+            values.append(None)
+            continue
+        values.append({"-eq": a == b, "-ne": a != b, "-lt": a < b, "-le": a <= b, "-gt": a > b, "-ge": a >= b}[op])
+    result = values[0]
+    for join, value in zip(joins, values[1:]):
+        if join == "||":
+            result = True if True in (result, value) else (None if None in (result, value) else False)
+        else:
+            result = False if False in (result, value) else (None if None in (result, value) else True)
+    return result
+
+
+def shell_assignment(script: str, name: str, env: dict[str, str]) -> str | None:
+    """The value a launch script assigns to ``name`` when run with ``env``, reading its ``if``/``elif``/``else``/``fi``
+    blocks of plain ``NAME=value`` lines (the form InferenceX's scripts choose settings in: by TP, CONC, ISL, OSL);
+    None where no assignment runs or one sits under a condition that cannot be read."""
+    frames: list[list] = []  # [active (True/False/None), some branch taken (True/False/None)]
+    value: str | None = None
+    for raw in script.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        outer = frames[-1][0] if frames else True
+        head = re.match(r"(if|elif)\s+(.*?);?\s*then\s*$", line)
+        if head and head.group(1) == "if":
+            test = _test(head.group(2), env)
+            frames.append([None if outer is None or test is None else outer and test, test])
+        elif head and frames:
+            test, taken = _test(head.group(2), env), frames[-1][1]
+            grand = frames[-2][0] if len(frames) > 1 else True
+            known = None not in (grand, test, taken)
+            frames[-1] = [grand and not taken and test if known else None,
+                          (taken or test) if None not in (taken, test) else None]
+        elif line == "else" and frames:
+            grand = frames[-2][0] if len(frames) > 1 else True
+            taken = frames[-1][1]
+            frames[-1] = [grand and not taken if None not in (grand, taken) else None, True]
+        elif line == "fi" and frames:
+            frames.pop()
+        else:
+            assigned = re.fullmatch(rf"{name}=(\S+)", line)
+            if assigned and outer is None:
+                return None  # it may or may not run
+            if assigned and outer:
+                value = assigned.group(1).strip("\"'")
+    return value
+
+
+def recv_interval(script: str, env: dict[str, str]) -> float:
+    """The ``--scheduler-recv-interval`` an SGLang launch script runs with under ``env``: 1 (SGLang's default) where it
+    sets none, the literal or the value its ``if`` blocks assign (``shell_assignment``); NaN where that cannot be
+    read or the script sets it more than once."""
+    found = RECV_INTERVAL.findall(script)
+    if not found:
+        return 1.0
+    if len(found) > 1:
+        return float("nan")
+    literal = found[0].strip("\"'")
+    name = re.fullmatch(r"\$\{?(\w+)\}?", literal)
+    value = shell_assignment(script, name.group(1), env) if name else literal
+    return float(value) if value is not None and re.fullmatch(r"[0-9]+", value) else float("nan")
 
 
 def aggregated_entries(configs: list[tuple[tuple[int, str, str], dict]]) -> pd.DataFrame:
@@ -232,29 +316,76 @@ def _script_fraction(repo: Path, found: pd.DataFrame, cache: dict[tuple[str, str
     return fractions.pop() if len(fractions) == 1 else float("nan")
 
 
+def _script_interval(repo: Path, found: pd.DataFrame, cache: dict[tuple, float]) -> float:
+    """The SGLang scheduler receive interval (``recv_interval``) the entry's script ran with at its TP, EP, attention
+    DP, lengths and concurrency in every version it ran under, or NaN where they differ or cannot be read."""
+    e = found.iloc[0]
+    script = str(e["script"])
+    env = {"TP": str(int(e["tp"])), "EP_SIZE": str(int(e["ep"])), "DP_ATTENTION": str(bool(e["dp"])).lower(),
+           "CONC": str(int(e["concurrency"])), "ISL": str(int(e["isl"])), "OSL": str(int(e["osl"]))}
+    intervals = set()
+    for _, commit, _ in {c for cs in found["commits"] for c in cs}:
+        key = (commit, script, tuple(env.items()))
+        if key not in cache:
+            try:
+                cache[key] = recv_interval(_git(repo, "show", f"{commit}:{script}"), env)
+            except subprocess.CalledProcessError:  # no such script in that version
+                cache[key] = float("nan")
+        intervals.add(cache[key])
+    return intervals.pop() if len(intervals) == 1 else float("nan")
+
+
+def _shared_interval(repo: Path, found: pd.DataFrame, cache: dict[tuple, float]) -> float:
+    """The receive interval above 1 that every SGLang deployment matching a row ran with (``_script_interval``), or
+    NaN where one is not SGLang's or they differ: the interval a row ran with even where which deployment is not
+    known (most often the same point run with and without MTP)."""
+    intervals = set()
+    for _, same in found.groupby(list(AGGREGATED), dropna=False):
+        sglang = same["backend"].iloc[0] == "sglang"
+        intervals.add(_script_interval(repo, same, cache) if sglang else float("nan"))
+    value = intervals.pop() if len(intervals) == 1 else float("nan")
+    return value if value > 1 else float("nan")
+
+
+def _sources(distinct: pd.DataFrame, found: pd.DataFrame) -> str:
+    """The source of a row several published deployments match: each candidate's (``_source``), joined."""
+    return " or ".join(_source(key, found[found["key"] == key]) for key in sorted(distinct["key"].unique()))
+
+
 def match_aggregated(runs: pd.DataFrame, entries: pd.DataFrame, repo: Path) -> tuple[pd.DataFrame, dict[str, int]]:
     """(for each aggregated row that exactly one published single-node deployment matches: its MTP draft count and
     the memory fraction its launch script set, where either is known; counts of the outcomes)."""
     rows = _inferencex_rows(runs, "agg")
     joined = rows.reset_index().merge(entries, on=KEYS, how="inner")
     joined = joined[joined["tp"] == joined["tp_size"]]
-    out, counts, cache = [], {"rows": len(rows), "one": 0, "several": 0, "mtp": 0, "fraction": 0}, {}
+    out, counts, cache = [], {"rows": len(rows), "one": 0, "several": 0, "mtp": 0, "fraction": 0, "interval": 0}, {}
+    intervals: dict[tuple, float] = {}
     for _, found in joined.groupby("index"):
         distinct = found.drop_duplicates(list(AGGREGATED))
         if len(distinct) > 1:
             counts["several"] += 1
+            shared = _shared_interval(repo, found, intervals)
+            if np.isfinite(shared):  # every candidate ran SGLang with this interval: it is known, MTP is not
+                counts["interval"] += 1
+                out.append({"id": distinct["id"].iloc[0], "deployment_source": _sources(distinct, found),
+                            "licence": LICENCE, "speculative_tokens": np.nan, "memory_fraction": np.nan,
+                            "scheduler_recv_interval": shared})
             continue
         counts["one"] += 1
         e = distinct.iloc[0]
         if e["spec"] != "none" and pd.isna(e["draft_tokens"]):
             continue  # MTP with a draft count paraplan cannot state: the row stays as it is
         fraction = _script_fraction(repo, found, cache)
-        if e["draft_tokens"] == 0 and np.isnan(fraction):
+        interval = _script_interval(repo, found, intervals) if e["backend"] == "sglang" else float("nan")
+        interval = interval if interval > 1 else float("nan")  # SGLang's default (1) needs no entry
+        if e["draft_tokens"] == 0 and np.isnan(fraction) and np.isnan(interval):
             continue
         counts["mtp"] += int(e["draft_tokens"] > 0)
         counts["fraction"] += int(np.isfinite(fraction))
+        counts["interval"] += int(np.isfinite(interval))
         out.append({"id": e["id"], "deployment_source": _source(e["key"], found), "licence": LICENCE,
-                    "speculative_tokens": int(e["draft_tokens"]), "memory_fraction": fraction})
+                    "speculative_tokens": int(e["draft_tokens"]), "memory_fraction": fraction,
+                    "scheduler_recv_interval": interval})
     return pd.DataFrame(out), counts
 
 
@@ -299,7 +430,8 @@ def main(repo: str) -> None:
           f"{counts['placeholder layout']}")
     print(f"{agg_counts['one']} of {agg_counts['rows']} aggregated rows match one published deployment, "
           f"{agg_counts['several']} several; {agg_counts['mtp']} of them ran MTP, {agg_counts['fraction']} state "
-          f"their memory fraction -> {OUT}")
+          f"their memory fraction; {agg_counts['interval']} (of one or several) an SGLang scheduler receive interval "
+          f"above 1 -> {OUT}")
 
 
 if __name__ == "__main__":

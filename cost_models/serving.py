@@ -146,6 +146,11 @@ class EngineTraits:
     """``max_batched_tokens`` is the worker's, split over its attention-DP ranks (SGLang divides chunked_prefill_size
     by dp_size under DP attention, server_args._handle_data_parallelism, "to avoid MoE kernel issues"); otherwise
     it is each rank's (vLLM's DP engine cores and TRT-LLM's ranks each schedule their own); ``rank_batched_tokens``."""
+    scheduler_recv_interval: int = 1
+    """Decode steps between the scheduler's reads of new requests (SGLang ``--scheduler-recv-interval``, default 1:
+    ``SchedulerRecvSkipper`` counts a decode or verify step 1 and a prefill step 1000 against the interval, so after
+    a prefill it reads at once, during decoding every N steps). A request arriving while the engine decodes waits for
+    the next read, a mean (N − 1)/2 decode steps more than at N = 1 (``aggregated``)."""
     prefill_first: bool = False
     """Whenever a prefill batch can be formed the engine runs it before the next decode step, prefill and decode
     in separate steps (SGLang: ``Scheduler.get_next_batch_to_run`` takes ``get_new_batch_prefill()`` first, "Run
@@ -182,7 +187,7 @@ ENGINE_TRAITS: dict[str, EngineTraits] = {
                "scheduler, enable_mixed_chunk off"),
     "trtllm": EngineTraits(
         name="trtllm", memory_frac=0.9, budget="free", max_batched_tokens=8192, reserves_full_length=True,
-        max_running=2048, step_overhead_s=1.75e-3, request_overhead_s=120e-3, dp_sync_s=DP_SYNC_S,
+        max_running=2048, step_overhead_s=1.5e-3, request_overhead_s=160e-3, dp_sync_s=DP_SYNC_S,
         balances_dp_admission=True,
         source="TensorRT-LLM 1.x KvCacheConfig.free_gpu_memory_fraction 0.9; max_num_tokens 8192, max_batch_size 2048; "
                "attention_dp_config.enable_balance as in NVIDIA's DeepSeek-R1 serving recipes"),
@@ -645,7 +650,7 @@ def held_tokens(engine: EngineTraits, isl: Column, osl: Column) -> np.ndarray:
     return isl + osl if engine.reserves_full_length else isl + osl / 2.0
 
 
-BENCHMARK_WAVES = 5.0
+BENCHMARK_WAVES = 8.0
 """Default number of request waves a fixed-concurrency benchmark runs (requests sent / concurrency); the
 first wave arrives at once and is prefilled before it decodes. A benchmark-protocol input of
 ``aggregated``/``disaggregated``: inf gives the pure steady state. validation/serving_runs.py fits it (one global
@@ -723,7 +728,10 @@ def aggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, pre
                                   max_batched_tokens=max_batched_tokens)
     lifetime = osl * tpot + prefill
     queued = np.maximum(per_rank - batch, 0.0) / batch * lifetime
-    steady = prefill + chunk_steps * step + tpot / 2.0 + queued
+    # The scheduler reads new requests every N decode steps: an arrival waits (N − 1)/2 of them on average beyond the
+    # half step every arrival waits (scheduler_recv_interval).
+    unread = (engine.scheduler_recv_interval - 1) / 2.0 * step
+    steady = prefill + chunk_steps * step + tpot / 2.0 + unread + queued
     burst, wave = burst_prefill_s(model, cluster, engine, prec, shard, isl, batch, max_batched_tokens)
     return ServingLatency(ttft_steady_s=steady, ttft_burst_s=burst + queued, tpot_steady_s=tpot,
                           tpot_burst_s=burst_tpot_s(step, burst, wave, osl), running_batch=batch,

@@ -21,6 +21,7 @@ from paraplan.validation.serving_runs import (
     DEPLOYMENTS_FILE,
     MEMORY_FRACTION,
     MTP_ACCEPTANCE,
+    RECV_INTERVAL,
     SPECULATIVE_TOKENS,
     deployment_stated,
     inferencex_twins,
@@ -30,6 +31,7 @@ from paraplan.validation.serving_runs import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import inferencex_deployments as inferencex_builder  # noqa: E402  (bench/, on the path above)
 from mtp_acceptance import best, tpot_errors  # the fit's own code, so test and benchmark cannot drift
 
 B200_AGG_MTP_ROW = "2026_03_25_deepseek_r1_b200_sxm_trtllm_fp8_agg_1024x1024_c16_tp8_0_ep1_0_1031"
@@ -105,14 +107,18 @@ def test_a_hand_read_memory_fraction(published, rows, shipped):
 def test_every_published_deployment_is_an_unstated_row_with_its_own_gpu_counts(shipped, published):
     """Each id with pools is one disaggregated row without worker counts; each pool keeps the row's GPU count (tp x
     dp = the row's tp_size, moe_tp x moe_ep = the same GPUs). Each id without pools is an aggregated InferenceX row
-    that ran MTP. Every row names its source and licence."""
+    that ran MTP, set a memory fraction or an SGLang receive interval (32 of those match several deployments that
+    agree on the interval alone, and leave MTP blank: not known). Every row names its source and licence."""
     original = pd.read_csv(shipped / "serving_runs.csv.gz").set_index("id")
-    assert published["id"].is_unique and len(published) == 663 + 688
+    assert published["id"].is_unique and len(published) == 663 + 728
     aggregated = published[published["prefill_num_workers"].isna()]
-    assert len(aggregated) == 688 and (original.loc[aggregated["id"], "mode"] == "agg").all()
+    assert len(aggregated) == 728 and (original.loc[aggregated["id"], "mode"] == "agg").all()
     assert aggregated[list(DEPLOYMENT_COLUMNS)].isna().all().all()
     assert (aggregated[SPECULATIVE_TOKENS] > 0).sum() == 126 and aggregated[MEMORY_FRACTION].notna().sum() == 630
-    assert ((aggregated[SPECULATIVE_TOKENS] > 0) | aggregated[MEMORY_FRACTION].notna()).all()  # each states one
+    assert aggregated[RECV_INTERVAL].notna().sum() == 153 and aggregated[SPECULATIVE_TOKENS].isna().sum() == 32
+    assert set(aggregated[RECV_INTERVAL].dropna()) == {10, 30}
+    stated = aggregated[[MEMORY_FRACTION, RECV_INTERVAL]].notna().any(axis=1)
+    assert ((aggregated[SPECULATIVE_TOKENS] > 0) | stated).all()  # each states one
     published = published[published["prefill_num_workers"].notna()]
     mine = original.loc[published["id"]]
     assert (mine["mode"] == "disagg").all() and mine["prefill_num_workers"].isna().all()
@@ -129,10 +135,10 @@ def test_loading_puts_the_published_deployment_in_place_of_the_rows_own(rows, pu
     row = rows.set_index("id").loc[B200_FP8_MTP_ROW]
     assert (row["decode_num_workers"], row["decode_moe_ep_size"], row[SPECULATIVE_TOKENS]) == (8, 1, 3)
     listed = rows["id"].isin(published["id"]).to_numpy()
-    assert listed.sum() == 663 + 688
-    # Rows of other sweeps repeating a listed row's measurement take its deployment (``inferencex_twins``): 272.
+    assert listed.sum() == 663 + 728
+    # Rows of other sweeps repeating a listed row's measurement take its deployment (``inferencex_twins``).
     inherited = rows["inferencex_twin"].isin(published["id"]).to_numpy()
-    assert not (listed & inherited).any() and inherited.sum() == 272
+    assert not (listed & inherited).any() and inherited.sum() == 285
     has = (rows["deployment_source"] != "").to_numpy()
     assert np.array_equal(has, listed | inherited)
     assert (rows.loc[~has, SPECULATIVE_TOKENS] == 0).all()
@@ -160,9 +166,9 @@ def test_one_acceptance_explains_one_and_three_draft_tokens():
 def test_the_acceptance_carries_to_the_aggregated_tensorrt_llm_runs():
     """Out of sample: the 58 single-node DeepSeek-R1 runs on TensorRT-LLM with MTP (not fitted to; 27-40% too slow
     priced without MTP) come out at the acceptance fitted on the disaggregated rows within 12% median |error|
-    (measured 7.9%, -7.2% signed). SGLang's single-node MTP runs do not: DeepSeek-R1's 26 are 45.9% fast and
-    Qwen3.5's 42 28.1% (docs/serving.md), and the 21 rows of a gap-analysis file repeating Qwen3.5 measurements
-    with them: bounds on the known gap, so a fix shows here."""
+    (measured 8.8%, -8.8% signed; 7.9% before TensorRT-LLM's step overhead refitted to 1.5 ms). SGLang's single-node
+    MTP runs do not: DeepSeek-R1's 26 are 45.5% fast and Qwen3.5's 63 27.4% (docs/serving.md; 42 of its own, 21 of a
+    gap-analysis file repeating its measurements): bounds on the known gap, so a fix shows here."""
     agg, errors = tpot_errors((MTP_ACCEPTANCE,), mode="agg")
     at = errors[MTP_ACCEPTANCE]
     trt = (agg["backend"] == "trtllm").to_numpy()
@@ -197,16 +203,22 @@ HEADER = "id,deployment_source," + ",".join(DEPLOYMENT_COLUMNS) + f",{SPECULATIV
     (HEADER + f"{B200_FP8_MTP_ROW},s," + ",".join(["1"] * 9) + ",x,0\n", "whole number from 1 to 4096"),
     (HEADER + f"{B200_FP8_MTP_ROW},s," + ",".join(["1"] * 10) + ",-1\n", "whole number from 0 to 16"),
     (HEADER + f"{B200_FP8_MTP_ROW},s," + ",".join(["1"] * 10) + ",99\n", "whole number from 0 to 16"),
-    (HEADER + f"{B200_FP8_MTP_ROW},s," + ",".join(["1"] * 10) + ",\n", "whole number from 0 to 16"),
+    (HEADER + f"{B200_FP8_MTP_ROW},s," + ",".join(["1"] * 10) + ",1.5\n", "whole number from 0 to 16"),
+    (HEADER[:-1] + ",scheduler_recv_interval\n" + f"{B200_FP8_MTP_ROW},s," + ",".join(["1"] * 10) + ",0,0\n",
+     "scheduler_recv_interval must be empty or a whole number from 1 to 1000"),
+    (HEADER[:-1] + ",scheduler_recv_interval\n" + f"{B200_FP8_MTP_ROW},s," + ",".join(["1"] * 10) + ",0,2.5\n",
+     "scheduler_recv_interval must be empty or a whole number from 1 to 1000"),
+    (HEADER[:-1] + ",scheduler_recv_interval\n" + f"{B200_FP8_MTP_ROW},s," + ",".join(["1"] * 10) + ",0,1001\n",
+     "scheduler_recv_interval must be empty or a whole number from 1 to 1000"),
     (HEADER + f"{B200_FP8_MTP_ROW},s," + ",".join(["0"] * 10) + ",0\n", "whole number from 1 to 4096"),
     (HEADER + f"{B200_FP8_MTP_ROW},s," + ",".join(["1.5"] * 10) + ",0\n", "whole number from 1 to 4096"),
     (HEADER + f"{B200_FP8_MTP_ROW},s," + ",".join(["inf"] * 10) + ",0\n", "whole number from 1 to 4096"),
     (HEADER + f"{B200_FP8_MTP_ROW},s," + ",".join(["9" * 400] * 10) + ",0\n", "whole number from 1 to 4096"),
     (HEADER[:-1] + ",memory_fraction\n" + f"{B200_FP8_MTP_ROW},s," + ",".join(["1"] * 10) + ",0,1.5\n",
-     "memory_fraction empty or in"),
+     "memory_fraction must be empty or in"),
     (HEADER[:-1] + ",memory_fraction\n" + f"{B200_FP8_MTP_ROW},s," + ",".join(["1"] * 10) + ",0,half\n",
-     "memory_fraction empty or in"),
-    (HEADER + (f"{B200_FP8_MTP_ROW},s," + ",".join(["1"] * 10) + ",0\n") * 2, "each id listed once"),
+     "memory_fraction must be empty or in"),
+    (HEADER + (f"{B200_FP8_MTP_ROW},s," + ",".join(["1"] * 10) + ",0\n") * 2, "each id must be listed once"),
     ('a,b\n"1,2\n', "not a CSV of published deployments"),
 ])
 def test_a_bad_deployments_file_is_one_line(tmp_path, shipped, text, needle):
@@ -291,3 +303,71 @@ def test_a_length_scale_prices_the_mean_lengths(rows, shipped):
     a, b = predict_rows(row, shipped), predict_rows(scaled, shipped)
     for column in ("tpot_steady_s", "tpot_burst_s", "ttft_steady_s", "ttft_burst_s"):
         assert a[column].item() == b[column].item(), column
+
+
+# --- SGLang's scheduler receive interval, as InferenceX's launch scripts set it -------------------------------------
+
+RECV_SCRIPT = """
+# Default: recv every ~10 requests; if CONC >= 16, relax to ~30 requests between scheduler recv polls.
+if [[ $TP -eq 8 ]]; then
+  if [[ $CONC -ge 16 ]]; then
+    SCHEDULER_RECV_INTERVAL=30
+  else
+    SCHEDULER_RECV_INTERVAL=10
+  fi
+  MEM_FRAC_STATIC=0.82
+elif [[ $TP -eq 4 ]]; then
+  if [[ $ISL -ne 8192 ]] || [[ $OSL -ne 1024 ]]; then
+    echo "TP=4 not yet supported for ISL=$ISL OSL=$OSL!"
+    exit 1
+  fi
+  SCHEDULER_RECV_INTERVAL=10
+else
+  echo "Unrecognized TP size $TP!"
+fi
+python3 -m sglang.launch_server --tensor-parallel-size=$TP --scheduler-recv-interval $SCHEDULER_RECV_INTERVAL
+"""
+"""The structure of ``benchmarks/single_node/dsr1_fp8_b200.sh`` (InferenceX commit 12ba0ae07), read by hand: tp 8 at
+16 or more concurrent requests reads every 30 decode steps, below 16 every 10; tp 4 every 10."""
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({"TP": "8", "CONC": "64", "ISL": "1024", "OSL": "1024"}, 30.0),
+    ({"TP": "8", "CONC": "16", "ISL": "1024", "OSL": "1024"}, 30.0),
+    ({"TP": "8", "CONC": "8", "ISL": "1024", "OSL": "1024"}, 10.0),
+    ({"TP": "4", "CONC": "64", "ISL": "8192", "OSL": "1024"}, 10.0),
+    ({"TP": "2", "CONC": "64", "ISL": "8192", "OSL": "1024"}, None),  # no branch assigns it
+])
+def test_the_receive_interval_is_read_through_the_scripts_branches(env, expected):
+    got = inferencex_builder.recv_interval(RECV_SCRIPT, env)
+    assert (np.isnan(got) if expected is None else got == expected)
+
+
+def test_a_branch_on_a_variable_not_known_leaves_the_interval_unknown():
+    """Without TP the outer ``if`` cannot be decided: an assignment under it may or may not run."""
+    assert np.isnan(inferencex_builder.recv_interval(RECV_SCRIPT, {"CONC": "64"}))
+    assert inferencex_builder.recv_interval("sglang.launch_server --tp 8\n", {}) == 1.0  # SGLang's default
+    assert inferencex_builder.recv_interval("x --scheduler-recv-interval 20\n", {}) == 20.0  # a literal
+    twice = "x --scheduler-recv-interval 20\ny --scheduler-recv-interval 30\n"
+    assert np.isnan(inferencex_builder.recv_interval(twice, {}))
+
+
+def test_shell_conditions_combine_left_to_right():
+    test = inferencex_builder._test
+    env = {"ISL": "8192", "OSL": "1024", "DP_ATTENTION": "true"}
+    assert test("[[ $ISL -ne 8192 ]] || [[ $OSL -ne 1024 ]]", env) is False
+    assert test("[[ $ISL -eq 8192 ]] && [[ $OSL -eq 1024 ]]", env) is True
+    assert test('[[ "$DP_ATTENTION" == "true" ]]', env) is True
+    assert test("[[ $CONC -ge 16 ]] || [[ $ISL -eq 8192 ]]", env) is True  # decided without CONC
+    assert test("[[ $CONC -ge 16 ]] && [[ $ISL -eq 8192 ]]", env) is None
+    assert test("[ -f /tmp/x ]", env) is None  # a form not read
+
+
+def test_a_row_takes_the_receive_interval_its_script_set(rows):
+    """DeepSeek-R1 fp4 on 8 B200s under SGLang at 32 concurrent requests: ``dsr1_fp4_b200.sh`` reads every 30 decode
+    steps from 16 requests up, every 10 below (InferenceX, every version from 2026-03-25 to 2026-05-01)."""
+    interval = rows.set_index("id")[RECV_INTERVAL]
+    assert interval["2026_03_25_deepseek_r1_b200_sxm_sglang_fp4_agg_1024x1024_c32_tp8_0_ep8_0_294"] == 30
+    assert interval["2026_03_25_deepseek_r1_b200_sxm_sglang_fp4_agg_1024x1024_c8_tp8_0_ep8_0_248"] == 10
+    assert (rows[RECV_INTERVAL] > 1).sum() == 239  # 153 API rows and 86 rows repeating their measurements
+    assert rows.loc[rows["backend"] != "sglang", RECV_INTERVAL].isna().all()

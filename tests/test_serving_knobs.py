@@ -76,7 +76,7 @@ def replace_frac(traits, frac: float):
     return replace(traits, memory_frac=frac)
 
 
-VLLM_STEP_S, SGLANG_STEP_S, TRTLLM_STEP_S = 2.5e-3, 4.0e-3, 1.75e-3
+VLLM_STEP_S, SGLANG_STEP_S, TRTLLM_STEP_S = 2.5e-3, 4.0e-3, 1.5e-3
 """The engines' fitted per-step overheads (ENGINE_TRAITS: validate --serving's fit on the rows that state their
 deployment)."""
 

@@ -95,13 +95,14 @@ def test_accuracy_does_not_regress(report):
     TTFT's bound rose once, by choice: InferenceX's rows are priced at the ten waves their client sends (the fitted
     five had weighed the first wave's burst double and covered steady-state TTFTs put too low): 37.6% -> 41.0%; since
     SGLang's fixed-length sweeps run every wave as a burst, 39.8%; and rose again, by choice, when InferenceX's
-    database rows and the rows repeating InferenceX measurements took its protocol (``inferencex_twins``): 43.0%."""
+    database rows and the rows repeating InferenceX measurements took its protocol (``inferencex_twins``): 43.0%;
+    SGLang's scheduler receive interval, as InferenceX's scripts set it, brought it to 42.1%."""
     overall = report.table[report.table["backend"] == "all"].iloc[0]
-    assert overall["tpot_median_err"] <= 0.15  # 14.2% (InferenceX's published deployments and protocol)
-    assert overall["ttft_median_err"] <= 0.44  # 43.0%
-    for tpot, ttft in report.held_out.values():  # by model 16.0 / 47.6%, by GPU 14.6 / 45.8%
-        assert np.isfinite(tpot) and tpot <= 0.165
-        assert np.isfinite(ttft) and ttft <= 0.49
+    assert overall["tpot_median_err"] <= 0.15  # 14.1% (InferenceX's published deployments and protocol)
+    assert overall["ttft_median_err"] <= 0.43  # 42.1%
+    for tpot, ttft in report.held_out.values():  # by model 15.6 / 43.5%, by GPU 14.6 / 45.2%
+        assert np.isfinite(tpot) and tpot <= 0.16
+        assert np.isfinite(ttft) and ttft <= 0.47
 
 
 def test_slices_partition_the_rows_and_name_the_issue_32_breakdowns(report):
@@ -375,6 +376,14 @@ def test_a_word_where_a_number_belongs_is_one_line(tmp_path, shipped):
     with (tmp_path / "serving_runs.csv").open("w", newline="") as out:
         csv.writer(out).writerows([header, cells, next(csv.reader([lines[2]]))])
     with pytest.raises(InputError, match="the columns tp_size must hold numbers"):
+        load_measurements(tmp_path)
+
+
+def test_a_row_id_listed_twice_is_one_line(tmp_path, shipped):
+    """Published deployments and repeated measurements are applied by row id: an id listed twice is refused."""
+    lines = gzip.decompress((shipped / "serving_runs.csv.gz").read_bytes()).decode().splitlines()
+    (tmp_path / "serving_runs.csv").write_text("\n".join([lines[0], lines[1], lines[1], lines[2]]) + "\n")
+    with pytest.raises(InputError, match="is listed more than once"):
         load_measurements(tmp_path)
 
 

@@ -111,3 +111,15 @@ def test_a_larger_burst_never_shortens_its_tpot(h100):
     tpots = [float(aggregated(model, h100, SGLANG, BF16, shard, concurrency=c, isl=2000.0, osl=200.0,
                               waves=1.0).tpot_burst_s) for c in (1.0, 4.0, 16.0, 64.0)]
     assert tpots == sorted(tpots) and tpots[-1] > tpots[0]
+
+
+def test_a_receive_interval_delays_each_arrival_by_half_of_it_in_decode_steps(h100):
+    """SGLang's scheduler reading new requests every N = 30 decode steps: an arrival waits a mean (N − 1)/2 = 14.5
+    decode steps more than when it reads every step; TPOT and the first wave's burst do not change."""
+    model, shard = small_model(), Sharding.of(1)
+    kw = dict(concurrency=32.0, isl=1024.0, osl=1024.0, waves=np.inf)
+    every = aggregated(model, h100, SGLANG, BF16, shard, **kw)
+    thirty = aggregated(model, h100, replace(SGLANG, scheduler_recv_interval=30), BF16, shard, **kw)
+    step = float(engine_decode_s(model, h100, SGLANG, BF16, shard, 32.0, 1024.0 + 512.0))
+    assert float(thirty.ttft_steady_s - every.ttft_steady_s) == pytest.approx(14.5 * step, rel=1e-12)
+    assert float(thirty.tpot_s) == float(every.tpot_s) and float(thirty.ttft_burst_s) == float(every.ttft_burst_s)

@@ -72,6 +72,11 @@ launch configs): read from the data folder, else the shipped one; applied by row
 DEPLOYMENT_COLUMNS = tuple(f"{pool}_{axis}" for pool in ("prefill", "decode")
                            for axis in ("num_workers", "tp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size"))
 """The columns a published deployment states (and replaces: the rows' decode columns repeat the prefill pool's)."""
+RECV_INTERVAL = "scheduler_recv_interval"
+"""SGLang's ``--scheduler-recv-interval`` a row's launch script set (``EngineTraits.scheduler_recv_interval``); NaN
+where no published script states one above SGLang's default, 1."""
+MAX_RECV_INTERVAL = 1000
+"""Bound on a published receive interval (the shipped file states 10 and 30)."""
 MEMORY_FRACTION = "memory_fraction"
 """The engine memory fraction a row's launch script set (under that engine's own rule, ``EngineTraits.budget``); NaN
 where no published script states it (the engine's default is priced)."""
@@ -189,6 +194,9 @@ def load_measurements(folder: Path) -> pd.DataFrame:
     if missing:
         raise InputError(one_line(f"{path}: lacks the columns {', '.join(missing)} (the layout of paraplan's "
                                   "data/serving/README.md)"))
+    if "id" in rows and rows["id"].duplicated().any():
+        raise InputError(one_line(f"{path}: the row id {rows['id'][rows['id'].duplicated()].iloc[0]!r} is listed "
+                                  "more than once (each measurement needs its own id)"))
     numeric = [c for c in MEASURED_COLUMNS if c not in TEXT_COLUMNS]
     try:
         numbers = rows[numeric].apply(pd.to_numeric, errors="coerce")
@@ -258,6 +266,7 @@ def _with_published_deployments(rows: pd.DataFrame, folder: Path) -> pd.DataFram
     states: an aggregated row's entry leaves its pools empty), its source in ``deployment_source`` ('' where none is
     published) and its MTP draft tokens in ``SPECULATIVE_TOKENS``."""
     rows[SPECULATIVE_TOKENS], rows["deployment_source"], rows[MEMORY_FRACTION] = 0.0, "", np.nan
+    rows[RECV_INTERVAL] = np.nan
     path = _deployments_path(folder)
     if "id" not in rows or not path.is_file():
         return rows
@@ -270,28 +279,32 @@ def _with_published_deployments(rows: pd.DataFrame, folder: Path) -> pd.DataFram
     missing = [c for c in needed if c not in published.columns]
     if missing:
         raise InputError(one_line(f"{path}: lacks the columns {', '.join(missing)}"))
-    if MEMORY_FRACTION not in published:
-        published[MEMORY_FRACTION] = np.nan
-    numeric = [*DEPLOYMENT_COLUMNS, SPECULATIVE_TOKENS, MEMORY_FRACTION]
+    for optional in (MEMORY_FRACTION, RECV_INTERVAL):
+        if optional not in published:
+            published[optional] = np.nan
+    numeric = [*DEPLOYMENT_COLUMNS, SPECULATIVE_TOKENS, MEMORY_FRACTION, RECV_INTERVAL]
     blank = published[numeric].isna()
     try:
         numbers = published[numeric].apply(pd.to_numeric, errors="coerce")
     except (OverflowError, ValueError, TypeError):  # a number beyond float's range: refused below
         numbers = pd.DataFrame(np.nan, index=published.index, columns=numeric)
-    pools, drafts, fraction = numbers[list(DEPLOYMENT_COLUMNS)], numbers[SPECULATIVE_TOKENS], numbers[MEMORY_FRACTION]
-    whole_pools = (pools >= 1) & (pools <= MAX_PUBLISHED_GPUS) & (pools % 1 == 0)
-    valid = pd.concat([whole_pools | blank[list(DEPLOYMENT_COLUMNS)],
-                       (drafts >= 0) & (drafts <= MAX_PUBLISHED_DRAFTS) & (drafts % 1 == 0),
-                       (fraction > 0) & (fraction <= 1) | blank[MEMORY_FRACTION]], axis=1)
-    if not valid.all().all() or published["id"].duplicated().any():
-        raise InputError(one_line(f"{path}: every deployment column must be empty or a whole number from 1 to "
-                                  f"{MAX_PUBLISHED_GPUS}, {SPECULATIVE_TOKENS} a whole number from 0 to "
-                                  f"{MAX_PUBLISHED_DRAFTS}, {MEMORY_FRACTION} empty or in (0, 1], and each id "
-                                  "listed once"))
+    rules = {column: ((numbers[column] >= 1) & (numbers[column] <= MAX_PUBLISHED_GPUS) & (numbers[column] % 1 == 0),
+                      f"a whole number from 1 to {MAX_PUBLISHED_GPUS}") for column in DEPLOYMENT_COLUMNS}
+    drafts, fraction, interval = numbers[SPECULATIVE_TOKENS], numbers[MEMORY_FRACTION], numbers[RECV_INTERVAL]
+    rules[SPECULATIVE_TOKENS] = ((drafts >= 0) & (drafts <= MAX_PUBLISHED_DRAFTS) & (drafts % 1 == 0),
+                                 f"a whole number from 0 to {MAX_PUBLISHED_DRAFTS}")
+    rules[MEMORY_FRACTION] = ((fraction > 0) & (fraction <= 1), "in (0, 1]")
+    rules[RECV_INTERVAL] = ((interval >= 1) & (interval <= MAX_RECV_INTERVAL) & (interval % 1 == 0),
+                            f"a whole number from 1 to {MAX_RECV_INTERVAL}")
+    for column, (ok, rule) in rules.items():
+        if not (ok | blank[column]).all():
+            raise InputError(one_line(f"{path}: {column} must be empty or {rule}"))
+    if published["id"].duplicated().any():
+        raise InputError(one_line(f"{path}: each id must be listed once"))
     position = pd.Series(np.arange(len(rows)), index=rows["id"].astype(str))
     found = published["id"].astype(str).isin(position.index).to_numpy()
     at = position.loc[published["id"].astype(str)[found]].to_numpy()
-    for column in (*DEPLOYMENT_COLUMNS, SPECULATIVE_TOKENS, MEMORY_FRACTION):
+    for column in (*DEPLOYMENT_COLUMNS, SPECULATIVE_TOKENS, MEMORY_FRACTION, RECV_INTERVAL):
         rows[column] = rows[column].astype(float)
         values = numbers[column].to_numpy(dtype=float)[found]
         stated = np.isfinite(values)  # an empty pool column (an aggregated row's) leaves the row's own
@@ -328,7 +341,7 @@ def inferencex_twins(rows: pd.DataFrame) -> pd.DataFrame:
     at, source = copies["position"].to_numpy(), copies["position_original"].to_numpy()
     rows.iloc[at, rows.columns.get_loc(INFERENCEX_TWIN)] = rows["id"].astype(str).to_numpy()[source]
     published = rows["deployment_source"].to_numpy()[source] != ""
-    for column in (*DEPLOYMENT_COLUMNS, SPECULATIVE_TOKENS, MEMORY_FRACTION, "deployment_source"):
+    for column in (*DEPLOYMENT_COLUMNS, SPECULATIVE_TOKENS, MEMORY_FRACTION, RECV_INTERVAL, "deployment_source"):
         rows.iloc[at[published], rows.columns.get_loc(column)] = rows[column].to_numpy()[source[published]]
     return rows
 
@@ -533,11 +546,12 @@ PREDICTED = ("tpot_steady_s", "tpot_burst_s", "ttft_steady_s", "ttft_burst_s")
 
 def _group_keys(rows: pd.DataFrame, store: Path | None) -> list[pd.Series]:
     """(model, system, engine, gemm mode, MoE mode, mode, MTP draft tokens, memory fraction (0: the engine's
-    default)[, engine version]): one cost-model call each; the engine version splits groups only where a store's
-    tables are priced per version."""
+    default), scheduler receive interval (1: SGLang's default)[, engine version]): one cost-model call each; the
+    engine version splits groups only where a store's tables are priced per version."""
     gemm = rows["gemm_quant_mode"].fillna("bf16")
     keys = [rows["model_path"], rows["system"], rows["backend"], gemm, rows["moe_quant_mode"].fillna(gemm),
-            rows["mode"], _column_or(rows, SPECULATIVE_TOKENS, 0.0), _column_or(rows, MEMORY_FRACTION, 0.0)]
+            rows["mode"], _column_or(rows, SPECULATIVE_TOKENS, 0.0), _column_or(rows, MEMORY_FRACTION, 0.0),
+            _column_or(rows, RECV_INTERVAL, 1.0)]
     if store is not None and "backend_version" in rows:
         keys.append(rows["backend_version"].fillna("").astype(str))
     return keys
@@ -554,13 +568,16 @@ text (arXiv:2412.19437, section 5.4.3)."""
 
 
 def _group_engine(engine: EngineTraits, model: ModelSpec, drafted: float, fraction: float,
-                  acceptance: float) -> EngineTraits:
+                  acceptance: float, recv_interval: float = 1.0) -> EngineTraits:
     """``engine`` as a group's deployment ran it: drafting ``drafted`` MTP tokens a step at ``acceptance`` (none at
-    0) and at memory fraction ``fraction`` (the engine's default at 0)."""
+    0), at memory fraction ``fraction`` (the engine's default at 0) and taking new requests every ``recv_interval``
+    decode steps (``EngineTraits.scheduler_recv_interval``)."""
     if drafted > 0:
         spec = Speculation(method="mtp", num_tokens=int(drafted), acceptance_frac=acceptance)
         check_speculation(model, spec)
         engine = replace(engine, speculation=spec)
+    if recv_interval > 1:
+        engine = replace(engine, scheduler_recv_interval=int(recv_interval))
     return replace(engine, memory_frac=float(fraction)) if fraction > 0 else engine
 
 
@@ -579,7 +596,7 @@ def predict_rows(rows: pd.DataFrame, folder: Path, engines: dict[str, EngineTrai
     out["reason"] = ""
     models: dict[str, ModelSpec | str] = {}
     groups = rows.groupby(_group_keys(rows, store)).groups
-    for (repo, system, backend, gemm_mode, moe_mode, _, drafted, fraction, *_), index in groups.items():
+    for (repo, system, backend, gemm_mode, moe_mode, _, drafted, fraction, interval, *_), index in groups.items():
         if repo not in models:
             path = _config_path(folder, repo)
             try:
@@ -592,7 +609,7 @@ def predict_rows(rows: pd.DataFrame, folder: Path, engines: dict[str, EngineTrai
                 raise InputError(loaded)
             moe_mode = checkpoint_moe_mode(loaded, moe_mode)
             cluster = _with_kernels(_cluster(system), store, rows.loc[index], loaded, gemm_mode, moe_mode)
-            engine = _group_engine(engines[backend], loaded, drafted, fraction, mtp_acceptance)
+            engine = _group_engine(engines[backend], loaded, drafted, fraction, mtp_acceptance, interval)
             values = _predict_group(rows.loc[index], loaded, cluster, engine, gemm_mode, moe_mode)
             out.loc[index, list(PREDICTED)] = values.T
         except InputError as exc:
