@@ -654,7 +654,8 @@ BENCHMARK_WAVES = 8.0
 """Default number of request waves a fixed-concurrency benchmark runs (requests sent / concurrency); the
 first wave arrives at once and is prefilled before it decodes. A benchmark-protocol input of
 ``aggregated``/``disaggregated``: inf gives the pure steady state. validation/serving_runs.py fits it (one global
-constant) to the measured TTFTs and TPOTs of the rows whose benchmark does not state it (InferenceX's state 10)."""
+constant) to the measured TTFTs and TPOTs of the rows whose benchmark does not state it (InferenceX's state 10): 8
+since 2026-11-28 (5 before SGLang's scheduler receive interval was priced)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
