@@ -857,11 +857,21 @@ def moe_rows(rows: pd.DataFrame, folder: Path) -> np.ndarray:
     return rows["model_path"].map(flags).to_numpy(dtype=bool)
 
 
+def first_of_each_measurement(rows: pd.DataFrame) -> np.ndarray:
+    """Per row: whether it is the first of the rows carrying one measurement (the same ``TWIN_KEYS``, TPOT to 0.01 ms
+    and TTFT to 0.1 ms): the sweeps repeat runs (InferenceX's two files, its database, copies in gap analyses), and a
+    median over every row counts a repeated run each time it appears."""
+    measured = rows[["silicon_tpot_ms", "silicon_ttft_ms"]].apply(pd.to_numeric, errors="coerce")
+    keyed = rows[list(TWIN_KEYS)].assign(tpot=measured["silicon_tpot_ms"].round(2),
+                                         ttft=measured["silicon_ttft_ms"].round(1))
+    return ~keyed.duplicated().to_numpy()
+
+
 def slice_masks(rows: pd.DataFrame, moe: np.ndarray) -> dict[str, np.ndarray]:
     """The slices issue 32 states targets for: each engine, aggregated rows, disaggregated rows with and without
     their worker counts (and of those with, the ones InferenceX published, and the ones that ran MTP), the
     aggregated SGLang rows of aiconfigurator's fixed-length sweeps (every wave a burst: ``benchmark_waves``), dense
-    and MoE models."""
+    and MoE models, and every row with each measurement counted once (``first_of_each_measurement``)."""
     disagg = (rows["mode"] == "disagg").to_numpy()
     stated = disagg & deployment_stated(rows)
     engines = {str(e): (rows["backend"] == e).to_numpy() for e in sorted(rows["backend"].unique())}
@@ -872,7 +882,8 @@ def slice_masks(rows: pd.DataFrame, moe: np.ndarray) -> dict[str, np.ndarray]:
             "aggregated with MTP (acceptance from the disaggregated rows)": ~disagg & speculating(rows),
             "aggregated SGLang, fixed lengths (every wave a burst)": ~disagg & engines.get("sglang", False)
             & _column_or(rows, FIXED_LENGTHS, False).to_numpy(dtype=bool),
-            "disaggregated, worker counts not stated": disagg & ~stated, "dense models": ~moe, "MoE models": moe}
+            "disaggregated, worker counts not stated": disagg & ~stated, "dense models": ~moe, "MoE models": moe,
+            "each measurement once (its repeats in other sweeps left out)": first_of_each_measurement(rows)}
 
 
 def slice_summary(predicted: pd.DataFrame, held: pd.DataFrame, moe: np.ndarray) -> list[dict[str, Any]]:
