@@ -319,6 +319,15 @@ TWIN_KEYS = ("system", "backend", "mode", "isl", "osl", "concurrency")
 not the model's name (InferenceX's database calls DeepSeek-R1 by its architecture's, DeepSeek-V3)."""
 
 
+def measurement_keys(rows: pd.DataFrame) -> pd.DataFrame:
+    """What identifies one measured run: ``TWIN_KEYS`` with the measured TPOT to 0.01 ms and TTFT to 0.1 ms (columns
+    ``tpot``, ``ttft``; NaN where a value is missing or not a number). Two rows with equal keys are one run."""
+    measured = rows[["silicon_tpot_ms", "silicon_ttft_ms", *TWIN_KEYS[3:]]].apply(pd.to_numeric, errors="coerce")
+    return rows[list(TWIN_KEYS[:3])].assign(**{c: measured[c] for c in TWIN_KEYS[3:]},
+                                            tpot=measured["silicon_tpot_ms"].round(2),
+                                            ttft=measured["silicon_ttft_ms"].round(1))
+
+
 def inferencex_twins(rows: pd.DataFrame) -> pd.DataFrame:
     """``rows`` with ``INFERENCEX_TWIN``: the id of the InferenceX API row (``INFERENCEX_MARK``) whose measurement a
     row of another sweep repeats (the same ``TWIN_KEYS``, TPOT equal to 0.01 ms and TTFT to 0.1 ms; '' where none),
@@ -328,11 +337,9 @@ def inferencex_twins(rows: pd.DataFrame) -> pd.DataFrame:
     if not {*TWIN_KEYS, "id", "silicon_tpot_ms", "silicon_ttft_ms"} <= set(rows.columns) or rows.empty:
         return rows
     inferencex = rows["silicon_data_source"].astype(str).str.contains(INFERENCEX_MARK, regex=False).to_numpy()
-    measured = rows[["silicon_tpot_ms", "silicon_ttft_ms", *TWIN_KEYS[3:]]].apply(pd.to_numeric, errors="coerce")
-    # pandas would pair a missing key with a missing key
-    known = np.isfinite(measured.to_numpy(dtype=float)).all(axis=1) & rows[list(TWIN_KEYS[:3])].notna().all(axis=1)
-    keyed = rows[list(TWIN_KEYS)].assign(tpot=measured["silicon_tpot_ms"].round(2),
-                                         ttft=measured["silicon_ttft_ms"].round(1), position=np.arange(len(rows)))
+    keyed = measurement_keys(rows)
+    known = keyed.notna().all(axis=1).to_numpy()  # pandas would pair a missing key with a missing key
+    keyed = keyed.assign(position=np.arange(len(rows)))
     keys = [*TWIN_KEYS, "tpot", "ttft"]
     originals = keyed[inferencex & known].drop_duplicates(keys)
     copies = keyed[~inferencex & known].merge(originals, on=keys, suffixes=("", "_original"))
@@ -858,13 +865,10 @@ def moe_rows(rows: pd.DataFrame, folder: Path) -> np.ndarray:
 
 
 def first_of_each_measurement(rows: pd.DataFrame) -> np.ndarray:
-    """Per row: whether it is the first of the rows carrying one measurement (the same ``TWIN_KEYS``, TPOT to 0.01 ms
-    and TTFT to 0.1 ms): the sweeps repeat runs (InferenceX's two files, its database, copies in gap analyses), and a
-    median over every row counts a repeated run each time it appears."""
-    measured = rows[["silicon_tpot_ms", "silicon_ttft_ms"]].apply(pd.to_numeric, errors="coerce")
-    keyed = rows[list(TWIN_KEYS)].assign(tpot=measured["silicon_tpot_ms"].round(2),
-                                         ttft=measured["silicon_ttft_ms"].round(1))
-    return ~keyed.duplicated().to_numpy()
+    """Per row: whether it is the first of the rows carrying one measurement (``measurement_keys``): the sweeps repeat
+    runs (InferenceX's two files, its database, copies in gap analyses), and a median over every row counts a
+    repeated run each time it appears."""
+    return ~measurement_keys(rows).duplicated().to_numpy()
 
 
 def slice_masks(rows: pd.DataFrame, moe: np.ndarray) -> dict[str, np.ndarray]:
