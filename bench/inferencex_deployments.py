@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -302,47 +303,40 @@ def _inferencex_rows(runs: pd.DataFrame, mode: str) -> pd.DataFrame:
     return _keyed(runs[(runs["mode"] == mode) & runs["silicon_data_source"].str.contains("wip=", regex=False)])
 
 
-def _script_fraction(repo: Path, found: pd.DataFrame, cache: dict[tuple[str, str], float]) -> float:
-    """The memory fraction the entry's script set in every version it ran under, or NaN where they differ."""
+def _in_every_version(repo: Path, found: pd.DataFrame, read: Callable[[str], float],
+                      texts: dict[tuple[str, str], str | None]) -> float:
+    """The value ``read`` finds in the entry's launch script in every version of the config it ran under, or NaN where
+    they differ or a version lacks the script (``texts``: each (commit, script) read from git once)."""
     script = str(found["script"].iloc[0])
-    fractions = set()
+    values = set()
     for _, commit, _ in {c for cs in found["commits"] for c in cs}:
-        if (commit, script) not in cache:
+        if (commit, script) not in texts:
             try:
-                cache[commit, script] = memory_fraction(_git(repo, "show", f"{commit}:{script}"))
+                texts[commit, script] = _git(repo, "show", f"{commit}:{script}")
             except subprocess.CalledProcessError:  # no such script in that version
-                cache[commit, script] = float("nan")
-        fractions.add(cache[commit, script])
-    return fractions.pop() if len(fractions) == 1 else float("nan")
+                texts[commit, script] = None
+        text = texts[commit, script]
+        values.add(float("nan") if text is None else read(text))
+    return values.pop() if len(values) == 1 else float("nan")
 
 
-def _script_interval(repo: Path, found: pd.DataFrame, cache: dict[tuple, float]) -> float:
+def _script_interval(repo: Path, found: pd.DataFrame, texts: dict[tuple[str, str], str | None]) -> float:
     """The SGLang scheduler receive interval (``recv_interval``) the entry's script ran with at its TP, EP, attention
-    DP, lengths and concurrency in every version it ran under, or NaN where they differ or cannot be read."""
+    DP, lengths and concurrency in every version it ran under (``_in_every_version``)."""
     e = found.iloc[0]
-    script = str(e["script"])
     env = {"TP": str(int(e["tp"])), "EP_SIZE": str(int(e["ep"])), "DP_ATTENTION": str(bool(e["dp"])).lower(),
            "CONC": str(int(e["concurrency"])), "ISL": str(int(e["isl"])), "OSL": str(int(e["osl"]))}
-    intervals = set()
-    for _, commit, _ in {c for cs in found["commits"] for c in cs}:
-        key = (commit, script, tuple(env.items()))
-        if key not in cache:
-            try:
-                cache[key] = recv_interval(_git(repo, "show", f"{commit}:{script}"), env)
-            except subprocess.CalledProcessError:  # no such script in that version
-                cache[key] = float("nan")
-        intervals.add(cache[key])
-    return intervals.pop() if len(intervals) == 1 else float("nan")
+    return _in_every_version(repo, found, lambda text: recv_interval(text, env), texts)
 
 
-def _shared_interval(repo: Path, found: pd.DataFrame, cache: dict[tuple, float]) -> float:
+def _shared_interval(repo: Path, found: pd.DataFrame, texts: dict[tuple[str, str], str | None]) -> float:
     """The receive interval above 1 that every SGLang deployment matching a row ran with (``_script_interval``), or
     NaN where one is not SGLang's or they differ: the interval a row ran with even where which deployment is not
     known (most often the same point run with and without MTP)."""
     intervals = set()
     for _, same in found.groupby(list(AGGREGATED), dropna=False):
         sglang = same["backend"].iloc[0] == "sglang"
-        intervals.add(_script_interval(repo, same, cache) if sglang else float("nan"))
+        intervals.add(_script_interval(repo, same, texts) if sglang else float("nan"))
     value = intervals.pop() if len(intervals) == 1 else float("nan")
     return value if value > 1 else float("nan")
 
@@ -358,13 +352,13 @@ def match_aggregated(runs: pd.DataFrame, entries: pd.DataFrame, repo: Path) -> t
     rows = _inferencex_rows(runs, "agg")
     joined = rows.reset_index().merge(entries, on=KEYS, how="inner")
     joined = joined[joined["tp"] == joined["tp_size"]]
-    out, counts, cache = [], {"rows": len(rows), "one": 0, "several": 0, "mtp": 0, "fraction": 0, "interval": 0}, {}
-    intervals: dict[tuple, float] = {}
+    out, counts = [], {"rows": len(rows), "one": 0, "several": 0, "mtp": 0, "fraction": 0, "interval": 0}
+    texts: dict[tuple[str, str], str | None] = {}
     for _, found in joined.groupby("index"):
         distinct = found.drop_duplicates(list(AGGREGATED))
         if len(distinct) > 1:
             counts["several"] += 1
-            shared = _shared_interval(repo, found, intervals)
+            shared = _shared_interval(repo, found, texts)
             if np.isfinite(shared):  # every candidate ran SGLang with this interval: it is known, MTP is not
                 counts["interval"] += 1
                 out.append({"id": distinct["id"].iloc[0], "deployment_source": _sources(distinct, found),
@@ -375,8 +369,8 @@ def match_aggregated(runs: pd.DataFrame, entries: pd.DataFrame, repo: Path) -> t
         e = distinct.iloc[0]
         if e["spec"] != "none" and pd.isna(e["draft_tokens"]):
             continue  # MTP with a draft count paraplan cannot state: the row stays as it is
-        fraction = _script_fraction(repo, found, cache)
-        interval = _script_interval(repo, found, intervals) if e["backend"] == "sglang" else float("nan")
+        fraction = _in_every_version(repo, found, memory_fraction, texts)
+        interval = _script_interval(repo, found, texts) if e["backend"] == "sglang" else float("nan")
         interval = interval if interval > 1 else float("nan")  # SGLang's default (1) needs no entry
         if e["draft_tokens"] == 0 and np.isnan(fraction) and np.isnan(interval):
             continue

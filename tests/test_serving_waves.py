@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from test_serving_mechanics import BF16, small_model
+from test_serving_mechanics2 import OVERHEAD_S, SGLANG, VLLM
 
 from paraplan.cost_models.inference_step import Sharding
 from paraplan.cost_models.serving import (
@@ -22,10 +23,6 @@ from paraplan.cost_models.serving import (
     wave_mean,
 )
 from paraplan.hardware_profiles import load_cluster
-
-OVERHEAD_S = 3e-3
-VLLM = replace(ENGINE_TRAITS["vllm"], step_overhead_s=OVERHEAD_S, dp_sync_s=0.0)
-SGLANG = replace(ENGINE_TRAITS["sglang"], step_overhead_s=OVERHEAD_S, dp_sync_s=0.0)
 
 
 @pytest.fixture(scope="module")

@@ -85,11 +85,11 @@ MAX_PUBLISHED_GPUS = 4096
 MAX_PUBLISHED_DRAFTS = 16
 """Bound on published MTP draft tokens a step (the shipped file states 1-3)."""
 SPECULATIVE_TOKENS = "speculative_tokens"
+"""MTP draft tokens a row's deployment ran per step (0: none); only published deployments state it."""
 INFERENCEX_TWIN = "inferencex_twin"
 """The id of the InferenceX row whose measurement a row repeats ('' where none: ``inferencex_twins``)."""
 FIXED_LENGTHS = "fixed_lengths"
-"""Whether a row's benchmark sends every request at exactly its stated lengths (``AICONFIGURATOR_WAVES``)."""
-"""MTP draft tokens a row's deployment ran per step (0: none); only published deployments state it."""
+"""Whether a row's benchmark sends every request at exactly its stated lengths (``AICONFIGURATOR_MARK``)."""
 INFERENCEX_MARK = "wip="
 """The rows of SemiAnalysis' InferenceX benchmark (aiconfigurator's ``2026-03-25.csv`` and ``2026-04-06.csv`` sweeps,
 3,368 rows) carry its API's ``wip`` field in ``silicon_data_source``; no other row does."""
@@ -107,13 +107,12 @@ workflow run and config ids and image tags, and 485 of its rows are the very mea
 architecture's name, DeepSeek-V3)."""
 AICONFIGURATOR_MARK = "aic-auto-gap-analysis/"
 """The rows of aiconfigurator's own gap-analysis sweeps (848 rows, ``aic-auto-gap-analysis/<gpu>/<engine>/<version>/``
-in ``silicon_data_source``; none repeats an InferenceX measurement). The other two gap-analysis files
+in ``silicon_data_source``; none repeats an InferenceX measurement). aiconfigurator's benchmark sends every request
+at exactly its stated lengths (its generator's aiperf command, ``generator/sflow.py`` and
+``benchmark/bench_run.sh.j2``, ai-dynamo/aiconfigurator, Apache-2.0: input and output stddev 0, ``min_tokens`` =
+``max_tokens`` = OSL, ``ignore_eos``), so these rows carry ``FIXED_LENGTHS``; its 20 rounds a concurrency slot are not
+stated for these sweeps, so their wave count stays fitted. The other two gap-analysis files
 (``qwen3.5-397b-gap-analysis.csv``, ``kimi-k2.5-gap-analysis.csv``) copy InferenceX rows (115 of their 123)."""
-AICONFIGURATOR_WAVES = 20.0
-"""aiconfigurator's benchmark sends 20 requests per concurrency slot after a warm-up (``--request-count
-$((MULTI_ROUND * CONCURRENCY))``, MULTI_ROUND 20, in ``generator/sflow.py``; ``BENCH_MULTI_ROUND`` 20 in
-``benchmark/bench_run.sh.j2``; ai-dynamo/aiconfigurator, Apache-2.0) with every length exact: input and output
-stddev 0, ``min_tokens`` = ``max_tokens`` = OSL and ``ignore_eos`` (``fixed_lengths``)."""
 MAX_MEASUREMENTS_BYTES = 64 * 1024 * 1024
 """The shipped rows are 2.6 MB as text (0.2 MB gzip); 64 MiB leaves 25x room, compressed or not."""
 
@@ -321,16 +320,14 @@ not the model's name (InferenceX's database calls DeepSeek-R1 by its architectur
 
 def measurement_keys(rows: pd.DataFrame) -> pd.DataFrame:
     """What identifies one measured run: ``TWIN_KEYS`` with the measured TPOT to 0.01 ms and TTFT to 0.1 ms (columns
-    ``tpot``, ``ttft``; NaN where a value is missing or not a number). Two rows with equal keys are one run."""
-    measured = rows[["silicon_tpot_ms", "silicon_ttft_ms", *TWIN_KEYS[3:]]].apply(pd.to_numeric, errors="coerce")
-    return rows[list(TWIN_KEYS[:3])].assign(**{c: measured[c] for c in TWIN_KEYS[3:]},
-                                            tpot=measured["silicon_tpot_ms"].round(2),
-                                            ttft=measured["silicon_ttft_ms"].round(1))
+    ``tpot``, ``ttft``; NaN where missing), of rows whose numeric columns hold numbers (as ``load_measurements``
+    reads them). Two rows with equal keys are one run."""
+    return rows[list(TWIN_KEYS)].assign(tpot=rows["silicon_tpot_ms"].round(2), ttft=rows["silicon_ttft_ms"].round(1))
 
 
 def inferencex_twins(rows: pd.DataFrame) -> pd.DataFrame:
     """``rows`` with ``INFERENCEX_TWIN``: the id of the InferenceX API row (``INFERENCEX_MARK``) whose measurement a
-    row of another sweep repeats (the same ``TWIN_KEYS``, TPOT equal to 0.01 ms and TTFT to 0.1 ms; '' where none),
+    row of another sweep repeats (the same ``measurement_keys``; '' where none),
     and that row's published deployment in place of its own (``DEPLOYMENTS_FILE``: pools, MTP drafts, memory
     fraction), so one measurement is priced as one deployment wherever it appears."""
     rows[INFERENCEX_TWIN] = ""
