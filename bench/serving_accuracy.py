@@ -28,6 +28,7 @@ def main() -> None:
     print(f"\nfitted on {c.fitted_rows} rows: step overhead (ms) "
           + ", ".join(f"{k} {v * 1e3:.2f}" for k, v in c.step_overhead_s.items())
           + "; request overhead (ms) " + ", ".join(f"{k} {v * 1e3:.0f}" for k, v in c.request_overhead_s.items())
+          + "; first-token steps " + ", ".join(f"{k} {v:g}" for k, v in c.first_token_steps.items())
           + f"; attention-DP sync (ms a step) {c.dp_sync_s * 1e3:.2f}; benchmark waves {c.waves:g}")
     print("\nnot covered:")
     for reason, count in report.uncovered.items():

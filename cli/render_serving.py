@@ -50,6 +50,8 @@ def serving_validation(console: Console, document: dict) -> None:
                   + ", ".join(f"{k} {1e3 * v:.2f}" for k, v in c["step_overhead_s"].items())
                   + "; request overhead ms "
                   + ", ".join(f"{k} {1e3 * v:.0f}" for k, v in c["request_overhead_s"].items())
+                  + "; first-token steps "
+                  + ", ".join(f"{k} {v:g}" for k, v in c.get("first_token_steps", {}).items())
                   + f"; attention-DP sync ms a step {1e3 * c.get('dp_sync_s', 0.0):.2f}"
                   + f"; benchmark waves {c['benchmark_waves']}")
     for reason, count in document["uncovered"].items():

@@ -129,6 +129,13 @@ class EngineTraits:
     request_overhead_s: float
     """Per-request latency before the first token outside the GPU steps: HTTP, tokenization, scheduling
     admission, detokenizing and streaming the first token (fitted, see validation/serving_runs.py)."""
+    first_token_steps: float = 0.0
+    """Engine iterations, counted in steady-state TPOTs, that a request spends before its first token beyond its
+    own prefill, the half step of arrival alignment and the receive interval: its hops through the engine's
+    processes (front end, scheduler, model runner, output handler) each meet the engine's iteration cadence, so this
+    part of the TTFT grows with the step time where ``request_overhead_s`` does not (fitted, see
+    validation/serving_runs.py; ``aggregated``). Disaggregated, at the decode pool's TPOT: the first token streams
+    from the decode worker, whose loop the request joins after its KV cache arrives (``disaggregated``)."""
     dp_sync_s: float = 0.0
     """Host seconds more per step where attention-DP ranks step together (dp > 1): before every forward the ranks
     agree on what each runs (vLLM's DP ranks all-reduce their token counts, SGLang's gather their batch shapes,
@@ -175,7 +182,7 @@ DP_SYNC_S = 3.0e-3
 ENGINE_TRAITS: dict[str, EngineTraits] = {
     "vllm": EngineTraits(
         name="vllm", memory_frac=0.9, budget="profiled", max_batched_tokens=8192, reserves_full_length=False,
-        max_running=1024, step_overhead_s=2.5e-3, request_overhead_s=80e-3, dp_sync_s=DP_SYNC_S,
+        max_running=1024, step_overhead_s=2.5e-3, request_overhead_s=0.0, first_token_steps=7.0, dp_sync_s=DP_SYNC_S,
         source="vLLM 0.11-0.19 CacheConfig.gpu_memory_utilization 0.9; V1 online serving on >=70 GiB GPUs: "
                "max_num_batched_tokens 8192, max_num_seqs 1024"),
     "sglang": EngineTraits(
@@ -187,7 +194,8 @@ ENGINE_TRAITS: dict[str, EngineTraits] = {
                "scheduler, enable_mixed_chunk off"),
     "trtllm": EngineTraits(
         name="trtllm", memory_frac=0.9, budget="free", max_batched_tokens=8192, reserves_full_length=True,
-        max_running=2048, step_overhead_s=1.5e-3, request_overhead_s=160e-3, dp_sync_s=DP_SYNC_S,
+        max_running=2048, step_overhead_s=1.5e-3, request_overhead_s=60e-3, first_token_steps=8.0,
+        dp_sync_s=DP_SYNC_S,
         balances_dp_admission=True,
         source="TensorRT-LLM 1.x KvCacheConfig.free_gpu_memory_fraction 0.9; max_num_tokens 8192, max_batch_size 2048; "
                "attention_dp_config.enable_balance as in NVIDIA's DeepSeek-R1 serving recipes"),
@@ -650,12 +658,12 @@ def held_tokens(engine: EngineTraits, isl: Column, osl: Column) -> np.ndarray:
     return isl + osl if engine.reserves_full_length else isl + osl / 2.0
 
 
-BENCHMARK_WAVES = 8.0
+BENCHMARK_WAVES = 20.0
 """Default number of request waves a fixed-concurrency benchmark runs (requests sent / concurrency); the
 first wave arrives at once and is prefilled before it decodes. A benchmark-protocol input of
 ``aggregated``/``disaggregated``: inf gives the pure steady state. validation/serving_runs.py fits it (one global
-constant) to the measured TTFTs and TPOTs of the rows whose benchmark does not state it (InferenceX's state 10): 8
-since 2026-11-28 (5 before SGLang's scheduler receive interval was priced)."""
+constant) to the measured TTFTs and TPOTs of the rows whose benchmark does not state it (InferenceX's state 10): 20
+since the first-token steps were priced (8 from 2026-11-28, 5 before SGLang's scheduler receive interval was priced)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -732,9 +740,11 @@ def aggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, pre
     # The scheduler reads new requests every N decode steps: an arrival waits (N − 1)/2 of them on average beyond the
     # half step every arrival waits (scheduler_recv_interval).
     unread = (engine.scheduler_recv_interval - 1) / 2.0 * step
-    steady = prefill + chunk_steps * step + tpot / 2.0 + unread + queued
+    # The request's hops through the engine's processes each wait on its iteration cadence (first_token_steps).
+    hops = engine.first_token_steps * tpot
+    steady = prefill + chunk_steps * step + tpot / 2.0 + unread + queued + hops
     burst, wave = burst_prefill_s(model, cluster, engine, prec, shard, isl, batch, max_batched_tokens)
-    return ServingLatency(ttft_steady_s=steady, ttft_burst_s=burst + queued, tpot_steady_s=tpot,
+    return ServingLatency(ttft_steady_s=steady, ttft_burst_s=burst + queued + hops, tpot_steady_s=tpot,
                           tpot_burst_s=burst_tpot_s(step, burst, wave, osl), running_batch=batch,
                           decode_step_s=step, prefill_s=prefill, max_sequences=fits, starts_at_defaults=starts,
                           request_overhead_s=engine.request_overhead_s,
@@ -775,8 +785,9 @@ def disaggregated(model: ModelSpec, cluster: ClusterSpec, engine: EngineTraits, 
     # queue; by Little's law (concurrency = served rate x (TTFT + lifetime)) the TTFT is concurrency / capacity
     # minus a request's decode lifetime, wherever that exceeds the open-queue estimate.
     saturated = concurrency * one / servers - lifetime
-    steady = np.maximum(one + wait, saturated) + transfer + queued
-    burst = burst_ttft_s(model, cluster, engine, prec, prefill, isl, concurrency / servers) + transfer + queued
+    hops = engine.first_token_steps * step  # the decode worker's loop, which streams the first token
+    steady = np.maximum(one + wait, saturated) + transfer + queued + hops
+    burst = burst_ttft_s(model, cluster, engine, prec, prefill, isl, concurrency / servers) + transfer + queued + hops
     return ServingLatency(ttft_steady_s=steady, ttft_burst_s=burst, tpot_steady_s=step, tpot_burst_s=step,
                           running_batch=batch,
                           decode_step_s=step, prefill_s=one, max_sequences=fits, starts_at_defaults=starts,

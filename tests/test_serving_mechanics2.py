@@ -18,6 +18,7 @@ from paraplan.cost_models.serving import (
     burst_ttft_s,
     busiest_admission_frac,
     chunked_prefill_s,
+    disaggregated,
     engine_decode_s,
     mixed_admission_s,
     mixed_prefill_s,
@@ -135,12 +136,35 @@ def test_aggregated_ttft_carries_the_chunk_steps(h100):
     step = float(engine_decode_s(model, h100, VLLM, BF16, shard, 1.0, isl + osl / 2.0))
     prefill = float(chunked_prefill_s(model, h100, BF16, shard, isl, 400.0, OVERHEAD_S))
     # Three chunks: two mixed steps before the last chunk's, then half a step; TPOT spreads one prompt's chunk
-    # steps (k = 1/500 a step, 3 chunk steps) over the steps.
-    tpot = float(out.tpot_steady_s)
-    assert float(out.ttft_steady_s) == pytest.approx(prefill + 2 * step + tpot / 2, rel=1e-12)
+    # steps (k = 1/500 a step, 3 chunk steps) over the steps; the request's hops through vLLM's processes add
+    # first_token_steps TPOTs.
+    tpot, hops = float(out.tpot_steady_s), VLLM.first_token_steps
+    assert hops > 0.0
+    assert float(out.ttft_steady_s) == pytest.approx(prefill + 2 * step + tpot / 2 + hops * tpot, rel=1e-12)
     plain = aggregated(model, h100, VLLM, BF16, shard, concurrency=1.0, isl=isl, osl=osl, waves=np.inf)
+    plain_tpot = float(plain.tpot_steady_s)
     assert float(plain.ttft_steady_s) == pytest.approx(
-        float(prefill_s(model, h100, BF16, shard, isl)) + OVERHEAD_S + float(plain.tpot_steady_s) / 2, rel=1e-12)
+        float(prefill_s(model, h100, BF16, shard, isl)) + OVERHEAD_S + plain_tpot / 2 + hops * plain_tpot, rel=1e-12)
+
+
+def test_first_token_steps_scale_with_the_decode_step(h100):
+    # The hops term is the engine's steps times TPOT: doubling first_token_steps adds exactly that many TPOTs more,
+    # and neither TPOT nor the burst's prefill moves.
+    model, shard = small_model(), Sharding.of(1)
+    base = replace(VLLM, first_token_steps=0.0)
+    more = replace(VLLM, first_token_steps=5.0)
+    a = aggregated(model, h100, base, BF16, shard, concurrency=32.0, isl=1000.0, osl=500.0, waves=np.inf)
+    b = aggregated(model, h100, more, BF16, shard, concurrency=32.0, isl=1000.0, osl=500.0, waves=np.inf)
+    assert float(b.tpot_steady_s) == float(a.tpot_steady_s)
+    extra = 5.0 * float(a.tpot_steady_s)
+    assert float(b.ttft_steady_s) - float(a.ttft_steady_s) == pytest.approx(extra, rel=1e-9)
+    assert float(b.ttft_burst_s) - float(a.ttft_burst_s) == pytest.approx(extra, rel=1e-9)
+    # Disaggregated: the same steps at the decode pool's step, which the first token waits on.
+    pools = dict(concurrency=64.0, prefill_workers=1.0, decode_workers=1.0, isl=1000.0, osl=500.0)
+    c = disaggregated(model, h100, base, BF16, shard, shard, **pools)
+    d = disaggregated(model, h100, more, BF16, shard, shard, **pools)
+    assert float(d.tpot_steady_s) == float(c.tpot_steady_s)
+    assert float(d.ttft_steady_s) - float(c.ttft_steady_s) == pytest.approx(5.0 * float(c.decode_step_s), rel=1e-9)
 
 
 # --- rows whose tp_size no engine launches -----------------------------------------------------------------------

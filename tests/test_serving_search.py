@@ -4,6 +4,7 @@ brute force, its rules per engine, its front, and its plans' JSON."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -40,7 +41,8 @@ def _setup(served, cluster, engine="vllm", kv="bf16", isl=1024, osl=1024) -> Ser
 
 def _closed(setup: ServingSetup, concurrency: float) -> Load:
     return Load(isl=setup.isl, osl=setup.osl, isl_cv=0.0, osl_cv=0.0, concurrency=concurrency, rate_per_s=None,
-                arrival_cv2=1.0, request_overhead_s=setup.engine.request_overhead_s)
+                arrival_cv2=1.0, request_overhead_s=setup.engine.request_overhead_s,
+                first_token_steps=setup.engine.first_token_steps)
 
 
 def _open(rate: float, *, overhead=0.0, isl=1024, osl=1024) -> Load:
@@ -126,6 +128,25 @@ def test_disaggregated_pools_by_hand():
                                chunk=8192.0, step_overhead_s=0.0, workers=1.0, ranks=1.0, arrival_cv2=1.0)
     rho = lam * prefill
     assert ttft[0] == pytest.approx(rho * prefill / (2 * (1 - rho)) + prefill + transfer, rel=1e-9)
+
+
+def test_first_token_steps_add_that_many_tpots_to_the_ttft():
+    """``Load.first_token_steps`` = k adds k TPOTs to an aggregated request's TTFT (open loop) and to the decode
+    pool's share of a disaggregated one, closed loop and open; TPOT and the running batch do not move."""
+    kw = {"prefill_s": np.array([0.04]), "step_of": _constant_step(0.015), "fits": np.array([500.0]), "cap": 256.0,
+          "chunk": 8192.0, "replicas": 1.0, "ranks": 1.0}
+    base, hops = _open(3.0), replace(_open(3.0), first_token_steps=6.0)
+    a, b = aggregated(base, **kw), aggregated(hops, **kw)
+    assert b.tpot_s[0] == a.tpot_s[0] and b.running_batch[0] == a.running_batch[0]
+    assert b.ttft_s[0] - a.ttft_s[0] == pytest.approx(6.0 * a.tpot_s[0], rel=1e-9)
+    pool = {"step_of": _constant_step(0.02), "fits": np.array([1e6]), "cap": 1e6, "workers": 1.0, "ranks": 1.0}
+    closed = Load(isl=1024, osl=1024, isl_cv=0.0, osl_cv=0.0, concurrency=64.0, rate_per_s=None, arrival_cv2=1.0,
+                  request_overhead_s=0.0)
+    for load in (base, closed):
+        (dec, wait), (dec_k, wait_k) = decode_pool(load, **pool), decode_pool(replace(load, first_token_steps=6.0),
+                                                                                **pool)
+        assert dec_k.tpot_s[0] == dec.tpot_s[0] and dec_k.requests_per_s[0] == pytest.approx(dec.requests_per_s[0])
+        assert wait_k[0] - wait[0] == pytest.approx(6.0 * 0.02, rel=1e-9)
 
 
 def test_engine_rules_in_the_shardings(h100x8):

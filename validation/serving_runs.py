@@ -632,6 +632,9 @@ class FittedConstants:
     """Per engine: CPU time per step not hidden behind the GPU."""
     request_overhead_s: dict[str, float]
     """Per engine: per-request latency outside the GPU steps."""
+    first_token_steps: dict[str, float]
+    """Per engine: steady-state TPOTs an aggregated request waits before its first token beyond its prefill
+    (``EngineTraits.first_token_steps``)."""
     dp_sync_s: float
     """Every engine: host seconds more per step where attention-DP ranks step together (``EngineTraits.dp_sync_s``)."""
     waves: float
@@ -647,6 +650,19 @@ DP_SYNC_GRID_S = tuple(k * 1e-3 for k in range(6))
 """0 to 5 ms a step in 1-ms steps: the attention-DP ranks' per-step agreement (``EngineTraits.dp_sync_s``). Every fit
 and fold so far lands on 3 or 4 ms; each value prices the 418 attention-DP rows once more per step overhead."""
 REQUEST_OVERHEAD_GRID_S = tuple(x * 1e-3 for x in (0, 5, 10, 15, 20, 30, 40, 60, 80, 120, 160, 200, 250, 300))
+FIRST_TOKEN_STEPS_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 10.0, 12.0, 16.0, 20.0)
+"""Steady-state TPOTs an aggregated request waits before its first token (``EngineTraits.first_token_steps``), fitted
+jointly with the request overhead. The measured TTFT beyond the GPU-side prediction, divided by the measured TPOT,
+is a near-constant per engine across 4 to 128 concurrent requests (vLLM's median 5.3-7.0 TPOTs at 1,024-token
+prompts while in milliseconds it grows 42 -> 143): a per-iteration cost, not a per-request constant."""
+FIRST_TOKEN_STEPS_FITTED = frozenset({"vllm", "trtllm"})
+"""Engines whose first-token steps are fitted; SGLang's stay 0. Its per-iteration wait is the scheduler's receive
+interval, priced already ((N − 1)/2 decode steps, ``aggregated``); a free steps term on top trades against its request
+overhead along a flat valley: in sample it fits 300 ms + 0 steps, but folds leaving out Qwen3-32B, Llama-3.1-8B,
+GLM-5 or DeepSeek-R1 pick 200-250 ms + 5-8 steps, and the fixed-length sweeps' TTFT with each model left out goes
+from 27.0% to 32.0% (measured with the grid open to SGLang)."""
+NO_FIRST_TOKEN_STEPS = dict.fromkeys(ENGINE_TRAITS, 0.0)
+"""The grid prices every row without first-token steps; the fit adds them in closed form (``fit_constants``)."""
 WAVES_GRID = (1.0, 2.0, 3.0, 5.0, 8.0, 12.0, 20.0, 40.0, np.inf)
 
 
@@ -686,7 +702,8 @@ def _grid_runs(rows: pd.DataFrame, folder: Path, store: Path | None, dp_sync_s: 
     """``PREDICTED`` columns of ``rows`` at every step overhead of the grid [overhead, rows], at ``dp_sync_s``: the
     rows repeated once per overhead (``STEP_OVERHEAD_COLUMN``), so each group is priced in one vectorized call."""
     tiled = pd.concat([rows.assign(**{STEP_OVERHEAD_COLUMN: o}) for o in STEP_OVERHEAD_GRID_S], ignore_index=True)
-    run = predict_rows(tiled, folder, with_overheads({}, dp_sync_s=dp_sync_s), store)
+    run = predict_rows(tiled, folder, with_overheads({}, dp_sync_s=dp_sync_s, first_token_steps=NO_FIRST_TOKEN_STEPS),
+                       store)
     return {c: run[c].to_numpy(dtype=float).reshape(len(STEP_OVERHEAD_GRID_S), len(rows)) for c in PREDICTED}
 
 
@@ -696,7 +713,8 @@ def overhead_grid(rows: pd.DataFrame, folder: Path, store: Path | None = None) -
     stack = _grid_runs(rows, folder, store, 0.0)
     # The same rows at the grid's first step overhead (0) with the largest sync: the rows it moves run attention DP.
     probe = predict_rows(rows, folder, with_overheads(dict.fromkeys(ENGINE_TRAITS, STEP_OVERHEAD_GRID_S[0]),
-                                                      dp_sync_s=DP_SYNC_GRID_S[-1]), store)
+                                                      dp_sync_s=DP_SYNC_GRID_S[-1],
+                                                      first_token_steps=NO_FIRST_TOKEN_STEPS), store)
     moved = np.zeros(len(rows), dtype=bool)
     for c in PREDICTED:
         a, b = stack[c][0], probe[c].to_numpy(dtype=float)
@@ -779,21 +797,27 @@ def fit_constants(grid: OverheadGrid, mask: np.ndarray) -> FittedConstants:
         per_row = _row_waves(rows, waves)
         tpot = wave_mean(grid.column("tpot_steady_s", sync), grid.column("tpot_burst_s", sync), per_row)
         ttft = wave_mean(grid.column("ttft_steady_s", sync), grid.column("ttft_burst_s", sync), per_row)
+        hop = grid.column("tpot_steady_s", sync)  # one first-token step of each row (disaggregated: the decode pool's)
         step, request = dict.fromkeys(ENGINE_TRAITS, 0.0), dict.fromkeys(ENGINE_TRAITS, 0.0)
+        hops = dict.fromkeys(ENGINE_TRAITS, 0.0)
         tpot_errs, ttft_errs = [], []
         for engine, g in _engine_steps(tpot, tpot_s, engines).items():
             sel = engines[engine]
-            errs = [np.median(_log_err(ttft[g, sel] + r, ttft_s[sel])) for r in REQUEST_OVERHEAD_GRID_S]
-            step[engine], request[engine] = STEP_OVERHEAD_GRID_S[g], REQUEST_OVERHEAD_GRID_S[int(np.argmin(errs))]
+            errs = np.array([[np.median(_log_err(ttft[g, sel] + r + k * hop[g, sel], ttft_s[sel]))
+                              for r in REQUEST_OVERHEAD_GRID_S]
+                             for k in (FIRST_TOKEN_STEPS_GRID if engine in FIRST_TOKEN_STEPS_FITTED else (0.0,))])
+            k_at, r_at = np.unravel_index(int(np.argmin(errs)), errs.shape)  # the first minimum: fewest steps
+            step[engine], request[engine] = STEP_OVERHEAD_GRID_S[g], REQUEST_OVERHEAD_GRID_S[r_at]
+            hops[engine] = FIRST_TOKEN_STEPS_GRID[int(k_at)]  # the grid's first value is 0: SGLang's one value
             tpot_errs.append(_log_err(tpot[g, sel], tpot_s[sel]))
-            ttft_errs.append(_log_err(ttft[g, sel] + request[engine], ttft_s[sel]))
+            ttft_errs.append(_log_err(ttft[g, sel] + request[engine] + hops[engine] * hop[g, sel], ttft_s[sel]))
         score = np.median(np.concatenate(tpot_errs)) + np.median(np.concatenate(ttft_errs)) if tpot_errs else np.inf
         if score < best_score:
-            best_score, best = score, (waves, step, request, DP_SYNC_GRID_S[sync])
+            best_score, best = score, (waves, step, request, hops, DP_SYNC_GRID_S[sync])
     unfitted = dict.fromkeys(ENGINE_TRAITS, 0.0)  # no covered row in the mask: nothing to fit
-    waves, step, request, dp_sync = best if best else (1.0, unfitted, dict(unfitted), 0.0)
-    return FittedConstants(step_overhead_s=step, request_overhead_s=request, dp_sync_s=dp_sync, waves=waves,
-                           fitted_rows=int(mask.sum()))
+    waves, step, request, hops, dp_sync = best if best else (1.0, unfitted, dict(unfitted), dict(unfitted), 0.0)
+    return FittedConstants(step_overhead_s=step, request_overhead_s=request, first_token_steps=hops, dp_sync_s=dp_sync,
+                           waves=waves, fitted_rows=int(mask.sum()))
 
 
 def apply_constants(grid: OverheadGrid, constants: FittedConstants) -> pd.DataFrame:
@@ -803,10 +827,12 @@ def apply_constants(grid: OverheadGrid, constants: FittedConstants) -> pd.DataFr
     index = np.array([STEP_OVERHEAD_GRID_S.index(constants.step_overhead_s[b]) for b in rows["backend"]])
     at = np.arange(len(rows))
     request = rows["backend"].map(constants.request_overhead_s).to_numpy(dtype=float)
+    hops = rows["backend"].map(constants.first_token_steps).to_numpy(dtype=float)
     col = {c: grid.column(c, sync)[index, at] for c in PREDICTED}
     per_row = _row_waves(rows, constants.waves)
     rows["tpot_pred_s"] = wave_mean(col["tpot_steady_s"], col["tpot_burst_s"], per_row)
-    rows["ttft_pred_s"] = request + wave_mean(col["ttft_steady_s"], col["ttft_burst_s"], per_row)
+    rows["ttft_pred_s"] = (request + hops * col["tpot_steady_s"]
+                           + wave_mean(col["ttft_steady_s"], col["ttft_burst_s"], per_row))
     return rows
 
 
@@ -904,12 +930,15 @@ def uncovered_reasons(predicted: pd.DataFrame) -> pd.Series:
 
 
 def with_overheads(step_overheads: dict[str, float], request_overheads: dict[str, float] | None = None,
-                   dp_sync_s: float | None = None) -> dict[str, EngineTraits]:
-    """The engine table with the given per-step (and per-request) overheads and DP sync (None: the shipped one)."""
-    request_overheads = request_overheads or {}
+                   dp_sync_s: float | None = None,
+                   first_token_steps: dict[str, float] | None = None) -> dict[str, EngineTraits]:
+    """The engine table with the given per-step (and per-request) overheads, DP sync and first-token steps (None or
+    an engine left out: the shipped one)."""
+    request_overheads, first_token_steps = request_overheads or {}, first_token_steps or {}
     return {name: replace(traits, step_overhead_s=step_overheads.get(name, traits.step_overhead_s),
                           request_overhead_s=request_overheads.get(name, traits.request_overhead_s),
-                          dp_sync_s=traits.dp_sync_s if dp_sync_s is None else dp_sync_s)
+                          dp_sync_s=traits.dp_sync_s if dp_sync_s is None else dp_sync_s,
+                          first_token_steps=first_token_steps.get(name, traits.first_token_steps))
             for name, traits in ENGINE_TRAITS.items()}
 
 
@@ -977,6 +1006,7 @@ def validation_document(report: ServingValidation) -> dict[str, Any]:
             "held_out": {label: {"tpot_median_err": _plain(tpot), "ttft_median_err": _plain(ttft)}
                          for label, (tpot, ttft) in report.held_out.items()},
             "constants": {"step_overhead_s": c.step_overhead_s, "request_overhead_s": c.request_overhead_s,
+                          "first_token_steps": c.first_token_steps,
                           "dp_sync_s": c.dp_sync_s, "benchmark_waves": _plain(c.waves), "fitted_rows": c.fitted_rows},
             "uncovered": report.uncovered,
             "slices": [{key: (_plain(value) if isinstance(value, float) else value) for key, value in row.items()}

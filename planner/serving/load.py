@@ -70,6 +70,9 @@ class Load:
     """Squared coefficient of variation of inter-arrival times (open loop)."""
     request_overhead_s: float
     """The engine's per-request latency outside the GPU steps."""
+    first_token_steps: float = 0.0
+    """Steady-state TPOTs (of the decode pool, disaggregated) a request waits before its first token beyond its
+    prefill (``EngineTraits.first_token_steps``)."""
 
     @property
     def closed(self) -> bool:
@@ -186,14 +189,15 @@ def _aggregated_closed(load: Load, prefill_s: np.ndarray, step_of: StepOf, slots
     step = step_of(batch)
     tpot_mean = step + admission_s(batch / osl, prefill_s, admit_of)
     queued = np.maximum(per_rank - batch, 0.0) / batch * (osl * tpot_mean + prefill_s)
-    ttft_mean = load.request_overhead_s + prefill_s + tpot_mean / 2.0 + chunk_steps * step + queued
+    hops = load.first_token_steps * tpot_mean  # the request's hops through the engine's processes
+    ttft_mean = load.request_overhead_s + prefill_s + tpot_mean / 2.0 + chunk_steps * step + queued + hops
     rate = concurrency / (ttft_mean + osl * tpot_mean)
     stable = np.ones_like(tpot_mean, dtype=bool)
 
     def at(q: float | None) -> Latency:
         tpot = step + admission_s(_count(batch, load.osl_cv ** 2, q) / osl, prefill_s, admit_of)
         ttft = load.request_overhead_s + prefill_s * _length(load.isl_cv, q) + tpot_mean / 2.0 \
-            + chunk_steps * step + queued
+            + chunk_steps * step + queued + hops
         return Latency(ttft_s=ttft, tpot_s=tpot, running_batch=batch, requests_per_s=rate, stable=stable,
                        busy=np.zeros_like(tpot), prefill_busy=np.zeros_like(tpot))
     return [at(q) for q in qs]
@@ -227,7 +231,7 @@ def _aggregated_open(load: Load, prefill_s: np.ndarray, step_of: StepOf, slots: 
         prefill_wait = _wait(lam, load.arrival_cv2, share_s, load.isl_cv ** 2, 1.0, q)
         slot_wait = _wait(lam, load.arrival_cv2, lifetime, load.osl_cv ** 2, slots, q)
         ttft = load.request_overhead_s + prefill_wait + prefill_s * _length(load.isl_cv, q) + step / 2.0 \
-            + chunk_steps * step + slot_wait
+            + chunk_steps * step + slot_wait + load.first_token_steps * tpot_mean
         return Latency(ttft_s=np.where(stable, ttft, np.inf), tpot_s=np.where(stable, tpot, np.inf),
                        running_batch=batch, requests_per_s=rate, stable=stable, busy=np.maximum(busy, slot_use),
                        prefill_busy=busy)
@@ -241,8 +245,9 @@ def decode_pool(load: Load, *, q: float | None = None, **workers: Any) -> tuple[
 
 def decode_pool_stats(load: Load, *, step_of: StepOf, fits: np.ndarray, cap: Column, workers: Column, ranks: Column,
                       qs: Sequence[float | None]) -> list[tuple[Latency, np.ndarray]]:
-    """Disaggregated decode workers per statistic in ``qs``: (their latency with TTFT = the wait for a decode slot
-    only, that wait); the running batch is solved once."""
+    """Disaggregated decode workers per statistic in ``qs``: (their latency with TTFT = the decode side's share only,
+    that share): the wait for a decode slot plus the first-token steps at the pool's TPOT; the running batch is solved
+    once."""
     osl = load.osl
     slots = np.maximum(np.minimum(fits, cap), 1.0)
     if load.closed:
@@ -250,8 +255,9 @@ def decode_pool_stats(load: Load, *, step_of: StepOf, fits: np.ndarray, cap: Col
         per_rank = concurrency / (workers * ranks)
         batch = np.maximum(np.minimum(per_rank, slots), 1.0)
         tpot = step_of(batch)
-        wait = np.maximum(per_rank - batch, 0.0) / batch * osl * tpot
-        rate = concurrency / (osl * tpot + wait)
+        queued = np.maximum(per_rank - batch, 0.0) / batch * osl * tpot
+        rate = concurrency / (osl * tpot + queued)
+        wait = queued + load.first_token_steps * tpot
         idle = np.zeros_like(tpot)
         latency = Latency(ttft_s=wait, tpot_s=tpot, running_batch=batch, requests_per_s=rate,
                           stable=np.ones_like(tpot, dtype=bool), busy=idle, prefill_busy=idle)
@@ -266,7 +272,8 @@ def decode_pool_stats(load: Load, *, step_of: StepOf, fits: np.ndarray, cap: Col
     rates = np.broadcast_to(rate_per_s, tpot.shape).astype(float)
 
     def at(q: float | None) -> tuple[Latency, np.ndarray]:
-        wait = np.where(stable, _wait(lam, load.arrival_cv2, lifetime, load.osl_cv ** 2, slots, q), np.inf)
+        slot_wait = _wait(lam, load.arrival_cv2, lifetime, load.osl_cv ** 2, slots, q)
+        wait = np.where(stable, slot_wait + load.first_token_steps * tpot, np.inf)
         return Latency(ttft_s=wait, tpot_s=np.where(stable, tpot, np.inf), running_batch=batch, requests_per_s=rates,
                        stable=stable, busy=slot_use, prefill_busy=np.zeros_like(slot_use)), wait
     return [at(q) for q in qs]

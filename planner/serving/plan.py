@@ -282,10 +282,11 @@ def serving_document_of(served: ServedModel, problem: ServingProblem, result: Se
 
 
 PROVENANCE = ("analytical serving model (cost_models/inference_step.py, serving.py) at the GPUs' kernel fractions "
-              "(hardware_profiles/run_factor.py); engine step and request overheads and the attention-DP step sync "
+              "(hardware_profiles/run_factor.py); engine step and request overheads, first-token steps and the "
+              "attention-DP step sync "
               "fitted to the 4,168 of 5,221 measured deployments that state them without MTP (aiconfigurator 0.12 "
               "silicon sample; 1,676 with what InferenceX published of their deployments): "
-              "TPOT median |error| 14.1% in sample, 15.6% leave-one-model-out; TTFT 42.1% / 43.5% over all 5,221 "
+              "TPOT median |error| 14.3% in sample, 16.0% leave-one-model-out; TTFT 38.3% / 42.2% over all 5,221 "
               "(paraplan validate --serving; "
               "docs/serving.md)")
 """Quoted figures: ``tests/test_serving_validation.py`` checks them against ``validate --serving``."""

@@ -101,7 +101,8 @@ def load_for(workload: ServingWorkload, setup: ServingSetup) -> Load:
                 concurrency=None if workload.concurrency is None else float(workload.concurrency),
                 rate_per_s=None if arrivals is None else arrivals.rate_per_s,
                 arrival_cv2=1.0 if arrivals is None else arrivals.cv2,
-                request_overhead_s=setup.engine.request_overhead_s)
+                request_overhead_s=setup.engine.request_overhead_s,
+                first_token_steps=setup.engine.first_token_steps)
 
 
 def target_quantile(workload: ServingWorkload) -> float | None:
