@@ -144,7 +144,9 @@ def _why(console: Console, doc: dict, q: str) -> None:
              + (f", KV transfer {_ms(e['kv_transfer_s'])} ms" if best["mode"] == "disagg" else "")
              + (f"; engine host time a decode step {e['step_overhead_s'] * 1e3:.2f} ms" if "step_overhead_s" in e
                 else "")
-             + (f" (attention-DP sync {e['dp_sync_s'] * 1e3:.2f} ms of it)" if e.get("dp_sync_s") else "")]
+             + (f" (attention-DP sync {e['dp_sync_s'] * 1e3:.2f} ms of it)" if e.get("dp_sync_s") else "")
+             + (f"; of the TTFT, engine request overhead {_ms(e['request_overhead_s'])} ms and first-token steps "
+                f"{_ms(e['first_token_steps_s'])} ms" if "first_token_steps_s" in e else "")]
     for pool, mem in zip(best["pools"], e["memory"]):
         lines.append(f"{pool['role']} GPU ({pool['gpu']}, memory knob {pool['memory_frac']:.2f}): weights "
                      f"{_gib(mem['weights_bytes'])} GiB, activations {_gib(mem['activation_bytes'])}, fixed "

@@ -138,6 +138,12 @@ def test_serve_states_the_host_time_of_each_plans_decode_step(tmp_path, model, g
         synced = decode["dp_attention"] > 1
         assert estimate["dp_sync_s"] == (traits.dp_sync_s if synced else 0.0)
         assert estimate["step_overhead_s"] == pytest.approx(traits.step_overhead_s + estimate["dp_sync_s"], rel=1e-12)
+        # The TTFT's engine parts: the request overhead, and first_token_steps TPOTs at the mean TPOT.
+        assert estimate["request_overhead_s"] == traits.request_overhead_s
+        assert estimate["first_token_steps_s"] == pytest.approx(
+            traits.first_token_steps * estimate["tpot_s"]["mean"], rel=1e-12)
+        assert estimate["request_overhead_s"] + estimate["first_token_steps_s"] < estimate["ttft_s"]["mean"]
+    assert "first-token steps" in result.output
     assert any(p["pools"][-1]["dp_attention"] > 1 for p in plans) == (model == "deepseek-v3")
 
 

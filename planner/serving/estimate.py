@@ -32,12 +32,14 @@ def plan_estimate(problem: ServingProblem, mode: DeploymentMode, pools: tuple[Pr
     first, decoder = pools[0], pools[-1]  # aggregated: one pool; disaggregated: (prefill, decode)
     host_s = float(decoder.costs.step_overhead_s[decoder.shard_index])  # serving.engine_step_overhead_s
     sync_s = float(attention_dp_sync_s(decoder.setup.engine, decoder.shape.dp_attention))
+    engine = decoder.setup.engine  # the load's (search.load_for): the decode pool streams the first token
     estimate = {
         **stats, "tokens_per_s": tokens, "tokens_per_s_per_gpu": tokens / gpus,
         "tokens_per_s_per_user": 1.0 / stats["tpot_s"]["mean"], "requests_per_s": flow["requests_per_s"],
         "running_batch": flow["running_batch"], "prefill_s": float(first.costs.prefill_s[first.shard_index]),
         "kv_transfer_s": float(first.costs.kv_transfer_s[first.shard_index]) if mode == "disagg" else 0.0,
-        "step_overhead_s": host_s, "dp_sync_s": sync_s,
+        "step_overhead_s": host_s, "dp_sync_s": sync_s, "request_overhead_s": engine.request_overhead_s,
+        "first_token_steps_s": engine.first_token_steps * stats["tpot_s"]["mean"],
         "memory": [memory_of(p, float(held_tokens(p.setup.engine, workload.isl, workload.osl))) for p in pools],
         "price_usd_per_gpu_hour": None if usd is None else usd / gpus, "usd_per_hour": usd,
         "usd_per_million_output_tokens": None if usd is None else usd / SECONDS_PER_HOUR / tokens * TOKENS_PER_MILLION,
