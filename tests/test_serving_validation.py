@@ -150,10 +150,10 @@ def test_issue_32_disaggregated_rows_with_worker_counts_each_model_left_out(repo
 
 
 @pytest.mark.xfail(strict=True, reason="issue 31: aggregated rows, TPOT median <= 10% in sample and with each model "
-                                       "left out: 12.8% / 14.7% (11.6% / 13.4% priced from aiconfigurator's kernel "
-                                       "tables; docs/serving.md). The worst cells: TRT-LLM on GB200 "
-                                       "51.0% and H200 19.5%, SGLang on B300 18.1%; vLLM's aggregated rows read "
-                                       "7.8-17.3% by GPU")
+                                       "left out: 13.1% / 14.7% (11.6% / 13.4% priced from aiconfigurator's kernel "
+                                       "tables on 2026-11-28; docs/serving.md). The worst cells: TRT-LLM on GB200 "
+                                       "48.5% and H200 20.7%, SGLang on B300 18.1%; vLLM's aggregated rows read "
+                                       "8.4-17.3% by GPU")
 def test_issue_31_aggregated_tpot(report):
     aggregated = _slice(report, "aggregated")
     assert aggregated["tpot_median_err"] <= 0.10 and aggregated["tpot_median_err_model_out"] <= 0.10
