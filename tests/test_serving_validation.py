@@ -28,6 +28,7 @@ from paraplan.validation.serving_runs import (
     SERVING_DATA_ENV,
     STEP_OVERHEAD_GRID_S,
     OverheadGrid,
+    apply_constants,
     fit_constants,
     load_measurements,
     measurements_file,
@@ -216,6 +217,33 @@ def test_step_overhead_is_fitted_by_the_mean_log_error_by_hand():
     assert constants.request_overhead_s["vllm"] == 0.0 and constants.fitted_rows == 3
     median_pick = np.argmin(np.median(np.abs(np.log(tpot_s / measured_s)), axis=1))
     assert STEP_OVERHEAD_GRID_S[median_pick] == 2e-3
+
+
+def test_first_token_steps_and_request_overhead_are_told_apart_by_the_step_time():
+    """Rows whose TTFT is predicted 100 ms before overheads and measured 100 ms + 20 ms + 4 TPOTs, at TPOTs of 5 to
+    40 ms (predicted exactly at no step overhead): the joint grid recovers vLLM's 20 ms and 4 steps exactly (both grid
+    points; a constant alone cannot follow the TPOT). SGLang's steps are not fitted (``FIRST_TOKEN_STEPS_FITTED``):
+    its request overhead alone takes the grid point nearest the rows' median excess."""
+    step_s = np.array([5e-3, 10e-3, 20e-3, 40e-3])
+    overhead = np.asarray(STEP_OVERHEAD_GRID_S)[:, None]
+    tpot = np.broadcast_to(np.tile(step_s, 2), (len(overhead), 8)) + overhead
+    ttft = np.full_like(tpot, 0.1)
+    measured_ttft_ms = (0.1 + 0.02 + 4.0 * np.tile(step_s, 2)) * 1e3  # 140, 160, 200, 280 ms
+    rows = pd.DataFrame({"backend": ["vllm"] * 4 + ["sglang"] * 4, "reason": "", "mode": "agg",
+                         "silicon_tpot_ms": np.tile(step_s, 2) * 1e3, "silicon_ttft_ms": measured_ttft_ms,
+                         "prefill_num_workers": np.nan, "decode_num_workers": np.nan})
+    grid = OverheadGrid(rows=rows, tpot_steady_s=tpot, tpot_burst_s=tpot, ttft_steady_s=ttft, ttft_burst_s=ttft)
+    constants = fit_constants(grid, np.ones(8, dtype=bool))
+    assert constants.step_overhead_s["vllm"] == 0.0 and constants.step_overhead_s["sglang"] == 0.0
+    assert constants.first_token_steps["vllm"] == 4.0 and constants.request_overhead_s["vllm"] == 20e-3
+    assert constants.first_token_steps["sglang"] == 0.0
+    # SGLang's excess is 40, 60, 100, 180 ms (measured 140, 160, 200, 280 ms); the median of four |log errors| is
+    # the mean of the middle two. At 60 ms: ln(160/140) = 0.1335 and ln(200/160) = 0.2231, median 0.1783. At 80 ms:
+    # ln(200/180) = 0.1054 and ln(180/160) = 0.1178 are the lowest two, so ln(180/140) = 0.2513 is the second of
+    # the middle pair, median 0.1845. Every other grid point is worse.
+    assert constants.request_overhead_s["sglang"] == 60e-3
+    predicted = apply_constants(grid, constants)
+    assert predicted["ttft_pred_s"].to_numpy()[:4] == pytest.approx(measured_ttft_ms[:4] / 1e3, rel=1e-12)
 
 
 def test_llama70b_fp8_h200_trtllm_tpot_across_tensor_parallel_sizes(shipped):
