@@ -151,8 +151,8 @@ def test_issue_32_disaggregated_rows_with_worker_counts_each_model_left_out(repo
 
 
 @pytest.mark.xfail(strict=True, reason="issue 31: aggregated rows, TPOT median <= 10% in sample and with each model "
-                                       "left out: 13.1% / 14.7% (11.6% / 13.4% priced from aiconfigurator's kernel "
-                                       "tables on 2026-11-28; docs/serving.md). The worst cells: TRT-LLM on GB200 "
+                                       "left out: 13.1% / 14.7% (11.6% / 13.5% priced from aiconfigurator's kernel "
+                                       "tables; docs/serving.md). The worst cells: TRT-LLM on GB200 "
                                        "48.5% and H200 20.7%, SGLang on B300 18.1%; vLLM's aggregated rows read "
                                        "8.4-17.3% by GPU")
 def test_issue_31_aggregated_tpot(report):
