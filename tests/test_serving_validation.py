@@ -237,10 +237,10 @@ def test_first_token_steps_and_request_overhead_are_told_apart_by_the_step_time(
     assert constants.step_overhead_s["vllm"] == 0.0 and constants.step_overhead_s["sglang"] == 0.0
     assert constants.first_token_steps["vllm"] == 4.0 and constants.request_overhead_s["vllm"] == 20e-3
     assert constants.first_token_steps["sglang"] == 0.0
-    # SGLang's excess is 40, 60, 100, 180 ms (measured 140, 160, 200, 280 ms); the median of four |log errors| is
-    # the mean of the middle two. At 60 ms: ln(160/140) = 0.1335 and ln(200/160) = 0.2231, median 0.1783. At 80 ms:
-    # ln(200/180) = 0.1054 and ln(180/160) = 0.1178 are the lowest two, so ln(180/140) = 0.2513 is the second of
-    # the middle pair, median 0.1845. Every other grid point is worse.
+    # SGLang's excess is 40, 60, 100, 180 ms (measured 140, 160, 200, 280 ms); the median of four |log errors| is the
+    # mean of the middle two. At 60 ms the errors are ln(160/140), 0, ln(200/160), ln(280/160): median
+    # (0.1335 + 0.2231)/2 = 0.1783. At 80 ms they are ln(180/140), ln(180/160), ln(200/180), ln(280/180), sorted
+    # 0.1054, 0.1178, 0.2513, 0.4418: median 0.1845. Every other grid point is worse.
     assert constants.request_overhead_s["sglang"] == 60e-3
     predicted = apply_constants(grid, constants)
     assert predicted["ttft_pred_s"].to_numpy()[:4] == pytest.approx(measured_ttft_ms[:4] / 1e3, rel=1e-12)

@@ -633,8 +633,8 @@ class FittedConstants:
     request_overhead_s: dict[str, float]
     """Per engine: per-request latency outside the GPU steps."""
     first_token_steps: dict[str, float]
-    """Per engine: steady-state TPOTs an aggregated request waits before its first token beyond its prefill
-    (``EngineTraits.first_token_steps``)."""
+    """Per engine: steady-state TPOTs (disaggregated: the decode pool's) a request waits before its first token beyond
+    its prefill (``EngineTraits.first_token_steps``)."""
     dp_sync_s: float
     """Every engine: host seconds more per step where attention-DP ranks step together (``EngineTraits.dp_sync_s``)."""
     waves: float
@@ -651,8 +651,8 @@ DP_SYNC_GRID_S = tuple(k * 1e-3 for k in range(6))
 and fold so far lands on 3 or 4 ms; each value prices the 418 attention-DP rows once more per step overhead."""
 REQUEST_OVERHEAD_GRID_S = tuple(x * 1e-3 for x in (0, 5, 10, 15, 20, 30, 40, 60, 80, 120, 160, 200, 250, 300))
 FIRST_TOKEN_STEPS_GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 10.0, 12.0, 16.0, 20.0)
-"""Steady-state TPOTs an aggregated request waits before its first token (``EngineTraits.first_token_steps``), fitted
-jointly with the request overhead. The measured TTFT beyond the GPU-side prediction, divided by the measured TPOT,
+"""Steady-state TPOTs a request waits before its first token (``EngineTraits.first_token_steps``), fitted jointly
+with the request overhead. The measured TTFT beyond the GPU-side prediction, divided by the measured TPOT,
 is a near-constant per engine across 4 to 128 concurrent requests (vLLM's median 5.3-7.0 TPOTs at 1,024-token
 prompts while in milliseconds it grows 42 -> 143): a per-iteration cost, not a per-request constant."""
 FIRST_TOKEN_STEPS_FITTED = frozenset({"vllm", "trtllm"})
@@ -803,12 +803,12 @@ def fit_constants(grid: OverheadGrid, mask: np.ndarray) -> FittedConstants:
         tpot_errs, ttft_errs = [], []
         for engine, g in _engine_steps(tpot, tpot_s, engines).items():
             sel = engines[engine]
+            steps_grid = FIRST_TOKEN_STEPS_GRID if engine in FIRST_TOKEN_STEPS_FITTED else (0.0,)
             errs = np.array([[np.median(_log_err(ttft[g, sel] + r + k * hop[g, sel], ttft_s[sel]))
-                              for r in REQUEST_OVERHEAD_GRID_S]
-                             for k in (FIRST_TOKEN_STEPS_GRID if engine in FIRST_TOKEN_STEPS_FITTED else (0.0,))])
+                              for r in REQUEST_OVERHEAD_GRID_S] for k in steps_grid])
             k_at, r_at = np.unravel_index(int(np.argmin(errs)), errs.shape)  # the first minimum: fewest steps
             step[engine], request[engine] = STEP_OVERHEAD_GRID_S[g], REQUEST_OVERHEAD_GRID_S[r_at]
-            hops[engine] = FIRST_TOKEN_STEPS_GRID[int(k_at)]  # the grid's first value is 0: SGLang's one value
+            hops[engine] = steps_grid[int(k_at)]
             tpot_errs.append(_log_err(tpot[g, sel], tpot_s[sel]))
             ttft_errs.append(_log_err(ttft[g, sel] + request[engine] + hops[engine] * hop[g, sel], ttft_s[sel]))
         score = np.median(np.concatenate(tpot_errs)) + np.median(np.concatenate(ttft_errs)) if tpot_errs else np.inf
