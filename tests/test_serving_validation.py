@@ -271,11 +271,17 @@ def test_llama70b_fp8_h200_trtllm_tpot_across_tensor_parallel_sizes(shipped):
     assert np.all(np.abs((gpu + best) / measured - 1) < 0.15), (gpu + best, measured)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 18 targets TPOT median <= 10% and TTFT median <= 20%; reached: see "
-                                       "docs/serving.md (TTFT's burst and queueing, disaggregated worker counts)")
-def test_issue_18_targets(report):
+@pytest.mark.xfail(strict=True, reason="issues 18 and 32: every row, TPOT median <= 10% and TTFT median <= 20% in "
+                                       "sample and with each model left out. Reached: TPOT 14.3% / 16.0%, TTFT 38.3% "
+                                       "/ 42.2%. TTFT's worst slices are the disaggregated rows (62.0% with worker "
+                                       "counts, 71.8% without) and SGLang's aggregated rows on B200/B300 (39-49%); "
+                                       "TPOT's, MoE deployments (17.0%) against dense (8.7%). docs/serving.md, "
+                                       "Accuracy and Not covered")
+def test_issue_18_and_32_targets(report):
     overall = report.table[report.table["backend"] == "all"].iloc[0]
+    tpot_out, ttft_out = report.held_out["leave one model out"]
     assert overall["tpot_median_err"] <= 0.10 and overall["ttft_median_err"] <= 0.20
+    assert tpot_out <= 0.10 and ttft_out <= 0.20
 
 
 def test_validate_serving_needs_no_shared_folder_and_no_flag(tmp_path, monkeypatch):
