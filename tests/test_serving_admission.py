@@ -258,7 +258,7 @@ def test_search_closed_loop_equals_the_validated_model_when_steps_admit_several(
     costs = worker_costs(setup, shard, max_model_len=2048, chunks=(8192,))
     load = load_module.Load(isl=1024, osl=64, isl_cv=0.0, osl_cv=0.0, concurrency=concurrency, rate_per_s=None,
                             arrival_cv2=1.0, request_overhead_s=setup.engine.request_overhead_s,
-                                first_token_steps=setup.engine.first_token_steps)
+                            first_token_steps=setup.engine.first_token_steps)
     kw = {"prefill_s": costs.prefill_s, "step_of": lambda b: exact_decode_s(setup, shard, b), "fits": costs.fits[:, 0],
           "cap": setup.engine.max_running, "chunk": 8192.0, "replicas": 1.0, "ranks": 1.0}
     theirs = aggregated(setup.model, setup.cluster, setup.engine, setup.precision, shard, concurrency=concurrency,
